@@ -1,0 +1,223 @@
+//! Far-store files: created mode 0600, sparse, optionally `O_DIRECT`.
+//!
+//! A path naming a directory gets an unnamed `O_TMPFILE` inside it (gone
+//! when closed); a path naming a file that does not exist yet is created and
+//! unlinked again when the [`FarFile`] is dropped. An existing file is never
+//! overwritten.
+
+use crate::errno::{check, Errno};
+use std::ffi::CString;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use thiserror::Error;
+
+/// Errors creating a far file.
+#[derive(Debug, Error)]
+pub enum FileError {
+    /// The directory does not exist.
+    #[error("far file {path}: directory does not exist")]
+    NoDirectory {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// The file exists already.
+    #[error("far file {path} exists; tiermem never overwrites a file: remove it, or give a directory")]
+    Exists {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// Permission denied or read-only file system.
+    #[error("far file {path} cannot be created: {errno} (directory not writable?)")]
+    NotWritable {
+        /// The path given.
+        path: PathBuf,
+        /// What the kernel said.
+        errno: Errno,
+    },
+    /// The file system refuses `O_DIRECT`.
+    #[error("far file {path}: the file system does not support O_DIRECT ({errno})")]
+    DirectUnsupported {
+        /// The path given.
+        path: PathBuf,
+        /// What the kernel said.
+        errno: Errno,
+    },
+    /// Any other failure.
+    #[error("far file {path}: {errno}")]
+    Other {
+        /// The path given.
+        path: PathBuf,
+        /// What the kernel said.
+        errno: Errno,
+    },
+}
+
+/// An open far-store file.
+#[derive(Debug)]
+pub struct FarFile {
+    fd: OwnedFd,
+    /// The name to unlink on drop (None for an O_TMPFILE).
+    created: Option<PathBuf>,
+    direct: bool,
+    owner_pid: u32,
+}
+
+impl FarFile {
+    /// Creates the far file for `path` (a directory or a new file name).
+    pub fn create(path: &Path, direct: bool) -> Result<FarFile, FileError> {
+        let is_dir = path.is_dir();
+        let parent = if is_dir {
+            path.to_path_buf()
+        } else {
+            path.parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+        };
+        if !parent.is_dir() {
+            return Err(FileError::NoDirectory {
+                path: path.to_path_buf(),
+            });
+        }
+        let mut flags = libc::O_RDWR | libc::O_CLOEXEC;
+        if direct {
+            flags |= libc::O_DIRECT;
+        }
+        let (target, created) = if is_dir {
+            (path, None)
+        } else {
+            (path, Some(path.to_path_buf()))
+        };
+        flags |= if is_dir {
+            libc::O_TMPFILE
+        } else {
+            libc::O_CREAT | libc::O_EXCL
+        };
+        let c = CString::new(target.as_os_str().as_bytes()).map_err(|_| FileError::Other {
+            path: path.to_path_buf(),
+            errno: Errno(libc::EINVAL),
+        })?;
+        // SAFETY: c is NUL-terminated; mode is passed for O_CREAT/O_TMPFILE.
+        let r = unsafe { libc::open(c.as_ptr(), flags, 0o600 as libc::c_uint) };
+        let fd = check(r).map_err(|errno| {
+            let path = path.to_path_buf();
+            match errno.raw() {
+                libc::EEXIST => FileError::Exists { path },
+                libc::EACCES | libc::EROFS | libc::EPERM => FileError::NotWritable { path, errno },
+                // The directory exists (checked above) but refuses new names
+                // (procfs, sysfs).
+                libc::ENOENT => FileError::NotWritable { path, errno },
+                libc::EINVAL if direct => FileError::DirectUnsupported { path, errno },
+                _ => FileError::Other { path, errno },
+            }
+        })?;
+        // SAFETY: the kernel returned a fresh descriptor that we own.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(FarFile {
+            fd,
+            created,
+            direct,
+            owner_pid: std::process::id(),
+        })
+    }
+
+    /// Whether the file was opened with `O_DIRECT`.
+    pub fn direct(&self) -> bool {
+        self.direct
+    }
+
+    /// The file's name, if it has one.
+    pub fn path(&self) -> Option<&Path> {
+        self.created.as_deref()
+    }
+
+    /// Bytes free on the file's file system for an unprivileged writer.
+    pub fn fs_free_bytes(&self) -> Result<u64, Errno> {
+        // SAFETY: statvfs is plain data.
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: valid descriptor and struct.
+        check(unsafe { libc::fstatvfs(self.fd.as_raw_fd(), &mut st) })?;
+        Ok(st.f_bavail as u64 * st.f_frsize as u64)
+    }
+}
+
+impl AsFd for FarFile {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+impl Drop for FarFile {
+    fn drop(&mut self) {
+        // A fork()ed child holding a copy must not delete its parent's file.
+        if let Some(p) = &self.created {
+            if std::process::id() == self.owner_pid {
+                let _ = std::fs::remove_file(p);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn tmpdir(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("tiermem-sys-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn named_file_is_0600_and_removed_on_drop() {
+        let d = tmpdir("named");
+        let p = d.join("far.bin");
+        let f = FarFile::create(&p, false).unwrap();
+        let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        assert!(f.fs_free_bytes().unwrap() > 0);
+        assert!(matches!(
+            FarFile::create(&p, false),
+            Err(FileError::Exists { .. })
+        ));
+        drop(f);
+        assert!(!p.exists());
+        std::fs::remove_dir_all(d).unwrap();
+    }
+
+    #[test]
+    fn directory_gets_an_unnamed_file() {
+        let d = tmpdir("dir");
+        let f = FarFile::create(&d, false).unwrap();
+        assert!(f.path().is_none());
+        assert_eq!(std::fs::read_dir(&d).unwrap().count(), 0);
+        std::fs::remove_dir_all(d).unwrap();
+    }
+
+    #[test]
+    fn missing_and_readonly_directories_are_clear_errors() {
+        let e = FarFile::create(Path::new("/nonexistent-tiermem/dir/far"), false).unwrap_err();
+        assert!(matches!(e, FileError::NoDirectory { .. }), "{e}");
+        assert!(e.to_string().contains("does not exist"));
+        let e = FarFile::create(Path::new("/proc/far.bin"), false).unwrap_err();
+        assert!(
+            matches!(e, FileError::NotWritable { .. } | FileError::Other { .. }),
+            "{e}"
+        );
+        // A directory without write permission (root ignores modes, so use
+        // a read-only bind of the idea: /proc/self is never writable).
+        let d = tmpdir("ro");
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o500)).unwrap();
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            assert!(matches!(
+                FarFile::create(&d.join("x"), false),
+                Err(FileError::NotWritable { .. })
+            ));
+        }
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700)).unwrap();
+        std::fs::remove_dir_all(d).unwrap();
+    }
+}

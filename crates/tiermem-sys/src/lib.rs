@@ -1,0 +1,35 @@
+//! tiermem's kernel interface: the only crate of the workspace that makes
+//! system calls, and the only one with `unsafe` code.
+//!
+//! Two levels, as in rustix: private raw definitions in [`uapi`] mirror the
+//! kernel ABI one to one (the installed headers lack UFFDIO_MOVE, POISON,
+//! WP_ASYNC and PAGEMAP_SCAN), and the public modules wrap them in safe
+//! types that enforce what they can:
+//!
+//! - [`uffd`]: userfaultfd (open, feature probe, register, COPY, ZEROPAGE,
+//!   WAKE, WRITEPROTECT, MOVE, CONTINUE, POISON, event reading);
+//! - [`mm`]: owned mappings (`mmap`, `munmap`, `madvise`, `mprotect`,
+//!   `mremap`) and raw copies in and out of them;
+//! - [`memfd`]: memfd, `ftruncate`, `fallocate`;
+//! - [`file`]: far-store files (0600, sparse, optional `O_DIRECT`);
+//! - [`hugetlb`]: huge page pools;
+//! - [`pagemap`]: the `PAGEMAP_SCAN` ioctl;
+//! - [`signal`]: in-context SIGBUS/SIGSEGV fault callbacks;
+//! - [`thread`]: thread ids, CPUs, affinity, futexes;
+//! - [`interrupts`]: TLB-shootdown IPI counts;
+//! - [`probe`]: what the running system offers.
+
+pub mod errno;
+pub mod file;
+pub mod hugetlb;
+pub mod interrupts;
+pub mod memfd;
+pub mod mm;
+pub mod pagemap;
+pub mod probe;
+pub mod signal;
+pub mod thread;
+mod uapi;
+pub mod uffd;
+
+pub use errno::Errno;

@@ -1,0 +1,103 @@
+//! `memfd_create`, `ftruncate` and `fallocate` on anonymous files.
+//!
+//! ```
+//! use tiermem_sys::memfd::Memfd;
+//! let fd = Memfd::create("pool", false).unwrap();
+//! fd.set_len(1 << 20).unwrap();
+//! fd.punch_hole(0, 4096).unwrap();
+//! ```
+
+use crate::errno::{check, Errno};
+use std::ffi::CString;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+
+/// An anonymous memory-backed file.
+#[derive(Debug)]
+pub struct Memfd {
+    fd: OwnedFd,
+}
+
+impl Memfd {
+    /// Creates a memfd (close-on-exec), backed by hugetlbfs 2 MiB pages if
+    /// `huge_2m`.
+    pub fn create(name: &str, huge_2m: bool) -> Result<Memfd, Errno> {
+        let cname = CString::new(name).map_err(|_| Errno(libc::EINVAL))?;
+        let mut flags = libc::MFD_CLOEXEC;
+        if huge_2m {
+            flags |= libc::MFD_HUGETLB | crate::uapi::MAP_HUGE_2MB as libc::c_uint;
+        }
+        // SAFETY: cname is a valid NUL-terminated string for the call.
+        let fd = check(unsafe { libc::memfd_create(cname.as_ptr(), flags) })?;
+        // SAFETY: fd was just returned by the kernel and is owned by nobody else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Memfd { fd })
+    }
+
+    /// Sets the file size (`ftruncate`); the file stays sparse.
+    pub fn set_len(&self, len: u64) -> Result<(), Errno> {
+        set_len(self.fd.as_fd(), len)
+    }
+
+    /// Frees the pages of a range, keeping the size.
+    pub fn punch_hole(&self, offset: u64, len: u64) -> Result<(), Errno> {
+        punch_hole(self.fd.as_fd(), offset, len)
+    }
+}
+
+impl AsFd for Memfd {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+/// `ftruncate(fd, len)`.
+pub fn set_len(fd: BorrowedFd<'_>, len: u64) -> Result<(), Errno> {
+    // SAFETY: plain syscall on a borrowed, open descriptor.
+    check(unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) }).map(|_| ())
+}
+
+/// `fallocate(fd, PUNCH_HOLE | KEEP_SIZE, offset, len)`.
+pub fn punch_hole(fd: BorrowedFd<'_>, offset: u64, len: u64) -> Result<(), Errno> {
+    // SAFETY: plain syscall on a borrowed, open descriptor.
+    check(unsafe {
+        libc::fallocate(
+            fd.as_raw_fd(),
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            offset as libc::off_t,
+            len as libc::off_t,
+        )
+    })
+    .map(|_| ())
+}
+
+/// `fallocate(fd, 0, offset, len)`: reserves blocks so later writes cannot
+/// fail for lack of space.
+pub fn allocate(fd: BorrowedFd<'_>, offset: u64, len: u64) -> Result<(), Errno> {
+    // SAFETY: plain syscall on a borrowed, open descriptor.
+    check(unsafe { libc::fallocate(fd.as_raw_fd(), 0, offset as libc::off_t, len as libc::off_t) })
+        .map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mm::{MapOptions, Mapping};
+
+    #[test]
+    fn memfd_is_sparse_and_holes_read_zero() {
+        let m = Memfd::create("t", false).unwrap();
+        m.set_len(1 << 20).unwrap();
+        let (map, _) = Mapping::shared(m.as_fd(), 0, 1 << 20, 4096, &MapOptions::default()).unwrap();
+        map.fill(8192, 4096, 7);
+        let st = std::fs::metadata(format!("/proc/self/fd/{}", m.as_fd().as_raw_fd())).unwrap();
+        assert_eq!(std::os::unix::fs::MetadataExt::size(&st), 1 << 20);
+        m.punch_hole(8192, 4096).unwrap();
+        assert!(map.range(8192, 4096).is_zero());
+        allocate(m.as_fd(), 0, 4096).unwrap();
+    }
+
+    #[test]
+    fn bad_name_is_rejected() {
+        assert_eq!(Memfd::create("a\0b", false).unwrap_err(), Errno(libc::EINVAL));
+    }
+}

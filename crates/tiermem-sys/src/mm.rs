@@ -1,0 +1,741 @@
+//! Memory mappings: `mmap`, `munmap`, `madvise`, `mprotect`, `mremap`.
+//!
+//! A [`Mapping`] owns one `mmap`ed range and unmaps it on drop. tiermem's
+//! engine moves data in and out of mappings with raw byte copies
+//! ([`Mapping::copy_in`], [`Mapping::copy_out`], [`Mapping::pread`], ...)
+//! that never create Rust references, in the style of rust-vmm's
+//! `vm-memory` for guest memory: the memory is shared with code Rust cannot
+//! see (the application, the kernel, a DMA engine), so the only typed view,
+//! [`Mapping::user_slice_mut`], is gated by a unique [`UserAccess`] token.
+//!
+//! ```
+//! use tiermem_sys::mm::{Mapping, MapOptions};
+//! let (map, mut user) = Mapping::anonymous(1 << 20, &MapOptions::default()).unwrap();
+//! let words: &mut [u64] = map.user_slice_mut(&mut user);
+//! words[7] = 42;
+//! let mut out = [0u8; 8];
+//! map.copy_out(56, &mut out);
+//! assert_eq!(u64::from_ne_bytes(out), 42);
+//! ```
+
+use crate::errno::{check, check_size, Errno};
+use crate::hugetlb::HugePageSize;
+use std::marker::PhantomData;
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::ptr::NonNull;
+use std::sync::atomic::AtomicU64;
+use thiserror::Error;
+
+/// Errors of the mapping calls.
+#[derive(Debug, Error)]
+pub enum MmError {
+    /// `mmap` failed.
+    #[error("mmap of {len} bytes failed: {errno}")]
+    Map {
+        /// Requested length.
+        len: usize,
+        /// What the kernel said.
+        errno: Errno,
+    },
+    /// `madvise` failed.
+    #[error("madvise({advice:?}) over {len} bytes failed: {errno}")]
+    Advise {
+        /// The advice given.
+        advice: Advice,
+        /// Length of the range.
+        len: usize,
+        /// What the kernel said.
+        errno: Errno,
+    },
+    /// `mprotect` failed.
+    #[error("mprotect over {len} bytes failed: {errno}")]
+    Protect {
+        /// Length of the range.
+        len: usize,
+        /// What the kernel said.
+        errno: Errno,
+    },
+    /// `mremap` failed.
+    #[error("mremap to {new_len} bytes failed: {errno}")]
+    Remap {
+        /// Requested new length.
+        new_len: usize,
+        /// What the kernel said.
+        errno: Errno,
+    },
+    /// A length of zero or not a multiple of the page size.
+    #[error("invalid length {len}: must be a non-zero multiple of {unit} bytes")]
+    BadLength {
+        /// The length given.
+        len: usize,
+        /// The granule it must be a multiple of.
+        unit: usize,
+    },
+}
+
+/// The base page size of this machine.
+pub fn base_page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let v = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if v > 0 {
+        v as usize
+    } else {
+        4096
+    }
+}
+
+/// How to create a mapping.
+#[derive(Clone, Debug, Default)]
+pub struct MapOptions {
+    /// Back the mapping with hugetlb pages of this size.
+    pub huge: Option<HugePageSize>,
+    /// `MAP_NORESERVE`: do not reserve swap or hugetlb pages for the range.
+    pub noreserve: bool,
+    /// `MAP_POPULATE`: fault everything in now.
+    pub populate: bool,
+    /// `MADV_DONTFORK`: a `fork()`ed child does not inherit the mapping.
+    pub dontfork: bool,
+    /// Align the start to this many bytes (a power of two; 0 = natural).
+    pub align: usize,
+}
+
+/// Non-destructive `madvise` advice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Advice {
+    /// `MADV_DONTFORK`
+    DontFork,
+    /// `MADV_DOFORK`
+    DoFork,
+    /// `MADV_NOHUGEPAGE`
+    NoHugePage,
+    /// `MADV_HUGEPAGE`
+    HugePage,
+    /// `MADV_WILLNEED`
+    WillNeed,
+    /// `MADV_DONTNEED` (destructive; see [`Mapping::discard`])
+    DontNeed,
+    /// `MADV_REMOVE` (destructive; punches a hole in shared memory)
+    Remove,
+}
+
+impl Advice {
+    fn raw(self) -> libc::c_int {
+        match self {
+            Advice::DontFork => libc::MADV_DONTFORK,
+            Advice::DoFork => libc::MADV_DOFORK,
+            Advice::NoHugePage => libc::MADV_NOHUGEPAGE,
+            Advice::HugePage => libc::MADV_HUGEPAGE,
+            Advice::WillNeed => libc::MADV_WILLNEED,
+            Advice::DontNeed => libc::MADV_DONTNEED,
+            Advice::Remove => libc::MADV_REMOVE,
+        }
+    }
+}
+
+/// Page protection for [`Mapping::protect`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protection {
+    /// `PROT_NONE`
+    None,
+    /// `PROT_READ`
+    Read,
+    /// `PROT_READ | PROT_WRITE`
+    ReadWrite,
+}
+
+impl Protection {
+    fn raw(self) -> libc::c_int {
+        match self {
+            Protection::None => libc::PROT_NONE,
+            Protection::Read => libc::PROT_READ,
+            Protection::ReadWrite => libc::PROT_READ | libc::PROT_WRITE,
+        }
+    }
+}
+
+/// One owned `mmap`ed range, unmapped on drop.
+#[derive(Debug)]
+pub struct Mapping {
+    addr: NonNull<u8>,
+    len: usize,
+    /// Granule of the backing pages (4 KiB, or the hugetlb size).
+    page_size: usize,
+}
+
+// SAFETY: a Mapping is an address range plus metadata; all accesses go through
+// raw copies whose callers order them (see the module docs), so sharing the
+// handle across threads is sound.
+unsafe impl Send for Mapping {}
+// SAFETY: as above; &Mapping exposes no references to the mapped bytes.
+unsafe impl Sync for Mapping {}
+
+/// The right to take a typed `&mut` view of a mapping (one per mapping).
+///
+/// Returned by the constructors that map memory meant for application data.
+#[derive(Debug)]
+pub struct UserAccess {
+    addr: usize,
+}
+
+impl Mapping {
+    /// Maps `len` bytes of private anonymous memory.
+    pub fn anonymous(len: usize, opts: &MapOptions) -> Result<(Mapping, UserAccess), MmError> {
+        let mut flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+        let mut page_size = base_page_size();
+        if let Some(h) = opts.huge {
+            flags |= libc::MAP_HUGETLB | h.mmap_flag();
+            page_size = h.bytes();
+        }
+        let map = Self::map(len, page_size, flags, None, 0, opts)?;
+        let user = UserAccess {
+            addr: map.addr.as_ptr() as usize,
+        };
+        Ok((map, user))
+    }
+
+    /// Maps `len` bytes of `fd` from `offset`, shared (`MAP_SHARED`).
+    ///
+    /// `page_size` is the granule of the file's pages (4 KiB for memfd and
+    /// regular files, the huge page size for hugetlbfs files).
+    pub fn shared(
+        fd: BorrowedFd<'_>,
+        offset: u64,
+        len: usize,
+        page_size: usize,
+        opts: &MapOptions,
+    ) -> Result<(Mapping, UserAccess), MmError> {
+        let map = Self::map(len, page_size, libc::MAP_SHARED, Some(fd), offset, opts)?;
+        let user = UserAccess {
+            addr: map.addr.as_ptr() as usize,
+        };
+        Ok((map, user))
+    }
+
+    fn map(
+        len: usize,
+        page_size: usize,
+        mut flags: libc::c_int,
+        fd: Option<BorrowedFd<'_>>,
+        offset: u64,
+        opts: &MapOptions,
+    ) -> Result<Mapping, MmError> {
+        if len == 0 || len % page_size != 0 {
+            return Err(MmError::BadLength { len, unit: page_size });
+        }
+        if opts.noreserve {
+            flags |= libc::MAP_NORESERVE;
+        }
+        if opts.populate {
+            flags |= libc::MAP_POPULATE;
+        }
+        let raw_fd = fd.map_or(-1, |f| f.as_raw_fd());
+        let align = opts.align.max(page_size);
+        let addr = if align > page_size && fd.is_none() {
+            Self::map_aligned(len, align, flags, opts.huge.is_some())?
+        } else {
+            // SAFETY: a fresh mapping at a kernel-chosen address touches no
+            // existing memory; the result is checked below.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    flags,
+                    raw_fd,
+                    offset as libc::off_t,
+                )
+            };
+            if p == libc::MAP_FAILED {
+                return Err(MmError::Map {
+                    len,
+                    errno: Errno::last(),
+                });
+            }
+            p as *mut u8
+        };
+        let map = Mapping {
+            addr: NonNull::new(addr).expect("mmap returned null"),
+            len,
+            page_size,
+        };
+        if opts.dontfork {
+            map.advise(0, len, Advice::DontFork)?;
+        }
+        Ok(map)
+    }
+
+    /// Reserves `len + align` bytes of address space with PROT_NONE, then maps
+    /// the aligned part over it with MAP_FIXED and trims the rest.
+    fn map_aligned(len: usize, align: usize, flags: libc::c_int, huge: bool) -> Result<*mut u8, MmError> {
+        let span = len + align;
+        // SAFETY: a fresh PROT_NONE reservation at a kernel-chosen address.
+        let res = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                span,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if res == libc::MAP_FAILED {
+            return Err(MmError::Map {
+                len: span,
+                errno: Errno::last(),
+            });
+        }
+        let base = res as usize;
+        let start = (base + align - 1) & !(align - 1);
+        // SAFETY: [start, start+len) lies inside the reservation made above,
+        // which no one else knows about, so MAP_FIXED replaces only our own
+        // PROT_NONE pages.
+        let p = unsafe {
+            libc::mmap(
+                start as *mut libc::c_void,
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                flags | libc::MAP_FIXED,
+                -1,
+                0,
+            )
+        };
+        let errno = Errno::last();
+        // SAFETY: both trimmed pieces lie inside our reservation and outside
+        // [start, start+len).
+        unsafe {
+            if start > base {
+                libc::munmap(base as *mut libc::c_void, start - base);
+            }
+            let end = start + len;
+            if base + span > end {
+                libc::munmap(end as *mut libc::c_void, base + span - end);
+            }
+        }
+        if p == libc::MAP_FAILED {
+            // SAFETY: the middle of our own reservation.
+            unsafe { libc::munmap(start as *mut libc::c_void, len) };
+            let _ = huge;
+            return Err(MmError::Map { len, errno });
+        }
+        Ok(p as *mut u8)
+    }
+
+    /// Start address.
+    pub fn addr(&self) -> usize {
+        self.addr.as_ptr() as usize
+    }
+
+    /// Start as a raw pointer.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.addr.as_ptr()
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always false: mappings are never empty.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// Granule of the backing pages.
+    pub fn page_size(&self) -> usize {
+        self.page_size
+    }
+
+    /// Whether `addr` lies inside the mapping.
+    pub fn contains(&self, addr: usize) -> bool {
+        addr >= self.addr() && addr < self.addr() + self.len
+    }
+
+    fn check_range(&self, offset: usize, len: usize) {
+        assert!(
+            offset <= self.len && len <= self.len - offset,
+            "range {offset}+{len} outside mapping of {} bytes",
+            self.len
+        );
+    }
+
+    /// A view of `len` bytes from `offset`, usable as a copy source.
+    ///
+    /// Panics if the range leaves the mapping.
+    pub fn range(&self, offset: usize, len: usize) -> MemRange<'_> {
+        self.check_range(offset, len);
+        MemRange {
+            addr: self.addr() + offset,
+            len,
+            _map: PhantomData,
+        }
+    }
+
+    /// A typed mutable view of the whole mapping.
+    ///
+    /// The token proves this is the only typed view; the engine's raw copies
+    /// follow the page protocol of the crate that owns the mapping.
+    pub fn user_slice_mut<'a, T: bytemuck::Pod>(&'a self, user: &'a mut UserAccess) -> &'a mut [T] {
+        assert_eq!(user.addr, self.addr(), "UserAccess of another mapping");
+        assert!(
+            std::mem::align_of::<T>() <= self.page_size && self.len % std::mem::size_of::<T>().max(1) == 0,
+            "type does not tile the mapping"
+        );
+        // SAFETY: the range is mapped read-write for the lifetime of &self,
+        // aligned to a page, and a multiple of size_of::<T>(); T is Pod so any
+        // bytes are a valid T; the unique &mut UserAccess makes this the only
+        // typed reference into the mapping while it lives.
+        unsafe {
+            std::slice::from_raw_parts_mut(self.as_ptr().cast::<T>(), self.len / std::mem::size_of::<T>())
+        }
+    }
+
+    /// The mapping as shared 64-bit atomics, for concurrent application use.
+    pub fn user_atomics<'a>(&'a self, user: &'a UserAccess) -> &'a [AtomicU64] {
+        assert_eq!(user.addr, self.addr(), "UserAccess of another mapping");
+        // SAFETY: mapped, page aligned (so 8-byte aligned), length a multiple
+        // of the page size; atomics tolerate shared mutation, and no &mut view
+        // can coexist because user_slice_mut needs &mut UserAccess.
+        unsafe { std::slice::from_raw_parts(self.as_ptr().cast::<AtomicU64>(), self.len / 8) }
+    }
+
+    /// Copies `src` into the mapping at `offset`.
+    pub fn copy_in(&self, offset: usize, src: MemRange<'_>) {
+        self.check_range(offset, src.len);
+        // SAFETY: both ranges are mapped (checked bounds, live borrows) and
+        // distinct memory (a MemRange never aliases a destination the engine
+        // writes). Concurrent writers to these bytes are excluded by the
+        // caller's page protocol (the page is write-protected or unmapped).
+        unsafe { std::ptr::copy_nonoverlapping(src.addr as *const u8, self.as_ptr().add(offset), src.len) }
+    }
+
+    /// Copies bytes from the mapping into `dst`.
+    pub fn copy_out(&self, offset: usize, dst: &mut [u8]) {
+        self.check_range(offset, dst.len());
+        // SAFETY: source range checked and mapped; dst is a Rust slice
+        // distinct from any mapping.
+        unsafe { std::ptr::copy_nonoverlapping(self.as_ptr().add(offset), dst.as_mut_ptr(), dst.len()) }
+    }
+
+    /// Copies `src` (ordinary memory) into the mapping at `offset`.
+    pub fn write_bytes(&self, offset: usize, src: &[u8]) {
+        self.copy_in(offset, MemRange::from_bytes(src));
+    }
+
+    /// Sets `len` bytes at `offset` to `byte`.
+    pub fn fill(&self, offset: usize, len: usize, byte: u8) {
+        self.check_range(offset, len);
+        // SAFETY: range checked and mapped; writers excluded as in copy_in.
+        unsafe { std::ptr::write_bytes(self.as_ptr().add(offset), byte, len) }
+    }
+
+    /// `pread`s `len` bytes of `fd` at `file_offset` into the mapping.
+    ///
+    /// Returns the bytes read (short at end of file).
+    pub fn pread(
+        &self,
+        fd: BorrowedFd<'_>,
+        offset: usize,
+        len: usize,
+        file_offset: u64,
+    ) -> Result<usize, Errno> {
+        self.check_range(offset, len);
+        loop {
+            // SAFETY: the destination range is mapped writable and in bounds.
+            let r = unsafe {
+                libc::pread(
+                    fd.as_raw_fd(),
+                    self.as_ptr().add(offset).cast(),
+                    len,
+                    file_offset as libc::off_t,
+                )
+            };
+            match check_size(r) {
+                Err(e) if e.is_interrupted() => continue,
+                other => return other,
+            }
+        }
+    }
+
+    /// `pwrite`s `len` bytes of the mapping at `offset` to `fd` at `file_offset`.
+    pub fn pwrite(
+        &self,
+        fd: BorrowedFd<'_>,
+        offset: usize,
+        len: usize,
+        file_offset: u64,
+    ) -> Result<usize, Errno> {
+        self.check_range(offset, len);
+        loop {
+            // SAFETY: the source range is mapped readable and in bounds.
+            let r = unsafe {
+                libc::pwrite(
+                    fd.as_raw_fd(),
+                    self.as_ptr().add(offset).cast(),
+                    len,
+                    file_offset as libc::off_t,
+                )
+            };
+            match check_size(r) {
+                Err(e) if e.is_interrupted() => continue,
+                other => return other,
+            }
+        }
+    }
+
+    /// Gives non-destructive advice about a range.
+    pub fn advise(&self, offset: usize, len: usize, advice: Advice) -> Result<(), MmError> {
+        assert!(
+            !matches!(advice, Advice::DontNeed | Advice::Remove),
+            "destructive advice goes through discard()"
+        );
+        self.madvise(offset, len, advice)
+    }
+
+    fn madvise(&self, offset: usize, len: usize, advice: Advice) -> Result<(), MmError> {
+        self.check_range(offset, len);
+        // SAFETY: the range is inside our mapping; the advice kinds accepted
+        // here either change no contents or are discard(), whose callers own
+        // the contents.
+        let r = unsafe { libc::madvise(self.as_ptr().add(offset).cast(), len, advice.raw()) };
+        check(r)
+            .map(|_| ())
+            .map_err(|errno| MmError::Advise { advice, len, errno })
+    }
+
+    /// Drops the pages of a range (`MADV_DONTNEED`; `MADV_REMOVE` for shared
+    /// mappings): private anonymous memory reads back as zeros, or faults to
+    /// the userfaultfd handler if the range is registered for missing faults.
+    ///
+    /// # Safety
+    /// No Rust reference may rely on the discarded contents: the caller owns
+    /// the bytes (a staging buffer) or has saved them and will restore them on
+    /// the next fault (a registered region).
+    pub unsafe fn discard(&self, offset: usize, len: usize, shared: bool) -> Result<(), MmError> {
+        self.madvise(
+            offset,
+            len,
+            if shared { Advice::Remove } else { Advice::DontNeed },
+        )
+    }
+
+    /// Changes the protection of a range.
+    ///
+    /// Making a range read-only while the application writes it is sound: the
+    /// writer takes a SIGSEGV, which the caller must be prepared to handle.
+    pub fn protect(&self, offset: usize, len: usize, prot: Protection) -> Result<(), MmError> {
+        self.check_range(offset, len);
+        // SAFETY: the range is inside our mapping; changing protection never
+        // changes contents.
+        let r = unsafe { libc::mprotect(self.as_ptr().add(offset).cast(), len, prot.raw()) };
+        check(r)
+            .map(|_| ())
+            .map_err(|errno| MmError::Protect { len, errno })
+    }
+
+    /// Grows or shrinks the mapping in place or by moving it (`mremap` with
+    /// `MREMAP_MAYMOVE`). The user token follows the mapping.
+    pub fn remap(&mut self, user: &mut UserAccess, new_len: usize) -> Result<(), MmError> {
+        assert_eq!(user.addr, self.addr(), "UserAccess of another mapping");
+        if new_len == 0 || new_len % self.page_size != 0 {
+            return Err(MmError::BadLength {
+                len: new_len,
+                unit: self.page_size,
+            });
+        }
+        // SAFETY: we own the mapping exclusively (&mut self, &mut user), so no
+        // reference into it survives the move.
+        let p = unsafe { libc::mremap(self.as_ptr().cast(), self.len, new_len, libc::MREMAP_MAYMOVE) };
+        if p == libc::MAP_FAILED {
+            return Err(MmError::Remap {
+                new_len,
+                errno: Errno::last(),
+            });
+        }
+        self.addr = NonNull::new(p.cast()).expect("mremap returned null");
+        self.len = new_len;
+        user.addr = self.addr();
+        Ok(())
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: we own the range; every borrow of it has ended.
+        unsafe { libc::munmap(self.as_ptr().cast(), self.len) };
+    }
+}
+
+/// A borrowed byte range of mapped memory, used as the source of a copy.
+#[derive(Clone, Copy, Debug)]
+pub struct MemRange<'a> {
+    addr: usize,
+    len: usize,
+    _map: PhantomData<&'a Mapping>,
+}
+
+impl<'a> MemRange<'a> {
+    /// A range over ordinary Rust memory.
+    pub fn from_bytes(bytes: &'a [u8]) -> MemRange<'a> {
+        MemRange {
+            addr: bytes.as_ptr() as usize,
+            len: bytes.len(),
+            _map: PhantomData,
+        }
+    }
+
+    /// Start address.
+    pub fn addr(&self) -> usize {
+        self.addr
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for an empty range.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// A sub-range.
+    pub fn sub(&self, offset: usize, len: usize) -> MemRange<'a> {
+        assert!(offset <= self.len && len <= self.len - offset);
+        MemRange {
+            addr: self.addr + offset,
+            len,
+            _map: PhantomData,
+        }
+    }
+
+    /// Copies the bytes out.
+    pub fn copy_to(&self, dst: &mut [u8]) {
+        assert_eq!(dst.len(), self.len);
+        // SAFETY: the range is mapped for 'a; dst is distinct Rust memory.
+        unsafe { std::ptr::copy_nonoverlapping(self.addr as *const u8, dst.as_mut_ptr(), self.len) }
+    }
+
+    /// Whether every byte is zero.
+    pub fn is_zero(&self) -> bool {
+        // SAFETY: the range is mapped for 'a and readable; reading it as u8 is
+        // valid for any contents; no writer touches it (caller's protocol).
+        let bytes = unsafe { std::slice::from_raw_parts(self.addr as *const u8, self.len) };
+        bytes.iter().all(|&b| b == 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn anonymous_mapping_reads_zero_and_keeps_writes() {
+        let (m, mut user) = Mapping::anonymous(64 << 10, &MapOptions::default()).unwrap();
+        assert_eq!(m.len(), 64 << 10);
+        assert!(m.range(0, m.len()).is_zero());
+        m.user_slice_mut::<u32>(&mut user)[100] = 0xdead_beef;
+        let mut b = [0u8; 4];
+        m.copy_out(400, &mut b);
+        assert_eq!(u32::from_ne_bytes(b), 0xdead_beef);
+    }
+
+    #[test]
+    fn zero_and_unaligned_lengths_are_rejected() {
+        assert!(matches!(
+            Mapping::anonymous(0, &MapOptions::default()),
+            Err(MmError::BadLength { .. })
+        ));
+        assert!(matches!(
+            Mapping::anonymous(4097, &MapOptions::default()),
+            Err(MmError::BadLength { .. })
+        ));
+    }
+
+    #[test]
+    fn aligned_mapping_starts_on_the_boundary() {
+        let opts = MapOptions {
+            align: 2 << 20,
+            ..Default::default()
+        };
+        let (m, _) = Mapping::anonymous(4 << 20, &opts).unwrap();
+        assert_eq!(m.addr() % (2 << 20), 0);
+        m.fill(0, m.len(), 1);
+    }
+
+    #[test]
+    fn discard_zeroes_private_memory() {
+        let (m, _) = Mapping::anonymous(16 << 10, &MapOptions::default()).unwrap();
+        m.fill(0, 16 << 10, 0xab);
+        // SAFETY: no references into m exist.
+        unsafe { m.discard(4096, 4096, false).unwrap() };
+        assert!(m.range(4096, 4096).is_zero());
+        assert!(!m.range(0, 4096).is_zero());
+    }
+
+    #[test]
+    fn copy_between_mappings_and_files() {
+        let (a, _) = Mapping::anonymous(8192, &MapOptions::default()).unwrap();
+        let (b, _) = Mapping::anonymous(8192, &MapOptions::default()).unwrap();
+        a.write_bytes(10, b"hello");
+        b.copy_in(4096, a.range(10, 5));
+        let mut out = [0u8; 5];
+        b.copy_out(4096, &mut out);
+        assert_eq!(&out, b"hello");
+
+        let f = tempfile_fd();
+        assert_eq!(b.pwrite(f.as_fd(), 4096, 4096, 8192).unwrap(), 4096);
+        assert_eq!(a.pread(f.as_fd(), 0, 4096, 8192).unwrap(), 4096);
+        a.copy_out(0, &mut out);
+        assert_eq!(&out, b"hello");
+    }
+
+    #[test]
+    fn protect_and_remap() {
+        let (mut m, mut user) = Mapping::anonymous(8192, &MapOptions::default()).unwrap();
+        m.protect(0, 4096, Protection::Read).unwrap();
+        m.protect(0, 4096, Protection::ReadWrite).unwrap();
+        m.fill(0, 8192, 3);
+        m.remap(&mut user, 16384).unwrap();
+        assert_eq!(m.len(), 16384);
+        assert_eq!(m.user_slice_mut::<u8>(&mut user)[8191], 3);
+        assert_eq!(m.user_slice_mut::<u8>(&mut user)[8192], 0);
+    }
+
+    #[test]
+    fn dontfork_mapping_is_absent_in_the_child() {
+        let opts = MapOptions {
+            dontfork: true,
+            ..Default::default()
+        };
+        let (m, _) = Mapping::anonymous(4096, &opts).unwrap();
+        let maps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let line = maps
+            .lines()
+            .skip_while(|l| !l.starts_with(&format!("{:x}-", m.addr())))
+            .find(|l| l.starts_with("VmFlags"))
+            .unwrap()
+            .to_owned();
+        assert!(line.contains(" dc"), "{line}");
+    }
+
+    use std::os::fd::{AsFd, OwnedFd};
+    fn tempfile_fd() -> OwnedFd {
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags_tmp()
+            .open(std::env::temp_dir())
+            .unwrap();
+        OwnedFd::from(f)
+    }
+    trait TmpFlag {
+        fn custom_flags_tmp(&mut self) -> &mut Self;
+    }
+    impl TmpFlag for std::fs::OpenOptions {
+        fn custom_flags_tmp(&mut self) -> &mut Self {
+            use std::os::unix::fs::OpenOptionsExt;
+            self.custom_flags(libc::O_TMPFILE)
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! Threads and CPUs: thread ids, the current CPU, affinity, and futexes.
+
+use crate::errno::{check, Errno};
+use crate::uapi;
+use std::sync::atomic::AtomicU32;
+use std::time::Duration;
+
+/// The kernel thread id of the calling thread.
+pub fn gettid() -> u32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() as u32 }
+}
+
+/// The process id.
+pub fn getpid() -> u32 {
+    std::process::id()
+}
+
+/// The CPU the calling thread runs on now.
+pub fn current_cpu() -> Option<usize> {
+    // SAFETY: sched_getcpu has no preconditions.
+    let c = unsafe { libc::sched_getcpu() };
+    (c >= 0).then_some(c as usize)
+}
+
+/// Online CPUs of the machine.
+pub fn online_cpus() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    if n > 0 {
+        n as usize
+    } else {
+        1
+    }
+}
+
+/// Pins the calling thread to the given CPUs.
+pub fn set_affinity(cpus: &[usize]) -> Result<(), Errno> {
+    // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &c in cpus {
+        if c >= libc::CPU_SETSIZE as usize {
+            return Err(Errno(libc::EINVAL));
+        }
+        // SAFETY: c < CPU_SETSIZE was checked; set is a valid cpu_set_t.
+        unsafe { libc::CPU_SET(c, &mut set) };
+    }
+    // SAFETY: set is initialised and sized as passed.
+    check(unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) }).map(|_| ())
+}
+
+/// The CPUs the calling thread may run on.
+pub fn affinity() -> Result<Vec<usize>, Errno> {
+    // SAFETY: as above.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: set is ours and sized as passed.
+    check(unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) })?;
+    Ok((0..libc::CPU_SETSIZE as usize)
+        // SAFETY: c < CPU_SETSIZE by the range; set is initialised.
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect())
+}
+
+/// Sleeps while `*word == expected` (futex wait), up to `timeout`.
+/// Returns on wake-up, timeout, signal, or when the value already differs.
+pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) {
+    let ts = timeout.map(|d| libc::timespec {
+        tv_sec: d.as_secs() as libc::time_t,
+        tv_nsec: d.subsec_nanos() as libc::c_long,
+    });
+    let tsp = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: word is a live, aligned u32 for the duration of the call; the
+    // kernel only reads it.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            uapi::FUTEX_WAIT_PRIVATE,
+            expected,
+            tsp,
+        );
+    }
+}
+
+/// Wakes up to `n` threads waiting on `word`.
+pub fn futex_wake(word: &AtomicU32, n: i32) {
+    // SAFETY: word is a live, aligned u32; FUTEX_WAKE does not dereference
+    // anything else.
+    unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), uapi::FUTEX_WAKE_PRIVATE, n);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+
+    #[test]
+    fn ids_and_cpus() {
+        assert_ne!(gettid(), 0);
+        assert!(online_cpus() >= 1);
+        assert!(current_cpu().unwrap() < online_cpus());
+        let mine = affinity().unwrap();
+        assert!(!mine.is_empty());
+    }
+
+    #[test]
+    fn pinning_moves_the_thread() {
+        std::thread::spawn(|| {
+            let last = online_cpus() - 1;
+            set_affinity(&[last]).unwrap();
+            assert_eq!(affinity().unwrap(), vec![last]);
+            assert_eq!(current_cpu(), Some(last));
+            assert!(set_affinity(&[100_000]).is_err());
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn futex_wait_and_wake() {
+        let w = Arc::new(AtomicU32::new(0));
+        let w2 = w.clone();
+        let t = std::thread::spawn(move || {
+            while w2.load(Ordering::Acquire) == 0 {
+                futex_wait(&w2, 0, Some(Duration::from_secs(5)));
+            }
+        });
+        std::thread::sleep(Duration::from_millis(10));
+        w.store(1, Ordering::Release);
+        futex_wake(&w, 1);
+        t.join().unwrap();
+        // A value mismatch returns at once.
+        futex_wait(&w, 0, None);
+    }
+}
