@@ -15,11 +15,13 @@
 //! - [`hugetlb`]: huge page pools;
 //! - [`pagemap`]: the `PAGEMAP_SCAN` ioctl;
 //! - [`signal`]: in-context SIGBUS/SIGSEGV fault callbacks;
-//! - [`thread`]: thread ids, CPUs, affinity, futexes;
+//! - [`thread`]: thread ids, CPUs, affinity, futexes, fork generation;
+//! - [`event`]: eventfd and poll;
 //! - [`interrupts`]: TLB-shootdown IPI counts;
 //! - [`probe`]: what the running system offers.
 
 pub mod errno;
+pub mod event;
 pub mod file;
 pub mod hugetlb;
 pub mod interrupts;

@@ -160,6 +160,10 @@ pub struct Mapping {
     len: usize,
     /// Granule of the backing pages (4 KiB, or the hugetlb size).
     page_size: usize,
+    /// Set for `MADV_DONTFORK` mappings: the fork generation that owns the
+    /// range. A forked child does not have the range, so it must not unmap
+    /// whatever the child may have mapped there since.
+    dontfork_generation: Option<u64>,
 }
 
 // SAFETY: a Mapping is an address range plus metadata; all accesses go through
@@ -253,13 +257,15 @@ impl Mapping {
             }
             p as *mut u8
         };
-        let map = Mapping {
+        let mut map = Mapping {
             addr: NonNull::new(addr).expect("mmap returned null"),
             len,
             page_size,
+            dontfork_generation: None,
         };
         if opts.dontfork {
             map.advise(0, len, Advice::DontFork)?;
+            map.dontfork_generation = Some(crate::thread::fork_generation());
         }
         Ok(map)
     }
@@ -561,6 +567,11 @@ impl Mapping {
 
 impl Drop for Mapping {
     fn drop(&mut self) {
+        if let Some(g) = self.dontfork_generation {
+            if g != crate::thread::fork_generation() {
+                return; // a forked child: the range was never ours here
+            }
+        }
         // SAFETY: we own the range; every borrow of it has ended.
         unsafe { libc::munmap(self.as_ptr().cast(), self.len) };
     }
@@ -606,6 +617,25 @@ impl<'a> MemRange<'a> {
             addr: self.addr + offset,
             len,
             _map: PhantomData,
+        }
+    }
+
+    /// `pwrite`s the range to `fd` at `file_offset`; returns bytes written.
+    pub fn pwrite_to(&self, fd: BorrowedFd<'_>, file_offset: u64) -> Result<usize, Errno> {
+        loop {
+            // SAFETY: the source range is mapped readable for 'a.
+            let r = unsafe {
+                libc::pwrite(
+                    fd.as_raw_fd(),
+                    self.addr as *const libc::c_void,
+                    self.len,
+                    file_offset as libc::off_t,
+                )
+            };
+            match check_size(r) {
+                Err(e) if e.is_interrupted() => continue,
+                other => return other,
+            }
         }
     }
 

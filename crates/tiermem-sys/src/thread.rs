@@ -138,3 +138,44 @@ mod tests {
         futex_wait(&w, 0, None);
     }
 }
+
+static FORK_GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static ATFORK: std::sync::Once = std::sync::Once::new();
+
+extern "C" fn after_fork_in_child() {
+    FORK_GENERATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// A number that changes in a `fork()`ed child (and only there), so that
+/// state copied from the parent can be recognised without a `getpid()`
+/// system call. Installs the `pthread_atfork` hook on first use.
+pub fn fork_generation() -> u64 {
+    ATFORK.call_once(|| {
+        // SAFETY: registers a plain function without captured state; the
+        // child handler only bumps an atomic (async-signal-safe).
+        unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
+    });
+    FORK_GENERATION.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+#[cfg(test)]
+mod fork_tests {
+    use super::*;
+
+    #[test]
+    fn generation_changes_in_the_child_only() {
+        let g = fork_generation();
+        // SAFETY: test code; the child only reads an atomic and exits.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            let code = if fork_generation() == g + 1 { 0 } else { 1 };
+            // SAFETY: _exit is async-signal-safe and skips destructors.
+            unsafe { libc::_exit(code) };
+        }
+        let mut status = 0;
+        // SAFETY: waiting for our own child.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+        assert_eq!(fork_generation(), g);
+    }
+}

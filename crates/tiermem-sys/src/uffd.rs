@@ -486,7 +486,9 @@ impl Uffd {
 
     /// Sets (`protect`) or clears write protection on present pages
     /// (`UFFDIO_WRITEPROTECT`). Setting it flushes the TLB of every CPU that
-    /// runs this address space; clearing it does not.
+    /// runs this address space; clearing it does not. `dont_wake` applies to
+    /// clearing only: the kernel rejects `MODE_WP | MODE_DONTWAKE`, and setting
+    /// protection wakes nobody anyway.
     pub fn writeprotect(
         &self,
         reg: &Registration,
@@ -496,20 +498,19 @@ impl Uffd {
         dont_wake: bool,
     ) -> Result<(), UffdError> {
         let dst = reg.addr(offset, len);
+        let mode = if protect {
+            uapi::UFFDIO_WRITEPROTECT_MODE_WP
+        } else if dont_wake {
+            uapi::UFFDIO_WRITEPROTECT_MODE_DONTWAKE
+        } else {
+            0
+        };
         let mut w = uapi::UffdioWriteprotect {
             range: uapi::UffdioRange {
                 start: dst as u64,
                 len: len as u64,
             },
-            mode: if protect {
-                uapi::UFFDIO_WRITEPROTECT_MODE_WP
-            } else {
-                0
-            } | if dont_wake {
-                uapi::UFFDIO_WRITEPROTECT_MODE_DONTWAKE
-            } else {
-                0
-            },
+            mode,
         };
         loop {
             // SAFETY: struct ours; range registered with this descriptor.
@@ -620,15 +621,26 @@ impl Uffd {
     }
 
     /// Marks missing pages poisoned (`UFFDIO_POISON`): any access raises
-    /// SIGBUS (`BUS_MCEERR_AR`) until the page is discarded.
-    pub fn poison(&self, reg: &Registration, offset: usize, len: usize) -> Result<Resolved, UffdError> {
+    /// SIGBUS (`BUS_MCEERR_AR`) until the page is discarded. Waiting threads
+    /// are woken unless `dont_wake`.
+    pub fn poison(
+        &self,
+        reg: &Registration,
+        offset: usize,
+        len: usize,
+        dont_wake: bool,
+    ) -> Result<Resolved, UffdError> {
         let dst = reg.addr(offset, len);
         let mut p = uapi::UffdioPoison {
             range: uapi::UffdioRange {
                 start: dst as u64,
                 len: len as u64,
             },
-            mode: 0,
+            mode: if dont_wake {
+                uapi::UFFDIO_POISON_MODE_DONTWAKE
+            } else {
+                0
+            },
             updated: 0,
         };
         // SAFETY: struct ours; range registered with this descriptor.
@@ -877,8 +889,9 @@ mod tests {
             t.join().unwrap();
         });
         assert_eq!(word(&m, 3).load(Ordering::Relaxed), 9);
-        // Protect again and read without faulting.
-        u.writeprotect(&reg, 0, PAGE, true, false).unwrap();
+        // Protect again (dont_wake is ignored when protecting: the kernel
+        // would reject the pair) and read without faulting.
+        u.writeprotect(&reg, 0, PAGE, true, true).unwrap();
         assert_eq!(word(&m, 3).load(Ordering::Relaxed), 9);
     }
 
@@ -946,7 +959,7 @@ mod tests {
         let m = region(1);
         let u = open(Features::POISON);
         let reg = u.register(&m, RegisterMode::MISSING).unwrap();
-        assert_eq!(u.poison(&reg, 0, PAGE).unwrap(), Resolved::Done);
+        assert_eq!(u.poison(&reg, 0, PAGE, false).unwrap(), Resolved::Done);
         // A kernel-mode access to the poisoned page fails with EFAULT instead
         // of hanging or reading zeros (a user access would raise SIGBUS).
         let fd = std::fs::File::open("/dev/zero").unwrap();

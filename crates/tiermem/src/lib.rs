@@ -1,1 +1,56 @@
-//! placeholder
+//! tiermem: application-transparent hierarchical memory for HPC, in user
+//! space on a stock Linux kernel.
+//!
+//! A [`Region`] is a virtual range of `virt` bytes backed by at most `near`
+//! bytes of fast memory; the rest of its pages live in a far store (a
+//! memory pool or a file) and move in on page faults (userfaultfd) and out
+//! when the budget is full, chosen by a replacement policy. This is paper
+//! 1's OS-assisted hierarchical memory (Gerofi et al., CCGrid'13, sections
+//! III.A-B), with synchronous data movement and FIFO replacement.
+//!
+//! ```no_run
+//! use tiermem::{Config, Region};
+//! let mut cfg = Config::new(1 << 30, 256 << 20); // 1 GiB over 256 MiB
+//! cfg.evict_batch_pages = 64;
+//! let mut region = Region::new(cfg)?;
+//! let grid: &mut [f64] = region.as_mut_slice();
+//! grid.iter_mut().enumerate().for_each(|(i, x)| *x = i as f64);
+//! let s = region.stats();
+//! println!("{} zero fills, {} evictions, {} bytes written back",
+//!          s.faults_zero_fill, s.evictions, s.bytes_out);
+//! # Ok::<(), tiermem::Error>(())
+//! ```
+//!
+//! Modules:
+//! - [`config`]: configuration, validation, `TIERMEM_*` variables;
+//! - [`region`]: the region handle;
+//! - [`store`]: far stores (memory, file) behind one trait;
+//! - [`policy`]: replacement policies behind one trait;
+//! - [`stats`]: statistics (faults, bytes, costs, latency, per thread);
+//! - [`global`]: the process-wide region behind `tm_malloc_global`;
+//! - `engine` (private): fault resolution, fill and eviction, in-context
+//!   (SIGBUS) and handler-thread designs; `page` (private): page states.
+//!
+//! The kernel interface lives in the `tiermem-sys` crate; this crate has no
+//! `unsafe` code.
+
+#![deny(unsafe_code)]
+
+pub mod config;
+mod engine;
+pub mod error;
+pub mod global;
+mod page;
+pub mod policy;
+pub mod region;
+pub mod stats;
+pub mod store;
+
+pub use config::{Config, DirtyTracking, FarStoreConfig, FaultPath, PageSize};
+pub use engine::IoErrorRecord;
+pub use error::{Error, ErrorCode};
+pub use page::PageState;
+pub use policy::PolicyKind;
+pub use region::{PageCensus, Region};
+pub use stats::RegionStats;
+pub use tiermem_sys::probe::SystemInfo;

@@ -1,0 +1,687 @@
+//! Region configuration, its validation, and the `TIERMEM_*` environment
+//! variables.
+//!
+//! Every option has one descriptor in [`ENV_OPTIONS`] (name, unit,
+//! default, help), from which the environment parser and the reference
+//! page in `docs/configuration.md` are derived. Sizes accept `K`, `M`, `G`,
+//! `T` suffixes (binary). An invalid value gives a warning naming the
+//! variable and keeps the default; it is never ignored silently.
+//!
+//! ```
+//! use tiermem::config::{Config, parse_size};
+//! let mut c = Config::new(parse_size("1G").unwrap(), parse_size("512M").unwrap());
+//! c.evict_batch_pages = 32;
+//! c.validate().unwrap();
+//! ```
+
+use crate::policy::PolicyKind;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use thiserror::Error;
+
+/// The page size of a region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub enum PageSize {
+    /// 4 KiB base pages.
+    #[default]
+    #[serde(rename = "4K")]
+    Base4K,
+    /// 2 MiB pages from the hugetlbfs pool; data moves 2 MiB at a time.
+    #[serde(rename = "2M")]
+    Huge2M,
+}
+
+impl PageSize {
+    /// Bytes per page.
+    pub fn bytes(self) -> usize {
+        match self {
+            PageSize::Base4K => 4096,
+            PageSize::Huge2M => 2 << 20,
+        }
+    }
+    /// The page size of `bytes` bytes.
+    pub fn from_bytes(bytes: u64) -> Option<PageSize> {
+        match bytes {
+            4096 => Some(PageSize::Base4K),
+            b if b == 2 << 20 => Some(PageSize::Huge2M),
+            _ => None,
+        }
+    }
+    /// `4K` or `2M`.
+    pub fn name(self) -> &'static str {
+        match self {
+            PageSize::Base4K => "4K",
+            PageSize::Huge2M => "2M",
+        }
+    }
+}
+
+impl std::fmt::Display for PageSize {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Where evicted pages go.
+#[derive(Clone, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FarStoreConfig {
+    /// A memfd-backed pool in this process (paper 1's host memory); data
+    /// moves by copy.
+    #[default]
+    Memory,
+    /// A file (`pread`/`pwrite`). A directory gets an unnamed temporary
+    /// file in it; a new file name is created (mode 0600) and removed when
+    /// the region goes. An existing file is refused.
+    File {
+        /// Directory or new file name.
+        path: PathBuf,
+        /// Open with `O_DIRECT` (bypass the page cache).
+        direct: bool,
+    },
+}
+
+/// Where page faults are served.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FaultPath {
+    /// On the faulting thread, in a SIGBUS handler (`UFFD_FEATURE_SIGBUS`):
+    /// no thread wake-up, about 5-7 us per 4 KiB fill on our machines.
+    /// Kernel-mode accesses (a `read(2)` into a non-resident page) fail with
+    /// `EFAULT` instead of faulting the page in.
+    #[default]
+    InContext,
+    /// Classic handler threads reading the userfaultfd (as UMap): serves
+    /// kernel-mode accesses too, but a wake-up costs 10-120 us here.
+    HandlerThread,
+}
+
+impl FaultPath {
+    /// Every design.
+    pub const ALL: &'static [FaultPath] = &[FaultPath::InContext, FaultPath::HandlerThread];
+    /// The design's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultPath::InContext => "in-context",
+            FaultPath::HandlerThread => "handler-thread",
+        }
+    }
+    /// Looks a design up by name.
+    pub fn from_name(s: &str) -> Option<FaultPath> {
+        Self::ALL.iter().copied().find(|f| f.name() == s)
+    }
+}
+
+/// How writes to clean pages are noticed, so clean pages are dropped
+/// without write-back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DirtyTracking {
+    /// Pages are installed write-protected; the first write takes a
+    /// userfaultfd WP fault that marks the page dirty. Eviction of clean
+    /// pages needs no extra work.
+    #[default]
+    WpFault,
+    /// `UFFD_FEATURE_WP_ASYNC`: writes clear protection in the kernel
+    /// without a fault; eviction asks `PAGEMAP_SCAN` which pages were
+    /// written, freezing the victims read-only around the scan so that no
+    /// write can slip between the scan and the unmap.
+    WpAsync,
+}
+
+impl DirtyTracking {
+    /// Every mode.
+    pub const ALL: &'static [DirtyTracking] = &[DirtyTracking::WpFault, DirtyTracking::WpAsync];
+    /// The mode's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            DirtyTracking::WpFault => "wp-fault",
+            DirtyTracking::WpAsync => "wp-async",
+        }
+    }
+    /// Looks a mode up by name.
+    pub fn from_name(s: &str) -> Option<DirtyTracking> {
+        Self::ALL.iter().copied().find(|f| f.name() == s)
+    }
+}
+
+/// Smallest near budget, in pages: one x86 instruction can touch up to four
+/// data pages (a `movs` between two page-crossing operands), and all of
+/// them must be resident at once for it to complete.
+pub const MIN_NEAR_PAGES: usize = 4;
+/// Largest eviction batch, in pages.
+pub const MAX_EVICT_BATCH: usize = 512;
+
+/// Everything that defines a region.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Config {
+    /// Size of the virtual range (a multiple of the page size).
+    pub virt_bytes: u64,
+    /// Near-memory budget: at most this many bytes are resident at once.
+    /// Larger than `virt_bytes` means no data movement ever.
+    pub near_bytes: u64,
+    /// Page size.
+    pub page_size: PageSize,
+    /// Far store.
+    pub far: FarStoreConfig,
+    /// Replacement policy.
+    pub policy: PolicyKind,
+    /// Fault-serving design.
+    pub fault_path: FaultPath,
+    /// Dirty tracking.
+    pub dirty_tracking: DirtyTracking,
+    /// Pages evicted together when the budget is reached; contiguous victims
+    /// are unmapped with one call (one TLB shootdown).
+    pub evict_batch_pages: usize,
+    /// Handler threads (handler-thread design only).
+    pub handler_threads: usize,
+    /// CPUs to pin handler threads to, round robin (empty: not pinned).
+    pub handler_cpus: Vec<usize>,
+}
+
+impl Config {
+    /// A configuration with defaults for everything but the two sizes.
+    pub fn new(virt_bytes: u64, near_bytes: u64) -> Config {
+        Config {
+            virt_bytes,
+            near_bytes,
+            page_size: PageSize::Base4K,
+            far: FarStoreConfig::Memory,
+            policy: PolicyKind::Fifo,
+            fault_path: FaultPath::InContext,
+            dirty_tracking: DirtyTracking::WpFault,
+            evict_batch_pages: 64,
+            handler_threads: 1,
+            handler_cpus: Vec::new(),
+        }
+    }
+
+    /// Pages of the virtual range.
+    pub fn virt_pages(&self) -> usize {
+        (self.virt_bytes / self.page_size.bytes() as u64) as usize
+    }
+
+    /// Pages of the near budget (capped at the virtual range).
+    pub fn near_pages(&self) -> usize {
+        ((self.near_bytes / self.page_size.bytes() as u64) as usize).min(self.virt_pages())
+    }
+
+    /// Checks sizes and options; the error names the offending setting.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let ps = self.page_size.bytes() as u64;
+        if self.virt_bytes == 0 {
+            return Err(ConfigError::Zero { what: "virt_bytes" });
+        }
+        if self.virt_bytes % ps != 0 {
+            return Err(ConfigError::Unaligned {
+                what: "virt_bytes",
+                value: self.virt_bytes,
+                page: ps,
+            });
+        }
+        if self.virt_bytes > 1 << 46 {
+            return Err(ConfigError::TooLarge {
+                value: self.virt_bytes,
+            });
+        }
+        if self.near_bytes == 0 {
+            return Err(ConfigError::Zero { what: "near_bytes" });
+        }
+        if self.near_bytes < ps * MIN_NEAR_PAGES as u64 && self.near_bytes < self.virt_bytes {
+            return Err(ConfigError::BudgetTooSmall {
+                near: self.near_bytes,
+                min: ps * MIN_NEAR_PAGES as u64,
+                page: ps,
+            });
+        }
+        if self.evict_batch_pages == 0 || self.evict_batch_pages > MAX_EVICT_BATCH {
+            return Err(ConfigError::BadValue {
+                name: "evict_batch_pages",
+                value: self.evict_batch_pages.to_string(),
+                expected: "1 to 512",
+            });
+        }
+        if self.fault_path == FaultPath::HandlerThread && self.handler_threads == 0 {
+            return Err(ConfigError::BadValue {
+                name: "handler_threads",
+                value: "0".into(),
+                expected: "at least 1",
+            });
+        }
+        if let FarStoreConfig::File { path, .. } = &self.far {
+            if path.as_os_str().is_empty() {
+                return Err(ConfigError::BadValue {
+                    name: "far path",
+                    value: String::new(),
+                    expected: "a directory or a new file name",
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies the `TIERMEM_*` variables of the process environment on top
+    /// of `self`, returning warnings for values that were not understood.
+    pub fn apply_env(&mut self) -> Vec<String> {
+        self.apply_vars(|name| std::env::var(name).ok())
+    }
+
+    /// Same, from any lookup (for tests).
+    pub fn apply_vars(&mut self, lookup: impl Fn(&str) -> Option<String>) -> Vec<String> {
+        let mut warnings = Vec::new();
+        for opt in ENV_OPTIONS {
+            if let Some(v) = lookup(opt.name) {
+                if let Err(e) = (opt.apply)(self, v.trim()) {
+                    warnings.push(format!(
+                        "tiermem: ignoring {}={:?}: {e}; keeping {}",
+                        opt.name, v, opt.default
+                    ));
+                }
+            }
+        }
+        warnings
+    }
+
+    /// One line per setting, for verbose output.
+    pub fn describe(&self) -> String {
+        let far = match &self.far {
+            FarStoreConfig::Memory => "memory".to_owned(),
+            FarStoreConfig::File { path, direct } => {
+                format!(
+                    "file:{}{}",
+                    path.display(),
+                    if *direct { " (O_DIRECT)" } else { "" }
+                )
+            }
+        };
+        format!(
+            "virt={} near={} page={} far={} policy={} fault-path={} dirty={} evict-batch={} handler-threads={}",
+            format_size(self.virt_bytes),
+            format_size(self.near_bytes),
+            self.page_size,
+            far,
+            self.policy,
+            self.fault_path.name(),
+            self.dirty_tracking.name(),
+            self.evict_batch_pages,
+            self.handler_threads
+        )
+    }
+}
+
+/// A configuration mistake.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum ConfigError {
+    /// A size is zero.
+    #[error("{what} must not be zero")]
+    Zero {
+        /// Which setting.
+        what: &'static str,
+    },
+    /// A size is not a multiple of the page size.
+    #[error("{what} = {value} is not a multiple of the page size ({page} bytes)")]
+    Unaligned {
+        /// Which setting.
+        what: &'static str,
+        /// Its value.
+        value: u64,
+        /// The page size.
+        page: u64,
+    },
+    /// The virtual range is larger than the address space allows.
+    #[error("virt_bytes = {value} is larger than 64 TiB")]
+    TooLarge {
+        /// Its value.
+        value: u64,
+    },
+    /// The near budget holds fewer pages than one instruction may need.
+    #[error(
+        "near budget of {near} bytes is below the minimum of {min} bytes \
+         (4 pages of {page} bytes: one instruction can need 4 pages resident)"
+    )]
+    BudgetTooSmall {
+        /// The budget.
+        near: u64,
+        /// The minimum.
+        min: u64,
+        /// The page size.
+        page: u64,
+    },
+    /// A value out of range or not understood.
+    #[error("{name} = {value:?}: expected {expected}")]
+    BadValue {
+        /// Which setting.
+        name: &'static str,
+        /// What was given.
+        value: String,
+        /// What is allowed.
+        expected: &'static str,
+    },
+}
+
+/// Parses `4096`, `4K`, `512M`, `1G`, `2T`, `1.5G`, `64KiB` (binary units).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let lower = t.to_ascii_lowercase();
+    let stripped = lower.trim_end_matches("ib").trim_end_matches('b');
+    let (num, mult) = match stripped.chars().last() {
+        Some('k') => (&stripped[..stripped.len() - 1], 1u64 << 10),
+        Some('m') => (&stripped[..stripped.len() - 1], 1 << 20),
+        Some('g') => (&stripped[..stripped.len() - 1], 1 << 30),
+        Some('t') => (&stripped[..stripped.len() - 1], 1 << 40),
+        _ => (stripped, 1),
+    };
+    let num = num.trim();
+    if num.is_empty() {
+        return Err(format!("{s:?} is not a size"));
+    }
+    if let Ok(n) = num.parse::<u64>() {
+        return n.checked_mul(mult).ok_or_else(|| format!("{s:?} overflows"));
+    }
+    match num.parse::<f64>() {
+        Ok(f) if f >= 0.0 && f.is_finite() && f * (mult as f64) < u64::MAX as f64 => {
+            Ok((f * mult as f64) as u64)
+        }
+        _ => Err(format!("{s:?} is not a size (use e.g. 4096, 64K, 512M, 1G)")),
+    }
+}
+
+/// Formats a byte count with a binary unit (`512M`, `1G`, `4K`, `1.5G`).
+pub fn format_size(b: u64) -> String {
+    for (unit, m) in [("T", 1u64 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)] {
+        if b >= m {
+            return if b % m == 0 {
+                format!("{}{unit}", b / m)
+            } else {
+                format!("{:.2}{unit}", b as f64 / m as f64)
+            };
+        }
+    }
+    format!("{b}")
+}
+
+fn parse_cpus(s: &str) -> Result<Vec<usize>, String> {
+    let mut v = Vec::new();
+    for part in s.split(',').filter(|p| !p.is_empty()) {
+        if let Some((a, b)) = part.split_once('-') {
+            let (a, b): (usize, usize) = (
+                a.trim().parse().map_err(|_| format!("bad CPU {a:?}"))?,
+                b.trim().parse().map_err(|_| format!("bad CPU {b:?}"))?,
+            );
+            if a > b {
+                return Err(format!("bad CPU range {part:?}"));
+            }
+            v.extend(a..=b);
+        } else {
+            v.push(part.trim().parse().map_err(|_| format!("bad CPU {part:?}"))?);
+        }
+    }
+    Ok(v)
+}
+
+/// Parses a CPU list such as `0,2-3`.
+pub fn parse_cpu_list(s: &str) -> Result<Vec<usize>, String> {
+    parse_cpus(s)
+}
+
+fn parse_bool(s: &str) -> Result<bool, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "1" | "yes" | "true" | "on" => Ok(true),
+        "0" | "no" | "false" | "off" | "" => Ok(false),
+        _ => Err(format!("{s:?} is not a boolean (0/1)")),
+    }
+}
+
+/// One environment variable.
+pub struct EnvOption {
+    /// The variable's name.
+    pub name: &'static str,
+    /// Unit or value form.
+    pub unit: &'static str,
+    /// Default, as text.
+    pub default: &'static str,
+    /// What it does.
+    pub help: &'static str,
+    apply: fn(&mut Config, &str) -> Result<(), String>,
+}
+
+/// Every `TIERMEM_*` variable. Never renumber or rename: C users and job
+/// scripts depend on the names.
+pub const ENV_OPTIONS: &[EnvOption] = &[
+    EnvOption {
+        name: "TIERMEM_FAR",
+        unit: "bytes (K/M/G/T)",
+        default: "4G",
+        help: "Size of the far store, i.e. of the virtual range of the process-wide region behind tm_malloc_global.",
+        apply: |c, v| {
+            c.virt_bytes = parse_size(v)?;
+            Ok(())
+        },
+    },
+    EnvOption {
+        name: "TIERMEM_NEAR",
+        unit: "bytes (K/M/G/T)",
+        default: "1G",
+        help: "Near-memory budget of the process-wide region.",
+        apply: |c, v| {
+            c.near_bytes = parse_size(v)?;
+            Ok(())
+        },
+    },
+    EnvOption {
+        name: "TIERMEM_PAGE_SIZE",
+        unit: "4K or 2M",
+        default: "4K",
+        help: "Page size; 2M uses the hugetlbfs pool (reserve pages first).",
+        apply: |c, v| {
+            c.page_size = PageSize::from_bytes(parse_size(v)?).ok_or("page size must be 4K or 2M")?;
+            Ok(())
+        },
+    },
+    EnvOption {
+        name: "TIERMEM_FAR_FILE",
+        unit: "path",
+        default: "(unset: memory store)",
+        help: "Use a file far store: a directory (an unnamed file is created in it) or a new file name.",
+        apply: |c, v| {
+            if v.is_empty() {
+                return Err("empty path".into());
+            }
+            let direct = matches!(&c.far, FarStoreConfig::File { direct: true, .. });
+            c.far = FarStoreConfig::File {
+                path: v.into(),
+                direct,
+            };
+            Ok(())
+        },
+    },
+    EnvOption {
+        name: "TIERMEM_FAR_DIRECT",
+        unit: "0 or 1",
+        default: "0",
+        help: "Open the far file with O_DIRECT.",
+        apply: |c, v| {
+            let d = parse_bool(v)?;
+            if let FarStoreConfig::File { direct, .. } = &mut c.far {
+                *direct = d;
+                Ok(())
+            } else if d {
+                Err("only applies with TIERMEM_FAR_FILE (set it first)".into())
+            } else {
+                Ok(())
+            }
+        },
+    },
+    EnvOption {
+        name: "TIERMEM_POLICY",
+        unit: "fifo",
+        default: "fifo",
+        help: "Replacement policy.",
+        apply: |c, v| {
+            c.policy = PolicyKind::from_name(v).ok_or("unknown policy")?;
+            Ok(())
+        },
+    },
+    EnvOption {
+        name: "TIERMEM_FAULT_PATH",
+        unit: "in-context or handler-thread",
+        default: "in-context",
+        help: "Where faults are served: in a SIGBUS handler on the faulting thread, or by handler threads.",
+        apply: |c, v| {
+            c.fault_path = FaultPath::from_name(v).ok_or("expected in-context or handler-thread")?;
+            Ok(())
+        },
+    },
+    EnvOption {
+        name: "TIERMEM_DIRTY",
+        unit: "wp-fault or wp-async",
+        default: "wp-fault",
+        help: "Dirty tracking: write-protect faults, or WP_ASYNC with PAGEMAP_SCAN at eviction.",
+        apply: |c, v| {
+            c.dirty_tracking = DirtyTracking::from_name(v).ok_or("expected wp-fault or wp-async")?;
+            Ok(())
+        },
+    },
+    EnvOption {
+        name: "TIERMEM_EVICT_BATCH",
+        unit: "pages (1-512)",
+        default: "64",
+        help: "Pages evicted together when the budget is full; contiguous victims share one unmap call.",
+        apply: |c, v| {
+            let n: usize = v.parse().map_err(|_| "not a number")?;
+            if n == 0 || n > MAX_EVICT_BATCH {
+                return Err("must be 1 to 512".into());
+            }
+            c.evict_batch_pages = n;
+            Ok(())
+        },
+    },
+    EnvOption {
+        name: "TIERMEM_HANDLER_THREADS",
+        unit: "count",
+        default: "1",
+        help: "Handler threads in the handler-thread design.",
+        apply: |c, v| {
+            let n: usize = v.parse().map_err(|_| "not a number")?;
+            if n == 0 {
+                return Err("must be at least 1".into());
+            }
+            c.handler_threads = n;
+            Ok(())
+        },
+    },
+    EnvOption {
+        name: "TIERMEM_HANDLER_CPUS",
+        unit: "CPU list (0,2-3)",
+        default: "(unpinned)",
+        help: "CPUs the handler threads are pinned to, round robin.",
+        apply: |c, v| {
+            c.handler_cpus = parse_cpus(v)?;
+            Ok(())
+        },
+    },
+];
+
+/// Whether `TIERMEM_VERBOSE` asks for the effective configuration on stderr.
+pub fn verbose_from_env() -> bool {
+    std::env::var("TIERMEM_VERBOSE")
+        .map(|v| parse_bool(&v).unwrap_or(true))
+        .unwrap_or(false)
+}
+
+/// The reference table of all variables, as Markdown.
+pub fn env_reference_markdown() -> String {
+    let mut s = String::from("| variable | unit | default | meaning |\n|---|---|---|---|\n");
+    for o in ENV_OPTIONS {
+        s += &format!("| `{}` | {} | {} | {} |\n", o.name, o.unit, o.default, o.help);
+    }
+    s += "| `TIERMEM_VERBOSE` | 0 or 1 | 0 | Print the effective configuration of the process-wide region on stderr. |\n";
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_and_format() {
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert_eq!(parse_size("4K").unwrap(), 4096);
+        assert_eq!(parse_size("64KiB").unwrap(), 65536);
+        assert_eq!(parse_size("512m").unwrap(), 512 << 20);
+        assert_eq!(parse_size(" 1G ").unwrap(), 1 << 30);
+        assert_eq!(parse_size("1.5G").unwrap(), 3 << 29);
+        assert!(parse_size("").is_err());
+        assert!(parse_size("G").is_err());
+        assert!(parse_size("12Q").is_err());
+        assert!(parse_size("99999999999T").is_err());
+        assert_eq!(format_size(512 << 20), "512M");
+        assert_eq!(format_size(3 << 29), "1.50G");
+        assert_eq!(format_size(100), "100");
+    }
+
+    #[test]
+    fn validation_names_the_problem() {
+        let ok = Config::new(1 << 30, 512 << 20);
+        ok.validate().unwrap();
+        assert_eq!(
+            Config::new(0, 4096).validate(),
+            Err(ConfigError::Zero { what: "virt_bytes" })
+        );
+        assert!(matches!(
+            Config::new(4097, 4096 * 4).validate(),
+            Err(ConfigError::Unaligned { .. })
+        ));
+        assert!(matches!(
+            Config::new(1 << 20, 100).validate(),
+            Err(ConfigError::BudgetTooSmall { .. })
+        ));
+        assert!(matches!(
+            Config::new(1 << 20, 0).validate(),
+            Err(ConfigError::Zero { what: "near_bytes" })
+        ));
+        let mut c = Config::new(1 << 20, 1 << 20);
+        c.page_size = PageSize::Huge2M;
+        assert!(matches!(c.validate(), Err(ConfigError::Unaligned { .. })));
+        let mut c = Config::new(1 << 20, 1 << 19);
+        c.evict_batch_pages = 0;
+        assert!(matches!(c.validate(), Err(ConfigError::BadValue { .. })));
+        // A region smaller than the minimum budget is fine: it never evicts.
+        Config::new(4096, 4096).validate().unwrap();
+        let e = Config::new(1 << 20, 4096).validate().unwrap_err().to_string();
+        assert!(e.contains("minimum"), "{e}");
+    }
+
+    #[test]
+    fn env_overrides_and_warns() {
+        let mut c = Config::new(1 << 30, 1 << 29);
+        let vars = [
+            ("TIERMEM_NEAR", "64M"),
+            ("TIERMEM_FAR", "2G"),
+            ("TIERMEM_PAGE_SIZE", "3K"),
+            ("TIERMEM_FAR_FILE", "/tmp"),
+            ("TIERMEM_FAR_DIRECT", "1"),
+            ("TIERMEM_EVICT_BATCH", "999"),
+            ("TIERMEM_FAULT_PATH", "handler-thread"),
+            ("TIERMEM_HANDLER_CPUS", "0,2-3"),
+        ];
+        let w = c.apply_vars(|n| vars.iter().find(|(k, _)| *k == n).map(|(_, v)| v.to_string()));
+        assert_eq!(c.near_bytes, 64 << 20);
+        assert_eq!(c.virt_bytes, 2 << 30);
+        assert_eq!(c.page_size, PageSize::Base4K, "bad value keeps the default");
+        assert_eq!(
+            c.far,
+            FarStoreConfig::File {
+                path: "/tmp".into(),
+                direct: true
+            }
+        );
+        assert_eq!(c.evict_batch_pages, 64);
+        assert_eq!(c.fault_path, FaultPath::HandlerThread);
+        assert_eq!(c.handler_cpus, vec![0, 2, 3]);
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert!(w[0].contains("TIERMEM_PAGE_SIZE") && w[1].contains("TIERMEM_EVICT_BATCH"));
+        assert!(env_reference_markdown().contains("TIERMEM_NEAR"));
+        assert!(c.describe().contains("handler-thread"));
+    }
+}

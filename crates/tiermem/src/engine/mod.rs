@@ -1,0 +1,812 @@
+//! The engine: resolving faults, filling pages, evicting batches.
+//!
+//! [`RegionCore`] holds everything one region needs on the fault path and is
+//! shared (behind an `Arc`) by the region handle, the in-context SIGBUS
+//! dispatcher ([`in_context`]) and the handler threads
+//! ([`handler_thread`]). Both designs call [`RegionCore::resolve`]; they
+//! differ only in who runs it and in how the faulting thread is woken.
+//!
+//! Data movement is synchronous (paper 1's baseline): a fault that finds the
+//! near budget full evicts a batch of FIFO victims first, writing back the
+//! dirty ones, and only then fills the faulting page.
+//!
+//! Eviction protocol for one run of contiguous victims (all `Busy`):
+//! 1. `wp-fault`: clean pages are write-protected since they were filled, so
+//!    writers fault and wait on the page state; dirty pages are
+//!    write-protected now (one UFFDIO_WRITEPROTECT over the run).
+//!    `wp-async`: the run is made read-only with `mprotect` (writers get
+//!    SIGSEGV and wait), then `PAGEMAP_SCAN` names the written pages.
+//! 2. Dirty pages are written to the far store, contiguous ones together.
+//! 3. The run is dropped with one `MADV_DONTNEED` (one TLB shootdown).
+//! 4. `wp-async`: protection is restored.
+//! 5. Page states are published (`Far` or `Untouched`) and waiters woken.
+//!
+//! A page whose write-back fails stays resident and dirty (never lost);
+//! the error is recorded, and a fault that cannot get near memory at all
+//! fails visibly (SIGBUS) instead of hanging.
+
+pub(crate) mod handler_thread;
+pub(crate) mod in_context;
+
+use crate::config::{Config, DirtyTracking, FaultPath, PageSize};
+use crate::page::{PageState, PageTable, PageWord};
+use crate::policy::Policy;
+use crate::stats::{Cost, FaultKind, FaultTimer, Stats};
+use crate::store::{FarStore, StagingPool, StoreError};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+use tiermem_sys::mm::{Mapping, Protection};
+use tiermem_sys::pagemap::{Categories, PageRegion, PagemapScanner, ScanRequest};
+use tiermem_sys::uffd::{CopyMode, Registration, Resolved, Uffd, UffdError};
+use tiermem_sys::Errno;
+
+/// Who is serving a fault (decides how the faulting thread is woken).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Server {
+    /// The faulting thread itself, in its SIGBUS handler: nobody sleeps in
+    /// the kernel, so no wake-ups are needed.
+    InContext,
+    /// A handler thread: the faulting thread sleeps until woken.
+    HandlerThread,
+}
+
+/// The result of serving a fault.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// The page is mapped: retry the access.
+    Resolved,
+    /// The page is poisoned: the access must fail with SIGBUS.
+    Poisoned,
+}
+
+/// Why no near slot could be made free.
+#[derive(Debug)]
+pub(crate) enum NoRoom {
+    /// Write-back failed for every victim.
+    Store(StoreError),
+    /// Every resident page stayed busy for too long.
+    Stuck,
+}
+
+/// One recorded I/O error.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct IoErrorRecord {
+    /// Offset of the page in the region.
+    pub offset: u64,
+    /// `read` (fill) or `write` (write-back) or `evict` (no room).
+    pub op: &'static str,
+    /// errno (0 when not from a system call).
+    pub errno: i32,
+    /// Human-readable message.
+    pub message: String,
+}
+
+const ERROR_RING: usize = 32;
+
+/// A fixed ring of the latest errors; slots hold plain data so recording
+/// never allocates (messages are built when read).
+struct ErrorLog {
+    ring: Mutex<[(u64, u8, i32); ERROR_RING]>,
+    count: AtomicU64,
+}
+
+impl ErrorLog {
+    fn new() -> ErrorLog {
+        ErrorLog {
+            ring: Mutex::new([(0, 0, 0); ERROR_RING]),
+            count: AtomicU64::new(0),
+        }
+    }
+    fn record(&self, offset: u64, op: u8, errno: i32) {
+        let n = self.count.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut r) = self.ring.lock() {
+            r[(n as usize) % ERROR_RING] = (offset, op, errno);
+        }
+    }
+    fn list(&self) -> Vec<IoErrorRecord> {
+        let n = self.count.load(Ordering::Relaxed) as usize;
+        let Ok(r) = self.ring.lock() else {
+            return Vec::new();
+        };
+        let first = n.saturating_sub(ERROR_RING);
+        (first..n)
+            .map(|k| {
+                let (offset, op, errno) = r[k % ERROR_RING];
+                let op = ["read", "write", "evict", "install"][op as usize % 4];
+                let message = match (op, errno) {
+                    ("evict", 0) => "no near memory could be freed (all resident pages busy)".to_owned(),
+                    (_, 0) => format!("{op} failed"),
+                    _ => format!("{op} failed: {}", Errno(errno)),
+                };
+                IoErrorRecord {
+                    offset,
+                    op,
+                    errno,
+                    message,
+                }
+            })
+            .collect()
+    }
+}
+
+const OP_READ: u8 = 0;
+const OP_WRITE: u8 = 1;
+const OP_EVICT: u8 = 2;
+const OP_INSTALL: u8 = 3;
+
+/// How long a fault keeps trying to free a near slot while every resident
+/// page is busy before it gives up and fails the access.
+const STUCK_LIMIT: Duration = Duration::from_secs(10);
+
+/// Everything the fault path of one region needs.
+pub(crate) struct RegionCore {
+    // Field order: the region mapping goes first, then the descriptor.
+    pub(crate) mapping: Mapping,
+    reg: Registration,
+    uffd: Uffd,
+    pub(crate) config: Config,
+    page_bytes: usize,
+    page_shift: u32,
+    pub(crate) pages: PageTable,
+    budget_pages: usize,
+    resident: AtomicUsize,
+    policy: Mutex<Box<dyn Policy>>,
+    store: Box<dyn FarStore>,
+    staging: Option<StagingPool>,
+    /// One page of zeros (never written, so it maps the zero page), the
+    /// source of COPY-based zero fills.
+    zeros: Mapping,
+    scanner: Option<PagemapScanner>,
+    pub(crate) stats: Stats,
+    errors: ErrorLog,
+    /// Fork generation that owns the kernel state.
+    pub(crate) generation: u64,
+}
+
+/// What `RegionCore::new` needs besides the config.
+pub(crate) struct Parts {
+    pub(crate) mapping: Mapping,
+    pub(crate) reg: Registration,
+    pub(crate) uffd: Uffd,
+    pub(crate) store: Box<dyn FarStore>,
+    pub(crate) policy: Box<dyn Policy>,
+}
+
+impl RegionCore {
+    pub(crate) fn new(config: Config, parts: Parts) -> Result<RegionCore, crate::Error> {
+        let page_bytes = config.page_size.bytes();
+        let pages = config.virt_pages();
+        let staging = if parts.store.needs_staging() {
+            let slots = 2 * tiermem_sys::thread::online_cpus() + 2;
+            Some(StagingPool::new(
+                if config.page_size == PageSize::Huge2M {
+                    slots.min(8)
+                } else {
+                    slots
+                },
+                page_bytes,
+            )?)
+        } else {
+            None
+        };
+        let (zeros, _) = Mapping::anonymous(
+            page_bytes,
+            &tiermem_sys::mm::MapOptions {
+                dontfork: true,
+                ..Default::default()
+            },
+        )?;
+        let scanner = if config.dirty_tracking == DirtyTracking::WpAsync {
+            Some(PagemapScanner::open().map_err(|e| crate::Error::Sys {
+                what: "opening /proc/self/pagemap for PAGEMAP_SCAN",
+                errno: Errno(e.raw_os_error().unwrap_or(libc::EIO)),
+            })?)
+        } else {
+            None
+        };
+        Ok(RegionCore {
+            budget_pages: config.near_pages().max(1),
+            page_shift: page_bytes.trailing_zeros(),
+            page_bytes,
+            mapping: parts.mapping,
+            reg: parts.reg,
+            uffd: parts.uffd,
+            pages: PageTable::new(pages),
+            resident: AtomicUsize::new(0),
+            policy: Mutex::new(parts.policy),
+            store: parts.store,
+            staging,
+            zeros,
+            scanner,
+            stats: Stats::new(),
+            errors: ErrorLog::new(),
+            generation: tiermem_sys::thread::fork_generation(),
+            config,
+        })
+    }
+
+    pub(crate) fn contains(&self, addr: usize) -> bool {
+        self.mapping.contains(addr)
+    }
+
+    pub(crate) fn page_bytes(&self) -> usize {
+        self.page_bytes
+    }
+
+    pub(crate) fn resident_pages(&self) -> usize {
+        self.resident.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn store_description(&self) -> String {
+        self.store.describe()
+    }
+
+    pub(crate) fn errors(&self) -> Vec<IoErrorRecord> {
+        self.errors.list()
+    }
+
+    fn page_of(&self, addr: usize) -> usize {
+        (addr - self.mapping.addr()) >> self.page_shift
+    }
+
+    fn policy(&self) -> std::sync::MutexGuard<'_, Box<dyn Policy>> {
+        // A poisoned lock means a panic on the fault path, which aborts the
+        // process; recover the guard rather than panic again.
+        self.policy.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Serves a fault at `addr` (in the region) for thread `tid`.
+    pub(crate) fn resolve(&self, addr: usize, write: bool, tid: u32, server: Server) -> Outcome {
+        let i = self.page_of(addr);
+        let mut timer = FaultTimer::start();
+        loop {
+            let w = self.pages.load(i);
+            match w.state() {
+                PageState::Busy => {
+                    self.stats.waits.fetch_add(1, Ordering::Relaxed);
+                    self.pages.wait_not_busy(i);
+                    timer.lap(Cost::LockList);
+                }
+                PageState::Untouched | PageState::Far => {
+                    if !self.pages.try_lock(i, w) {
+                        continue;
+                    }
+                    timer.lap(Cost::LockList);
+                    return self.fill(i, w, write, tid, server, timer);
+                }
+                PageState::Clean | PageState::Dirty => {
+                    // wp-fault mode: a write to a resident page is a
+                    // write-protect fault (on a Clean page normally; on a
+                    // Dirty page when an abandoned eviction left it
+                    // protected, or a racing fill made it Dirty first:
+                    // unprotecting again is harmless). Anything else, and
+                    // everything in wp-async mode, was resolved by another
+                    // thread after this one faulted.
+                    let wp = write && self.config.dirty_tracking == DirtyTracking::WpFault;
+                    if !wp {
+                        if server == Server::HandlerThread {
+                            let _ = self.uffd.wake(&self.reg, i * self.page_bytes, self.page_bytes);
+                        }
+                        self.stats.record_fault(FaultKind::Spurious, tid, timer);
+                        return Outcome::Resolved;
+                    }
+                    if !self.pages.try_lock(i, w) {
+                        continue;
+                    }
+                    timer.lap(Cost::LockList);
+                    let r = self.uffd.writeprotect(
+                        &self.reg,
+                        i * self.page_bytes,
+                        self.page_bytes,
+                        false,
+                        server == Server::InContext,
+                    );
+                    timer.lap(Cost::Pte);
+                    self.pages
+                        .unlock(i, PageWord::new(PageState::Dirty, w.far_valid()));
+                    if let Err(e) = r {
+                        // The page is intact, only unwritable: report it and
+                        // fail the access rather than loop on the fault.
+                        self.errors.record(
+                            (i * self.page_bytes) as u64,
+                            OP_INSTALL,
+                            e.errno().map_or(0, |e| e.raw()),
+                        );
+                        return Outcome::Poisoned;
+                    }
+                    let kind = if w.state() == PageState::Clean {
+                        FaultKind::WriteProtect
+                    } else {
+                        FaultKind::Spurious
+                    };
+                    self.stats.record_fault(kind, tid, timer);
+                    return Outcome::Resolved;
+                }
+                PageState::Poisoned => {
+                    if server == Server::HandlerThread {
+                        // The pte may already carry the poison marker; make
+                        // sure the waiting thread is released into SIGBUS.
+                        let _ = self
+                            .uffd
+                            .poison(&self.reg, i * self.page_bytes, self.page_bytes, true);
+                        let _ = self.uffd.wake(&self.reg, i * self.page_bytes, self.page_bytes);
+                    }
+                    return Outcome::Poisoned;
+                }
+            }
+        }
+    }
+
+    /// Fills page `i` (owned, was `w`): reserves a near slot, brings the
+    /// data in, installs the pte, publishes the state.
+    fn fill(
+        &self,
+        i: usize,
+        w: PageWord,
+        write: bool,
+        tid: u32,
+        server: Server,
+        mut timer: FaultTimer,
+    ) -> Outcome {
+        if let Err(why) = self.reserve_slot(&mut timer) {
+            let errno = match &why {
+                NoRoom::Store(e) => e.errno().map_or(0, |e| e.raw()),
+                NoRoom::Stuck => 0,
+            };
+            self.errors.record((i * self.page_bytes) as u64, OP_EVICT, errno);
+            return self.poison(i, w, server);
+        }
+        let off = i * self.page_bytes;
+        let dont_wake = server == Server::InContext;
+        let wp_on_install = !write;
+        let (installed, kind) = match w.state() {
+            PageState::Untouched => {
+                let r = if write
+                    || self.config.page_size == PageSize::Huge2M
+                    || server == Server::HandlerThread
+                {
+                    // Writes: a copy of zeros beats ZEROPAGE + a kernel COW
+                    // fault on retry. Hugetlb has no ZEROPAGE. Handler
+                    // threads need the wake-up that COPY does.
+                    self.copy_in(
+                        off,
+                        self.zeros.range(0, self.page_bytes),
+                        wp_on_install,
+                        dont_wake,
+                    )
+                } else {
+                    // Reads: map the shared zero page (no memory used). In
+                    // wp-fault mode protect it so the first write faults;
+                    // in wp-async mode PAGEMAP_SCAN sees it as PFNZERO.
+                    let r =
+                        self.retry_again(|| self.uffd.zeropage(&self.reg, off, self.page_bytes, dont_wake));
+                    if r.is_ok() && self.config.dirty_tracking == DirtyTracking::WpFault {
+                        self.uffd
+                            .writeprotect(&self.reg, off, self.page_bytes, true, true)
+                            .map(|_| ())
+                    } else {
+                        r
+                    }
+                };
+                timer.lap(Cost::Pte);
+                (r, FaultKind::ZeroFill)
+            }
+            PageState::Far => {
+                let slot = self.staging.as_ref().map(StagingPool::claim);
+                let fetched = self.store.fetch(off as u64, self.page_bytes, slot.as_ref());
+                timer.lap(Cost::Transfer);
+                match fetched {
+                    Ok(src) => {
+                        let r = self.copy_in(off, src, wp_on_install, dont_wake);
+                        timer.lap(Cost::Pte);
+                        self.stats
+                            .bytes_in
+                            .fetch_add(self.page_bytes as u64, Ordering::Relaxed);
+                        (r, FaultKind::FarFill)
+                    }
+                    Err(e) => {
+                        self.stats.io_errors.fetch_add(1, Ordering::Relaxed);
+                        self.errors
+                            .record(off as u64, OP_READ, e.errno().map_or(0, |e| e.raw()));
+                        self.resident.fetch_sub(1, Ordering::Relaxed);
+                        return self.poison(i, w, server);
+                    }
+                }
+            }
+            _ => unreachable!("fill of a resident page"),
+        };
+        if let Err(e) = installed {
+            // Typically ENOMEM: the hugetlb pool ran dry.
+            self.errors
+                .record(off as u64, OP_INSTALL, e.errno().map_or(0, |e| e.raw()));
+            self.resident.fetch_sub(1, Ordering::Relaxed);
+            return self.poison(i, w, server);
+        }
+        // List the page before publishing it, so an evictor that pops it
+        // finds it Busy and waits rather than missing it.
+        self.policy().on_fill(i);
+        let next = if write { PageState::Dirty } else { PageState::Clean };
+        self.pages.unlock(i, PageWord::new(next, w.far_valid()));
+        timer.lap(Cost::LockList);
+        self.stats.record_fault(kind, tid, timer);
+        Outcome::Resolved
+    }
+
+    /// UFFDIO_COPY of one page, retrying while the kernel says EAGAIN. A page
+    /// that is somehow already mapped counts as installed.
+    fn copy_in(
+        &self,
+        off: usize,
+        src: tiermem_sys::mm::MemRange<'_>,
+        wp: bool,
+        dont_wake: bool,
+    ) -> Result<(), UffdError> {
+        let mode = CopyMode {
+            write_protect: wp,
+            dont_wake,
+        };
+        self.retry_again(|| self.uffd.copy(&self.reg, off, src, mode))
+    }
+
+    fn retry_again(&self, mut op: impl FnMut() -> Result<Resolved, UffdError>) -> Result<(), UffdError> {
+        loop {
+            match op()? {
+                Resolved::Done | Resolved::AlreadyMapped => return Ok(()),
+                Resolved::Partial { .. } => std::thread::yield_now(),
+            }
+        }
+    }
+
+    /// Marks page `i` (owned, was `w`) poisoned so that the access fails.
+    fn poison(&self, i: usize, w: PageWord, server: Server) -> Outcome {
+        self.stats.poisoned.fetch_add(1, Ordering::Relaxed);
+        let off = i * self.page_bytes;
+        if server == Server::HandlerThread {
+            // The marker makes the sleeping thread's retry fail with SIGBUS
+            // (EFAULT for a kernel-mode access). Wake it only once the state
+            // says Poisoned, so that it never observes Busy afterwards.
+            let _ = self.uffd.poison(&self.reg, off, self.page_bytes, true);
+        }
+        self.pages
+            .unlock(i, PageWord::new(PageState::Poisoned, w.far_valid()));
+        if server == Server::HandlerThread {
+            let _ = self.uffd.wake(&self.reg, off, self.page_bytes);
+        }
+        Outcome::Poisoned
+    }
+
+    /// Takes one near slot, evicting a batch first if the budget is full.
+    fn reserve_slot(&self, timer: &mut FaultTimer) -> Result<(), NoRoom> {
+        let mut stuck_since: Option<Instant> = None;
+        loop {
+            let r = self.resident.load(Ordering::Relaxed);
+            if r < self.budget_pages {
+                // Relaxed: the counter is a budget, not a publication; page
+                // data is ordered by the page-state word.
+                if self
+                    .resident
+                    .compare_exchange_weak(r, r + 1, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    return Ok(());
+                }
+                continue;
+            }
+            match self.evict_batch(self.config.evict_batch_pages, timer) {
+                Ok(n) if n > 0 => stuck_since = None,
+                Ok(_) => {
+                    // Every resident page is being filled by another thread
+                    // right now: let them finish.
+                    let t0 = *stuck_since.get_or_insert_with(Instant::now);
+                    if t0.elapsed() > STUCK_LIMIT {
+                        return Err(NoRoom::Stuck);
+                    }
+                    std::thread::yield_now();
+                }
+                Err(e) => return Err(NoRoom::Store(e)),
+            }
+        }
+    }
+
+    /// Evicts up to `want` pages chosen by the policy. Returns how many left
+    /// near memory; fails only when write-back failed for all of them.
+    pub(crate) fn evict_batch(&self, want: usize, timer: &mut FaultTimer) -> Result<usize, StoreError> {
+        let mut victims = [0usize; crate::config::MAX_EVICT_BATCH];
+        let want = want.clamp(1, victims.len());
+        let n = self.policy().select_victims(&mut victims[..want]);
+        timer.lap(Cost::LockList);
+        if n == 0 {
+            return Ok(0);
+        }
+        // Take every victim that is still resident.
+        let mut owned =
+            [(0usize, PageWord::new(PageState::Untouched, false)); crate::config::MAX_EVICT_BATCH];
+        let mut k = 0;
+        for &v in &victims[..n] {
+            loop {
+                let w = self.pages.load(v);
+                match w.state() {
+                    PageState::Clean | PageState::Dirty => {
+                        if self.pages.try_lock(v, w) {
+                            owned[k] = (v, w);
+                            k += 1;
+                            break;
+                        }
+                    }
+                    // A write-protect fault or a discard holds it briefly.
+                    PageState::Busy => {
+                        self.pages.wait_not_busy(v);
+                    }
+                    _ => break, // discarded meanwhile
+                }
+            }
+        }
+        owned[..k].sort_unstable_by_key(|e| e.0);
+        timer.lap(Cost::LockList);
+        let mut evicted = 0;
+        let mut first_error = None;
+        let mut start = 0;
+        while start < k {
+            let mut end = start + 1;
+            while end < k && owned[end].0 == owned[end - 1].0 + 1 {
+                end += 1;
+            }
+            let (done, err) = self.evict_run(&owned[start..end], timer);
+            evicted += done;
+            if first_error.is_none() {
+                first_error = err;
+            }
+            start = end;
+        }
+        match first_error {
+            Some(e) if evicted == 0 => Err(e),
+            _ => Ok(evicted),
+        }
+    }
+
+    /// Evicts one run of contiguous owned pages (see the module docs).
+    /// Returns the pages evicted and the first write-back error.
+    fn evict_run(&self, run: &[(usize, PageWord)], timer: &mut FaultTimer) -> (usize, Option<StoreError>) {
+        let n = run.len();
+        let first = run[0].0;
+        let off = first * self.page_bytes;
+        let bytes = n * self.page_bytes;
+        let mut dirty = [false; crate::config::MAX_EVICT_BATCH];
+        for (d, (_, w)) in dirty.iter_mut().zip(run) {
+            *d = w.state() == PageState::Dirty;
+        }
+        let asynchronous = self.config.dirty_tracking == DirtyTracking::WpAsync;
+        if asynchronous {
+            // Freeze: from here on writers take SIGSEGV and wait for the page
+            // state, so the scan below cannot miss a write.
+            let _ = self.mapping.protect(off, bytes, Protection::Read);
+            timer.lap(Cost::Tlb);
+            self.scan_written(first, n, &mut dirty);
+            timer.lap(Cost::LockList);
+        } else if let (Some(a), Some(b)) = (
+            dirty[..n].iter().position(|&d| d),
+            dirty[..n].iter().rposition(|&d| d),
+        ) {
+            // Stop writers to the dirty pages before copying them out.
+            let _ = self.uffd.writeprotect(
+                &self.reg,
+                (first + a) * self.page_bytes,
+                (b - a + 1) * self.page_bytes,
+                true,
+                false,
+            );
+            timer.lap(Cost::Tlb);
+        }
+        // Write back dirty pages, contiguous ones with one call.
+        let mut failed = [false; crate::config::MAX_EVICT_BATCH];
+        let mut first_error = None;
+        let mut s = 0;
+        while s < n {
+            if !dirty[s] {
+                s += 1;
+                continue;
+            }
+            let mut e = s + 1;
+            while e < n && dirty[e] {
+                e += 1;
+            }
+            let src = self
+                .mapping
+                .range((first + s) * self.page_bytes, (e - s) * self.page_bytes);
+            match self.store.store(((first + s) * self.page_bytes) as u64, src) {
+                Ok(()) => {
+                    self.stats
+                        .write_backs
+                        .fetch_add((e - s) as u64, Ordering::Relaxed);
+                    self.stats
+                        .bytes_out
+                        .fetch_add(((e - s) * self.page_bytes) as u64, Ordering::Relaxed);
+                }
+                Err(err) => {
+                    self.stats.io_errors.fetch_add(1, Ordering::Relaxed);
+                    self.errors.record(
+                        ((first + s) * self.page_bytes) as u64,
+                        OP_WRITE,
+                        err.errno().map_or(0, |e| e.raw()),
+                    );
+                    failed[s..e].iter_mut().for_each(|f| *f = true);
+                    first_error.get_or_insert(err);
+                }
+            }
+            s = e;
+        }
+        timer.lap(Cost::Transfer);
+        // Drop every page that is safely stored, one call per sub-run.
+        let mut s = 0;
+        let mut evicted = 0;
+        while s < n {
+            if failed[s] {
+                s += 1;
+                continue;
+            }
+            let mut e = s + 1;
+            while e < n && !failed[e] {
+                e += 1;
+            }
+            // A failing discard would leave stale data mapped: that is a
+            // bug in our bookkeeping, not a recoverable condition.
+            self.uffd
+                .discard(
+                    &self.reg,
+                    &self.mapping,
+                    (first + s) * self.page_bytes,
+                    (e - s) * self.page_bytes,
+                )
+                .expect("MADV_DONTNEED on a tiered region");
+            self.stats.evict_calls.fetch_add(1, Ordering::Relaxed);
+            evicted += e - s;
+            s = e;
+        }
+        if asynchronous {
+            let _ = self.mapping.protect(off, bytes, Protection::ReadWrite);
+        }
+        timer.lap(Cost::Tlb);
+        self.resident.fetch_sub(evicted, Ordering::Relaxed);
+        self.stats.evictions.fetch_add(evicted as u64, Ordering::Relaxed);
+        let mut policy = None;
+        for (k, &(p, w)) in run.iter().enumerate() {
+            let next = if failed[k] {
+                // Still resident, still dirty; in wp-fault mode it is now
+                // write-protected, and its next write unprotects it again.
+                policy.get_or_insert_with(|| self.policy()).on_remove(p, true);
+                PageWord::new(PageState::Dirty, w.far_valid())
+            } else if dirty[k] || w.far_valid() {
+                PageWord::new(PageState::Far, true)
+            } else {
+                PageWord::new(PageState::Untouched, false)
+            };
+            self.pages.unlock(p, next);
+        }
+        drop(policy);
+        timer.lap(Cost::LockList);
+        (evicted, first_error)
+    }
+
+    /// wp-async: marks pages of `[first, first+n)` that were written since
+    /// they were installed (excluding zero-page mappings).
+    fn scan_written(&self, first: usize, n: usize, dirty: &mut [bool]) {
+        let scanner = self.scanner.as_ref().expect("wp-async has a pagemap scanner");
+        let start = self.mapping.addr() + first * self.page_bytes;
+        let end = start + n * self.page_bytes;
+        let mut out = [PageRegion::default(); 64];
+        let mut at = start;
+        while at < end {
+            let req = ScanRequest::new(at, end)
+                .require(Categories::WRITTEN)
+                .exclude(Categories::PFNZERO)
+                .report(Categories::WRITTEN);
+            match scanner.scan(&req, &mut out) {
+                Ok(r) => {
+                    for reg in &out[..r.regions] {
+                        let a = (reg.start - start) / self.page_bytes;
+                        let b = (reg.end - start).div_ceil(self.page_bytes);
+                        dirty[a..b.min(n)].iter_mut().for_each(|d| *d = true);
+                    }
+                    if r.walk_end <= at {
+                        break;
+                    }
+                    at = r.walk_end;
+                }
+                Err(_) => {
+                    // Cannot tell: write everything back.
+                    dirty[..n].iter_mut().for_each(|d| *d = true);
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Evicts every resident page (writing back dirty ones).
+    pub(crate) fn evict_all(&self) -> Result<usize, StoreError> {
+        let mut total = 0;
+        let mut timer = FaultTimer::start();
+        let result = loop {
+            match self.evict_batch(crate::config::MAX_EVICT_BATCH, &mut timer) {
+                Ok(0) => {
+                    if self.policy().tracked() == 0 {
+                        break Ok(total);
+                    }
+                    std::thread::yield_now();
+                }
+                Ok(n) => total += n,
+                Err(e) => break Err(e),
+            }
+        };
+        let (_, split) = timer.finish();
+        self.stats.charge(split);
+        result
+    }
+
+    /// Returns the pages of `[offset, offset+len)` to the never-written state,
+    /// freeing their near memory and far-store space.
+    pub(crate) fn discard(&self, offset: usize, len: usize) {
+        let first = offset >> self.page_shift;
+        let last = (offset + len).div_ceil(self.page_bytes);
+        for i in first..last.min(self.pages.len()) {
+            loop {
+                let w = self.pages.load(i);
+                match w.state() {
+                    PageState::Untouched => break,
+                    PageState::Busy => {
+                        self.pages.wait_not_busy(i);
+                    }
+                    _ => {
+                        if !self.pages.try_lock(i, w) {
+                            continue;
+                        }
+                        let off = i * self.page_bytes;
+                        if matches!(w.state(), PageState::Clean | PageState::Dirty) {
+                            self.policy().on_remove(i, false);
+                            self.resident.fetch_sub(1, Ordering::Relaxed);
+                        }
+                        if w.state() != PageState::Far {
+                            // Drops the page or the poison marker.
+                            let _ = self.uffd.discard(&self.reg, &self.mapping, off, self.page_bytes);
+                        }
+                        if w.far_valid() {
+                            self.store.forget(off as u64, self.page_bytes as u64);
+                        }
+                        self.pages.unlock(i, PageWord::new(PageState::Untouched, false));
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Makes poisoned pages accessible again (their far copy, if any, is
+    /// read on the next access). Returns how many were cleared.
+    pub(crate) fn clear_poison(&self) -> usize {
+        let mut n = 0;
+        for i in 0..self.pages.len() {
+            let w = self.pages.load(i);
+            if w.state() == PageState::Poisoned && self.pages.try_lock(i, w) {
+                let _ = self
+                    .uffd
+                    .discard(&self.reg, &self.mapping, i * self.page_bytes, self.page_bytes);
+                let next = if w.far_valid() {
+                    PageState::Far
+                } else {
+                    PageState::Untouched
+                };
+                self.pages.unlock(i, PageWord::new(next, w.far_valid()));
+                n += 1;
+            }
+        }
+        n
+    }
+
+    pub(crate) fn fault_path(&self) -> FaultPath {
+        self.config.fault_path
+    }
+
+    pub(crate) fn uffd(&self) -> &Uffd {
+        &self.uffd
+    }
+}

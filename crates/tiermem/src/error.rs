@@ -1,0 +1,161 @@
+//! The crate's error type and its stable numeric codes (the C API's).
+
+use crate::config::ConfigError;
+use crate::store::StoreError;
+use thiserror::Error;
+use tiermem_sys::file::FileError;
+use tiermem_sys::mm::MmError;
+use tiermem_sys::uffd::UffdError;
+use tiermem_sys::Errno;
+
+/// Everything that can go wrong creating or using a region.
+#[derive(Debug, Error)]
+pub enum Error {
+    /// The configuration is invalid.
+    #[error("invalid configuration: {0}")]
+    Config(#[from] ConfigError),
+    /// userfaultfd is unavailable or failed.
+    #[error(transparent)]
+    Uffd(#[from] UffdError),
+    /// A mapping call failed.
+    #[error(transparent)]
+    Map(#[from] MmError),
+    /// The far file could not be created.
+    #[error(transparent)]
+    File(#[from] FileError),
+    /// The far store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Not enough huge pages.
+    #[error(
+        "{size} pages requested for a near budget of {need} pages, but the pool has {available} available; \
+         reserve more with `echo {suggest} > /proc/sys/vm/nr_hugepages` (as root) or \
+         `tiermem hugepages reserve 2M:{suggest}`"
+    )]
+    HugePages {
+        /// Page size.
+        size: &'static str,
+        /// Pages needed.
+        need: u64,
+        /// Pages available.
+        available: u64,
+        /// A pool size that would do.
+        suggest: u64,
+    },
+    /// A system call outside the other categories failed.
+    #[error("{what}: {errno}")]
+    Sys {
+        /// What was attempted.
+        what: &'static str,
+        /// What the kernel said.
+        errno: Errno,
+    },
+    /// Misuse of the API (a pointer that is not ours, ...).
+    #[error("{0}")]
+    Usage(String),
+    /// A thread could not be started.
+    #[error("cannot start a thread: {0}")]
+    Thread(#[from] std::io::Error),
+}
+
+/// Stable error codes, as returned by the C API (negative).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(i32)]
+pub enum ErrorCode {
+    /// Invalid argument or configuration.
+    InvalidArgument = -1,
+    /// Out of memory or address space.
+    OutOfMemory = -2,
+    /// The kernel lacks a needed feature.
+    Unsupported = -3,
+    /// Far-store I/O error.
+    Io = -4,
+    /// Far store full.
+    NoSpace = -5,
+    /// Huge page pool too small.
+    HugePages = -6,
+    /// Permission denied.
+    Permission = -7,
+    /// Internal error (a bug: please report).
+    Internal = -8,
+}
+
+impl Error {
+    /// The stable code of this error.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            Error::Config(_) | Error::Usage(_) => ErrorCode::InvalidArgument,
+            Error::Uffd(UffdError::MissingFeatures { .. }) => ErrorCode::Unsupported,
+            Error::Uffd(UffdError::Open { .. }) => ErrorCode::Permission,
+            Error::Uffd(_) => ErrorCode::Unsupported,
+            Error::Map(MmError::BadLength { .. }) => ErrorCode::InvalidArgument,
+            Error::Map(_) => ErrorCode::OutOfMemory,
+            Error::File(FileError::NotWritable { .. }) => ErrorCode::Permission,
+            Error::File(FileError::DirectUnsupported { .. }) => ErrorCode::Unsupported,
+            Error::File(_) => ErrorCode::InvalidArgument,
+            Error::Store(e) if e.is_full() => ErrorCode::NoSpace,
+            Error::Store(_) => ErrorCode::Io,
+            Error::HugePages { .. } => ErrorCode::HugePages,
+            Error::Sys { errno, .. } if errno.raw() == libc::ENOMEM => ErrorCode::OutOfMemory,
+            Error::Sys { .. } | Error::Thread(_) => ErrorCode::Internal,
+        }
+    }
+}
+
+impl ErrorCode {
+    /// A short description of the code.
+    pub fn message(self) -> &'static str {
+        match self {
+            ErrorCode::InvalidArgument => "invalid argument",
+            ErrorCode::OutOfMemory => "out of memory",
+            ErrorCode::Unsupported => "kernel feature missing",
+            ErrorCode::Io => "far store I/O error",
+            ErrorCode::NoSpace => "far store full",
+            ErrorCode::HugePages => "not enough huge pages",
+            ErrorCode::Permission => "permission denied",
+            ErrorCode::Internal => "internal error",
+        }
+    }
+
+    /// The code for a raw value.
+    pub fn from_raw(v: i32) -> Option<ErrorCode> {
+        use ErrorCode::*;
+        [
+            InvalidArgument,
+            OutOfMemory,
+            Unsupported,
+            Io,
+            NoSpace,
+            HugePages,
+            Permission,
+            Internal,
+        ]
+        .into_iter()
+        .find(|c| *c as i32 == v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_stable_and_round_trip() {
+        for v in -8..=-1 {
+            let c = ErrorCode::from_raw(v).unwrap();
+            assert_eq!(c as i32, v);
+            assert!(!c.message().is_empty());
+        }
+        assert_eq!(ErrorCode::from_raw(0), None);
+        let e = Error::Config(ConfigError::Zero { what: "virt_bytes" });
+        assert_eq!(e.code(), ErrorCode::InvalidArgument);
+        let e = Error::HugePages {
+            size: "2M",
+            need: 10,
+            available: 0,
+            suggest: 10,
+        };
+        assert!(e.to_string().contains("nr_hugepages"));
+        assert_eq!(e.code(), ErrorCode::HugePages);
+    }
+}

@@ -1,0 +1,177 @@
+//! The process-wide default region behind `tm_malloc_global` /
+//! `tm_free_global` (paper 1's `malloc_global()` / `free_global()`), sized
+//! by `TIERMEM_FAR` and `TIERMEM_NEAR` and created on first use.
+//!
+//! Allocation is first fit over free ranges kept outside the region (so
+//! that bookkeeping never faults region memory), 64-byte aligned, page
+//! aligned from one page up. Freeing coalesces neighbours and discards the
+//! pages a free range covers entirely, returning their near memory and
+//! far-store space.
+
+use crate::config::Config;
+use crate::region::Region;
+use crate::stats::RegionStats;
+use crate::Error;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+
+struct Heap {
+    region: Region,
+    /// Free ranges: offset -> length.
+    free: BTreeMap<usize, usize>,
+    /// Allocations: offset -> length.
+    used: HashMap<usize, usize>,
+}
+
+static HEAP: Mutex<Option<Heap>> = Mutex::new(None);
+
+/// The configuration of the process-wide region: 4 GiB virtual over a
+/// 1 GiB budget unless `TIERMEM_*` variables say otherwise.
+pub fn global_config() -> (Config, Vec<String>) {
+    let mut c = Config::new(4 << 30, 1 << 30);
+    let warnings = c.apply_env();
+    (c, warnings)
+}
+
+/// Creates the process-wide region now, with `config` (instead of the
+/// environment). Fails if it exists already.
+pub fn init_global(config: Config) -> Result<(), Error> {
+    let mut g = HEAP.lock().unwrap_or_else(|p| p.into_inner());
+    if g.is_some() {
+        return Err(Error::Usage("the global region exists already".into()));
+    }
+    *g = Some(Heap::new(config)?);
+    Ok(())
+}
+
+impl Heap {
+    fn new(config: Config) -> Result<Heap, Error> {
+        let region = Region::new(config)?;
+        let mut free = BTreeMap::new();
+        free.insert(0, region.len());
+        Ok(Heap {
+            region,
+            free,
+            used: HashMap::new(),
+        })
+    }
+
+    fn alloc(&mut self, size: usize) -> Option<usize> {
+        let ps = self.region.page_bytes();
+        let size = size.max(1).checked_next_multiple_of(64)?;
+        let align = if size >= ps { ps } else { 64 };
+        let (&start, &len) = self.free.iter().find(|(&o, &l)| {
+            let a = o.next_multiple_of(align);
+            a + size <= o + l
+        })?;
+        let a = start.next_multiple_of(align);
+        self.free.remove(&start);
+        if a > start {
+            self.free.insert(start, a - start);
+        }
+        if a + size < start + len {
+            self.free.insert(a + size, start + len - (a + size));
+        }
+        self.used.insert(a, size);
+        Some(a)
+    }
+
+    fn release(&mut self, offset: usize) -> Result<(), Error> {
+        let size = self.used.remove(&offset).ok_or_else(|| {
+            Error::Usage(format!(
+                "tm_free_global: {:#x} was not allocated by tm_malloc_global",
+                self.region.base() + offset
+            ))
+        })?;
+        let (mut start, mut end) = (offset, offset + size);
+        if let Some((&p, &l)) = self.free.range(..start).next_back() {
+            if p + l == start {
+                self.free.remove(&p);
+                start = p;
+            }
+        }
+        if let Some(&l) = self.free.get(&end) {
+            self.free.remove(&end);
+            end += l;
+        }
+        self.free.insert(start, end - start);
+        let ps = self.region.page_bytes();
+        let (a, b) = (start.next_multiple_of(ps), end / ps * ps);
+        if b > a {
+            self.region.discard(a, b - a)?;
+        }
+        Ok(())
+    }
+}
+
+fn with_heap<T>(f: impl FnOnce(&mut Heap) -> Result<T, Error>) -> Result<T, Error> {
+    let mut g = HEAP.lock().unwrap_or_else(|p| p.into_inner());
+    if g.is_none() {
+        let (config, warnings) = global_config();
+        for w in warnings {
+            eprintln!("{w}");
+        }
+        *g = Some(Heap::new(config)?);
+    }
+    f(g.as_mut().expect("heap initialised above"))
+}
+
+/// Allocates `size` bytes of tiered memory from the process-wide region and
+/// returns its address.
+pub fn malloc_global(size: usize) -> Result<usize, Error> {
+    with_heap(|h| {
+        let off = h.alloc(size).ok_or_else(|| {
+            Error::Usage(format!(
+                "tm_malloc_global({size}): the global region ({} bytes, TIERMEM_FAR) has no free range that large",
+                h.region.len()
+            ))
+        })?;
+        Ok(h.region.base() + off)
+    })
+}
+
+/// Frees an address returned by [`malloc_global`].
+pub fn free_global(addr: usize) -> Result<(), Error> {
+    with_heap(|h| {
+        let base = h.region.base();
+        if addr < base || addr >= base + h.region.len() {
+            return Err(Error::Usage(format!(
+                "tm_free_global: {addr:#x} is not in the global region"
+            )));
+        }
+        h.release(addr - base)
+    })
+}
+
+/// Statistics of the process-wide region, if it exists.
+pub fn global_stats() -> Option<RegionStats> {
+    HEAP.lock().ok()?.as_ref().map(|h| h.region.stats())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn heap() -> Heap {
+        Heap::new(Config::new(1 << 20, 1 << 20)).unwrap()
+    }
+
+    #[test]
+    fn first_fit_alignment_and_coalescing() {
+        let mut h = heap();
+        let a = h.alloc(10).unwrap();
+        let b = h.alloc(100).unwrap();
+        let c = h.alloc(5000).unwrap();
+        assert_eq!(a, 0);
+        assert_eq!(b, 64);
+        assert_eq!(c % 4096, 0, "page-sized and larger allocations are page aligned");
+        h.release(b).unwrap();
+        assert_eq!(h.alloc(64).unwrap(), 64, "first fit reuses the hole");
+        h.release(a).unwrap();
+        h.release(64).unwrap();
+        h.release(c).unwrap();
+        assert_eq!(h.free.len(), 1, "everything coalesced: {:?}", h.free);
+        assert!(h.release(12345).is_err());
+        assert!(h.alloc(2 << 20).is_none());
+    }
+}

@@ -1,0 +1,75 @@
+//! Replacement policies: which resident pages to evict, as a batch.
+//!
+//! A policy observes events (a page was filled, a page left near memory)
+//! and answers "which pages to evict" with victims in preference order; the
+//! engine carries the decision out. Policies see page indices only and
+//! never block, allocate or do I/O: they run under one short lock, also
+//! from the in-context SIGBUS handler.
+//!
+//! Policies:
+//! - [`fifo`]: first filled, first evicted (paper 1, section IV.B).
+
+pub mod fifo;
+
+/// A replacement policy.
+pub trait Policy: Send {
+    /// The policy's name (`fifo`, ...).
+    fn name(&self) -> &'static str;
+
+    /// Page `page` became resident (filled from far memory or zero-filled).
+    fn on_fill(&mut self, page: usize);
+
+    /// Page `page` left near memory other than by `select_victims` (it was
+    /// discarded), or an eviction of it was abandoned and it stays resident
+    /// (`still_resident`), in which case the policy may keep tracking it.
+    fn on_remove(&mut self, page: usize, still_resident: bool);
+
+    /// Moves up to `out.len()` victims into `out`, best first, and stops
+    /// tracking them. Returns how many.
+    fn select_victims(&mut self, out: &mut [usize]) -> usize;
+
+    /// Pages currently tracked.
+    fn tracked(&self) -> usize;
+}
+
+/// The policies by name, for configuration and command lines.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PolicyKind {
+    /// First in, first out by fill order.
+    #[default]
+    Fifo,
+}
+
+impl PolicyKind {
+    /// Every policy.
+    pub const ALL: &'static [PolicyKind] = &[PolicyKind::Fifo];
+
+    /// The policy's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            PolicyKind::Fifo => "fifo",
+        }
+    }
+
+    /// Looks a policy up by name.
+    pub fn from_name(name: &str) -> Option<PolicyKind> {
+        Self::ALL
+            .iter()
+            .copied()
+            .find(|p| p.name().eq_ignore_ascii_case(name))
+    }
+
+    /// Builds the policy for a region of `pages` pages.
+    pub fn build(self, pages: usize) -> Box<dyn Policy> {
+        match self {
+            PolicyKind::Fifo => Box::new(fifo::Fifo::new(pages)),
+        }
+    }
+}
+
+impl std::fmt::Display for PolicyKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}

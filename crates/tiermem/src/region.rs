@@ -1,0 +1,295 @@
+//! Tiered regions: the public handle.
+
+use crate::config::{Config, DirtyTracking, FarStoreConfig, FaultPath, PageSize};
+use crate::engine::handler_thread::HandlerThreads;
+use crate::engine::{in_context, IoErrorRecord, Parts, RegionCore};
+use crate::page::PageState;
+use crate::stats::RegionStats;
+use crate::store::file::FileStore;
+use crate::store::memory::MemoryStore;
+use crate::store::FarStore;
+use crate::Error;
+use serde::Serialize;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use tiermem_sys::hugetlb::{self, HugePageSize};
+use tiermem_sys::mm::{Advice, MapOptions, Mapping, UserAccess};
+use tiermem_sys::uffd::{Features, RegisterMode, Uffd, UffdOptions};
+
+/// A virtual range larger than its near-memory budget. Pages move between
+/// near memory and the far store on page faults, transparently to the code
+/// that reads and writes the range.
+///
+/// ```no_run
+/// use tiermem::{Config, Region};
+/// let mut r = Region::new(Config::new(64 << 20, 16 << 20)).unwrap();
+/// let data: &mut [u64] = r.as_mut_slice();
+/// for (i, x) in data.iter_mut().enumerate() {
+///     *x = i as u64; // 64 MiB written through a 16 MiB budget
+/// }
+/// assert_eq!(data[(8 << 20) / 8], 1 << 20);
+/// println!("{} pages evicted", r.stats().evictions);
+/// ```
+///
+/// Dropping the region unmaps it and frees its near memory and far store.
+/// A `fork()`ed child does not inherit the range (it is `MADV_DONTFORK`):
+/// touching it there raises SIGSEGV, and dropping the copied handle in the
+/// child releases nothing of the parent's.
+pub struct Region {
+    core: Arc<RegionCore>,
+    user: UserAccess,
+    handlers: Option<HandlerThreads>,
+}
+
+/// How many pages are in each state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct PageCensus {
+    /// Never written.
+    pub untouched: usize,
+    /// In the far store only.
+    pub far: usize,
+    /// Resident, unmodified.
+    pub clean: usize,
+    /// Resident, modified.
+    pub dirty: usize,
+    /// In transition.
+    pub busy: usize,
+    /// Unreadable (errors).
+    pub poisoned: usize,
+}
+
+impl Region {
+    /// Creates a region with the far store its configuration names.
+    pub fn new(config: Config) -> Result<Region, Error> {
+        Self::create(config, None)
+    }
+
+    /// Creates a region over a far store built by the caller (a custom or
+    /// fault-injecting store); `config.far` is ignored.
+    pub fn with_store(config: Config, store: Box<dyn FarStore>) -> Result<Region, Error> {
+        Self::create(config, Some(store))
+    }
+
+    fn create(config: Config, store: Option<Box<dyn FarStore>>) -> Result<Region, Error> {
+        config.validate()?;
+        let huge = config.page_size == PageSize::Huge2M;
+        if huge {
+            check_pool(&config)?;
+        }
+        let mut required = Features::PAGEFAULT_FLAG_WP;
+        match config.fault_path {
+            FaultPath::InContext => required |= Features::SIGBUS,
+            FaultPath::HandlerThread => required |= Features::THREAD_ID | Features::POISON,
+        }
+        if config.dirty_tracking == DirtyTracking::WpAsync {
+            required |= Features::WP_ASYNC;
+        }
+        if huge {
+            required |= Features::MISSING_HUGETLBFS | Features::WP_HUGETLBFS_SHMEM;
+        }
+        let uffd = Uffd::open(&UffdOptions {
+            required,
+            optional: Features::POISON | Features::MOVE,
+            nonblocking: config.fault_path == FaultPath::HandlerThread,
+        })?;
+        let (mapping, user) = Mapping::anonymous(
+            config.virt_bytes as usize,
+            &MapOptions {
+                huge: huge.then_some(HugePageSize::Size2M),
+                noreserve: true,
+                dontfork: true,
+                ..Default::default()
+            },
+        )?;
+        if !huge {
+            // Tiering works on 4 KiB ptes; keep THP out of the range.
+            mapping.advise(0, mapping.len(), Advice::NoHugePage)?;
+        }
+        let reg = uffd.register(&mapping, RegisterMode::MISSING | RegisterMode::WP)?;
+        let store: Box<dyn FarStore> = match store {
+            Some(s) => s,
+            None => match &config.far {
+                FarStoreConfig::Memory => Box::new(MemoryStore::new(config.virt_bytes)?),
+                FarStoreConfig::File { path, direct } => {
+                    Box::new(FileStore::create(path, *direct, config.virt_bytes)?)
+                }
+            },
+        };
+        let policy = config.policy.build(config.virt_pages());
+        let core = Arc::new(RegionCore::new(
+            config.clone(),
+            Parts {
+                mapping,
+                reg,
+                uffd,
+                store,
+                policy,
+            },
+        )?);
+        in_context::register(core.clone())?;
+        let handlers = if config.fault_path == FaultPath::HandlerThread {
+            match HandlerThreads::start(&core, config.handler_threads, &config.handler_cpus) {
+                Ok(h) => Some(h),
+                Err(e) => {
+                    in_context::unregister(&core);
+                    return Err(e);
+                }
+            }
+        } else {
+            None
+        };
+        let region = Region { core, user, handlers };
+        if crate::config::verbose_from_env() {
+            eprintln!("tiermem: region at {:#x}: {}", region.base(), region.describe());
+        }
+        Ok(region)
+    }
+
+    /// Start address.
+    pub fn base(&self) -> usize {
+        self.core.mapping.addr()
+    }
+
+    /// Start as a pointer (for C code or raw access).
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.core.mapping.as_ptr()
+    }
+
+    /// Size of the virtual range in bytes.
+    pub fn len(&self) -> usize {
+        self.core.mapping.len()
+    }
+
+    /// Always false: regions are never empty.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// Page size in bytes.
+    pub fn page_bytes(&self) -> usize {
+        self.core.page_bytes()
+    }
+
+    /// The configuration the region was made with.
+    pub fn config(&self) -> &Config {
+        &self.core.config
+    }
+
+    /// The range as a mutable slice of plain-old-data values.
+    pub fn as_mut_slice<T: bytemuck::Pod>(&mut self) -> &mut [T] {
+        self.core.mapping.user_slice_mut(&mut self.user)
+    }
+
+    /// The range as 64-bit atomics, for sharing among threads.
+    pub fn as_atomic_u64(&self) -> &[AtomicU64] {
+        self.core.mapping.user_atomics(&self.user)
+    }
+
+    /// A snapshot of the statistics.
+    pub fn stats(&self) -> RegionStats {
+        self.core
+            .stats
+            .snapshot(self.core.resident_pages(), self.core.page_bytes())
+    }
+
+    /// Zeroes the statistics (counts, costs, histogram, per-thread faults).
+    pub fn reset_stats(&self) {
+        self.core.stats.reset();
+    }
+
+    /// The latest far-store and eviction errors (up to 32).
+    pub fn errors(&self) -> Vec<IoErrorRecord> {
+        self.core.errors()
+    }
+
+    /// Writes back and drops every resident page. Fails if a write-back
+    /// fails; the pages concerned stay resident.
+    pub fn evict_all(&self) -> Result<usize, Error> {
+        Ok(self.core.evict_all()?)
+    }
+
+    /// Forgets `[offset, offset+len)`: the pages read as zeros again and
+    /// give back their near memory and far-store space. Both must be
+    /// page aligned.
+    pub fn discard(&self, offset: usize, len: usize) -> Result<(), Error> {
+        let ps = self.page_bytes();
+        if offset % ps != 0 || len % ps != 0 || offset.checked_add(len).is_none_or(|e| e > self.len()) {
+            return Err(Error::Usage(format!(
+                "discard({offset}, {len}): range must be page aligned ({ps} bytes) and inside the region of {} bytes",
+                self.len()
+            )));
+        }
+        self.core.discard(offset, len);
+        Ok(())
+    }
+
+    /// Makes pages poisoned by errors accessible again (they are re-read
+    /// from the far store on the next access). Returns how many.
+    pub fn clear_poison(&self) -> usize {
+        self.core.clear_poison()
+    }
+
+    /// Pages per state.
+    pub fn page_census(&self) -> PageCensus {
+        let c = self.core.pages.census();
+        PageCensus {
+            untouched: c[PageState::Untouched as usize],
+            far: c[PageState::Far as usize],
+            clean: c[PageState::Clean as usize],
+            dirty: c[PageState::Dirty as usize],
+            busy: c[PageState::Busy as usize],
+            poisoned: c[PageState::Poisoned as usize],
+        }
+    }
+
+    /// A one-line description: configuration and far store.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} store=[{}]",
+            self.core.config.describe(),
+            self.core.store_description()
+        )
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        if self.core.generation != tiermem_sys::thread::fork_generation() {
+            // A fork()ed child: the threads, the range and the files belong
+            // to the parent. Closing our copies of descriptors is all we do.
+            std::mem::forget(self.handlers.take());
+            return;
+        }
+        if let Some(h) = self.handlers.take() {
+            h.stop();
+        }
+        in_context::unregister(&self.core);
+    }
+}
+
+impl std::fmt::Debug for Region {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Region")
+            .field("base", &format_args!("{:#x}", self.base()))
+            .field("len", &self.len())
+            .field("config", &self.core.config)
+            .finish()
+    }
+}
+
+fn check_pool(config: &Config) -> Result<(), Error> {
+    let need = config.near_pages() as u64;
+    let available = hugetlb::pool(HugePageSize::Size2M)
+        .map(|p| p.available())
+        .unwrap_or(0);
+    if available < need {
+        let total = hugetlb::pool(HugePageSize::Size2M).map(|p| p.total).unwrap_or(0);
+        return Err(Error::HugePages {
+            size: "2M",
+            need,
+            available,
+            suggest: total + (need - available),
+        });
+    }
+    Ok(())
+}

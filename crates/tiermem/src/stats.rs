@@ -1,0 +1,449 @@
+//! Per-region statistics: faults by kind, evictions, bytes moved, faults per
+//! application thread, time per cost category (paper 1, Fig. 6: lock/list,
+//! PTE, TLB shootdown, data transfer, misc) and a fault-latency histogram.
+//!
+//! Everything here is updated from the fault path, also inside the SIGBUS
+//! handler: atomics, a fixed-size thread table, and a histogram that never
+//! allocates after creation (its only lock is never held by code that can
+//! fault on region memory).
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+/// Cost categories of a fault, after paper 1, Fig. 6.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cost {
+    /// Page-state and replacement-list bookkeeping, including waiting for
+    /// the policy lock.
+    LockList = 0,
+    /// Installing ptes: UFFDIO_COPY / ZEROPAGE / WRITEPROTECT. For the memory
+    /// store UFFDIO_COPY also performs the 4 KiB copy.
+    Pte = 1,
+    /// Unmapping and write-protecting for eviction (MADV_DONTNEED,
+    /// UFFDIO_WRITEPROTECT, mprotect): where TLB shootdowns are paid.
+    Tlb = 2,
+    /// Moving data to and from the far store (pread/pwrite, memcpy).
+    Transfer = 3,
+    /// Everything else inside the handler.
+    Misc = 4,
+}
+
+impl Cost {
+    /// All categories, in order.
+    pub const ALL: [Cost; 5] = [Cost::LockList, Cost::Pte, Cost::Tlb, Cost::Transfer, Cost::Misc];
+    /// Names as in paper 1.
+    pub fn name(self) -> &'static str {
+        match self {
+            Cost::LockList => "lock/list",
+            Cost::Pte => "pte",
+            Cost::Tlb => "tlb",
+            Cost::Transfer => "transfer",
+            Cost::Misc => "misc",
+        }
+    }
+}
+
+/// Measures one fault: laps are charged to categories, the rest is misc.
+pub(crate) struct FaultTimer {
+    start: Instant,
+    last: Instant,
+    charged: [u64; 5],
+}
+
+impl FaultTimer {
+    pub(crate) fn start() -> FaultTimer {
+        let now = Instant::now();
+        FaultTimer {
+            start: now,
+            last: now,
+            charged: [0; 5],
+        }
+    }
+
+    /// Charges the time since the previous lap to `cost`.
+    pub(crate) fn lap(&mut self, cost: Cost) {
+        let now = Instant::now();
+        self.charged[cost as usize] += (now - self.last).as_nanos() as u64;
+        self.last = now;
+    }
+
+    /// Charges the time since the previous lap to misc and returns the
+    /// total time and the per-category split.
+    pub(crate) fn finish(mut self) -> (u64, [u64; 5]) {
+        self.lap(Cost::Misc);
+        ((self.last - self.start).as_nanos() as u64, self.charged)
+    }
+}
+
+const THREAD_SLOTS: usize = 256;
+
+/// Faults per thread id, fixed size, lock free.
+struct ThreadTable {
+    tids: Box<[AtomicU32]>,
+    faults: Box<[AtomicU64]>,
+    overflow: AtomicU64,
+}
+
+impl ThreadTable {
+    fn new() -> ThreadTable {
+        ThreadTable {
+            tids: (0..THREAD_SLOTS).map(|_| AtomicU32::new(0)).collect(),
+            faults: (0..THREAD_SLOTS).map(|_| AtomicU64::new(0)).collect(),
+            overflow: AtomicU64::new(0),
+        }
+    }
+
+    fn add(&self, tid: u32) {
+        if tid == 0 {
+            self.overflow.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let h = (tid as usize).wrapping_mul(0x9e37_79b9) % THREAD_SLOTS;
+        for k in 0..THREAD_SLOTS {
+            let i = (h + k) % THREAD_SLOTS;
+            let cur = self.tids[i].load(Ordering::Relaxed);
+            // Relaxed: slots are claimed once and counts are statistics;
+            // readers tolerate a count that lags its tid.
+            if cur == tid
+                || (cur == 0
+                    && self.tids[i]
+                        .compare_exchange(0, tid, Ordering::Relaxed, Ordering::Relaxed)
+                        .map_or_else(|seen| seen == tid, |_| true))
+            {
+                self.faults[i].fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        }
+        self.overflow.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn snapshot(&self) -> Vec<ThreadFaults> {
+        let mut v: Vec<ThreadFaults> = (0..THREAD_SLOTS)
+            .filter_map(|i| {
+                let tid = self.tids[i].load(Ordering::Relaxed);
+                let faults = self.faults[i].load(Ordering::Relaxed);
+                (tid != 0 && faults != 0).then_some(ThreadFaults { tid, faults })
+            })
+            .collect();
+        let o = self.overflow.load(Ordering::Relaxed);
+        if o != 0 {
+            v.push(ThreadFaults { tid: 0, faults: o });
+        }
+        v.sort_by_key(|t| t.tid);
+        v
+    }
+
+    fn reset(&self) {
+        for i in 0..THREAD_SLOTS {
+            self.faults[i].store(0, Ordering::Relaxed);
+        }
+        self.overflow.store(0, Ordering::Relaxed);
+    }
+}
+
+/// The kinds of fault the engine counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FaultKind {
+    /// First touch of a never-written page.
+    ZeroFill,
+    /// Fill from the far store.
+    FarFill,
+    /// Write to a clean page (write-protect fault).
+    WriteProtect,
+    /// Already resolved by another thread, or waited for one.
+    Spurious,
+}
+
+/// Live counters of a region.
+pub(crate) struct Stats {
+    pub(crate) zero_fills: AtomicU64,
+    pub(crate) far_fills: AtomicU64,
+    pub(crate) wp_faults: AtomicU64,
+    pub(crate) spurious: AtomicU64,
+    pub(crate) waits: AtomicU64,
+    pub(crate) evictions: AtomicU64,
+    pub(crate) evict_calls: AtomicU64,
+    pub(crate) write_backs: AtomicU64,
+    pub(crate) bytes_in: AtomicU64,
+    pub(crate) bytes_out: AtomicU64,
+    pub(crate) io_errors: AtomicU64,
+    pub(crate) poisoned: AtomicU64,
+    cost_ns: [AtomicU64; 5],
+    fault_ns: AtomicU64,
+    threads: ThreadTable,
+    hist: Mutex<Histogram<u64>>,
+    tlb_at_reset: AtomicU64,
+}
+
+impl Stats {
+    pub(crate) fn new() -> Stats {
+        Stats {
+            zero_fills: AtomicU64::new(0),
+            far_fills: AtomicU64::new(0),
+            wp_faults: AtomicU64::new(0),
+            spurious: AtomicU64::new(0),
+            waits: AtomicU64::new(0),
+            evictions: AtomicU64::new(0),
+            evict_calls: AtomicU64::new(0),
+            write_backs: AtomicU64::new(0),
+            bytes_in: AtomicU64::new(0),
+            bytes_out: AtomicU64::new(0),
+            io_errors: AtomicU64::new(0),
+            poisoned: AtomicU64::new(0),
+            cost_ns: Default::default(),
+            fault_ns: AtomicU64::new(0),
+            threads: ThreadTable::new(),
+            // 1 ns .. 100 s at 2 significant digits: ~20 KiB, allocated now
+            // so that recording never allocates.
+            hist: Mutex::new(
+                Histogram::new_with_bounds(1, 100_000_000_000, 2).expect("valid histogram bounds"),
+            ),
+            tlb_at_reset: AtomicU64::new(tiermem_sys::interrupts::tlb_shootdowns()),
+        }
+    }
+
+    /// Records one served fault.
+    pub(crate) fn record_fault(&self, kind: FaultKind, tid: u32, timer: FaultTimer) {
+        let counter = match kind {
+            FaultKind::ZeroFill => &self.zero_fills,
+            FaultKind::FarFill => &self.far_fills,
+            FaultKind::WriteProtect => &self.wp_faults,
+            FaultKind::Spurious => &self.spurious,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        if kind == FaultKind::Spurious {
+            return;
+        }
+        self.threads.add(tid);
+        let (total, split) = timer.finish();
+        for (c, ns) in self.cost_ns.iter().zip(split) {
+            c.fetch_add(ns, Ordering::Relaxed);
+        }
+        self.fault_ns.fetch_add(total, Ordering::Relaxed);
+        if let Ok(mut h) = self.hist.lock() {
+            h.saturating_record(total.max(1));
+        }
+    }
+
+    /// Charges time spent outside a fault (explicit eviction calls).
+    pub(crate) fn charge(&self, split: [u64; 5]) {
+        for (c, ns) in self.cost_ns.iter().zip(split) {
+            c.fetch_add(ns, Ordering::Relaxed);
+        }
+    }
+
+    pub(crate) fn reset(&self) {
+        for a in [
+            &self.zero_fills,
+            &self.far_fills,
+            &self.wp_faults,
+            &self.spurious,
+            &self.waits,
+            &self.evictions,
+            &self.evict_calls,
+            &self.write_backs,
+            &self.bytes_in,
+            &self.bytes_out,
+            &self.fault_ns,
+        ] {
+            a.store(0, Ordering::Relaxed);
+        }
+        for c in &self.cost_ns {
+            c.store(0, Ordering::Relaxed);
+        }
+        self.threads.reset();
+        if let Ok(mut h) = self.hist.lock() {
+            h.reset();
+        }
+        self.tlb_at_reset
+            .store(tiermem_sys::interrupts::tlb_shootdowns(), Ordering::Relaxed);
+    }
+
+    pub(crate) fn snapshot(&self, resident_pages: usize, page_bytes: usize) -> RegionStats {
+        let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let (p50, p90, p99, max, count) = match self.hist.lock() {
+            Ok(h) if !h.is_empty() => (
+                h.value_at_quantile(0.5),
+                h.value_at_quantile(0.9),
+                h.value_at_quantile(0.99),
+                h.max(),
+                h.len(),
+            ),
+            _ => (0, 0, 0, 0, 0),
+        };
+        let cost: Vec<CostShare> = Cost::ALL
+            .iter()
+            .map(|c| CostShare {
+                category: c.name(),
+                ns: ld(&self.cost_ns[*c as usize]),
+            })
+            .collect();
+        RegionStats {
+            faults_zero_fill: ld(&self.zero_fills),
+            faults_far_fill: ld(&self.far_fills),
+            faults_write_protect: ld(&self.wp_faults),
+            faults_spurious: ld(&self.spurious),
+            waits_in_flight: ld(&self.waits),
+            evictions: ld(&self.evictions),
+            evict_calls: ld(&self.evict_calls),
+            write_backs: ld(&self.write_backs),
+            bytes_in: ld(&self.bytes_in),
+            bytes_out: ld(&self.bytes_out),
+            io_errors: ld(&self.io_errors),
+            poisoned_pages: ld(&self.poisoned),
+            resident_bytes: (resident_pages * page_bytes) as u64,
+            fault_ns_total: ld(&self.fault_ns),
+            fault_latency: Latency {
+                count,
+                p50_ns: p50,
+                p90_ns: p90,
+                p99_ns: p99,
+                max_ns: max,
+            },
+            cost,
+            faults_per_thread: self.threads.snapshot(),
+            tlb_shootdowns_machine: tiermem_sys::interrupts::tlb_shootdowns()
+                .saturating_sub(self.tlb_at_reset.load(Ordering::Relaxed)),
+        }
+    }
+}
+
+/// Faults served for one application thread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct ThreadFaults {
+    /// Kernel thread id (0: threads beyond the table's capacity).
+    pub tid: u32,
+    /// Faults (zero fill, far fill, write protect) of that thread.
+    pub faults: u64,
+}
+
+/// Time in one cost category.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct CostShare {
+    /// Category name.
+    pub category: &'static str,
+    /// Nanoseconds.
+    pub ns: u64,
+}
+
+/// Fault service time percentiles (inside the handler; the application
+/// additionally pays the trap and, in-context, signal delivery).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Latency {
+    /// Faults recorded.
+    pub count: u64,
+    /// Median.
+    pub p50_ns: u64,
+    /// 90th percentile.
+    pub p90_ns: u64,
+    /// 99th percentile.
+    pub p99_ns: u64,
+    /// Maximum.
+    pub max_ns: u64,
+}
+
+/// A snapshot of a region's statistics.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RegionStats {
+    /// First touches of never-written pages (zero fill, no far-store read).
+    pub faults_zero_fill: u64,
+    /// Fills from the far store.
+    pub faults_far_fill: u64,
+    /// Writes to clean pages (dirty tracking).
+    pub faults_write_protect: u64,
+    /// Faults already resolved by another thread by the time they were served.
+    pub faults_spurious: u64,
+    /// Times a fault waited for a page in flight.
+    pub waits_in_flight: u64,
+    /// Pages evicted.
+    pub evictions: u64,
+    /// Unmap calls issued for evictions (each can cost a TLB shootdown).
+    pub evict_calls: u64,
+    /// Evicted pages written back (dirty); the rest were dropped.
+    pub write_backs: u64,
+    /// Bytes read from the far store.
+    pub bytes_in: u64,
+    /// Bytes written to the far store.
+    pub bytes_out: u64,
+    /// Far-store I/O errors.
+    pub io_errors: u64,
+    /// Pages poisoned because of errors.
+    pub poisoned_pages: u64,
+    /// Bytes resident now.
+    pub resident_bytes: u64,
+    /// Total time inside the fault handler.
+    pub fault_ns_total: u64,
+    /// Fault service time percentiles.
+    pub fault_latency: Latency,
+    /// Time per cost category (paper 1, Fig. 6).
+    pub cost: Vec<CostShare>,
+    /// Faults per application thread.
+    pub faults_per_thread: Vec<ThreadFaults>,
+    /// TLB-shootdown IPIs on the whole machine since creation or reset
+    /// (`/proc/interrupts`; includes other processes).
+    pub tlb_shootdowns_machine: u64,
+}
+
+impl RegionStats {
+    /// Faults that moved or created a page (zero + far fills).
+    pub fn fills(&self) -> u64 {
+        self.faults_zero_fill + self.faults_far_fill
+    }
+    /// All faults served (fills + write-protect).
+    pub fn faults(&self) -> u64 {
+        self.fills() + self.faults_write_protect
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_faults_costs_and_threads() {
+        let s = Stats::new();
+        for tid in [7, 7, 9] {
+            let mut t = FaultTimer::start();
+            std::thread::sleep(std::time::Duration::from_micros(50));
+            t.lap(Cost::Transfer);
+            s.record_fault(FaultKind::FarFill, tid, t);
+        }
+        s.record_fault(FaultKind::Spurious, 7, FaultTimer::start());
+        let snap = s.snapshot(3, 4096);
+        assert_eq!(snap.faults_far_fill, 3);
+        assert_eq!(snap.faults_spurious, 1);
+        assert_eq!(snap.faults(), 3);
+        assert_eq!(snap.resident_bytes, 3 * 4096);
+        assert_eq!(
+            snap.faults_per_thread,
+            vec![
+                ThreadFaults { tid: 7, faults: 2 },
+                ThreadFaults { tid: 9, faults: 1 }
+            ]
+        );
+        assert!(snap.cost[Cost::Transfer as usize].ns >= 150_000);
+        assert!(snap.fault_latency.p50_ns >= 50_000);
+        assert_eq!(snap.fault_latency.count, 3);
+        s.reset();
+        let snap = s.snapshot(0, 4096);
+        assert_eq!(snap.faults(), 0);
+        assert!(snap.faults_per_thread.is_empty());
+    }
+
+    #[test]
+    fn thread_table_overflows_gracefully() {
+        let t = ThreadTable::new();
+        for tid in 1..=(THREAD_SLOTS as u32 + 10) {
+            t.add(tid);
+        }
+        let snap = t.snapshot();
+        assert_eq!(
+            snap.iter().map(|x| x.faults).sum::<u64>(),
+            THREAD_SLOTS as u64 + 10
+        );
+        assert_eq!(snap.iter().find(|x| x.tid == 0).unwrap().faults, 10);
+    }
+}

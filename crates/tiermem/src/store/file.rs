@@ -1,0 +1,115 @@
+//! The file far store: `pread`/`pwrite` on a sparse file created mode 0600,
+//! optionally `O_DIRECT` (buffers and offsets are page aligned, which
+//! satisfies any logical block size up to the page size).
+
+use super::{FarStore, StagingSlot, StoreError};
+use std::os::fd::AsFd;
+use std::path::Path;
+use tiermem_sys::file::FarFile;
+use tiermem_sys::memfd;
+use tiermem_sys::mm::MemRange;
+use tiermem_sys::Errno;
+
+/// A far store in a file.
+pub struct FileStore {
+    file: FarFile,
+    capacity: u64,
+}
+
+impl FileStore {
+    /// Creates the far file (see [`FarFile::create`]) and sizes it sparsely.
+    pub fn create(path: &Path, direct: bool, capacity: u64) -> Result<FileStore, crate::Error> {
+        let file = FarFile::create(path, direct)?;
+        memfd::set_len(file.as_fd(), capacity).map_err(|errno| crate::Error::Sys {
+            what: "sizing the far file",
+            errno,
+        })?;
+        Ok(FileStore { file, capacity })
+    }
+
+    /// Free bytes on the file's file system.
+    pub fn fs_free_bytes(&self) -> Option<u64> {
+        self.file.fs_free_bytes().ok()
+    }
+}
+
+impl FarStore for FileStore {
+    fn kind(&self) -> &'static str {
+        "file"
+    }
+
+    fn needs_staging(&self) -> bool {
+        true
+    }
+
+    fn fetch<'a>(
+        &'a self,
+        offset: u64,
+        len: usize,
+        staging: Option<&'a StagingSlot<'a>>,
+    ) -> Result<MemRange<'a>, StoreError> {
+        let slot = staging.expect("the file store reads through a staging buffer");
+        assert!(len <= slot.len());
+        let mut done = 0;
+        while done < len {
+            let n = slot
+                .mapping()
+                .pread(
+                    self.file.as_fd(),
+                    slot.offset() + done,
+                    len - done,
+                    offset + done as u64,
+                )
+                .map_err(|errno| StoreError::Read { offset, len, errno })?;
+            if n == 0 {
+                // A sparse file never ends before its size: something
+                // truncated it. Never hand back silent zeros.
+                return Err(StoreError::Read {
+                    offset,
+                    len,
+                    errno: Errno(libc::EIO),
+                });
+            }
+            done += n;
+        }
+        Ok(slot.mapping().range(slot.offset(), len))
+    }
+
+    fn store(&self, offset: u64, src: MemRange<'_>) -> Result<(), StoreError> {
+        let mut done = 0;
+        while done < src.len() {
+            let part = src.sub(done, src.len() - done);
+            let n = part
+                .pwrite_to(self.file.as_fd(), offset + done as u64)
+                .map_err(|errno| StoreError::Write {
+                    offset,
+                    len: src.len(),
+                    errno,
+                })?;
+            if n == 0 {
+                return Err(StoreError::Write {
+                    offset,
+                    len: src.len(),
+                    errno: Errno(libc::ENOSPC),
+                });
+            }
+            done += n;
+        }
+        Ok(())
+    }
+
+    fn forget(&self, offset: u64, len: u64) {
+        let _ = memfd::punch_hole(self.file.as_fd(), offset, len);
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "file {} ({} bytes{})",
+            self.file
+                .path()
+                .map_or_else(|| "(unnamed)".to_owned(), |p| p.display().to_string()),
+            self.capacity,
+            if self.file.direct() { ", O_DIRECT" } else { "" }
+        )
+    }
+}

@@ -1,0 +1,175 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code, missing_docs)]
+
+use tiermem::{Config, DirtyTracking, FarStoreConfig, FaultPath};
+
+/// Every fault path x dirty tracking x store combination.
+pub fn variants() -> Vec<(FaultPath, DirtyTracking, &'static str)> {
+    let mut v = Vec::new();
+    for &fp in FaultPath::ALL {
+        for &dt in DirtyTracking::ALL {
+            for store in ["memory", "file"] {
+                v.push((fp, dt, store));
+            }
+        }
+    }
+    v
+}
+
+/// A config for one variant.
+pub fn config(virt: u64, near: u64, fp: FaultPath, dt: DirtyTracking, store: &str) -> Config {
+    let mut c = Config::new(virt, near);
+    c.fault_path = fp;
+    c.dirty_tracking = dt;
+    if store == "file" {
+        c.far = FarStoreConfig::File {
+            path: std::env::temp_dir(),
+            direct: false,
+        };
+    }
+    c
+}
+
+/// A 64-bit mix for per-word patterns.
+pub fn mix(mut x: u64) -> u64 {
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    x ^ (x >> 33)
+}
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use tiermem::store::memory::MemoryStore;
+use tiermem::store::{FarStore, StagingSlot, StoreError};
+use tiermem_sys::mm::MemRange;
+use tiermem_sys::Errno;
+
+/// Switches for a [`FailingStore`].
+#[derive(Default)]
+pub struct Faults {
+    /// Reads fail with EIO.
+    pub reads: AtomicBool,
+    /// Writes fail with ENOSPC.
+    pub writes: AtomicBool,
+}
+
+/// A memory store whose reads or writes fail on demand.
+pub struct FailingStore {
+    inner: MemoryStore,
+    pub faults: Arc<Faults>,
+}
+
+impl FailingStore {
+    pub fn new(capacity: u64) -> (FailingStore, Arc<Faults>) {
+        let faults = Arc::new(Faults::default());
+        (
+            FailingStore {
+                inner: MemoryStore::new(capacity).unwrap(),
+                faults: faults.clone(),
+            },
+            faults,
+        )
+    }
+}
+
+impl FarStore for FailingStore {
+    fn kind(&self) -> &'static str {
+        "failing"
+    }
+    fn needs_staging(&self) -> bool {
+        false
+    }
+    fn fetch<'a>(
+        &'a self,
+        offset: u64,
+        len: usize,
+        s: Option<&'a StagingSlot<'a>>,
+    ) -> Result<MemRange<'a>, StoreError> {
+        if self.faults.reads.load(Ordering::Relaxed) {
+            return Err(StoreError::Read {
+                offset,
+                len,
+                errno: Errno(libc::EIO),
+            });
+        }
+        self.inner.fetch(offset, len, s)
+    }
+    fn store(&self, offset: u64, src: MemRange<'_>) -> Result<(), StoreError> {
+        if self.faults.writes.load(Ordering::Relaxed) {
+            return Err(StoreError::Write {
+                offset,
+                len: src.len(),
+                errno: Errno(libc::ENOSPC),
+            });
+        }
+        self.inner.store(offset, src)
+    }
+    fn forget(&self, offset: u64, len: u64) {
+        self.inner.forget(offset, len)
+    }
+    fn describe(&self) -> String {
+        "failing memory store".into()
+    }
+}
+
+/// Runs the test `name` of the current test binary in a child process with
+/// `TIERMEM_CHILD=name` and returns its exit status and stderr.
+pub fn run_child(name: &str) -> (std::process::ExitStatus, String) {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env("TIERMEM_CHILD", name)
+        .output()
+        .unwrap();
+    (out.status, String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// True in the child process started by [`run_child`] for `name`.
+pub fn is_child(name: &str) -> bool {
+    std::env::var("TIERMEM_CHILD").as_deref() == Ok(name)
+}
+
+/// Whether we run as root (mounts, hugepage pools).
+pub fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+/// A small tmpfs mounted for a test (root only), unmounted on drop.
+pub struct TmpMount {
+    pub path: std::path::PathBuf,
+}
+
+impl TmpMount {
+    pub fn new(tag: &str, opts: &str) -> Option<TmpMount> {
+        if !is_root() {
+            eprintln!("skipped part: needs root to mount a tmpfs");
+            return None;
+        }
+        let path = std::env::temp_dir().join(format!("tiermem-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&path).ok()?;
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", opts, "tiermem-test", path.to_str()?])
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        if !ok {
+            eprintln!("skipped part: mount -t tmpfs failed");
+            let _ = std::fs::remove_dir(&path);
+            return None;
+        }
+        Some(TmpMount { path })
+    }
+}
+
+impl Drop for TmpMount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.path).status();
+        let _ = std::fs::remove_dir(&self.path);
+    }
+}

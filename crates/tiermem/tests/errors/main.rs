@@ -1,0 +1,247 @@
+//! Bad input and failures: clear errors, never a hang, a crash or silent
+//! data loss. Accesses that must fail with SIGBUS run in child processes.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+use common::{is_child, is_root, run_child, FailingStore, TmpMount};
+use std::io::Read;
+use std::os::unix::process::ExitStatusExt;
+use std::sync::atomic::Ordering;
+use tiermem::config::ConfigError;
+use tiermem::{Config, Error, ErrorCode, FarStoreConfig, FaultPath, PageSize, Region};
+use tiermem_sys::file::FileError;
+
+const MIB: u64 = 1 << 20;
+
+fn file_config(path: impl Into<std::path::PathBuf>) -> Config {
+    let mut c = Config::new(4 * MIB, MIB);
+    c.far = FarStoreConfig::File {
+        path: path.into(),
+        direct: false,
+    };
+    c
+}
+
+#[test]
+fn zero_unaligned_and_tiny_sizes_are_rejected() {
+    let cases: [(u64, u64, &str); 5] = [
+        (0, 4096, "virt_bytes must not be zero"),
+        (4 * MIB, 0, "near_bytes must not be zero"),
+        (4 * MIB + 1, MIB, "not a multiple of the page size"),
+        (4 * MIB, 100, "below the minimum"),
+        (4 * MIB, 4096, "below the minimum"),
+    ];
+    for (virt, near, msg) in cases {
+        let e = Region::new(Config::new(virt, near)).unwrap_err();
+        assert!(matches!(e, Error::Config(_)), "{e:?}");
+        assert_eq!(e.code(), ErrorCode::InvalidArgument);
+        assert!(e.to_string().contains(msg), "{virt}/{near}: {e}");
+    }
+    let mut c = Config::new(3 * MIB, 2 * MIB);
+    c.page_size = PageSize::Huge2M;
+    assert!(matches!(
+        Region::new(c).unwrap_err(),
+        Error::Config(ConfigError::Unaligned { .. })
+    ));
+}
+
+#[test]
+fn far_file_in_missing_or_read_only_directory() {
+    let e = Region::new(file_config("/nonexistent-tiermem-dir/far.bin")).unwrap_err();
+    assert!(matches!(e, Error::File(FileError::NoDirectory { .. })), "{e:?}");
+    assert!(e.to_string().contains("does not exist"), "{e}");
+    // procfs refuses new files whoever we are.
+    let e = Region::new(file_config("/proc/tiermem-far.bin")).unwrap_err();
+    assert!(matches!(e, Error::File(FileError::NotWritable { .. })), "{e:?}");
+    assert_eq!(e.code(), ErrorCode::Permission);
+    // A read-only file system (root can write anywhere else).
+    if let Some(ro) = TmpMount::new("ro", "ro,size=1m") {
+        let e = Region::new(file_config(ro.path.join("far.bin"))).unwrap_err();
+        assert!(matches!(e, Error::File(FileError::NotWritable { .. })), "{e:?}");
+        assert!(e.to_string().contains("cannot be created"), "{e}");
+    }
+    // An existing file is never overwritten.
+    let existing = std::env::temp_dir().join(format!("tiermem-exists-{}", std::process::id()));
+    std::fs::write(&existing, b"precious").unwrap();
+    let e = Region::new(file_config(&existing)).unwrap_err();
+    assert!(matches!(e, Error::File(FileError::Exists { .. })), "{e:?}");
+    assert_eq!(std::fs::read(&existing).unwrap(), b"precious");
+    std::fs::remove_file(existing).unwrap();
+}
+
+#[test]
+fn huge_pages_with_a_pool_too_small() {
+    let avail = tiermem_sys::hugetlb::pool(tiermem_sys::hugetlb::HugePageSize::Size2M)
+        .map(|p| p.available())
+        .unwrap_or(0);
+    let near = (avail + 1).max(4) * 2 * MIB;
+    let mut c = Config::new(near * 2, near);
+    c.page_size = PageSize::Huge2M;
+    let e = Region::new(c).unwrap_err();
+    assert!(matches!(e, Error::HugePages { .. }), "{e:?}");
+    assert_eq!(e.code(), ErrorCode::HugePages);
+    let msg = e.to_string();
+    assert!(
+        msg.contains("nr_hugepages") && msg.contains(&format!("{avail} available")),
+        "{msg}"
+    );
+}
+
+#[test]
+fn failed_write_back_keeps_the_data_and_reports() {
+    let (store, faults) = FailingStore::new(4 * MIB);
+    let mut r = Region::with_store(Config::new(4 * MIB, 4 * MIB), Box::new(store)).unwrap();
+    r.as_mut_slice::<u64>()
+        .iter_mut()
+        .enumerate()
+        .for_each(|(i, w)| *w = i as u64 * 3);
+    faults.writes.store(true, Ordering::Relaxed);
+    let e = r.evict_all().unwrap_err();
+    assert_eq!(e.code(), ErrorCode::NoSpace, "{e}");
+    assert!(!r.errors().is_empty());
+    assert!(
+        r.errors()[0].message.contains("No space left"),
+        "{:?}",
+        r.errors()
+    );
+    assert_eq!(r.page_census().dirty, 1024, "nothing dropped");
+    // Writes still work on the pages whose eviction failed (they were
+    // write-protected during the attempt).
+    r.as_mut_slice::<u64>()[5] = 5;
+    faults.writes.store(false, Ordering::Relaxed);
+    assert_eq!(r.evict_all().unwrap(), 1024);
+    let w: &mut [u64] = r.as_mut_slice();
+    assert_eq!(w[5], 5);
+    assert!(w.iter().enumerate().all(|(i, &x)| i == 5 || x == i as u64 * 3));
+}
+
+/// Child: a far-store read fails while a page is faulted in: the access
+/// must end the process with SIGBUS (not hang, not read zeros).
+#[test]
+fn child_read_error_raises_sigbus() {
+    if !is_child("child_read_error_raises_sigbus") {
+        return;
+    }
+    let (store, faults) = FailingStore::new(4 * MIB);
+    let mut r = Region::with_store(Config::new(4 * MIB, MIB), Box::new(store)).unwrap();
+    let w: &mut [u64] = r.as_mut_slice();
+    w.iter_mut().for_each(|x| *x = 1);
+    faults.reads.store(true, Ordering::Relaxed);
+    eprintln!("reading an evicted page");
+    let v = std::hint::black_box(w[0]);
+    eprintln!("BUG: read {v} instead of failing");
+}
+
+#[test]
+fn read_error_raises_sigbus() {
+    let (status, err) = run_child("child_read_error_raises_sigbus");
+    assert_eq!(
+        status.signal(),
+        Some(libc::SIGBUS),
+        "status {status:?}, stderr:\n{err}"
+    );
+    assert!(
+        err.contains("reading an evicted page") && !err.contains("BUG"),
+        "{err}"
+    );
+}
+
+/// Child: the far store is full while a fault needs room: SIGBUS.
+#[test]
+fn child_store_full_during_fault_raises_sigbus() {
+    if !is_child("child_store_full_during_fault_raises_sigbus") {
+        return;
+    }
+    let (store, faults) = FailingStore::new(4 * MIB);
+    let mut r = Region::with_store(Config::new(4 * MIB, MIB), Box::new(store)).unwrap();
+    let w: &mut [u64] = r.as_mut_slice();
+    faults.writes.store(true, Ordering::Relaxed);
+    eprintln!("filling past the budget");
+    for (i, x) in w.iter_mut().enumerate() {
+        *x = i as u64;
+    }
+    eprintln!("BUG: wrote past a full far store");
+}
+
+#[test]
+fn store_full_during_fault_raises_sigbus() {
+    let (status, err) = run_child("child_store_full_during_fault_raises_sigbus");
+    assert_eq!(
+        status.signal(),
+        Some(libc::SIGBUS),
+        "status {status:?}, stderr:\n{err}"
+    );
+    assert!(!err.contains("BUG"), "{err}");
+}
+
+/// A real full disk: a 256 KiB tmpfs under a file store.
+#[test]
+fn full_disk_is_reported_and_loses_nothing() {
+    let Some(small) = TmpMount::new("full", "size=256k") else {
+        return;
+    };
+    let mut r = Region::new(file_config(small.path.join("far.bin"))).unwrap();
+    // 1 MiB budget = the whole of what we write: no eviction at fault time.
+    r.as_mut_slice::<u64>()[..(MIB / 8) as usize]
+        .iter_mut()
+        .enumerate()
+        .for_each(|(i, x)| *x = !(i as u64));
+    let e = r.evict_all().unwrap_err();
+    assert_eq!(e.code(), ErrorCode::NoSpace, "{e}");
+    let w: &mut [u64] = r.as_mut_slice();
+    assert!(w[..(MIB / 8) as usize]
+        .iter()
+        .enumerate()
+        .all(|(i, &x)| x == !(i as u64)));
+}
+
+/// In-context faults cannot serve kernel-mode accesses: a read(2) into a
+/// non-resident page fails with EFAULT (documented); the handler-thread
+/// design serves it.
+#[test]
+fn kernel_mode_access_per_design() {
+    for fp in [FaultPath::InContext, FaultPath::HandlerThread] {
+        let mut c = Config::new(MIB, MIB);
+        c.fault_path = fp;
+        let mut r = Region::new(c).unwrap();
+        let mut zero = std::fs::File::open("/dev/zero").unwrap();
+        let buf: &mut [u8] = r.as_mut_slice();
+        let res = zero.read(&mut buf[..8192]);
+        match fp {
+            FaultPath::InContext => {
+                assert_eq!(res.unwrap_err().raw_os_error(), Some(libc::EFAULT))
+            }
+            FaultPath::HandlerThread => assert_eq!(res.unwrap(), 8192),
+        }
+        // After a user-mode touch the page is resident and syscalls work.
+        buf[0] = 1;
+        assert_eq!(zero.read(&mut buf[..4096]).unwrap(), 4096);
+    }
+}
+
+/// Handler-thread design: a read error reaches a kernel-mode access as
+/// EFAULT, and the error is reported through the API, in-process.
+#[test]
+fn read_error_is_reported_through_the_api() {
+    let (store, faults) = FailingStore::new(4 * MIB);
+    let mut c = Config::new(4 * MIB, MIB);
+    c.fault_path = FaultPath::HandlerThread;
+    let mut r = Region::with_store(c, Box::new(store)).unwrap();
+    r.as_mut_slice::<u8>().fill(9);
+    faults.reads.store(true, Ordering::Relaxed);
+    let mut zero = std::fs::File::open("/dev/zero").unwrap();
+    let e = zero.read(&mut r.as_mut_slice::<u8>()[..4096]).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EFAULT));
+    let errs = r.errors();
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert_eq!(errs[0].op, "read");
+    assert_eq!(errs[0].errno, libc::EIO);
+    assert_eq!(r.stats().io_errors, 1);
+    assert_eq!(r.page_census().poisoned, 1, "{:?}", r.page_census());
+    // Once the store works again the page can be recovered intact.
+    faults.reads.store(false, Ordering::Relaxed);
+    assert_eq!(r.clear_poison(), 1);
+    assert!(r.as_mut_slice::<u8>()[..4096].iter().all(|&b| b == 9));
+    let _ = is_root();
+}

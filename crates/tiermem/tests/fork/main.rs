@@ -1,0 +1,130 @@
+//! `fork()` with a live region (documented in docs/fork.md): the child does
+//! not inherit the range (MADV_DONTFORK), touching it there raises SIGSEGV,
+//! dropping the copied handle in the child releases nothing of the
+//! parent's, the child can make regions of its own, and the parent carries
+//! on undisturbed. Runs in a child test process so that fork() happens in
+//! a process with one thread.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+use common::{is_child, mix, run_child};
+use std::os::unix::process::ExitStatusExt;
+use tiermem::{Config, FarStoreConfig, FaultPath, Region};
+
+const MIB: u64 = 1 << 20;
+
+fn fork_and_wait(child: impl FnOnce() -> i32) -> libc::c_int {
+    // SAFETY: test code; the child runs `child` and leaves with _exit.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        let code = child();
+        // SAFETY: leaving the child without running the parent's atexit.
+        unsafe { libc::_exit(code) };
+    }
+    let mut status = 0;
+    // SAFETY: waiting for our own child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    status
+}
+
+fn scenario(fp: FaultPath) {
+    let dir = std::env::temp_dir().join(format!("tiermem-fork-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let far = dir.join("far.bin");
+    let mut c = Config::new(8 * MIB, 2 * MIB);
+    c.fault_path = fp;
+    c.far = FarStoreConfig::File {
+        path: far.clone(),
+        direct: false,
+    };
+    let mut region = Region::new(c).unwrap();
+    let base = region.base();
+    region
+        .as_mut_slice::<u64>()
+        .iter_mut()
+        .enumerate()
+        .for_each(|(i, w)| *w = mix(i as u64));
+
+    // Child 1: the range is absent; the handle drops harmlessly; new regions work.
+    let status = fork_and_wait(|| {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        if maps.contains(&format!("{base:x}-")) {
+            return 10;
+        }
+        let mut own = Region::new(Config::new(4 * MIB, MIB)).unwrap();
+        own.as_mut_slice::<u64>()
+            .iter_mut()
+            .enumerate()
+            .for_each(|(i, w)| *w = i as u64);
+        if own
+            .as_mut_slice::<u64>()
+            .iter()
+            .enumerate()
+            .any(|(i, &w)| w != i as u64)
+        {
+            return 11;
+        }
+        drop(own);
+        // SAFETY: test code; dropping the parent's handle in the child must
+        // not unmap, unlink or stop anything of the parent's.
+        drop(unsafe { std::ptr::read(&region) });
+        0
+    });
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "child 1 status {status:#x}"
+    );
+
+    // Child 2: touching the region raises SIGSEGV, not silent zeros.
+    let ptr = region.as_ptr() as usize;
+    let status = fork_and_wait(|| {
+        // SAFETY: test code; the access is expected to kill the child.
+        let v = unsafe { std::ptr::read_volatile((ptr + 4096) as *const u64) };
+        std::hint::black_box(v);
+        12
+    });
+    assert!(
+        libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGSEGV,
+        "child 2 status {status:#x}"
+    );
+
+    // The parent is undisturbed: its far file exists, every word is intact
+    // after more eviction round trips.
+    assert!(far.exists(), "a child removed the parent's far file");
+    for _ in 0..2 {
+        let w: &mut [u64] = region.as_mut_slice();
+        assert!(w.iter().enumerate().all(|(i, &x)| x == mix(i as u64)));
+    }
+    assert!(region.stats().evictions > 0);
+    drop(region);
+    assert!(!far.exists());
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn child_fork_in_context() {
+    if is_child("child_fork_in_context") {
+        scenario(FaultPath::InContext);
+    }
+}
+
+#[test]
+fn child_fork_handler_thread() {
+    if is_child("child_fork_handler_thread") {
+        scenario(FaultPath::HandlerThread);
+    }
+}
+
+#[test]
+fn fork_with_a_live_region() {
+    for name in ["child_fork_in_context", "child_fork_handler_thread"] {
+        let (status, err) = run_child(name);
+        assert!(
+            status.success(),
+            "{name}: {status:?} (signal {:?})\n{err}",
+            status.signal()
+        );
+    }
+}

@@ -1,0 +1,146 @@
+//! Regions end to end: data survives eviction under every design, stats
+//! add up, regions are independent, destroy releases everything.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+use common::{config, mix, variants};
+use tiermem::{Config, Region};
+
+const MIB: u64 = 1 << 20;
+
+#[test]
+fn data_survives_eviction_in_every_variant() {
+    for (fp, dt, store) in variants() {
+        let what = format!("{} {} {}", fp.name(), dt.name(), store);
+        let mut r = Region::new(config(32 * MIB, 8 * MIB, fp, dt, store)).expect(&what);
+        let words: &mut [u64] = r.as_mut_slice();
+        for (i, w) in words.iter_mut().enumerate() {
+            *w = mix(i as u64);
+        }
+        // Two read passes (clean pages dropped without write-back), then a
+        // read-modify-write pass (write-protect faults), then a check.
+        for _ in 0..2 {
+            for (i, w) in words.iter().enumerate() {
+                assert_eq!(*w, mix(i as u64), "{what}: word {i}");
+            }
+        }
+        for w in words.iter_mut().step_by(97) {
+            *w = !*w;
+        }
+        for (i, w) in words.iter().enumerate() {
+            let want = if i % 97 == 0 {
+                !mix(i as u64)
+            } else {
+                mix(i as u64)
+            };
+            assert_eq!(*w, want, "{what}: word {i} after rewrite");
+        }
+        let s = r.stats();
+        let pages = 32 * MIB / 4096;
+        assert_eq!(s.faults_zero_fill, pages, "{what}: every page zero-filled once");
+        assert!(s.faults_far_fill >= 3 * pages - 2 * 2048, "{what}: {s:?}");
+        assert!(s.evictions >= s.faults_far_fill, "{what}");
+        assert!(s.resident_bytes <= 8 * MIB, "{what}: budget exceeded");
+        // Clean passes must not write back: at most the dirty pages each
+        // time a dirty page is evicted.
+        assert!(
+            s.write_backs < s.evictions,
+            "{what}: clean pages were written back: {s:?}"
+        );
+        if dt == tiermem::DirtyTracking::WpFault {
+            assert!(
+                s.faults_write_protect > 0,
+                "{what}: read-then-write should WP-fault"
+            );
+        }
+        assert!(r.errors().is_empty(), "{what}: {:?}", r.errors());
+        let c = r.page_census();
+        assert_eq!(c.busy + c.poisoned, 0);
+        assert_eq!((c.clean + c.dirty) as u64 * 4096, s.resident_bytes);
+    }
+}
+
+#[test]
+fn untouched_pages_read_zero_without_far_reads() {
+    let mut r = Region::new(Config::new(16 * MIB, 4 * MIB)).unwrap();
+    let words: &mut [u64] = r.as_mut_slice();
+    assert!(words.iter().all(|&w| w == 0));
+    let s = r.stats();
+    assert_eq!(s.faults_far_fill, 0);
+    assert_eq!(s.bytes_in, 0);
+    assert_eq!(s.bytes_out, 0, "zero pages are dropped, never written back");
+    assert_eq!(s.faults_zero_fill, 16 * MIB / 4096);
+}
+
+#[test]
+fn several_regions_are_independent() {
+    let mut a = Region::new(Config::new(8 * MIB, MIB)).unwrap();
+    let mut b = Region::new(Config::new(4 * MIB, MIB)).unwrap();
+    for (k, r) in [&mut a, &mut b].into_iter().enumerate() {
+        let w: &mut [u64] = r.as_mut_slice();
+        for (i, x) in w.iter_mut().enumerate() {
+            *x = mix((k as u64) << 40 | i as u64);
+        }
+    }
+    for (k, r) in [&mut a, &mut b].into_iter().enumerate() {
+        let w: &mut [u64] = r.as_mut_slice();
+        for (i, x) in w.iter().enumerate() {
+            assert_eq!(*x, mix((k as u64) << 40 | i as u64));
+        }
+    }
+    assert!(a.stats().evictions > 0 && b.stats().evictions > 0);
+    drop(a);
+    // b still works after a is gone.
+    let w: &mut [u64] = b.as_mut_slice();
+    assert_eq!(w[12345], mix(1 << 40 | 12345));
+}
+
+#[test]
+fn destroy_releases_the_range_and_the_file() {
+    let dir = std::env::temp_dir().join(format!("tiermem-destroy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("far.bin");
+    let mut c = Config::new(8 * MIB, 2 * MIB);
+    c.far = tiermem::FarStoreConfig::File {
+        path: path.clone(),
+        direct: false,
+    };
+    let mut r = Region::new(c).unwrap();
+    let base = r.base();
+    r.as_mut_slice::<u8>().fill(7);
+    assert!(path.exists());
+    assert!(
+        std::fs::metadata(&path).unwrap().len() == 8 * MIB,
+        "sparse file sized to the region"
+    );
+    drop(r);
+    assert!(!path.exists(), "far file removed");
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    assert!(!maps.contains(&format!("{base:x}-")), "range unmapped");
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn evict_all_and_discard() {
+    let mut r = Region::new(Config::new(4 * MIB, 4 * MIB)).unwrap();
+    r.as_mut_slice::<u64>()
+        .iter_mut()
+        .enumerate()
+        .for_each(|(i, w)| *w = i as u64);
+    let n = r.evict_all().unwrap();
+    assert_eq!(n, 1024);
+    assert_eq!(r.stats().resident_bytes, 0);
+    assert_eq!(r.page_census().far, 1024);
+    r.discard(0, 2 * MIB as usize).unwrap();
+    assert_eq!(r.page_census().untouched, 512);
+    let w: &mut [u64] = r.as_mut_slice();
+    assert_eq!(w[10], 0, "discarded pages read zero");
+    assert_eq!(
+        w[(3 * MIB / 8) as usize],
+        3 * MIB / 8,
+        "others come back from far"
+    );
+    assert!(r.discard(1, 4096).is_err());
+    assert!(r.discard(0, 8 * MIB as usize).is_err());
+}

@@ -1,0 +1,187 @@
+//! Stress in the spirit of the kernel's uffd-stress: threads do random reads
+//! and writes over a region eight times its near budget for a bounded time,
+//! then every page is verified.
+//!
+//! The first half of the region holds counters: threads atomically
+//! increment random words and mirror each increment in a side table
+//! outside the region (side first, so a word can never exceed its mirror;
+//! lost or stale data shows up as a mismatch at the end). The second half
+//! holds pattern pages: a writer rewrites a whole page with a pattern of
+//! (page, generation) under a per-page lock, a reader checks a whole page
+//! against its current generation. Both halves run concurrently with
+//! eviction, write-protect faults and (wp-async) freezes.
+//!
+//! `TIERMEM_STRESS_SECS` sets the time per variant (default 2).
+
+#[path = "../common/mod.rs"]
+mod common;
+
+use common::{config, mix, variants};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+use tiermem::{Config, Region};
+
+fn secs() -> f64 {
+    std::env::var("TIERMEM_STRESS_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2.0)
+}
+
+fn pattern(page: usize, gen: u64, w: usize) -> u64 {
+    if gen == 0 {
+        0
+    } else {
+        mix((page as u64) << 32 ^ gen << 12 ^ w as u64)
+    }
+}
+
+struct Outcome {
+    ops: u64,
+    corrupt: Vec<String>,
+}
+
+fn stress(cfg: Config, threads: usize, dur: Duration) -> (Outcome, tiermem::RegionStats) {
+    let page_words = cfg.page_size.bytes() / 8;
+    let r = Region::new(cfg).expect("region");
+    let words = r.as_atomic_u64();
+    let pages = words.len() / page_words;
+    let counter_words = pages / 2 * page_words;
+    let side: Vec<AtomicU32> = (0..counter_words).map(|_| AtomicU32::new(0)).collect();
+    let locks: Vec<Mutex<u64>> = (pages / 2..pages).map(|_| Mutex::new(0)).collect();
+    let stop = AtomicBool::new(false);
+    let ops = AtomicU64::new(0);
+    let bad = Mutex::new(Vec::new());
+    let report = |m: String| {
+        let mut b = bad.lock().unwrap();
+        if b.len() < 20 {
+            b.push(m);
+        }
+    };
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let (side, locks, stop, ops, report) = (&side, &locks, &stop, &ops, &report);
+            s.spawn(move || {
+                let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ ((t as u64 + 1) * 0x1234_5678);
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    match x % 8 {
+                        0..=3 => {
+                            let w = (x >> 8) as usize % counter_words;
+                            side[w].fetch_add(1, Ordering::SeqCst);
+                            words[w].fetch_add(1, Ordering::SeqCst);
+                        }
+                        4 | 5 => {
+                            let w = (x >> 8) as usize % counter_words;
+                            let v = words[w].load(Ordering::SeqCst);
+                            let m = side[w].load(Ordering::SeqCst) as u64;
+                            if v > m {
+                                report(format!("counter word {w}: region {v} > mirror {m}"));
+                            }
+                        }
+                        6 => {
+                            let p = (x >> 8) as usize % locks.len();
+                            let page = pages / 2 + p;
+                            let mut g = locks[p].lock().unwrap();
+                            *g += 1;
+                            for k in 0..page_words {
+                                words[page * page_words + k].store(pattern(page, *g, k), Ordering::Relaxed);
+                            }
+                        }
+                        _ => {
+                            let p = (x >> 8) as usize % locks.len();
+                            let page = pages / 2 + p;
+                            let g = locks[p].lock().unwrap();
+                            for k in 0..page_words {
+                                let v = words[page * page_words + k].load(Ordering::Relaxed);
+                                if v != pattern(page, *g, k) {
+                                    report(format!("pattern page {page} word {k} gen {}: {v:#x}", *g));
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                    n += 1;
+                }
+                ops.fetch_add(n, Ordering::Relaxed);
+            });
+        }
+        std::thread::sleep(dur);
+        stop.store(true, Ordering::Relaxed);
+    });
+    // Verify every page, after one more full eviction round trip.
+    r.evict_all().expect("evict_all");
+    for w in 0..counter_words {
+        let (v, m) = (
+            words[w].load(Ordering::SeqCst),
+            side[w].load(Ordering::SeqCst) as u64,
+        );
+        if v != m {
+            report(format!("final: counter word {w}: region {v}, expected {m}"));
+        }
+    }
+    for (p, l) in locks.iter().enumerate() {
+        let page = pages / 2 + p;
+        let g = *l.lock().unwrap();
+        for k in 0..page_words {
+            let v = words[page * page_words + k].load(Ordering::Relaxed);
+            if v != pattern(page, g, k) {
+                report(format!("final: pattern page {page} word {k} gen {g}: {v:#x}"));
+                break;
+            }
+        }
+    }
+    let stats = r.stats();
+    assert!(r.errors().is_empty(), "{:?}", r.errors());
+    drop(r);
+    let corrupt = bad.into_inner().unwrap();
+    (
+        Outcome {
+            ops: ops.load(Ordering::Relaxed),
+            corrupt,
+        },
+        stats,
+    )
+}
+
+#[test]
+fn stress_every_variant_eight_times_the_budget() {
+    let dur = Duration::from_secs_f64(secs());
+    for (fp, dt, store) in variants() {
+        let what = format!("{} {} {}", fp.name(), dt.name(), store);
+        let mut cfg = config(16 << 20, 2 << 20, fp, dt, store);
+        cfg.evict_batch_pages = 32;
+        let t0 = Instant::now();
+        let (o, s) = stress(cfg, 4, dur);
+        eprintln!(
+            "{what:<36} {:>9} ops, {:>7} fills, {:>7} wp faults, {:>7} evictions, {:>6} waits, {:.1}s",
+            o.ops,
+            s.fills(),
+            s.faults_write_protect,
+            s.evictions,
+            s.waits_in_flight,
+            t0.elapsed().as_secs_f64()
+        );
+        assert!(o.corrupt.is_empty(), "{what}: corrupted pages: {:#?}", o.corrupt);
+        assert!(
+            s.evictions > 1000,
+            "{what}: too little churn to mean anything: {s:?}"
+        );
+        assert!(o.ops > 1000, "{what}");
+    }
+}
+
+#[test]
+fn stress_with_single_page_batches_and_minimum_budget() {
+    // The smallest legal budget (4 pages) and one page per eviction: the
+    // hardest case for the protocol (every fault evicts).
+    let mut cfg = Config::new(1 << 20, 4 * 4096);
+    cfg.evict_batch_pages = 1;
+    let (o, s) = stress(cfg, 3, Duration::from_secs_f64(secs() / 2.0));
+    assert!(o.corrupt.is_empty(), "{:#?}", o.corrupt);
+    assert!(s.evictions > 1000, "{s:?}");
+}
