@@ -53,6 +53,9 @@ pub enum Error {
     /// Misuse of the API (a pointer that is not ours, ...).
     #[error("{0}")]
     Usage(String),
+    /// The process-wide region has no free range large enough.
+    #[error("{0}")]
+    GlobalHeapFull(String),
     /// A thread could not be started.
     #[error("cannot start a thread: {0}")]
     Thread(#[from] std::io::Error),
@@ -85,6 +88,7 @@ impl Error {
     pub fn code(&self) -> ErrorCode {
         match self {
             Error::Config(_) | Error::Usage(_) => ErrorCode::InvalidArgument,
+            Error::GlobalHeapFull(_) => ErrorCode::OutOfMemory,
             Error::Uffd(UffdError::MissingFeatures { .. }) => ErrorCode::Unsupported,
             Error::Uffd(UffdError::Open { .. }) => ErrorCode::Permission,
             Error::Uffd(_) => ErrorCode::Unsupported,

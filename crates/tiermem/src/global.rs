@@ -121,7 +121,7 @@ fn with_heap<T>(f: impl FnOnce(&mut Heap) -> Result<T, Error>) -> Result<T, Erro
 pub fn malloc_global(size: usize) -> Result<usize, Error> {
     with_heap(|h| {
         let off = h.alloc(size).ok_or_else(|| {
-            Error::Usage(format!(
+            Error::GlobalHeapFull(format!(
                 "tm_malloc_global({size}): the global region ({} bytes, TIERMEM_FAR) has no free range that large",
                 h.region.len()
             ))
@@ -132,7 +132,13 @@ pub fn malloc_global(size: usize) -> Result<usize, Error> {
 
 /// Frees an address returned by [`malloc_global`].
 pub fn free_global(addr: usize) -> Result<(), Error> {
-    with_heap(|h| {
+    let mut g = HEAP.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(h) = g.as_mut() else {
+        return Err(Error::Usage(format!(
+            "tm_free_global: {addr:#x} was not allocated by tm_malloc_global (nothing was)"
+        )));
+    };
+    {
         let base = h.region.base();
         if addr < base || addr >= base + h.region.len() {
             return Err(Error::Usage(format!(
@@ -140,7 +146,7 @@ pub fn free_global(addr: usize) -> Result<(), Error> {
             )));
         }
         h.release(addr - base)
-    })
+    }
 }
 
 /// Statistics of the process-wide region, if it exists.

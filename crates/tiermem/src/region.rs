@@ -185,15 +185,31 @@ impl Region {
         self.core.mapping.user_atomics(&self.user)
     }
 
-    /// A snapshot of the statistics.
+    /// A snapshot of the statistics. With the handler-thread design a
+    /// fault is recorded just after the faulting thread may have resumed,
+    /// so a snapshot taken right after an access can lag it by one fault
+    /// for a few microseconds (see [`Region::settle`]).
     pub fn stats(&self) -> RegionStats {
         self.core
             .stats
             .snapshot(self.core.resident_pages(), self.core.page_bytes())
     }
 
-    /// Zeroes the statistics (counts, costs, histogram, per-thread faults).
+    /// Waits (up to 100 ms) until no page is in transition, so that page
+    /// states and statistics include every fault served so far. Useful
+    /// with handler threads, whose bookkeeping can trail the application.
+    pub fn settle(&self) {
+        let t = std::time::Instant::now();
+        while self.core.pages.census()[PageState::Busy as usize] != 0 && t.elapsed().as_millis() < 100 {
+            std::thread::yield_now();
+        }
+    }
+
+    /// Zeroes the statistics (counts, costs, histogram, per-thread faults),
+    /// after letting faults in flight finish ([`Region::settle`]) so that
+    /// none of them lands in the fresh counts.
     pub fn reset_stats(&self) {
+        self.settle();
         self.core.stats.reset();
     }
 
@@ -205,6 +221,9 @@ impl Region {
     /// Writes back and drops every resident page. Fails if a write-back
     /// fails; the pages concerned stay resident.
     pub fn evict_all(&self) -> Result<usize, Error> {
+        // Fills in flight (handler threads may trail the application) are
+        // not on the replacement list yet: let them land first.
+        self.settle();
         Ok(self.core.evict_all()?)
     }
 

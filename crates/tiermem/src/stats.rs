@@ -247,6 +247,8 @@ impl Stats {
             &self.write_backs,
             &self.bytes_in,
             &self.bytes_out,
+            &self.io_errors,
+            &self.poisoned,
             &self.fault_ns,
         ] {
             a.store(0, Ordering::Relaxed);

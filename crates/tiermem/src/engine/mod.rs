@@ -303,8 +303,7 @@ impl RegionCore {
                         server == Server::InContext,
                     );
                     timer.lap(Cost::Pte);
-                    self.pages
-                        .unlock(i, PageWord::new(PageState::Dirty, w.far_valid()));
+                    let dirty = PageWord::new(PageState::Dirty, w.far_valid());
                     if let Err(e) = r {
                         // The page is intact, only unwritable: report it and
                         // fail the access rather than loop on the fault.
@@ -313,6 +312,7 @@ impl RegionCore {
                             OP_INSTALL,
                             e.errno().map_or(0, |e| e.raw()),
                         );
+                        self.pages.unlock(i, dirty);
                         return Outcome::Poisoned;
                     }
                     let kind = if w.state() == PageState::Clean {
@@ -320,7 +320,9 @@ impl RegionCore {
                     } else {
                         FaultKind::Spurious
                     };
+                    // Record before publishing (see `fill`).
                     self.stats.record_fault(kind, tid, timer);
+                    self.pages.unlock(i, dirty);
                     return Outcome::Resolved;
                 }
                 PageState::Poisoned => {
@@ -358,36 +360,41 @@ impl RegionCore {
             return self.poison(i, w, server);
         }
         let off = i * self.page_bytes;
+        // Handler threads let the ioctl wake the faulting thread: waking it
+        // only after publishing the state would cost an extra ioctl and
+        // still not order anything, because a faulting thread that has not
+        // gone to sleep yet simply retries once the pte is there. The page
+        // state and the statistics therefore lag the application by
+        // microseconds in that design.
         let dont_wake = server == Server::InContext;
         let wp_on_install = !write;
         let (installed, kind) = match w.state() {
             PageState::Untouched => {
-                let r = if write
-                    || self.config.page_size == PageSize::Huge2M
-                    || server == Server::HandlerThread
-                {
-                    // Writes: a copy of zeros beats ZEROPAGE + a kernel COW
-                    // fault on retry. Hugetlb has no ZEROPAGE. Handler
-                    // threads need the wake-up that COPY does.
+                // The shared zero page costs no memory, but only wp-async can
+                // use it: its dirty tracking reads the pte at eviction, and a
+                // write COWs the zero page into a "written" page. wp-fault
+                // needs the page write-protected from the moment it is
+                // mapped; ZEROPAGE followed by WRITEPROTECT leaves a window
+                // in which another thread's write is a plain kernel COW,
+                // invisible to us, and the page would later be dropped as
+                // still zero (a lost write; see the stress test
+                // `first_read_racing_a_first_write_loses_nothing`). So
+                // wp-fault, writes, hugetlb (no ZEROPAGE there) and handler
+                // threads (which need COPY's wake-up) install a copy of
+                // zeros in one atomic UFFDIO_COPY, write-protected for reads.
+                let zero_page = !write
+                    && self.config.dirty_tracking == DirtyTracking::WpAsync
+                    && self.config.page_size != PageSize::Huge2M
+                    && server == Server::InContext;
+                let r = if zero_page {
+                    self.retry_again(|| self.uffd.zeropage(&self.reg, off, self.page_bytes, dont_wake))
+                } else {
                     self.copy_in(
                         off,
                         self.zeros.range(0, self.page_bytes),
                         wp_on_install,
                         dont_wake,
                     )
-                } else {
-                    // Reads: map the shared zero page (no memory used). In
-                    // wp-fault mode protect it so the first write faults;
-                    // in wp-async mode PAGEMAP_SCAN sees it as PFNZERO.
-                    let r =
-                        self.retry_again(|| self.uffd.zeropage(&self.reg, off, self.page_bytes, dont_wake));
-                    if r.is_ok() && self.config.dirty_tracking == DirtyTracking::WpFault {
-                        self.uffd
-                            .writeprotect(&self.reg, off, self.page_bytes, true, true)
-                            .map(|_| ())
-                    } else {
-                        r
-                    }
                 };
                 timer.lap(Cost::Pte);
                 (r, FaultKind::ZeroFill)
@@ -427,9 +434,11 @@ impl RegionCore {
         // finds it Busy and waits rather than missing it.
         self.policy().on_fill(i);
         let next = if write { PageState::Dirty } else { PageState::Clean };
-        self.pages.unlock(i, PageWord::new(next, w.far_valid()));
         timer.lap(Cost::LockList);
+        // Record before publishing: a page that is no longer Busy has its
+        // fault counted (Region::settle relies on it).
         self.stats.record_fault(kind, tid, timer);
+        self.pages.unlock(i, PageWord::new(next, w.far_valid()));
         Outcome::Resolved
     }
 

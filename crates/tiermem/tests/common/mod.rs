@@ -173,3 +173,39 @@ impl Drop for TmpMount {
         let _ = std::fs::remove_dir(&self.path);
     }
 }
+
+/// Reserves 2 MiB huge pages for a test (root only) and restores the pool
+/// size on drop.
+pub struct HugePool {
+    before: u64,
+}
+
+impl HugePool {
+    /// Makes sure `pages` 2 MiB pages are available; None (with a message)
+    /// when that is impossible here.
+    pub fn reserve(pages: u64) -> Option<HugePool> {
+        use tiermem_sys::hugetlb::{pool, set_pool_pages, HugePageSize};
+        let p = pool(HugePageSize::Size2M).ok()?;
+        if p.available() >= pages {
+            return Some(HugePool { before: p.total });
+        }
+        if !is_root() {
+            eprintln!("skipped: needs root to reserve {pages} huge pages");
+            return None;
+        }
+        let got = set_pool_pages(HugePageSize::Size2M, p.total + pages - p.available()).ok()?;
+        let guard = HugePool { before: p.total };
+        if pool(HugePageSize::Size2M).ok()?.available() < pages {
+            eprintln!("skipped: the kernel gave only {got} huge pages (memory fragmented)");
+            return None;
+        }
+        Some(guard)
+    }
+}
+
+impl Drop for HugePool {
+    fn drop(&mut self) {
+        use tiermem_sys::hugetlb::{set_pool_pages, HugePageSize};
+        let _ = set_pool_pages(HugePageSize::Size2M, self.before);
+    }
+}

@@ -233,6 +233,7 @@ fn read_error_is_reported_through_the_api() {
     let mut zero = std::fs::File::open("/dev/zero").unwrap();
     let e = zero.read(&mut r.as_mut_slice::<u8>()[..4096]).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EFAULT));
+    r.settle();
     let errs = r.errors();
     assert_eq!(errs.len(), 1, "{errs:?}");
     assert_eq!(errs[0].op, "read");

@@ -185,3 +185,62 @@ fn stress_with_single_page_batches_and_minimum_budget() {
     assert!(o.corrupt.is_empty(), "{:#?}", o.corrupt);
     assert!(s.evictions > 1000, "{s:?}");
 }
+
+/// Regression: a read and a write racing on a never-written page. The read
+/// fault installs the page; if that took two steps (zero page, then write
+/// protection), a write landing between them was invisible to dirty
+/// tracking and the page was later dropped as all-zeros: a lost write.
+#[test]
+fn first_read_racing_a_first_write_loses_nothing() {
+    for &dt in tiermem::DirtyTracking::ALL {
+        let pages = 4096;
+        let mut c = Config::new(pages as u64 * 4096, 64 * 4096);
+        c.dirty_tracking = dt;
+        let r = Region::new(c).unwrap();
+        let words = r.as_atomic_u64();
+        let turn = AtomicU64::new(0);
+        let done = AtomicU64::new(0);
+        std::thread::scope(|s| {
+            // Reader: touches page p as soon as the writer is about to.
+            s.spawn(|| {
+                let _ = tiermem_sys::thread::set_affinity(&[0]);
+                for p in 0..pages {
+                    while turn.load(Ordering::Acquire) < p as u64 {
+                        std::hint::spin_loop();
+                    }
+                    std::hint::black_box(words[p * 512].load(Ordering::Relaxed));
+                    done.fetch_add(1, Ordering::AcqRel);
+                }
+            });
+            s.spawn(|| {
+                let cpus = tiermem_sys::thread::online_cpus();
+                let _ = tiermem_sys::thread::set_affinity(&[cpus - 1]);
+                for p in 0..pages {
+                    turn.store(p as u64, Ordering::Release);
+                    // Sweep the write across the reader's fault handling
+                    // (signal delivery takes ~3 us here): 0 to 8 us later.
+                    let t = std::time::Instant::now();
+                    let delay = std::time::Duration::from_nanos((p as u64 % 80) * 100);
+                    while t.elapsed() < delay {
+                        std::hint::spin_loop();
+                    }
+                    words[p * 512 + 1].store(p as u64 + 1, Ordering::Relaxed);
+                    while done.load(Ordering::Acquire) <= p as u64 {
+                        std::hint::spin_loop();
+                    }
+                }
+            });
+        });
+        r.evict_all().unwrap();
+        let lost: Vec<usize> = (0..pages)
+            .filter(|&p| words[p * 512 + 1].load(Ordering::Relaxed) != p as u64 + 1)
+            .collect();
+        assert!(
+            lost.is_empty(),
+            "{}: {} of {pages} writes lost, e.g. pages {:?}",
+            dt.name(),
+            lost.len(),
+            &lost[..lost.len().min(8)]
+        );
+    }
+}
