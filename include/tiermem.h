@@ -1,0 +1,347 @@
+/*
+ * tiermem.h: the C API of tiermem.
+ *
+ * tiermem gives a program a virtual region larger than its near-memory
+ * budget. Pages move between near memory and a far store (a memory pool or
+ * a file) on page faults, served with userfaultfd, transparently to the code
+ * that reads and writes the region.
+ *
+ *     struct tm_config cfg;
+ *     tm_config_init(&cfg, 64u << 20, 16u << 20);   // 64 MiB over 16 MiB
+ *     tm_region *r;
+ *     int rc = tm_region_create(&cfg, &r);
+ *     if (rc != TM_OK) {
+ *         fprintf(stderr, "%s: %s\n", tm_strerror(rc), tm_last_error());
+ *         exit(1);
+ *     }
+ *     double *a = tm_region_base(r);            // use it like any memory
+ *     ...
+ *     tm_region_destroy(r);
+ *
+ * Link with -ltiermem (shared), or with libtiermem.a plus
+ * -lpthread -ldl -lm -lrt (static). Linux only (userfaultfd).
+ *
+ * Conventions
+ * - Functions returning int return 0 (TM_OK) or more on success and one of
+ *   the negative TM_E* codes below on failure; functions returning a
+ *   pointer return NULL on failure. After any failure, tm_last_error()
+ *   gives the details as text, for the calling thread.
+ * - A NULL pointer or an unknown enumeration value is reported as TM_EINVAL;
+ *   it is never undefined behaviour. A dangling handle (one already
+ *   destroyed) cannot be detected and is undefined behaviour, as with free().
+ * - No C++ exception or Rust panic ever leaves a tiermem function: an
+ *   internal failure is reported as TM_EINTERNAL.
+ * - Every function may be called from any thread. A region handle may be
+ *   used by several threads at once, except tm_region_destroy, which must
+ *   not race with any other use of the handle or of the region's memory.
+ * - Versioned structs (struct tm_config, struct tm_stats) start with
+ *   struct_size = sizeof(the struct as the caller compiled it), so that
+ *   later versions can append fields without breaking older programs.
+ *
+ * Error codes (stable; never renumbered)
+ *   TM_OK            0  success
+ *   TM_EINVAL       -1  invalid argument or configuration: NULL pointer,
+ *                       unknown enum value, size of zero or not a multiple
+ *                       of the page size, near budget below 4 pages, far
+ *                       file directory missing or file existing, a pointer
+ *                       tm_free_global did not hand out
+ *   TM_ENOMEM       -2  out of memory or address space, or the global
+ *                       region has no free range that large
+ *   TM_EUNSUPPORTED -3  the kernel lacks a userfaultfd feature the
+ *                       configuration needs (or the file system O_DIRECT)
+ *   TM_EIO          -4  far-store I/O error
+ *   TM_ENOSPC       -5  far store full
+ *   TM_EHUGEPAGES   -6  the 2 MiB huge page pool has too few free pages;
+ *                       the message says how many to reserve
+ *   TM_EPERM        -7  permission denied (userfaultfd not allowed for
+ *                       this user, far file directory not writable)
+ *   TM_EINTERNAL    -8  internal error: a bug, please report it
+ */
+#ifndef TIERMEM_H
+#define TIERMEM_H
+
+/* ------------------------------------------------------------------------
+ * Version
+ * --------------------------------------------------------------------- */
+
+#define TIERMEM_VERSION_MAJOR 0
+#define TIERMEM_VERSION_MINOR 1
+#define TIERMEM_VERSION_PATCH 0
+/* The header's version as one number, to compare with tm_version(). */
+#define TIERMEM_VERSION \
+  (TIERMEM_VERSION_MAJOR * 10000 + TIERMEM_VERSION_MINOR * 100 + TIERMEM_VERSION_PATCH)
+
+/* ------------------------------------------------------------------------
+ * Attributes (all in one place; empty where the compiler lacks them)
+ * --------------------------------------------------------------------- */
+
+#if defined(__cplusplus) && (__cplusplus >= 201103L)
+#define tm_attr_noexcept noexcept
+#elif defined(__cplusplus)
+#define tm_attr_noexcept throw()
+#else
+#define tm_attr_noexcept
+#endif
+
+#if defined(__cplusplus) && (__cplusplus >= 201703L)
+#define tm_decl_nodiscard [[nodiscard]]
+#elif defined(__GNUC__) || defined(__clang__)
+#define tm_decl_nodiscard __attribute__((warn_unused_result))
+#else
+#define tm_decl_nodiscard
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define tm_decl_export __attribute__((visibility("default")))
+#define tm_attr_malloc __attribute__((malloc))
+#define tm_attr_alloc_size(i) __attribute__((alloc_size(i)))
+#define tm_attr_const __attribute__((const))
+#define tm_attr_returns_nonnull __attribute__((returns_nonnull))
+#else
+#define tm_decl_export
+#define tm_attr_malloc
+#define tm_attr_alloc_size(i)
+#define tm_attr_const
+#define tm_attr_returns_nonnull
+#endif
+
+#include <stddef.h> /* size_t */
+#include <stdint.h> /* uint32_t, uint64_t, int32_t */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------
+ * Error codes (see the list at the top; equal to tiermem::ErrorCode)
+ * --------------------------------------------------------------------- */
+
+#define TM_OK 0
+#define TM_EINVAL (-1)
+#define TM_ENOMEM (-2)
+#define TM_EUNSUPPORTED (-3)
+#define TM_EIO (-4)
+#define TM_ENOSPC (-5)
+#define TM_EHUGEPAGES (-6)
+#define TM_EPERM (-7)
+#define TM_EINTERNAL (-8)
+
+/* ------------------------------------------------------------------------
+ * Configuration values (stable; never renumbered). Each default is 0.
+ * --------------------------------------------------------------------- */
+
+/* tm_config.far_kind: a memory pool in this process (memfd); default. */
+#define TM_FAR_MEMORY 0
+/* tm_config.far_kind: a file, named by far_path. */
+#define TM_FAR_FILE 1
+
+/* tm_config.policy: first filled, first evicted; default. */
+#define TM_POLICY_FIFO 0
+
+/* tm_config.fault_path: faults are served on the faulting thread, in a
+ * SIGBUS handler: no thread wake-up, the fastest design; default. A kernel
+ * access to a non-resident page (read(2) into the region) fails with
+ * EFAULT instead of faulting the page in. */
+#define TM_FAULT_IN_CONTEXT 0
+/* tm_config.fault_path: faults are served by handler threads reading the
+ * userfaultfd: serves kernel accesses too, but each fault pays a wake-up. */
+#define TM_FAULT_HANDLER_THREAD 1
+
+/* tm_config.dirty_tracking: pages are installed write-protected and the
+ * first write takes a write-protect fault; default. */
+#define TM_DIRTY_WP_FAULT 0
+/* tm_config.dirty_tracking: writes un-protect pages in the kernel without
+ * a fault (UFFD_FEATURE_WP_ASYNC, Linux 6.7+); eviction asks PAGEMAP_SCAN
+ * which pages were written. */
+#define TM_DIRTY_WP_ASYNC 1
+
+/* ------------------------------------------------------------------------
+ * Types
+ * --------------------------------------------------------------------- */
+
+/* A tiered region. Opaque: created by tm_region_create, consumed by
+ * tm_region_destroy. */
+typedef struct tm_region tm_region;
+
+/* Everything that defines a region. Fill it with tm_config_init, then
+ * change what you need. Fields are naturally aligned with explicit padding;
+ * new fields are only ever appended (version 1 is 72 bytes). */
+struct tm_config {
+  uint32_t struct_size;       /* sizeof(struct tm_config); set by tm_config_init. A value
+                                 below the version-1 size is TM_EINVAL. */
+  uint32_t reserved0;         /* padding; must be 0 (tm_config_init sets it). */
+  uint64_t virt_bytes;        /* size of the virtual range in bytes; a non-zero multiple of
+                                 the page size, at most 64 TiB. No default (an argument of
+                                 tm_config_init). */
+  uint64_t near_bytes;        /* near-memory budget in bytes: at most this much is resident
+                                 at once; at least 4 pages unless >= virt_bytes. No default
+                                 (an argument of tm_config_init). */
+  uint64_t page_size_bytes;   /* page size in bytes: 4096 (default) or 2097152 (2 MiB pages
+                                 from the hugetlbfs pool; reserve them first). */
+  int32_t far_kind;           /* where evicted pages go: TM_FAR_MEMORY (default) or
+                                 TM_FAR_FILE. */
+  uint32_t reserved1;         /* padding; must be 0 (tm_config_init sets it). */
+  const char *far_path;       /* TM_FAR_FILE only: a directory (an unnamed file is created in
+                                 it) or a new file name (created mode 0600, removed with the
+                                 region; an existing file is refused). Any bytes but NUL; read
+                                 during tm_region_create only. Default NULL; must be NULL with
+                                 TM_FAR_MEMORY. */
+  int32_t far_direct;         /* TM_FAR_FILE only: 1 opens the file with O_DIRECT (bypasses
+                                 the page cache), 0 does not. Default 0. */
+  int32_t policy;             /* replacement policy: TM_POLICY_FIFO (default). */
+  int32_t fault_path;         /* TM_FAULT_IN_CONTEXT (default) or TM_FAULT_HANDLER_THREAD. */
+  int32_t dirty_tracking;     /* TM_DIRTY_WP_FAULT (default) or TM_DIRTY_WP_ASYNC. */
+  uint32_t evict_batch_pages; /* pages evicted together when the budget is full, 1 to 512;
+                                 contiguous victims share one unmap (one TLB shootdown).
+                                 Default 64. */
+  uint32_t handler_threads;   /* TM_FAULT_HANDLER_THREAD only: number of handler threads, at
+                                 least 1. Default 1. */
+};
+
+/* A snapshot of a region's statistics; counters count since creation. Set
+ * struct_size = sizeof(struct tm_stats) before calling tm_region_stats. */
+struct tm_stats {
+  uint32_t struct_size;            /* set by the caller; tm_region_stats leaves it alone. */
+  uint32_t reserved0;              /* padding; written as 0. */
+  uint64_t faults_zero_fill;       /* first touches of never-written pages (count). */
+  uint64_t faults_far_fill;        /* pages read back from the far store (count). */
+  uint64_t faults_write_protect;   /* first writes to clean pages, TM_DIRTY_WP_FAULT (count). */
+  uint64_t evictions;              /* pages evicted from near memory (count). */
+  uint64_t evict_calls;            /* unmap calls issued for evictions (count). */
+  uint64_t write_backs;            /* evicted pages written to the far store because they
+                                      were dirty (count); clean ones are dropped. */
+  uint64_t bytes_in;               /* bytes read from the far store. */
+  uint64_t bytes_out;              /* bytes written to the far store. */
+  uint64_t io_errors;              /* far-store I/O errors (count). */
+  uint64_t poisoned_pages;         /* pages made inaccessible by errors (count). */
+  uint64_t resident_bytes;         /* bytes resident in near memory now; <= near_bytes. */
+  uint64_t fault_ns_total;         /* time spent serving faults, nanoseconds. */
+  uint64_t fault_p50_ns;           /* median fault service time, nanoseconds. */
+  uint64_t fault_p90_ns;           /* 90th percentile fault service time, nanoseconds. */
+  uint64_t fault_p99_ns;           /* 99th percentile fault service time, nanoseconds. */
+  uint64_t time_lock_list_ns;      /* page-state and replacement-list bookkeeping, ns. */
+  uint64_t time_pte_ns;            /* installing page table entries, ns. */
+  uint64_t time_tlb_ns;            /* unmapping and write-protecting (TLB shootdowns), ns. */
+  uint64_t time_transfer_ns;       /* moving data to and from the far store, ns. */
+  uint64_t time_misc_ns;           /* everything else inside fault handling, ns. */
+  uint64_t threads;                /* application threads that took a fault (count; exact
+                                      up to 256, further threads count as one). */
+  uint64_t tlb_shootdowns_machine; /* TLB-shootdown interrupts on the whole machine since
+                                      creation, from /proc/interrupts (includes other
+                                      processes; count). */
+};
+
+/* ------------------------------------------------------------------------
+ * Version and errors
+ * --------------------------------------------------------------------- */
+
+/* The library's version: major * 10000 + minor * 100 + patch. Equal to
+ * TIERMEM_VERSION when header and library match. */
+tm_decl_export int tm_version(void) tm_attr_noexcept tm_attr_const;
+
+/* A static, never-freed description of an error code: "success" for 0,
+ * "unknown error code" for a value that is not a TM_E* code. */
+tm_decl_export const char *tm_strerror(int code) tm_attr_noexcept tm_attr_returns_nonnull;
+
+/* The detailed message of the calling thread's last failed tiermem call,
+ * prefixed by the function's name ("tm_region_create: invalid
+ * configuration: ..."), or "" if none has failed. The string belongs to the
+ * thread and stays valid until the thread's next tiermem call; copy it to
+ * keep it. A successful call does not clear it. */
+tm_decl_export const char *tm_last_error(void) tm_attr_noexcept tm_attr_returns_nonnull;
+
+/* ------------------------------------------------------------------------
+ * Configuration
+ * --------------------------------------------------------------------- */
+
+/* Fills *cfg with struct_size, the two sizes (bytes) and the defaults of
+ * every other field (documented in struct tm_config). Does nothing if cfg
+ * is NULL (tm_last_error says so). The TIERMEM_* environment variables are
+ * NOT applied: they configure only the global region. */
+tm_decl_export void tm_config_init(struct tm_config *cfg, uint64_t virt_bytes,
+                                   uint64_t near_bytes) tm_attr_noexcept;
+
+/* ------------------------------------------------------------------------
+ * Regions
+ * --------------------------------------------------------------------- */
+
+/* Creates a region as *cfg describes and stores its handle in *out.
+ * Returns TM_OK, or a negative code with *out set to NULL (when out is not
+ * NULL): TM_EINVAL (NULL cfg or out, bad struct_size, bad field),
+ * TM_EHUGEPAGES, TM_EUNSUPPORTED, TM_EPERM, TM_ENOMEM, ... The region's
+ * memory starts as zeros. With TIERMEM_VERBOSE=1 in the environment the
+ * effective configuration is printed on stderr. */
+tm_decl_nodiscard tm_decl_export int tm_region_create(const struct tm_config *cfg,
+                                                      tm_region **out) tm_attr_noexcept;
+
+/* Unmaps the region and frees its near memory and far store; returns
+ * TM_OK. NULL is a no-op returning TM_OK.
+ *
+ * The call consumes the handle, exactly as free() consumes a pointer: a
+ * second tm_region_destroy (or any other use) of the same handle is
+ * undefined behaviour and cannot be reported. Writing
+ *     tm_region_destroy(r); r = NULL;
+ * makes a repeated destroy the harmless no-op above. No thread may use the
+ * region's memory during or after the call. */
+tm_decl_export int tm_region_destroy(tm_region *r) tm_attr_noexcept;
+
+/* The first byte of the region's range (page aligned); NULL if r is NULL.
+ * The range is tm_region_size(r) bytes long. */
+tm_decl_export void *tm_region_base(const tm_region *r) tm_attr_noexcept;
+
+/* The size of the region's range in bytes (virt_bytes); 0 if r is NULL. */
+tm_decl_export size_t tm_region_size(const tm_region *r) tm_attr_noexcept;
+
+/* Copies a snapshot of the region's statistics into *out. out->struct_size
+ * must be set by the caller (a multiple of 8, at least 16): the fields
+ * that fit in it are filled, bytes beyond this library's struct are zeroed.
+ * Returns TM_OK or TM_EINVAL (NULL r or out, bad struct_size). */
+tm_decl_export int tm_region_stats(const tm_region *r, struct tm_stats *out) tm_attr_noexcept;
+
+/* Writes back the dirty pages and drops every resident page, leaving near
+ * memory empty. Returns the number of pages evicted (>= 0, saturated at
+ * INT_MAX) or a negative code (TM_EIO, TM_ENOSPC: the pages whose
+ * write-back failed stay resident). */
+tm_decl_export int tm_region_evict_all(tm_region *r) tm_attr_noexcept;
+
+/* Forgets the bytes [offset, offset + len) of the region: they read as
+ * zeros again and give back their near memory and far-store space. offset
+ * and len (bytes) must be multiples of the page size and the range inside
+ * the region. Returns TM_OK or TM_EINVAL. */
+tm_decl_export int tm_region_discard(tm_region *r, size_t offset, size_t len) tm_attr_noexcept;
+
+/* ------------------------------------------------------------------------
+ * The process-wide region (paper 1's malloc_global / free_global)
+ * --------------------------------------------------------------------- */
+
+/* Allocates size bytes of tiered memory from one process-wide region,
+ * created at the first call of tm_malloc_global from the environment,
+ * read then and only then:
+ *   TIERMEM_FAR        virtual size, bytes with K/M/G/T suffix; default 4G
+ *   TIERMEM_NEAR       near budget, bytes with K/M/G/T suffix; default 1G
+ *   TIERMEM_PAGE_SIZE  4K (default) or 2M
+ *   TIERMEM_FAR_FILE, TIERMEM_FAR_DIRECT, TIERMEM_POLICY, TIERMEM_FAULT_PATH,
+ *   TIERMEM_DIRTY, TIERMEM_EVICT_BATCH, TIERMEM_HANDLER_THREADS,
+ *   TIERMEM_HANDLER_CPUS, TIERMEM_VERBOSE: see docs/configuration.md.
+ * An invalid value prints a warning on stderr and keeps the default.
+ * The memory is 64-byte aligned, page aligned from one page up. As with
+ * malloc, its contents are unspecified: pages never used before, or
+ * given back whole by tm_free_global, read as zeros; the rest of a page
+ * shared with earlier allocations keeps their bytes. size 0 returns a
+ * unique pointer. Returns NULL on failure (region full or not creatable;
+ * details in tm_last_error). */
+tm_decl_nodiscard tm_decl_export void *tm_malloc_global(size_t size) tm_attr_noexcept
+    tm_attr_malloc tm_attr_alloc_size(1);
+
+/* Frees memory from tm_malloc_global; whole pages it covered give back
+ * their near memory and far-store space. NULL is a no-op returning TM_OK.
+ * A pointer tm_malloc_global did not return, or one already freed, is
+ * TM_EINVAL (detected: the pointer is checked, never dereferenced); before
+ * the first tm_malloc_global every non-NULL pointer is. */
+tm_decl_export int tm_free_global(void *ptr) tm_attr_noexcept;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TIERMEM_H */

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Builds tiermem's C library (crates/tiermem-capi) in release mode, then
+# compiles and runs the C example and the C API tests against both the
+# shared library (libtiermem.so) and the static one (libtiermem.a), and the
+# C++ header test. One PASS/FAIL line per program; exits non-zero if any
+# build or program failed.
+#
+#   scripts/ctest.sh                              # target dir: ./target
+#   CARGO_TARGET_DIR=/tmp/t scripts/ctest.sh      # any other target dir
+#   CC=clang CXX=clang++ scripts/ctest.sh         # other compilers
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+root=$(pwd)
+
+target=${CARGO_TARGET_DIR:-target}
+case $target in
+/*) ;;
+*) target=$root/$target ;;
+esac
+lib=$target/release
+out=$target/ctest
+mkdir -p "$out"
+
+cc=${CC:-cc}
+cxx=${CXX:-c++}
+cflags=(-std=c11 -Wall -Wextra -Werror -pedantic -O2 -g -I"$root/include")
+cxxflags=(-std=c++17 -Wall -Wextra -Werror -pedantic -O2 -g -I"$root/include")
+# What Rust's standard library needs from the system when linked statically
+# (as `cargo rustc -- --print native-static-libs` reports, minus libc).
+static_libs=(-lgcc_s -lutil -lrt -lpthread -lm -ldl)
+
+echo "== cargo build --release -p tiermem-capi (target dir $target)"
+CARGO_TARGET_DIR=$target cargo build --release -p tiermem-capi
+
+failed=0
+report() { # report NAME STATUS
+  if [[ $2 -eq 0 ]]; then
+    echo "PASS $1"
+  else
+    echo "FAIL $1 (exit status $2)"
+    failed=1
+  fi
+}
+
+# build NAME COMMAND...: compiles; a failure is reported and the program skipped.
+built=()
+build() {
+  local name=$1
+  shift
+  if "$@"; then
+    built+=("$name")
+  else
+    report "$name (compile)" 1
+  fi
+}
+
+for prog in examples/c/example.c tests/c/test_capi.c; do
+  name=$(basename "$prog" .c)
+  build "$name-shared" "$cc" "${cflags[@]}" "$prog" -L"$lib" -ltiermem -o "$out/$name-shared"
+  build "$name-static" "$cc" "${cflags[@]}" "$prog" "$lib/libtiermem.a" "${static_libs[@]}" \
+    -o "$out/$name-static"
+done
+build test_header-shared "$cxx" "${cxxflags[@]}" tests/c/test_header.cpp -L"$lib" -ltiermem \
+  -o "$out/test_header-shared"
+
+for name in "${built[@]}"; do
+  echo "== $name"
+  status=0
+  case $name in
+  *-shared) LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$out/$name" || status=$? ;;
+  *) "$out/$name" || status=$? ;;
+  esac
+  report "$name" "$status"
+done
+
+if [[ $failed -ne 0 ]]; then
+  echo "ctest: FAILED"
+  exit 1
+fi
+echo "ctest: all passed"
