@@ -1,1 +1,484 @@
-fn main() {}
+//! The `tiermem` command: what this machine offers tiermem, and the
+//! benchmarks (`tiermem bench faults`, `tiermem bench stencil`).
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+use tiermem::config::{format_size, parse_cpu_list, parse_size};
+use tiermem::{Config, DirtyTracking, FarStoreConfig, FaultPath, PageSize, PolicyKind};
+use tiermem_workloads::faults::{self, FaultBenchParams};
+use tiermem_workloads::kernel_swap::SwapKind;
+use tiermem_workloads::modes::{self, BenchSpec, Launcher, ModeSpec};
+use tiermem_workloads::report::write_json;
+use tiermem_workloads::stencil::StencilParams;
+
+#[derive(Parser)]
+#[command(
+    name = "tiermem",
+    version,
+    about = "Application-transparent hierarchical memory for HPC"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Kernel, userfaultfd features, huge page pools, CPUs.
+    Info {
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The TIERMEM_* environment variables (Markdown table).
+    Env,
+    /// Benchmarks.
+    #[command(subcommand)]
+    Bench(Bench),
+}
+
+#[derive(Subcommand)]
+enum Bench {
+    /// Latency of one 4 KiB fault by kind and fault-serving design.
+    Faults(Box<FaultsArgs>),
+    /// Paper 1's 2D 9-point heat stencil in modes none, sync, kernel-swap.
+    Stencil(Box<StencilArgs>),
+    /// The two dirty-tracking designs on read, write, read-then-write sweeps.
+    Dirty(DirtyArgs),
+    /// (internal) the kernel-swap child of `bench stencil`.
+    #[command(hide = true)]
+    StencilChild {
+        /// Parameters as JSON.
+        #[arg(long)]
+        params: String,
+    },
+}
+
+#[derive(Args)]
+struct FaultsArgs {
+    /// Pages timed per kind, design and round.
+    #[arg(long, default_value_t = 8192)]
+    pages: usize,
+    /// Measured rounds (after one warm-up round).
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Eviction batch (pages) for the evict kinds.
+    #[arg(long, default_value_t = 64)]
+    evict_batch: usize,
+    /// Designs (comma-separated) among in-context, handler-thread,
+    /// handler-thread-same-cpu, handler-thread-other-cpu.
+    #[arg(long)]
+    designs: Option<String>,
+    /// Kinds (comma-separated) among zero-fill, fill-memory,
+    /// fill-evict-clean, fill-evict-dirty, write-protect.
+    #[arg(long)]
+    kinds: Option<String>,
+    /// CPU of the faulting thread (default: the first allowed).
+    #[arg(long)]
+    cpu: Option<usize>,
+    /// Write results as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Draw an SVG chart.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct DirtyArgs {
+    /// Virtual size.
+    #[arg(long, default_value = "256M", value_parser = parse_size)]
+    virt: u64,
+    /// Near budget.
+    #[arg(long, default_value = "128M", value_parser = parse_size)]
+    near: u64,
+    /// Timed sweeps per pattern.
+    #[arg(long, default_value_t = 3)]
+    passes: usize,
+    /// Rounds, interleaved (the table shows the median).
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Write results as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Draw an SVG chart.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct StencilArgs {
+    /// Virtual size (both grids).
+    #[arg(long, default_value = "1G", value_parser = parse_size)]
+    virt: u64,
+    /// Near-memory budget (and the cgroup limit of kernel-swap).
+    #[arg(long, default_value = "512M", value_parser = parse_size)]
+    near: u64,
+    /// Application threads.
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+    /// Iterations (paper 1: 25).
+    #[arg(long, default_value_t = 25)]
+    iters: usize,
+    /// Page size: 4K or 2M (hugetlbfs).
+    #[arg(long, default_value = "4K")]
+    page_size: String,
+    /// Modes, comma-separated: none, sync, kernel-swap.
+    #[arg(long, default_value = "none,sync,kernel-swap")]
+    modes: String,
+    /// Fault paths for sync (comma-separated: in-context, handler-thread).
+    #[arg(long, default_value = "in-context")]
+    fault_path: String,
+    /// Dirty tracking for sync (comma-separated: wp-fault, wp-async).
+    #[arg(long, default_value = "wp-fault")]
+    dirty: String,
+    /// Far store: `memory`, or a directory / new file name for a file store.
+    #[arg(long, default_value = "memory")]
+    far: String,
+    /// Open the far file with O_DIRECT.
+    #[arg(long)]
+    far_direct: bool,
+    /// Pages evicted per batch.
+    #[arg(long, default_value_t = 64)]
+    evict_batch: usize,
+    /// Replacement policy.
+    #[arg(long, default_value = "fifo")]
+    policy: String,
+    /// Swap for kernel-swap: `zram` or `file[:DIR]`.
+    #[arg(long, default_value = "zram")]
+    swap: String,
+    /// CPUs for the application threads (default: thread i on CPU i).
+    #[arg(long)]
+    cpus: Option<String>,
+    /// Rounds over all modes.
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
+    /// Write results as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Draw an SVG chart of runtime per mode.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let r = match cli.cmd {
+        Cmd::Info { json } => info(json),
+        Cmd::Env => {
+            print!("{}", tiermem::config::env_reference_markdown());
+            Ok(())
+        }
+        Cmd::Bench(Bench::Faults(a)) => bench_faults(*a),
+        Cmd::Bench(Bench::Stencil(a)) => bench_stencil(*a),
+        Cmd::Bench(Bench::Dirty(a)) => bench_dirty(a),
+        Cmd::Bench(Bench::StencilChild { params }) => stencil_child(&params),
+    };
+    if let Err(e) = r {
+        eprintln!("tiermem: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn progress_printer() -> impl FnMut(&str) {
+    let start = std::time::Instant::now();
+    let spinner = if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        let pb = indicatif::ProgressBar::new_spinner();
+        pb.enable_steady_tick(std::time::Duration::from_millis(200));
+        Some(pb)
+    } else {
+        None
+    };
+    move |msg: &str| {
+        let line = format!("[{:7.1}s] {msg}", start.elapsed().as_secs_f64());
+        match &spinner {
+            Some(pb) => pb.println(line),
+            None => eprintln!("{line}"),
+        }
+    }
+}
+
+fn info(json: bool) -> Result<(), String> {
+    let i = tiermem::SystemInfo::probe();
+    let cg_v1 = std::path::Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists();
+    let zram = std::path::Path::new("/sys/class/zram-control").exists();
+    if json {
+        let v = serde_json::json!({
+            "kernel": i.kernel_release,
+            "uffd_features": i.uffd_features.as_ref().map(|f| f.names()).map_err(|e| e.clone()),
+            "pagemap_scan": i.pagemap_scan,
+            "hugepages_2m": i.pool_2m.map(|p| serde_json::json!({"total": p.total, "free": p.free, "reserved": p.reserved})),
+            "hugepages_1g": i.pool_1g.map(|p| serde_json::json!({"total": p.total, "free": p.free, "reserved": p.reserved})),
+            "cpus": i.cpus,
+            "cpu_model": i.cpu_model,
+            "mem_total_bytes": i.mem_total_bytes,
+            "thp": i.thp_mode,
+            "root": i.root,
+            "memory_cgroup_v1": cg_v1,
+            "zram": zram,
+        });
+        println!("{}", serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?);
+        return Ok(());
+    }
+    println!("kernel           {}", i.kernel_release);
+    println!("cpus             {} x {}", i.cpus, i.cpu_model);
+    println!("memory           {}", format_size(i.mem_total_bytes));
+    println!("transparent huge pages: {}", i.thp_mode);
+    match &i.uffd_features {
+        Ok(f) => {
+            println!("userfaultfd      available");
+            use tiermem_sys::uffd::Features as F;
+            for (name, feat, use_) in [
+                ("SIGBUS", F::SIGBUS, "in-context fault path (default)"),
+                (
+                    "THREAD_ID",
+                    F::THREAD_ID,
+                    "handler-thread fault path, per-thread stats",
+                ),
+                (
+                    "PAGEFAULT_FLAG_WP",
+                    F::PAGEFAULT_FLAG_WP,
+                    "dirty tracking (wp-fault)",
+                ),
+                ("WP_ASYNC", F::WP_ASYNC, "dirty tracking (wp-async)"),
+                ("WP_UNPOPULATED", F::WP_UNPOPULATED, "(enabled with WP_ASYNC)"),
+                ("MISSING_HUGETLBFS", F::MISSING_HUGETLBFS, "2 MiB pages"),
+                (
+                    "WP_HUGETLBFS_SHMEM",
+                    F::WP_HUGETLBFS_SHMEM,
+                    "dirty tracking of 2 MiB pages",
+                ),
+                ("MINOR_SHMEM", F::MINOR_SHMEM, "shared regions (later)"),
+                ("POISON", F::POISON, "failing accesses visibly (handler-thread)"),
+                ("MOVE", F::MOVE, "zero-copy install (later)"),
+            ] {
+                println!(
+                    "  {} {name:<20} {use_}",
+                    if f.contains(feat) { "yes" } else { "NO " }
+                );
+            }
+        }
+        Err(e) => println!("userfaultfd      UNAVAILABLE: {e}"),
+    }
+    println!("PAGEMAP_SCAN     {}", if i.pagemap_scan { "yes" } else { "no" });
+    for (name, p) in [("2M", i.pool_2m), ("1G", i.pool_1g)] {
+        match p {
+            Some(p) => println!(
+                "hugepages {name}     {} total, {} free, {} reserved",
+                p.total, p.free, p.reserved
+            ),
+            None => println!("hugepages {name}     no pool"),
+        }
+    }
+    println!(
+        "kernel-swap baseline: root {}, memory cgroup v1 {}, zram {}",
+        if i.root { "yes" } else { "no" },
+        if cg_v1 { "yes" } else { "no" },
+        if zram { "yes" } else { "no" }
+    );
+    println!(
+        "TLB shootdowns so far: {:?} per CPU",
+        tiermem_sys::interrupts::tlb_shootdowns_per_cpu().unwrap_or_default()
+    );
+    Ok(())
+}
+
+fn list<T>(s: &str, what: &str, f: impl Fn(&str) -> Option<T>) -> Result<Vec<T>, String> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|x| !x.is_empty())
+        .map(|x| f(x).ok_or_else(|| format!("unknown {what} {x:?}")))
+        .collect()
+}
+
+fn bench_faults(a: FaultsArgs) -> Result<(), String> {
+    let allowed = tiermem_sys::thread::affinity().map_err(|e| e.to_string())?;
+    let app_cpu = a.cpu.unwrap_or(allowed[0]);
+    let mut designs = faults::designs(app_cpu, &allowed);
+    if let Some(d) = &a.designs {
+        let want = list(d, "design", |x| Some(x.to_owned()))?;
+        for w in &want {
+            if !designs.iter().any(|d| &d.name == w) {
+                return Err(format!("unknown design {w:?}"));
+            }
+        }
+        designs.retain(|d| want.contains(&d.name));
+    }
+    let kinds: Vec<&str> = match &a.kinds {
+        Some(k) => list(k, "kind", |x| faults::KINDS.iter().copied().find(|k| *k == x))?,
+        None => faults::KINDS.to_vec(),
+    };
+    let params = FaultBenchParams {
+        pages: a.pages,
+        rounds: a.rounds.max(1),
+        evict_batch: a.evict_batch,
+        app_cpu,
+    };
+    eprintln!(
+        "bench faults: {} pages x {} rounds, faulting thread on CPU {app_cpu}",
+        a.pages, params.rounds
+    );
+    let mut p = progress_printer();
+    let r = faults::run(&params, &designs, &kinds, &mut p).map_err(|e| e.to_string())?;
+    print!("{}", faults::table(&r));
+    if let Some(j) = &a.json {
+        write_json(j, &r).map_err(|e| format!("{}: {e}", j.display()))?;
+        eprintln!("wrote {}", j.display());
+    }
+    if let Some(pl) = &a.plot {
+        faults::plot(&r, pl)?;
+        eprintln!("wrote {}", pl.display());
+    }
+    Ok(())
+}
+
+fn bench_stencil(a: StencilArgs) -> Result<(), String> {
+    let page_size = PageSize::from_bytes(parse_size(&a.page_size)?).ok_or("--page-size must be 4K or 2M")?;
+    let mut base = Config::new(a.virt, a.near);
+    base.page_size = page_size;
+    base.evict_batch_pages = a.evict_batch;
+    base.policy = PolicyKind::from_name(&a.policy).ok_or_else(|| format!("unknown policy {:?}", a.policy))?;
+    base.far = if a.far == "memory" {
+        FarStoreConfig::Memory
+    } else {
+        FarStoreConfig::File {
+            path: a.far.clone().into(),
+            direct: a.far_direct,
+        }
+    };
+    let mut probe = base.clone();
+    probe.near_bytes = a.near.min(a.virt);
+    probe.validate().map_err(|e| e.to_string())?;
+    if a.threads == 0 || a.iters == 0 {
+        return Err("--threads and --iters must be at least 1".into());
+    }
+    let n = StencilParams::edge_for(a.virt);
+    if n < 3 {
+        return Err("--virt is too small for a grid".into());
+    }
+    if a.virt > 2 << 30 {
+        eprintln!("warning: footprints above 2 GiB are distorted by the host on these machines");
+    }
+    let allowed = tiermem_sys::thread::affinity().map_err(|e| e.to_string())?;
+    let cpus = match &a.cpus {
+        Some(c) => parse_cpu_list(c)?,
+        None => (0..a.threads).map(|i| allowed[i % allowed.len()]).collect(),
+    };
+    let fault_paths = list(&a.fault_path, "fault path", FaultPath::from_name)?;
+    let dirties = list(&a.dirty, "dirty tracking", DirtyTracking::from_name)?;
+    let swap = match a.swap.as_str() {
+        "zram" => SwapKind::Zram,
+        s if s == "file" || s.starts_with("file:") => SwapKind::File(
+            s.strip_prefix("file:")
+                .map_or_else(std::env::temp_dir, PathBuf::from),
+        ),
+        s => return Err(format!("--swap must be zram or file[:DIR], not {s:?}")),
+    };
+    let mut modes_v = Vec::new();
+    for m in list(&a.modes, "mode", |x| Some(x.to_owned()))? {
+        match m.as_str() {
+            "none" => modes_v.push(ModeSpec::None),
+            "sync" => {
+                for fp in &fault_paths {
+                    for d in &dirties {
+                        let name = if fault_paths.len() * dirties.len() == 1 {
+                            "sync".to_owned()
+                        } else {
+                            format!("sync:{}:{}", fp.name(), d.name())
+                        };
+                        modes_v.push(ModeSpec::Sync {
+                            name,
+                            fault_path: *fp,
+                            dirty: *d,
+                        });
+                    }
+                }
+            }
+            "kernel-swap" => modes_v.push(ModeSpec::KernelSwap { swap: swap.clone() }),
+            other => return Err(format!("unknown mode {other:?} (none, sync, kernel-swap)")),
+        }
+    }
+    let spec = BenchSpec {
+        virt: a.virt,
+        near: a.near,
+        params: StencilParams {
+            n,
+            threads: a.threads,
+            iters: a.iters,
+            cpus,
+        },
+        modes: modes_v,
+        repeat: a.repeat.max(1),
+        base,
+        launcher: Launcher {
+            exe: std::env::current_exe().map_err(|e| e.to_string())?,
+        },
+    };
+    eprintln!(
+        "bench stencil: grid {n} x {n} x 2 doubles = {} MiB, near {} MiB, {} threads on CPUs {:?}, {} iterations, page {}",
+        spec.params.footprint() >> 20,
+        a.near >> 20,
+        a.threads,
+        spec.params.cpus,
+        a.iters,
+        page_size
+    );
+    let mut p = progress_printer();
+    let r = modes::run_all(&spec, &mut p);
+    print!("{}", modes::table(&r));
+    if let Some(j) = &a.json {
+        write_json(j, &r).map_err(|e| format!("{}: {e}", j.display()))?;
+        eprintln!("wrote {}", j.display());
+    }
+    if let Some(pl) = &a.plot {
+        modes::plot(&r, pl)?;
+        eprintln!("wrote {}", pl.display());
+    }
+    if !r.checksums_match {
+        return Err("checksums differ between modes: a mode computed a wrong result".into());
+    }
+    if r.results.is_empty() {
+        return Err("no mode could run".into());
+    }
+    Ok(())
+}
+
+fn bench_dirty(a: DirtyArgs) -> Result<(), String> {
+    let mut probe = Config::new(a.virt, a.near);
+    probe.validate().map_err(|e| e.to_string())?;
+    probe.near_bytes = a.near;
+    eprintln!(
+        "bench dirty: {} MiB over {} MiB, {} passes x {} rounds, faulting thread unpinned",
+        a.virt >> 20,
+        a.near >> 20,
+        a.passes,
+        a.rounds
+    );
+    let mut p = progress_printer();
+    let r = tiermem_workloads::dirty::run(
+        a.virt,
+        a.near,
+        a.passes.max(1),
+        a.rounds.max(1),
+        DirtyTracking::ALL,
+        &mut p,
+    )
+    .map_err(|e| e.to_string())?;
+    print!("{}", tiermem_workloads::dirty::table(&r));
+    if let Some(j) = &a.json {
+        write_json(j, &r).map_err(|e| format!("{}: {e}", j.display()))?;
+        eprintln!("wrote {}", j.display());
+    }
+    if let Some(pl) = &a.plot {
+        tiermem_workloads::dirty::plot(&r, pl)?;
+        eprintln!("wrote {}", pl.display());
+    }
+    Ok(())
+}
+
+fn stencil_child(params: &str) -> Result<(), String> {
+    let p: StencilParams = serde_json::from_str(params).map_err(|e| format!("bad --params: {e}"))?;
+    let o = modes::child_main(&p)?;
+    println!("{}", serde_json::to_string(&o).map_err(|e| e.to_string())?);
+    Ok(())
+}

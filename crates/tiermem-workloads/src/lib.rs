@@ -1,1 +1,20 @@
-//! placeholder
+//! Workloads and harnesses behind `tiermem bench`.
+//!
+//! - [`dirty`]: the two dirty-tracking designs on read, write and
+//!   read-then-write sweeps;
+//! - [`faults`]: latency of one page fault by kind and fault-serving design;
+//! - [`stencil`]: paper 1's 2D 9-point heat-diffusion stencil;
+//! - [`modes`]: running the stencil in each mode (`none`, `sync`,
+//!   `kernel-swap`) and reporting it;
+//! - [`kernel_swap`]: the Linux baseline: a memory cgroup limited to the
+//!   near budget with swap on zram or a swap file, set up and removed again;
+//! - [`report`]: machine description, tables, JSON;
+//! - [`plot`]: SVG charts.
+
+pub mod dirty;
+pub mod faults;
+pub mod kernel_swap;
+pub mod modes;
+pub mod plot;
+pub mod report;
+pub mod stencil;

@@ -1,0 +1,198 @@
+//! SVG plots written by the benchmarks themselves (plotters, no external
+//! tool or font needed).
+
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+use std::path::Path;
+
+/// One bar of a grouped bar chart, with an optional error bar.
+#[derive(Clone, Debug)]
+pub struct Bar {
+    /// Group (x axis label).
+    pub group: String,
+    /// Series (color, legend).
+    pub series: String,
+    /// Height.
+    pub value: f64,
+    /// Upper whisker (e.g. p99), drawn when greater than `value`.
+    pub upper: Option<f64>,
+}
+
+const COLORS: [RGBColor; 8] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+];
+
+/// Draws a grouped bar chart to `path` (SVG). `log_y` uses a log scale.
+pub fn grouped_bars(
+    path: &Path,
+    title: &str,
+    y_label: &str,
+    bars: &[Bar],
+    log_y: bool,
+) -> Result<(), String> {
+    let mut groups: Vec<String> = Vec::new();
+    let mut series: Vec<String> = Vec::new();
+    for b in bars {
+        if !groups.contains(&b.group) {
+            groups.push(b.group.clone());
+        }
+        if !series.contains(&b.series) {
+            series.push(b.series.clone());
+        }
+    }
+    if groups.is_empty() {
+        return Err("nothing to plot".into());
+    }
+    let ymax = bars
+        .iter()
+        .map(|b| b.upper.unwrap_or(b.value).max(b.value))
+        .fold(0.0f64, f64::max)
+        * 1.15;
+    let ymin_log = bars
+        .iter()
+        .map(|b| b.value)
+        .filter(|v| *v > 0.0)
+        .fold(f64::INFINITY, f64::min)
+        .min(1.0)
+        / 2.0;
+    let per_group = |g: &str| {
+        series
+            .iter()
+            .filter(|s| bars.iter().any(|b| b.group == g && &b.series == *s))
+            .count()
+    };
+    let max_in_group = groups.iter().map(|g| per_group(g)).max().unwrap_or(1).max(1);
+    let width = (260 + groups.len() * (50 + 34 * max_in_group)).max(720) as u32;
+    let root = SVGBackend::new(path, (width, 520)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let ng = groups.len() as f64;
+    let slot = 0.8 / max_in_group as f64;
+    // x position of a bar: the bars a group has are centred in its unit.
+    let bar_x = |b: &Bar| {
+        let g = groups.iter().position(|x| x == &b.group).unwrap_or(0);
+        let present: Vec<&String> = series
+            .iter()
+            .filter(|s| bars.iter().any(|o| o.group == b.group && &o.series == *s))
+            .collect();
+        let k = present.iter().position(|s| **s == b.series).unwrap_or(0);
+        g as f64 + 0.5 - slot * present.len() as f64 / 2.0 + slot * k as f64
+    };
+    macro_rules! body {
+        ($chart:expr, $y:expr, $ybottom:expr) => {{
+            let mut chart = $chart;
+            chart
+                .configure_mesh()
+                .disable_x_mesh()
+                .x_labels(0)
+                .y_desc(y_label)
+                .draw()
+                .map_err(|e| e.to_string())?;
+            for (si, s) in series.iter().enumerate() {
+                let color = COLORS[si % COLORS.len()];
+                let mine: Vec<&Bar> = bars.iter().filter(|b| &b.series == s).collect();
+                let rects: Vec<_> = mine
+                    .iter()
+                    .map(|b| {
+                        let x0 = bar_x(b);
+                        Rectangle::new([(x0, $y(0.0)), (x0 + slot * 0.9, $y(b.value))], color.filled())
+                    })
+                    .collect();
+                chart
+                    .draw_series(rects)
+                    .map_err(|e| e.to_string())?
+                    .label(s.clone())
+                    .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled()));
+                let whiskers: Vec<_> = mine
+                    .iter()
+                    .filter(|b| b.upper.is_some_and(|u| u > b.value))
+                    .map(|b| {
+                        let xm = bar_x(b) + slot * 0.45;
+                        let top = b.upper.unwrap_or(b.value);
+                        PathElement::new(vec![(xm, $y(b.value)), (xm, $y(top))], BLACK.stroke_width(1))
+                    })
+                    .collect();
+                chart.draw_series(whiskers).map_err(|e| e.to_string())?;
+            }
+            chart
+                .configure_series_labels()
+                .background_style(WHITE.mix(0.85))
+                .border_style(BLACK)
+                .position(SeriesLabelPosition::UpperLeft)
+                .draw()
+                .map_err(|e| e.to_string())?;
+            // Group names under the axis, centred on each group.
+            let style =
+                TextStyle::from(("sans-serif", 14).into_font()).pos(Pos::new(HPos::Center, VPos::Top));
+            for (g, name) in groups.iter().enumerate() {
+                let (px, py) = chart.backend_coord(&(g as f64 + 0.5, $ybottom));
+                root.draw(&Text::new(name.clone(), (px, py + 8), style.clone()))
+                    .map_err(|e| e.to_string())?;
+            }
+        }};
+    }
+    if log_y {
+        let top = ymax.max(ymin_log * 10.0);
+        let chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 20))
+            .margin(14)
+            .x_label_area_size(40)
+            .y_label_area_size(70)
+            .build_cartesian_2d(0.0..ng, (ymin_log..top).log_scale())
+            .map_err(|e| e.to_string())?;
+        body!(chart, |v: f64| v.max(ymin_log), ymin_log);
+    } else {
+        let chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 20))
+            .margin(14)
+            .x_label_area_size(40)
+            .y_label_area_size(70)
+            .build_cartesian_2d(0.0..ng, 0.0..ymax.max(1e-9))
+            .map_err(|e| e.to_string())?;
+        body!(chart, |v: f64| v, 0.0);
+    }
+    root.present().map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn draws_an_svg() {
+        let p = std::env::temp_dir().join(format!("tiermem-plot-{}.svg", std::process::id()));
+        let bars = vec![
+            Bar {
+                group: "zero-fill".into(),
+                series: "in-context".into(),
+                value: 5.0,
+                upper: Some(9.0),
+            },
+            Bar {
+                group: "zero-fill".into(),
+                series: "handler".into(),
+                value: 12.0,
+                upper: None,
+            },
+            Bar {
+                group: "fill".into(),
+                series: "in-context".into(),
+                value: 6.0,
+                upper: Some(7.0),
+            },
+        ];
+        grouped_bars(&p, "t", "us", &bars, false).unwrap();
+        grouped_bars(&p, "t", "us", &bars, true).unwrap();
+        let s = std::fs::read_to_string(&p).unwrap();
+        assert!(s.starts_with("<svg") && s.contains("zero-fill") && s.contains("handler"));
+        std::fs::remove_file(p).unwrap();
+        assert!(grouped_bars(Path::new("/tmp/x.svg"), "t", "us", &[], false).is_err());
+    }
+}
