@@ -446,21 +446,17 @@ impl Mapping {
         file_offset: u64,
     ) -> Result<usize, Errno> {
         self.check_range(offset, len);
-        loop {
+        retry_eintr(|| {
             // SAFETY: the destination range is mapped writable and in bounds.
-            let r = unsafe {
+            unsafe {
                 libc::pread(
                     fd.as_raw_fd(),
                     self.as_ptr().add(offset).cast(),
                     len,
                     file_offset as libc::off_t,
                 )
-            };
-            match check_size(r) {
-                Err(e) if e.is_interrupted() => continue,
-                other => return other,
             }
-        }
+        })
     }
 
     /// `pwrite`s `len` bytes of the mapping at `offset` to `fd` at `file_offset`.
@@ -471,22 +467,7 @@ impl Mapping {
         len: usize,
         file_offset: u64,
     ) -> Result<usize, Errno> {
-        self.check_range(offset, len);
-        loop {
-            // SAFETY: the source range is mapped readable and in bounds.
-            let r = unsafe {
-                libc::pwrite(
-                    fd.as_raw_fd(),
-                    self.as_ptr().add(offset).cast(),
-                    len,
-                    file_offset as libc::off_t,
-                )
-            };
-            match check_size(r) {
-                Err(e) if e.is_interrupted() => continue,
-                other => return other,
-            }
-        }
+        self.range(offset, len).pwrite_to(fd, file_offset)
     }
 
     /// Gives non-destructive advice about a range.
@@ -577,6 +558,16 @@ impl Drop for Mapping {
     }
 }
 
+/// Runs a read/write-style call until it is not interrupted by a signal.
+fn retry_eintr(mut call: impl FnMut() -> libc::ssize_t) -> Result<usize, Errno> {
+    loop {
+        match check_size(call()) {
+            Err(e) if e.is_interrupted() => continue,
+            other => return other,
+        }
+    }
+}
+
 /// A borrowed byte range of mapped memory, used as the source of a copy.
 #[derive(Clone, Copy, Debug)]
 pub struct MemRange<'a> {
@@ -622,21 +613,17 @@ impl<'a> MemRange<'a> {
 
     /// `pwrite`s the range to `fd` at `file_offset`; returns bytes written.
     pub fn pwrite_to(&self, fd: BorrowedFd<'_>, file_offset: u64) -> Result<usize, Errno> {
-        loop {
+        retry_eintr(|| {
             // SAFETY: the source range is mapped readable for 'a.
-            let r = unsafe {
+            unsafe {
                 libc::pwrite(
                     fd.as_raw_fd(),
                     self.addr as *const libc::c_void,
                     self.len,
                     file_offset as libc::off_t,
                 )
-            };
-            match check_size(r) {
-                Err(e) if e.is_interrupted() => continue,
-                other => return other,
             }
-        }
+        })
     }
 
     /// Copies the bytes out.

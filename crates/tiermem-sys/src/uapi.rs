@@ -74,13 +74,17 @@ pub struct UffdioCopy {
     pub copy: i64,
 }
 
+/// `struct uffdio_zeropage`, `uffdio_continue` and `uffdio_poison` share
+/// this layout: a range, a mode, and the bytes done (or a negative errno)
+/// written back by the kernel (`zeropage`, `mapped`, `updated`).
 #[repr(C)]
 #[derive(Clone, Copy, Default, Debug)]
-pub struct UffdioZeropage {
+pub struct UffdioRangeOp {
     pub range: UffdioRange,
     pub mode: u64,
-    pub zeropage: i64,
+    pub result: i64,
 }
+const _: () = assert!(std::mem::size_of::<UffdioRangeOp>() == 32);
 
 #[repr(C)]
 #[derive(Clone, Copy, Default, Debug)]
@@ -97,22 +101,6 @@ pub struct UffdioMove {
 pub struct UffdioWriteprotect {
     pub range: UffdioRange,
     pub mode: u64,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, Default, Debug)]
-pub struct UffdioContinue {
-    pub range: UffdioRange,
-    pub mode: u64,
-    pub mapped: i64,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, Default, Debug)]
-pub struct UffdioPoison {
-    pub range: UffdioRange,
-    pub mode: u64,
-    pub updated: i64,
 }
 
 /// `struct uffd_msg`: 32 bytes; only the page-fault arm of the union is
@@ -159,11 +147,11 @@ pub const UFFDIO_REGISTER: u64 = iowr(UFFDIO, NR_REGISTER, std::mem::size_of::<U
 pub const UFFDIO_UNREGISTER: u64 = ior(UFFDIO, NR_UNREGISTER, std::mem::size_of::<UffdioRange>());
 pub const UFFDIO_WAKE: u64 = ior(UFFDIO, NR_WAKE, std::mem::size_of::<UffdioRange>());
 pub const UFFDIO_COPY: u64 = iowr(UFFDIO, NR_COPY, std::mem::size_of::<UffdioCopy>());
-pub const UFFDIO_ZEROPAGE: u64 = iowr(UFFDIO, NR_ZEROPAGE, std::mem::size_of::<UffdioZeropage>());
+pub const UFFDIO_ZEROPAGE: u64 = iowr(UFFDIO, NR_ZEROPAGE, std::mem::size_of::<UffdioRangeOp>());
 pub const UFFDIO_MOVE: u64 = iowr(UFFDIO, NR_MOVE, std::mem::size_of::<UffdioMove>());
 pub const UFFDIO_WRITEPROTECT: u64 = iowr(UFFDIO, NR_WRITEPROTECT, std::mem::size_of::<UffdioWriteprotect>());
-pub const UFFDIO_CONTINUE: u64 = iowr(UFFDIO, NR_CONTINUE, std::mem::size_of::<UffdioContinue>());
-pub const UFFDIO_POISON: u64 = iowr(UFFDIO, NR_POISON, std::mem::size_of::<UffdioPoison>());
+pub const UFFDIO_CONTINUE: u64 = iowr(UFFDIO, NR_CONTINUE, std::mem::size_of::<UffdioRangeOp>());
+pub const UFFDIO_POISON: u64 = iowr(UFFDIO, NR_POISON, std::mem::size_of::<UffdioRangeOp>());
 
 /// `USERFAULTFD_IOC_NEW` on `/dev/userfaultfd`.
 pub const USERFAULTFD_IOC_NEW: u64 = io(0xAA, 0x00);

@@ -423,15 +423,8 @@ impl Uffd {
             dst: dst as u64,
             src: src.addr() as u64,
             len: src.len() as u64,
-            mode: if mode.write_protect {
-                uapi::UFFDIO_COPY_MODE_WP
-            } else {
-                0
-            } | if mode.dont_wake {
-                uapi::UFFDIO_COPY_MODE_DONTWAKE
-            } else {
-                0
-            },
+            mode: bit(mode.write_protect, uapi::UFFDIO_COPY_MODE_WP)
+                | bit(mode.dont_wake, uapi::UFFDIO_COPY_MODE_DONTWAKE),
             copy: 0,
         };
         // SAFETY: the struct is ours; dst lies in a range registered with this
@@ -449,22 +442,14 @@ impl Uffd {
         len: usize,
         dont_wake: bool,
     ) -> Result<Resolved, UffdError> {
-        let dst = reg.addr(offset, len);
-        let mut z = uapi::UffdioZeropage {
-            range: uapi::UffdioRange {
-                start: dst as u64,
-                len: len as u64,
-            },
-            mode: if dont_wake {
-                uapi::UFFDIO_ZEROPAGE_MODE_DONTWAKE
-            } else {
-                0
-            },
-            zeropage: 0,
-        };
-        // SAFETY: struct ours; range registered with this descriptor.
-        let r = unsafe { libc::ioctl(self.fd.as_raw_fd(), uapi::UFFDIO_ZEROPAGE as _, &mut z) };
-        resolved("UFFDIO_ZEROPAGE", dst, len, r, z.zeropage)
+        let mode = bit(dont_wake, uapi::UFFDIO_ZEROPAGE_MODE_DONTWAKE);
+        self.range_op(
+            "UFFDIO_ZEROPAGE",
+            uapi::UFFDIO_ZEROPAGE,
+            reg.addr(offset, len),
+            len,
+            mode,
+        )
     }
 
     /// Wakes threads waiting on a range (`UFFDIO_WAKE`).
@@ -500,10 +485,8 @@ impl Uffd {
         let dst = reg.addr(offset, len);
         let mode = if protect {
             uapi::UFFDIO_WRITEPROTECT_MODE_WP
-        } else if dont_wake {
-            uapi::UFFDIO_WRITEPROTECT_MODE_DONTWAKE
         } else {
-            0
+            bit(dont_wake, uapi::UFFDIO_WRITEPROTECT_MODE_DONTWAKE)
         };
         let mut w = uapi::UffdioWriteprotect {
             range: uapi::UffdioRange {
@@ -575,11 +558,7 @@ impl Uffd {
             dst: dst as u64,
             src: src as u64,
             len: len as u64,
-            mode: if allow_src_holes {
-                uapi::UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES
-            } else {
-                0
-            },
+            mode: bit(allow_src_holes, uapi::UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES),
             moved: 0,
         };
         // SAFETY: struct ours; both ranges are live mappings borrowed by the
@@ -598,26 +577,15 @@ impl Uffd {
         write_protect: bool,
         dont_wake: bool,
     ) -> Result<Resolved, UffdError> {
-        let dst = reg.addr(offset, len);
-        let mut c = uapi::UffdioContinue {
-            range: uapi::UffdioRange {
-                start: dst as u64,
-                len: len as u64,
-            },
-            mode: if write_protect {
-                uapi::UFFDIO_CONTINUE_MODE_WP
-            } else {
-                0
-            } | if dont_wake {
-                uapi::UFFDIO_CONTINUE_MODE_DONTWAKE
-            } else {
-                0
-            },
-            mapped: 0,
-        };
-        // SAFETY: struct ours; range registered with this descriptor.
-        let r = unsafe { libc::ioctl(self.fd.as_raw_fd(), uapi::UFFDIO_CONTINUE as _, &mut c) };
-        resolved("UFFDIO_CONTINUE", dst, len, r, c.mapped)
+        let mode = bit(write_protect, uapi::UFFDIO_CONTINUE_MODE_WP)
+            | bit(dont_wake, uapi::UFFDIO_CONTINUE_MODE_DONTWAKE);
+        self.range_op(
+            "UFFDIO_CONTINUE",
+            uapi::UFFDIO_CONTINUE,
+            reg.addr(offset, len),
+            len,
+            mode,
+        )
     }
 
     /// Marks missing pages poisoned (`UFFDIO_POISON`): any access raises
@@ -630,22 +598,38 @@ impl Uffd {
         len: usize,
         dont_wake: bool,
     ) -> Result<Resolved, UffdError> {
-        let dst = reg.addr(offset, len);
-        let mut p = uapi::UffdioPoison {
+        let mode = bit(dont_wake, uapi::UFFDIO_POISON_MODE_DONTWAKE);
+        self.range_op(
+            "UFFDIO_POISON",
+            uapi::UFFDIO_POISON,
+            reg.addr(offset, len),
+            len,
+            mode,
+        )
+    }
+
+    /// The ioctls whose argument is a range, a mode and a result.
+    fn range_op(
+        &self,
+        op: &'static str,
+        request: u64,
+        dst: usize,
+        len: usize,
+        mode: u64,
+    ) -> Result<Resolved, UffdError> {
+        let mut a = uapi::UffdioRangeOp {
             range: uapi::UffdioRange {
                 start: dst as u64,
                 len: len as u64,
             },
-            mode: if dont_wake {
-                uapi::UFFDIO_POISON_MODE_DONTWAKE
-            } else {
-                0
-            },
-            updated: 0,
+            mode,
+            result: 0,
         };
-        // SAFETY: struct ours; range registered with this descriptor.
-        let r = unsafe { libc::ioctl(self.fd.as_raw_fd(), uapi::UFFDIO_POISON as _, &mut p) };
-        resolved("UFFDIO_POISON", dst, len, r, p.updated)
+        // SAFETY: the struct is ours and has the layout `request` expects;
+        // dst lies in a range registered with this descriptor (the kernel
+        // only fills missing ptes or maps page-cache pages there).
+        let r = unsafe { libc::ioctl(self.fd.as_raw_fd(), request as _, &mut a) };
+        resolved(op, dst, len, r, a.result)
     }
 
     /// Drops pages of the registration (`MADV_DONTNEED`). Their next access
@@ -706,6 +690,15 @@ impl Uffd {
 impl AsFd for Uffd {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
+    }
+}
+
+/// `flag` if `on`, else 0.
+fn bit(on: bool, flag: u64) -> u64 {
+    if on {
+        flag
+    } else {
+        0
     }
 }
 
