@@ -16,6 +16,10 @@ fn pct(v: &mut [f64], p: f64) -> f64 {
 }
 
 fn run(handler_cpu: Option<usize>, spin: bool) -> Vec<f64> {
+    run_policy(handler_cpu, spin, false)
+}
+
+fn run_policy(handler_cpu: Option<usize>, spin: bool, idle: bool) -> Vec<f64> {
     let (map, _) = Mapping::anonymous(N * PAGE, &MapOptions::default()).unwrap();
     let uffd = Uffd::open(&UffdOptions {
         required: Features::THREAD_ID,
@@ -31,6 +35,12 @@ fn run(handler_cpu: Option<usize>, spin: bool) -> Vec<f64> {
         s.spawn(|| {
             if let Some(c) = handler_cpu {
                 tiermem_sys::thread::set_affinity(&[c]).unwrap();
+            }
+            if idle {
+                // SAFETY: test code; sched_setscheduler on the calling thread.
+                let param = libc::sched_param { sched_priority: 0 };
+                let r = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+                assert_eq!(r, 0, "SCHED_IDLE");
             }
             let mut ev = [FaultEvent {
                 address: 0,
@@ -79,6 +89,17 @@ fn main() {
             ("handler spinning on other CPU", Some(1), true),
         ] {
             let mut v = run(cpu, spin);
+            if round == 1 {
+                println!(
+                    "{name:<40} p50 {:7.2} us p90 {:7.2} p99 {:7.2}",
+                    pct(&mut v, 0.5),
+                    pct(&mut v, 0.9),
+                    pct(&mut v, 0.99)
+                );
+            }
+        }
+        for (name, cpu) in [("SCHED_IDLE spinner on same CPU", Some(0))] {
+            let mut v = run_policy(cpu, true, true);
             if round == 1 {
                 println!(
                     "{name:<40} p50 {:7.2} us p90 {:7.2} p99 {:7.2}",

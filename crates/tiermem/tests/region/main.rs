@@ -144,3 +144,32 @@ fn evict_all_and_discard() {
     assert!(r.discard(1, 4096).is_err());
     assert!(r.discard(0, 8 * MIB as usize).is_err());
 }
+
+#[test]
+fn file_store_with_o_direct() {
+    let dir = std::env::temp_dir();
+    let mut c = Config::new(16 * MIB, 4 * MIB);
+    c.far = tiermem::FarStoreConfig::File {
+        path: dir.clone(),
+        direct: true,
+    };
+    let mut r = match Region::new(c) {
+        Ok(r) => r,
+        Err(tiermem::Error::File(tiermem_sys::file::FileError::DirectUnsupported { .. })) => {
+            eprintln!("skipped: {} does not support O_DIRECT", dir.display());
+            return;
+        }
+        Err(e) => panic!("{e}"),
+    };
+    assert!(r.describe().contains("O_DIRECT"), "{}", r.describe());
+    let w: &mut [u64] = r.as_mut_slice();
+    w.iter_mut().enumerate().for_each(|(i, x)| *x = mix(i as u64));
+    for _ in 0..2 {
+        assert!(w.iter().enumerate().all(|(i, &x)| x == mix(i as u64)));
+    }
+    let s = r.stats();
+    assert!(
+        s.bytes_out > 0 && s.bytes_in > 0 && r.errors().is_empty(),
+        "{s:?}"
+    );
+}
