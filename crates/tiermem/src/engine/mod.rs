@@ -586,26 +586,56 @@ impl RegionCore {
             *d = w.state() == PageState::Dirty;
         }
         let asynchronous = self.config.dirty_tracking == DirtyTracking::WpAsync;
-        if asynchronous {
+        // Stop writers before anything is copied out: otherwise a write
+        // landing between the copy and the unmap would be lost. If the
+        // kernel refuses, give the run up (its pages stay resident as they
+        // were) rather than evict unprotected pages.
+        let stopped = if asynchronous {
             // Freeze: from here on writers take SIGSEGV and wait for the page
             // state, so the scan below cannot miss a write.
-            let _ = self.mapping.protect(off, bytes, Protection::Read);
+            let r = self
+                .mapping
+                .protect(off, bytes, Protection::Read)
+                .map_err(|e| match e {
+                    tiermem_sys::mm::MmError::Protect { errno, .. } => errno.raw(),
+                    _ => 0,
+                });
             timer.lap(Cost::Tlb);
-            self.scan_written(first, n, &mut dirty);
-            timer.lap(Cost::LockList);
+            if r.is_ok() {
+                self.scan_written(first, n, &mut dirty);
+                timer.lap(Cost::LockList);
+            }
+            r
         } else if let (Some(a), Some(b)) = (
             dirty[..n].iter().position(|&d| d),
             dirty[..n].iter().rposition(|&d| d),
         ) {
-            // Stop writers to the dirty pages before copying them out.
-            let _ = self.uffd.writeprotect(
-                &self.reg,
-                (first + a) * self.page_bytes,
-                (b - a + 1) * self.page_bytes,
-                true,
-                false,
-            );
+            let r = self
+                .uffd
+                .writeprotect(
+                    &self.reg,
+                    (first + a) * self.page_bytes,
+                    (b - a + 1) * self.page_bytes,
+                    true,
+                    false,
+                )
+                .map_err(|e| e.errno().map_or(0, |e| e.raw()));
             timer.lap(Cost::Tlb);
+            r
+        } else {
+            Ok(())
+        };
+        if let Err(errno) = stopped {
+            self.errors.record(off as u64, OP_EVICT, errno);
+            if asynchronous {
+                self.unfreeze(off, bytes);
+            }
+            let mut policy = self.policy();
+            for &(p, w) in run {
+                policy.on_remove(p, true);
+                self.pages.unlock(p, w);
+            }
+            return (0, None);
         }
         // Write back dirty pages, contiguous ones with one call.
         let mut failed = [false; crate::config::MAX_EVICT_BATCH];
@@ -673,7 +703,7 @@ impl RegionCore {
             s = e;
         }
         if asynchronous {
-            let _ = self.mapping.protect(off, bytes, Protection::ReadWrite);
+            self.unfreeze(off, bytes);
         }
         timer.lap(Cost::Tlb);
         self.resident.fetch_sub(evicted, Ordering::Relaxed);
@@ -695,6 +725,19 @@ impl RegionCore {
         drop(policy);
         timer.lap(Cost::LockList);
         (evicted, first_error)
+    }
+
+    /// wp-async: lifts the freeze of a run. A range left read-only would
+    /// make its next writers spin on SIGSEGV, so insist, and record a
+    /// failure (they then end with SIGSEGV rather than hang).
+    fn unfreeze(&self, off: usize, bytes: usize) {
+        for _ in 0..100 {
+            match self.mapping.protect(off, bytes, Protection::ReadWrite) {
+                Ok(()) => return,
+                Err(_) => std::thread::yield_now(),
+            }
+        }
+        self.errors.record(off as u64, OP_EVICT, libc::ENOMEM);
     }
 
     /// wp-async: marks pages of `[first, first+n)` that were written since
