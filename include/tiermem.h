@@ -137,6 +137,28 @@ extern "C" {
 
 /* tm_config.policy: first filled, first evicted; default. */
 #define TM_POLICY_FIFO 0
+/* tm_config.policy: CLOCK (second chance) over the accesses user space can
+ * observe (write-protect faults, re-faults). */
+#define TM_POLICY_CLOCK 1
+/* tm_config.policy: scan-resistant: for loops over more data than the
+ * budget, keeps a stable part resident (about half the data movement of
+ * FIFO on a sweep twice the budget). */
+#define TM_POLICY_SCAN 2
+
+/* tm_config.install: movers install pages with UFFDIO_COPY from the far
+ * store; default. */
+#define TM_INSTALL_COPY 0
+/* tm_config.install: movers recycle page frames: evicted pages are moved
+ * (UFFDIO_MOVE) into a ring of frames that receive new data and are moved
+ * into place, with no page allocation and no kernel copy. */
+#define TM_INSTALL_MOVE 1
+
+/* tm_advise() advice. */
+#define TM_ADVICE_NORMAL 0     /* back to the default heuristics */
+#define TM_ADVICE_SEQUENTIAL 1 /* prefetch aggressively from the first fault */
+#define TM_ADVICE_RANDOM 2     /* do not prefetch */
+#define TM_ADVICE_WILLNEED 3   /* prefetch now */
+#define TM_ADVICE_DONTNEED 4   /* evict now; the data is kept (unlike MADV_DONTNEED) */
 
 /* tm_config.fault_path: faults are served on the faulting thread, in a
  * SIGBUS handler: no thread wake-up, the fastest design; default. A kernel
@@ -165,7 +187,7 @@ typedef struct tm_region tm_region;
 
 /* Everything that defines a region. Fill it with tm_config_init, then
  * change what you need. Fields are naturally aligned with explicit padding;
- * new fields are only ever appended (version 1 is 72 bytes). */
+ * new fields are only ever appended (version 1 is 72 bytes, version 2 104). */
 struct tm_config {
   uint32_t struct_size;       /* sizeof(struct tm_config); set by tm_config_init. A value
                                  below the version-1 size is TM_EINVAL. */
@@ -196,6 +218,20 @@ struct tm_config {
                                  Default 64. */
   uint32_t handler_threads;   /* TM_FAULT_HANDLER_THREAD only: number of handler threads, at
                                  least 1. Default 1. */
+  /* Version 2 (tiermem 0.2). Zero is the default for every field below, so
+   * programs built against version 1 keep working. */
+  uint32_t movers;            /* dedicated data-mover threads (paper 1's data movement
+                                 cores): prefetch ahead of demand and evict behind it.
+                                 Default 0: all movement happens in faults. */
+  int32_t prefetch_off;       /* 1 turns fault-triggered stream prefetch off. Default 0
+                                 (prefetch on whenever movers > 0). */
+  uint32_t prefetch_max_pages; /* largest prefetch window in pages, 4 to 2048; 0 = default
+                                 (512). */
+  int32_t install;            /* TM_INSTALL_COPY (default) or TM_INSTALL_MOVE. */
+  const int32_t *mover_cpus;  /* CPUs to pin the movers to, round robin; NULL (default) =
+                                 unpinned. Read during tm_region_create only. */
+  uint32_t mover_cpu_count;   /* entries in mover_cpus; default 0. */
+  uint32_t reserved2;         /* padding; must be 0. */
 };
 
 /* A snapshot of a region's statistics; counters count since creation. Set
@@ -229,6 +265,13 @@ struct tm_stats {
   uint64_t tlb_shootdowns_machine; /* TLB-shootdown interrupts on the whole machine since
                                       creation, from /proc/interrupts (includes other
                                       processes; count). */
+  /* Version 2 (tiermem 0.2). */
+  uint64_t prefetch_issued;        /* pages asked for by the prefetcher (count). */
+  uint64_t prefetch_used;          /* prefetched pages a stream then passed (count). */
+  uint64_t prefetch_wasted;        /* prefetched pages evicted before use (count). */
+  uint64_t mover_fills;            /* pages filled by mover threads (count). */
+  uint64_t mover_evictions;        /* pages evicted by mover threads (count). */
+  uint64_t inline_evictions;       /* pages evicted by faulting threads themselves (count). */
 };
 
 /* ------------------------------------------------------------------------
@@ -309,6 +352,18 @@ tm_decl_export int tm_region_evict_all(tm_region *r) tm_attr_noexcept;
  * and len (bytes) must be multiples of the page size and the range inside
  * the region. Returns TM_OK or TM_EINVAL. */
 tm_decl_export int tm_region_discard(tm_region *r, size_t offset, size_t len) tm_attr_noexcept;
+
+/* Asks for [addr, addr + len) to be brought into near memory: queued to
+ * the region's mover threads, or done before returning when it has none.
+ * Pages already resident are skipped. The range must lie in one tiermem
+ * region (any region of the process, including the global one). Returns
+ * TM_OK or TM_EINVAL. */
+tm_decl_export int tm_prefetch(const void *addr, size_t len) tm_attr_noexcept;
+
+/* Access advice for [addr, addr + len) of one tiermem region: one of the
+ * TM_ADVICE_* values. Returns TM_OK, TM_EINVAL, or for TM_ADVICE_DONTNEED
+ * TM_EIO / TM_ENOSPC when write-back fails (those pages stay resident). */
+tm_decl_export int tm_advise(const void *addr, size_t len, int advice) tm_attr_noexcept;
 
 /* ------------------------------------------------------------------------
  * The process-wide region (paper 1's malloc_global / free_global)

@@ -16,10 +16,10 @@
 #include <tiermem.h>
 
 /* The ABI that the Rust side checks too (crates/tiermem-capi). */
-_Static_assert(sizeof(struct tm_config) == 72, "struct tm_config version 1 is 72 bytes");
+_Static_assert(sizeof(struct tm_config) == 104, "struct tm_config version 2 is 104 bytes");
 _Static_assert(offsetof(struct tm_config, far_path) == 40, "tm_config.far_path offset");
 _Static_assert(offsetof(struct tm_config, handler_threads) == 68, "tm_config.handler_threads");
-_Static_assert(sizeof(struct tm_stats) == 184, "struct tm_stats version 1 is 184 bytes");
+_Static_assert(sizeof(struct tm_stats) == 232, "struct tm_stats version 2 is 232 bytes");
 _Static_assert(offsetof(struct tm_stats, faults_zero_fill) == 8, "tm_stats.faults_zero_fill");
 
 #define KiB ((uint64_t)1 << 10)
@@ -382,6 +382,76 @@ static void test_global(void) {
   CHECK(tm_free_global(again) == TM_OK, "tm_free_global(again)");
 }
 
+/* Movers, prefetch and advice (struct version 2), and a version-1 caller. */
+static void test_movers_prefetch_advice(void) {
+  const int policies[] = {TM_POLICY_FIFO, TM_POLICY_CLOCK, TM_POLICY_SCAN};
+  for (size_t k = 0; k < sizeof policies / sizeof policies[0]; k++) {
+    struct tm_config cfg;
+    tm_config_init(&cfg, 32 * MiB, 8 * MiB);
+    CHECK(cfg.movers == 0 && cfg.prefetch_off == 0 && cfg.install == TM_INSTALL_COPY &&
+              cfg.mover_cpus == NULL,
+          "version-2 defaults");
+    cfg.movers = 1;
+    cfg.policy = policies[k];
+    tm_region *r = NULL;
+    int rc = tm_region_create(&cfg, &r);
+    CHECK(rc == TM_OK, "create with a mover, policy %d: %d %s", policies[k], rc, tm_last_error());
+    if (rc != TM_OK) continue;
+    uint64_t *w = tm_region_base(r);
+    size_t words = 32 * MiB / 8;
+    for (size_t i = 0; i < words; i++) w[i] = mix(i);
+    for (int pass = 0; pass < 2; pass++) {
+      size_t bad = 0;
+      for (size_t i = 0; i < words; i++) bad += w[i] != mix(i);
+      CHECK(bad == 0, "policy %d pass %d: %zu words wrong", policies[k], pass, bad);
+    }
+    struct tm_stats s = stats_of(r);
+    CHECK(s.mover_fills > 0 && s.prefetch_issued > 0 && s.prefetch_used > 0,
+          "movers prefetched: fills %llu issued %llu used %llu", (unsigned long long)s.mover_fills,
+          (unsigned long long)s.prefetch_issued, (unsigned long long)s.prefetch_used);
+    /* Advice and explicit prefetch by address. */
+    CHECK(tm_advise(w, 4 * MiB, TM_ADVICE_DONTNEED) == TM_OK, "DONTNEED: %s", tm_last_error());
+    CHECK(w[7] == mix(7), "DONTNEED keeps the data");
+    CHECK(tm_advise(w, 32 * MiB, TM_ADVICE_SEQUENTIAL) == TM_OK, "SEQUENTIAL");
+    CHECK(tm_advise(w, 32 * MiB, TM_ADVICE_RANDOM) == TM_OK, "RANDOM");
+    CHECK(tm_advise(w, 32 * MiB, TM_ADVICE_NORMAL) == TM_OK, "NORMAL");
+    CHECK(tm_prefetch(w + 1024, 1 * MiB) == TM_OK, "tm_prefetch: %s", tm_last_error());
+    CHECK(tm_advise(w, 4096, 99) == TM_EINVAL, "bad advice");
+    CHECK(tm_prefetch(w, 64 * MiB) == TM_EINVAL, "prefetch beyond the region");
+    CHECK(tm_region_destroy(r) == TM_OK, "destroy with movers");
+  }
+  int stack_var = 0;
+  CHECK(tm_prefetch(&stack_var, sizeof stack_var) == TM_EINVAL, "prefetch of non-tiermem memory");
+  CHECK(strstr(tm_last_error(), "not in a tiermem region") != NULL, "%s", tm_last_error());
+
+  /* Pinned movers, and bad version-2 values. */
+  struct tm_config cfg;
+  tm_config_init(&cfg, 8 * MiB, 4 * MiB);
+  int32_t cpus[] = {0};
+  cfg.movers = 2;
+  cfg.mover_cpus = cpus;
+  cfg.mover_cpu_count = 1;
+  tm_region *r = NULL;
+  CHECK(tm_region_create(&cfg, &r) == TM_OK, "pinned movers: %s", tm_last_error());
+  tm_region_destroy(r);
+  cfg.mover_cpus = NULL;
+  EXPECT_ERROR(&cfg, TM_EINVAL, "mover_cpus is NULL");
+  cfg.mover_cpu_count = 0;
+  cfg.install = 7;
+  EXPECT_ERROR(&cfg, TM_EINVAL, "install = 7");
+  cfg.install = TM_INSTALL_COPY;
+  cfg.prefetch_max_pages = 3;
+  EXPECT_ERROR(&cfg, TM_EINVAL, "prefetch_max_pages");
+
+  /* A program built against version 1 (72-byte struct): defaults apply. */
+  tm_config_init(&cfg, 8 * MiB, 4 * MiB);
+  cfg.struct_size = 72;
+  cfg.movers = 5; /* beyond a version-1 struct: must be ignored */
+  r = NULL;
+  CHECK(tm_region_create(&cfg, &r) == TM_OK, "version-1 caller: %s", tm_last_error());
+  tm_region_destroy(r);
+}
+
 int main(void) {
   /* The global region reads its configuration at first use. */
   if (setenv("TIERMEM_FAR", "64M", 1) != 0 || setenv("TIERMEM_NEAR", "16M", 1) != 0) {
@@ -395,6 +465,7 @@ int main(void) {
   test_data_survives_eviction();
   test_threads();
   test_bad_inputs();
+  test_movers_prefetch_advice();
   test_global();
 
   printf("test_capi: %d checks, %d failed\n", checks, failures);

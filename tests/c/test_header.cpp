@@ -11,7 +11,7 @@ static_assert(std::is_standard_layout<tm_config>::value && std::is_trivial<tm_co
               "struct tm_config is plain data");
 static_assert(std::is_standard_layout<tm_stats>::value && std::is_trivial<tm_stats>::value,
               "struct tm_stats is plain data");
-static_assert(sizeof(tm_config) == 72 && sizeof(tm_stats) == 184, "version-1 sizes");
+static_assert(sizeof(tm_config) == 104 && sizeof(tm_stats) == 232, "version-2 sizes");
 static_assert(noexcept(tm_version()), "tiermem functions never throw");
 
 int main() {

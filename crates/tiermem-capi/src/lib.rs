@@ -53,7 +53,8 @@ use std::ptr;
 
 use tiermem::stats::Cost;
 use tiermem::{
-    Config, DirtyTracking, ErrorCode, FarStoreConfig, FaultPath, PageSize, PolicyKind, Region, RegionStats,
+    Advice, Config, DirtyTracking, ErrorCode, FarStoreConfig, FaultPath, InstallMethod, PageSize, PolicyKind,
+    Region, RegionStats,
 };
 
 // ---------------------------------------------------------------------------
@@ -113,6 +114,24 @@ pub const TM_FAR_MEMORY: i32 = 0;
 pub const TM_FAR_FILE: i32 = 1;
 /// `policy`: first in, first out (default).
 pub const TM_POLICY_FIFO: i32 = 0;
+/// `policy`: CLOCK (second chance).
+pub const TM_POLICY_CLOCK: i32 = 1;
+/// `policy`: scan-resistant (cyclic sweeps larger than the budget).
+pub const TM_POLICY_SCAN: i32 = 2;
+/// `install`: movers install pages with `UFFDIO_COPY` (default).
+pub const TM_INSTALL_COPY: i32 = 0;
+/// `install`: movers recycle page frames with `UFFDIO_MOVE`.
+pub const TM_INSTALL_MOVE: i32 = 1;
+/// `tm_advise`: back to the default heuristics.
+pub const TM_ADVICE_NORMAL: c_int = 0;
+/// `tm_advise`: sequential access: prefetch aggressively.
+pub const TM_ADVICE_SEQUENTIAL: c_int = 1;
+/// `tm_advise`: random access: no prefetch.
+pub const TM_ADVICE_RANDOM: c_int = 2;
+/// `tm_advise`: needed soon: prefetch now.
+pub const TM_ADVICE_WILLNEED: c_int = 3;
+/// `tm_advise`: not needed soon: evict now, keeping the data.
+pub const TM_ADVICE_DONTNEED: c_int = 4;
 /// `fault_path`: faults served on the faulting thread (default).
 pub const TM_FAULT_IN_CONTEXT: i32 = 0;
 /// `fault_path`: faults served by handler threads.
@@ -177,13 +196,29 @@ pub struct tm_config {
     /// Handler threads (`TM_FAULT_HANDLER_THREAD` only), at least 1;
     /// default 1.
     pub handler_threads: u32,
+    // Version 2 (tiermem 0.2): movers and prefetch. Zero means the default,
+    // so version-1 callers get it.
+    /// Dedicated data-mover threads; default 0 (movement in faults only).
+    pub movers: u32,
+    /// 1 turns fault-triggered prefetch off; default 0 (on with movers).
+    pub prefetch_off: i32,
+    /// Largest prefetch window in pages, 4 to 2048; 0 = default (512).
+    pub prefetch_max_pages: u32,
+    /// `TM_INSTALL_COPY` (default) or `TM_INSTALL_MOVE`.
+    pub install: i32,
+    /// CPUs to pin movers to (`mover_cpu_count` entries); NULL = unpinned.
+    pub mover_cpus: *const i32,
+    /// Entries of `mover_cpus`.
+    pub mover_cpu_count: u32,
+    /// Padding; must be 0.
+    pub reserved2: u32,
 }
 
 /// The size of version 1 of `struct tm_config`, the smallest accepted.
 /// Computed from the last version-1 field so that it stays put when
 /// fields are appended.
 const CONFIG_SIZE_V1: usize = offset_of!(tm_config, handler_threads) + size_of::<u32>();
-const _: () = assert!(CONFIG_SIZE_V1 == 72 && size_of::<tm_config>() == 72);
+const _: () = assert!(CONFIG_SIZE_V1 == 72 && size_of::<tm_config>() == 104);
 
 /// `struct tm_stats`: a snapshot of a region's statistics. All counters
 /// count since the region was created.
@@ -239,10 +274,23 @@ pub struct tm_stats {
     pub threads: u64,
     /// TLB-shootdown IPIs on the whole machine since creation.
     pub tlb_shootdowns_machine: u64,
+    // Version 2 (tiermem 0.2): movers and prefetch.
+    /// Pages asked for by the prefetcher (stream detection or tm_prefetch).
+    pub prefetch_issued: u64,
+    /// Prefetched pages a stream then passed (used).
+    pub prefetch_used: u64,
+    /// Prefetched pages evicted before use.
+    pub prefetch_wasted: u64,
+    /// Pages filled by mover threads.
+    pub mover_fills: u64,
+    /// Pages evicted by mover threads.
+    pub mover_evictions: u64,
+    /// Pages evicted by faulting threads themselves.
+    pub inline_evictions: u64,
 }
 
 const STATS_HEADER: usize = offset_of!(tm_stats, faults_zero_fill);
-const _: () = assert!(STATS_HEADER == 8 && size_of::<tm_stats>() == 8 + 22 * 8);
+const _: () = assert!(STATS_HEADER == 8 && size_of::<tm_stats>() == 8 + 28 * 8);
 
 // ---------------------------------------------------------------------------
 // Errors: the thread's last message, panics
@@ -356,6 +404,8 @@ impl tm_config {
             far_direct: i32::from(matches!(c.far, FarStoreConfig::File { direct: true, .. })),
             policy: match c.policy {
                 PolicyKind::Fifo => TM_POLICY_FIFO,
+                PolicyKind::Clock => TM_POLICY_CLOCK,
+                PolicyKind::Scan => TM_POLICY_SCAN,
             },
             fault_path: match c.fault_path {
                 FaultPath::InContext => TM_FAULT_IN_CONTEXT,
@@ -367,6 +417,16 @@ impl tm_config {
             },
             evict_batch_pages: u32::try_from(c.evict_batch_pages).unwrap_or(u32::MAX),
             handler_threads: u32::try_from(c.handler_threads).unwrap_or(u32::MAX),
+            movers: u32::try_from(c.movers).unwrap_or(u32::MAX),
+            prefetch_off: i32::from(!c.prefetch),
+            prefetch_max_pages: u32::try_from(c.prefetch_max_pages).unwrap_or(u32::MAX),
+            install: match c.install {
+                InstallMethod::Copy => TM_INSTALL_COPY,
+                InstallMethod::Move => TM_INSTALL_MOVE,
+            },
+            mover_cpus: ptr::null(),
+            mover_cpu_count: 0,
+            reserved2: 0,
         }
     }
 
@@ -387,6 +447,13 @@ impl tm_config {
             dirty_tracking: 0,
             evict_batch_pages: 0,
             handler_threads: 0,
+            movers: 0,
+            prefetch_off: 0,
+            prefetch_max_pages: 0,
+            install: 0,
+            mover_cpus: ptr::null(),
+            mover_cpu_count: 0,
+            reserved2: 0,
         }
     }
 }
@@ -446,7 +513,7 @@ unsafe fn read_config(cfg: *const tm_config) -> Result<tm_config, Failure> {
 /// # Safety
 /// `c.far_path` is NULL or points to a NUL-terminated string.
 unsafe fn config_from_c(c: &tm_config) -> Result<Config, Failure> {
-    if c.reserved0 != 0 || c.reserved1 != 0 {
+    if c.reserved0 != 0 || c.reserved1 != 0 || c.reserved2 != 0 {
         return Err(Failure::invalid(
             "reserved fields of struct tm_config must be 0 (use tm_config_init)",
         ));
@@ -493,9 +560,12 @@ unsafe fn config_from_c(c: &tm_config) -> Result<Config, Failure> {
     };
     config.policy = match c.policy {
         TM_POLICY_FIFO => PolicyKind::Fifo,
+        TM_POLICY_CLOCK => PolicyKind::Clock,
+        TM_POLICY_SCAN => PolicyKind::Scan,
         v => {
             return Err(Failure::invalid(format!(
-                "policy = {v}: expected TM_POLICY_FIFO ({TM_POLICY_FIFO})"
+                "policy = {v}: expected TM_POLICY_FIFO ({TM_POLICY_FIFO}), TM_POLICY_CLOCK \
+                 ({TM_POLICY_CLOCK}) or TM_POLICY_SCAN ({TM_POLICY_SCAN})"
             )))
         }
     };
@@ -521,6 +591,38 @@ unsafe fn config_from_c(c: &tm_config) -> Result<Config, Failure> {
     };
     config.evict_batch_pages = c.evict_batch_pages as usize;
     config.handler_threads = c.handler_threads as usize;
+    config.movers = c.movers as usize;
+    config.prefetch = match c.prefetch_off {
+        0 => true,
+        1 => false,
+        v => return Err(Failure::invalid(format!("prefetch_off = {v}: expected 0 or 1"))),
+    };
+    if c.prefetch_max_pages != 0 {
+        config.prefetch_max_pages = c.prefetch_max_pages as usize;
+    }
+    config.install = match c.install {
+        TM_INSTALL_COPY => InstallMethod::Copy,
+        TM_INSTALL_MOVE => InstallMethod::Move,
+        v => {
+            return Err(Failure::invalid(format!(
+                "install = {v}: expected TM_INSTALL_COPY ({TM_INSTALL_COPY}) or TM_INSTALL_MOVE ({TM_INSTALL_MOVE})"
+            )))
+        }
+    };
+    if c.mover_cpu_count > 0 {
+        if c.mover_cpus.is_null() {
+            return Err(Failure::invalid("mover_cpu_count > 0 but mover_cpus is NULL"));
+        }
+        // SAFETY: non-NULL, and by the caller's contract valid for
+        // mover_cpu_count reads; the values are copied out now.
+        let cpus = unsafe { std::slice::from_raw_parts(c.mover_cpus, c.mover_cpu_count as usize) };
+        config.mover_cpus = cpus
+            .iter()
+            .map(|&c| {
+                usize::try_from(c).map_err(|_| Failure::invalid(format!("mover_cpus: {c} is not a CPU")))
+            })
+            .collect::<Result<_, _>>()?;
+    }
     Ok(config)
 }
 
@@ -558,6 +660,12 @@ fn stats_to_c(s: &RegionStats) -> tm_stats {
         // (tid 0), counted here as one thread.
         threads: s.faults_per_thread.len() as u64,
         tlb_shootdowns_machine: s.tlb_shootdowns_machine,
+        prefetch_issued: s.prefetch.issued,
+        prefetch_used: s.prefetch.used,
+        prefetch_wasted: s.prefetch.wasted,
+        mover_fills: s.mover_fills,
+        mover_evictions: s.mover_evictions,
+        inline_evictions: s.inline_evictions,
     }
 }
 
@@ -815,6 +923,42 @@ pub unsafe extern "C" fn tm_region_discard(r: *mut tm_region, offset: usize, len
     status(call("tm_region_discard", || {
         // SAFETY: forwarded caller's contract.
         unsafe { region(r) }?.discard(offset, len)?;
+        Ok(())
+    }))
+}
+
+/// `int tm_prefetch(const void *addr, size_t len)`: asks for the bytes to
+/// be brought into near memory (queued to the region's movers, or done now
+/// without movers). The range must lie in one tiermem region.
+///
+/// # Safety
+/// None beyond the C contract: the address is looked up, never dereferenced.
+#[no_mangle]
+pub extern "C" fn tm_prefetch(addr: *const c_void, len: usize) -> c_int {
+    status(call("tm_prefetch", || {
+        tiermem::prefetch(addr as usize, len)?;
+        Ok(())
+    }))
+}
+
+/// `int tm_advise(const void *addr, size_t len, int advice)`: access advice
+/// for a range of one tiermem region (`TM_ADVICE_*`).
+#[no_mangle]
+pub extern "C" fn tm_advise(addr: *const c_void, len: usize, advice: c_int) -> c_int {
+    status(call("tm_advise", || {
+        let a = match advice {
+            TM_ADVICE_NORMAL => Advice::Normal,
+            TM_ADVICE_SEQUENTIAL => Advice::Sequential,
+            TM_ADVICE_RANDOM => Advice::Random,
+            TM_ADVICE_WILLNEED => Advice::WillNeed,
+            TM_ADVICE_DONTNEED => Advice::DontNeed,
+            v => {
+                return Err(Failure::invalid(format!(
+                    "advice = {v}: expected a TM_ADVICE_* value"
+                )))
+            }
+        };
+        tiermem::advise(addr as usize, len, a)?;
         Ok(())
     }))
 }
@@ -1077,7 +1221,11 @@ mod tests {
         // SAFETY: r is live and not used afterwards.
         assert_eq!(unsafe { tm_region_destroy(r) }, TM_OK);
         n.extra = 1;
-        expect_create_error(&n.base, TM_EINVAL, "byte 72 is set");
+        expect_create_error(
+            &n.base,
+            TM_EINVAL,
+            &format!("byte {} is set", size_of::<tm_config>()),
+        );
     }
 
     #[test]
@@ -1305,6 +1453,15 @@ mod tests {
             ("TM_FAR_MEMORY", TM_FAR_MEMORY),
             ("TM_FAR_FILE", TM_FAR_FILE),
             ("TM_POLICY_FIFO", TM_POLICY_FIFO),
+            ("TM_POLICY_CLOCK", TM_POLICY_CLOCK),
+            ("TM_POLICY_SCAN", TM_POLICY_SCAN),
+            ("TM_INSTALL_COPY", TM_INSTALL_COPY),
+            ("TM_INSTALL_MOVE", TM_INSTALL_MOVE),
+            ("TM_ADVICE_NORMAL", TM_ADVICE_NORMAL),
+            ("TM_ADVICE_SEQUENTIAL", TM_ADVICE_SEQUENTIAL),
+            ("TM_ADVICE_RANDOM", TM_ADVICE_RANDOM),
+            ("TM_ADVICE_WILLNEED", TM_ADVICE_WILLNEED),
+            ("TM_ADVICE_DONTNEED", TM_ADVICE_DONTNEED),
             ("TM_FAULT_IN_CONTEXT", TM_FAULT_IN_CONTEXT),
             ("TM_FAULT_HANDLER_THREAD", TM_FAULT_HANDLER_THREAD),
             ("TM_DIRTY_WP_FAULT", TM_DIRTY_WP_FAULT),
@@ -1329,12 +1486,14 @@ mod tests {
         }
         let config = offsets!(tm_config: struct_size, reserved0, virt_bytes, near_bytes,
             page_size_bytes, far_kind, reserved1, far_path, far_direct, policy, fault_path,
-            dirty_tracking, evict_batch_pages, handler_threads);
+            dirty_tracking, evict_batch_pages, handler_threads, movers, prefetch_off,
+            prefetch_max_pages, install, mover_cpus, mover_cpu_count, reserved2);
         let stats = offsets!(tm_stats: struct_size, reserved0, faults_zero_fill, faults_far_fill,
             faults_write_protect, evictions, evict_calls, write_backs, bytes_in, bytes_out,
             io_errors, poisoned_pages, resident_bytes, fault_ns_total, fault_p50_ns, fault_p90_ns,
             fault_p99_ns, time_lock_list_ns, time_pte_ns, time_tlb_ns, time_transfer_ns,
-            time_misc_ns, threads, tlb_shootdowns_machine);
+            time_misc_ns, threads, tlb_shootdowns_machine, prefetch_issued, prefetch_used,
+            prefetch_wasted, mover_fills, mover_evictions, inline_evictions);
         assert_eq!(c_layout(header, "tm_config"), config);
         assert_eq!(c_layout(header, "tm_stats"), stats);
     }
@@ -1362,7 +1521,7 @@ mod tests {
             let size = match ty.trim() {
                 "uint32_t" | "int32_t" => 4,
                 "uint64_t" => 8,
-                "const char" => size_of::<*const c_char>(),
+                "const char" | "const int32_t" => size_of::<*const c_char>(),
                 other => panic!("unexpected type {other:?} in struct {name}"),
             };
             at = at.next_multiple_of(size);

@@ -4,10 +4,10 @@
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use tiermem::config::{format_size, parse_cpu_list, parse_size};
-use tiermem::{Config, DirtyTracking, FarStoreConfig, FaultPath, PageSize, PolicyKind};
+use tiermem::{Config, DirtyTracking, FarStoreConfig, FaultPath, InstallMethod, PageSize, PolicyKind};
 use tiermem_workloads::faults::{self, FaultBenchParams};
 use tiermem_workloads::kernel_swap::SwapKind;
-use tiermem_workloads::modes::{self, BenchSpec, Launcher, ModeSpec};
+use tiermem_workloads::modes::{self, BenchSpec, Launcher, ModeSpec, Placement};
 use tiermem_workloads::report::write_json;
 use tiermem_workloads::stencil::StencilParams;
 
@@ -114,18 +114,30 @@ struct StencilArgs {
     /// Near-memory budget (and the cgroup limit of kernel-swap).
     #[arg(long, default_value = "512M", value_parser = parse_size)]
     near: u64,
-    /// Application threads.
-    #[arg(long, default_value_t = 2)]
-    threads: usize,
+    /// Application threads; a list runs each count (e.g. `1,2`).
+    #[arg(long, default_value = "2")]
+    threads: String,
     /// Iterations (paper 1: 25).
     #[arg(long, default_value_t = 25)]
     iters: usize,
     /// Page size: 4K or 2M (hugetlbfs).
     #[arg(long, default_value = "4K")]
     page_size: String,
-    /// Modes, comma-separated: none, sync, kernel-swap.
-    #[arg(long, default_value = "none,sync,kernel-swap")]
+    /// Modes, comma-separated: none, sync, prefetch (sync faults + mover
+    /// threads), kernel-swap.
+    #[arg(long, default_value = "none,sync,prefetch,kernel-swap")]
     modes: String,
+    /// Mover threads for the prefetch mode.
+    #[arg(long, default_value_t = 1)]
+    movers: usize,
+    /// Where movers run, comma-separated: own (CPUs no application thread
+    /// uses; skipped when there is none) and/or shared (the application's
+    /// CPUs).
+    #[arg(long, default_value = "own")]
+    mover_placement: String,
+    /// How movers install pages, comma-separated: copy, move.
+    #[arg(long, default_value = "copy")]
+    install: String,
     /// Fault paths for sync (comma-separated: in-context, handler-thread).
     #[arg(long, default_value = "in-context")]
     fault_path: String,
@@ -141,7 +153,7 @@ struct StencilArgs {
     /// Pages evicted per batch.
     #[arg(long, default_value_t = 64)]
     evict_batch: usize,
-    /// Replacement policy.
+    /// Replacement policies, comma-separated: fifo, clock, scan.
     #[arg(long, default_value = "fifo")]
     policy: String,
     /// Swap for kernel-swap: `zram` or `file[:DIR]`.
@@ -337,7 +349,16 @@ fn bench_stencil(a: StencilArgs) -> Result<(), String> {
     let mut base = Config::new(a.virt, a.near);
     base.page_size = page_size;
     base.evict_batch_pages = a.evict_batch;
-    base.policy = PolicyKind::from_name(&a.policy).ok_or_else(|| format!("unknown policy {:?}", a.policy))?;
+    let policies = list(&a.policy, "policy", PolicyKind::from_name)?;
+    let installs = list(&a.install, "install method", InstallMethod::from_name)?;
+    let placements = list(&a.mover_placement, "mover placement", |x| match x {
+        "own" => Some(Placement::Own),
+        "shared" => Some(Placement::Shared),
+        _ => None,
+    })?;
+    let thread_counts = list(&a.threads, "thread count", |x| {
+        x.parse::<usize>().ok().filter(|&n| n > 0)
+    })?;
     base.far = if a.far == "memory" {
         FarStoreConfig::Memory
     } else {
@@ -349,8 +370,11 @@ fn bench_stencil(a: StencilArgs) -> Result<(), String> {
     let mut probe = base.clone();
     probe.near_bytes = a.near.min(a.virt);
     probe.validate().map_err(|e| e.to_string())?;
-    if a.threads == 0 || a.iters == 0 {
+    if thread_counts.is_empty() || a.iters == 0 {
         return Err("--threads and --iters must be at least 1".into());
+    }
+    if a.movers == 0 {
+        return Err("--movers must be at least 1 (prefetch mode)".into());
     }
     let n = StencilParams::edge_for(a.virt);
     if n < 3 {
@@ -362,7 +386,7 @@ fn bench_stencil(a: StencilArgs) -> Result<(), String> {
     let allowed = tiermem_sys::thread::affinity().map_err(|e| e.to_string())?;
     let cpus = match &a.cpus {
         Some(c) => parse_cpu_list(c)?,
-        None => (0..a.threads).map(|i| allowed[i % allowed.len()]).collect(),
+        None => Vec::new(), // thread i on CPU i, per thread count
     };
     let fault_paths = list(&a.fault_path, "fault path", FaultPath::from_name)?;
     let dirties = list(&a.dirty, "dirty tracking", DirtyTracking::from_name)?;
@@ -375,27 +399,78 @@ fn bench_stencil(a: StencilArgs) -> Result<(), String> {
         s => return Err(format!("--swap must be zram or file[:DIR], not {s:?}")),
     };
     let mut modes_v = Vec::new();
+    // A variant's name carries the settings that vary.
+    let name = |base: &str, parts: &[(bool, &str)]| {
+        let mut n = base.to_owned();
+        for (varies, v) in parts {
+            if *varies {
+                n += ":";
+                n += v;
+            }
+        }
+        n
+    };
     for m in list(&a.modes, "mode", |x| Some(x.to_owned()))? {
         match m.as_str() {
             "none" => modes_v.push(ModeSpec::None),
             "sync" => {
                 for fp in &fault_paths {
                     for d in &dirties {
-                        let name = if fault_paths.len() * dirties.len() == 1 {
-                            "sync".to_owned()
-                        } else {
-                            format!("sync:{}:{}", fp.name(), d.name())
-                        };
-                        modes_v.push(ModeSpec::Sync {
-                            name,
-                            fault_path: *fp,
-                            dirty: *d,
-                        });
+                        for pol in &policies {
+                            modes_v.push(ModeSpec::Tiered {
+                                name: name(
+                                    "sync",
+                                    &[
+                                        (fault_paths.len() > 1, fp.name()),
+                                        (dirties.len() > 1, d.name()),
+                                        (policies.len() > 1, pol.name()),
+                                    ],
+                                ),
+                                fault_path: *fp,
+                                dirty: *d,
+                                policy: *pol,
+                                movers: None,
+                                install: InstallMethod::Copy,
+                            });
+                        }
+                    }
+                }
+            }
+            "prefetch" => {
+                for fp in &fault_paths {
+                    for d in &dirties {
+                        for pol in &policies {
+                            for place in &placements {
+                                for inst in &installs {
+                                    modes_v.push(ModeSpec::Tiered {
+                                        name: name(
+                                            "prefetch",
+                                            &[
+                                                (fault_paths.len() > 1, fp.name()),
+                                                (dirties.len() > 1, d.name()),
+                                                (policies.len() > 1, pol.name()),
+                                                (placements.len() > 1, place.name()),
+                                                (installs.len() > 1, inst.name()),
+                                            ],
+                                        ),
+                                        fault_path: *fp,
+                                        dirty: *d,
+                                        policy: *pol,
+                                        movers: Some((a.movers, *place)),
+                                        install: *inst,
+                                    });
+                                }
+                            }
+                        }
                     }
                 }
             }
             "kernel-swap" => modes_v.push(ModeSpec::KernelSwap { swap: swap.clone() }),
-            other => return Err(format!("unknown mode {other:?} (none, sync, kernel-swap)")),
+            other => {
+                return Err(format!(
+                    "unknown mode {other:?} (none, sync, prefetch, kernel-swap)"
+                ))
+            }
         }
     }
     let spec = BenchSpec {
@@ -403,10 +478,11 @@ fn bench_stencil(a: StencilArgs) -> Result<(), String> {
         near: a.near,
         params: StencilParams {
             n,
-            threads: a.threads,
+            threads: thread_counts[0],
             iters: a.iters,
             cpus,
         },
+        thread_counts: thread_counts.clone(),
         modes: modes_v,
         repeat: a.repeat.max(1),
         base,
@@ -415,13 +491,14 @@ fn bench_stencil(a: StencilArgs) -> Result<(), String> {
         },
     };
     eprintln!(
-        "bench stencil: grid {n} x {n} x 2 doubles = {} MiB, near {} MiB, {} threads on CPUs {:?}, {} iterations, page {}",
+        "bench stencil: grid {n} x {n} x 2 doubles = {} MiB, near {} MiB, threads {:?} (CPUs {}), {} iterations, page {}, CPUs allowed {:?}",
         spec.params.footprint() >> 20,
         a.near >> 20,
-        a.threads,
-        spec.params.cpus,
+        thread_counts,
+        if spec.params.cpus.is_empty() { "thread i on CPU i".to_owned() } else { format!("{:?}", spec.params.cpus) },
         a.iters,
-        page_size
+        page_size,
+        allowed
     );
     let mut p = progress_printer();
     let r = modes::run_all(&spec, &mut p);
@@ -431,8 +508,9 @@ fn bench_stencil(a: StencilArgs) -> Result<(), String> {
         eprintln!("wrote {}", j.display());
     }
     if let Some(pl) = &a.plot {
-        modes::plot(&r, pl)?;
-        eprintln!("wrote {}", pl.display());
+        for p in modes::plot(&r, pl)? {
+            eprintln!("wrote {}", p.display());
+        }
     }
     if !r.checksums_match {
         return Err("checksums differ between modes: a mode computed a wrong result".into());

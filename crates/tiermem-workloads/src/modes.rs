@@ -1,26 +1,52 @@
 //! Running the stencil in each mode and reporting the runs side by side.
 
 use crate::kernel_swap::{self, MemCgroup, SwapDevice, SwapKind};
+use crate::plot::{Bar, Segment};
 use crate::report::{mib, Machine, Table};
 use crate::stencil::{checksum, init, iterate, StencilOutcome, StencilParams, StencilResult, Workers};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Instant;
-use tiermem::{Config, DirtyTracking, FaultPath, PageSize, Region};
+use tiermem::{Config, DirtyTracking, FaultPath, InstallMethod, PageSize, PolicyKind, Region};
+
+/// Where mover threads run relative to the application threads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// On CPUs no application thread uses (paper 1's dedicated cores).
+    Own,
+    /// On the application threads' CPUs.
+    Shared,
+}
+
+impl Placement {
+    /// `own` or `shared`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Placement::Own => "own",
+            Placement::Shared => "shared",
+        }
+    }
+}
 
 /// A mode to run.
 #[derive(Clone, Debug)]
 pub enum ModeSpec {
     /// Budget holds everything: no data movement.
     None,
-    /// Tiered with synchronous data movement.
-    Sync {
-        /// Name in results (`sync`, or `sync:<fault-path>:<dirty>`).
+    /// A tiered region: `sync` (movement in faults) or `prefetch` (movers).
+    Tiered {
+        /// Name in results.
         name: String,
         /// Fault path.
         fault_path: FaultPath,
         /// Dirty tracking.
         dirty: DirtyTracking,
+        /// Replacement policy.
+        policy: PolicyKind,
+        /// Movers (0 for sync) and where they run.
+        movers: Option<(usize, Placement)>,
+        /// How movers install pages.
+        install: InstallMethod,
     },
     /// Linux swap under a memory cgroup.
     KernelSwap {
@@ -34,7 +60,7 @@ impl ModeSpec {
     pub fn name(&self) -> String {
         match self {
             ModeSpec::None => "none".into(),
-            ModeSpec::Sync { name, .. } => name.clone(),
+            ModeSpec::Tiered { name, .. } => name.clone(),
             ModeSpec::KernelSwap { .. } => "kernel-swap".into(),
         }
     }
@@ -55,14 +81,16 @@ pub struct BenchSpec {
     pub virt: u64,
     /// Near budget.
     pub near: u64,
-    /// Stencil parameters.
+    /// Stencil parameters (threads and CPUs are set per thread count).
     pub params: StencilParams,
+    /// Application thread counts to run.
+    pub thread_counts: Vec<usize>,
     /// Modes in the order to run them.
     pub modes: Vec<ModeSpec>,
     /// Rounds over all modes.
     pub repeat: usize,
-    /// Region settings for tiered modes (page size, far store, policy,
-    /// eviction batch); sizes and fault path are set per mode.
+    /// Region settings for tiered modes (page size, far store, eviction
+    /// batch); sizes, fault path, policy and movers are set per mode.
     pub base: Config,
     /// The kernel-swap child launcher.
     pub launcher: Launcher,
@@ -78,6 +106,16 @@ fn read_self_faults() -> (u64, u64) {
     (field(7), field(9))
 }
 
+fn pinned(p: &StencilParams) -> Vec<Option<usize>> {
+    (0..p.threads)
+        .map(|i| (!p.cpus.is_empty()).then(|| p.cpus[i % p.cpus.len()]))
+        .collect()
+}
+
+fn costs(v: &[tiermem::stats::CostShare]) -> Vec<(String, u64)> {
+    v.iter().map(|c| (c.category.to_owned(), c.ns)).collect()
+}
+
 /// Runs the stencil on a tiermem region.
 pub fn run_tiered(
     mode: &str,
@@ -85,6 +123,8 @@ pub fn run_tiered(
     p: &StencilParams,
     progress: &mut dyn FnMut(&str),
 ) -> Result<StencilOutcome, tiermem::Error> {
+    let policy = config.policy.name().to_owned();
+    let (movers, mover_cpus) = (config.movers, config.mover_cpus.clone());
     let mut region = Region::new(config)?;
     let w = Workers::new(p.threads, &p.cpus);
     let n = p.n;
@@ -109,10 +149,11 @@ pub fn run_tiered(
     );
     let seconds = t.elapsed().as_secs_f64();
     let tlb = tiermem_sys::interrupts::tlb_shootdowns() - tlb0;
+    region.settle();
     let s = region.stats();
     let sum = checksum(region.as_mut_slice::<f64>(), n, p.iters);
-    let tids = w.tids();
-    let faults_per_thread = tids
+    let faults_per_thread: Vec<u64> = w
+        .tids()
         .iter()
         .map(|t| {
             s.faults_per_thread
@@ -134,15 +175,24 @@ pub fn run_tiered(
         tlb_shootdowns: tlb,
         evict_calls: s.evict_calls,
         wp_faults: s.faults_write_protect,
+        demand_faults_per_thread: faults_per_thread.clone(),
         faults_per_thread,
-        thread_cpus: (0..p.threads)
-            .map(|i| (!p.cpus.is_empty()).then(|| p.cpus[i % p.cpus.len()]))
-            .collect(),
-        cost_ns: s.cost.iter().map(|c| (c.category.to_owned(), c.ns)).collect(),
+        thread_cpus: pinned(p),
+        cost_ns: costs(&s.cost),
+        mover_cost_ns: costs(&s.mover_cost),
         fault_p50_ns: s.fault_latency.p50_ns,
         fault_p99_ns: s.fault_latency.p99_ns,
         config: region.describe(),
-        overhead_vs_none: None,
+        threads: p.threads,
+        policy,
+        movers,
+        mover_cpus,
+        prefetch_issued: s.prefetch.issued,
+        prefetch_used: s.prefetch.used,
+        prefetch_wasted: s.prefetch.wasted,
+        mover_fills: s.mover_fills,
+        inline_evictions: s.inline_evictions,
+        ..Default::default()
     })
 }
 
@@ -184,9 +234,8 @@ pub fn child_main(p: &StencilParams) -> Result<StencilOutcome, String> {
         bytes_in: v1.pswpin.saturating_sub(v0.pswpin) * page,
         bytes_out: v1.pswpout.saturating_sub(v0.pswpout) * page,
         tlb_shootdowns: tlb,
-        thread_cpus: (0..p.threads)
-            .map(|i| (!p.cpus.is_empty()).then(|| p.cpus[i % p.cpus.len()]))
-            .collect(),
+        thread_cpus: pinned(p),
+        threads: p.threads,
         config: format!("major faults {}", maj1 - maj0),
         ..Default::default()
     })
@@ -241,67 +290,73 @@ pub fn run_kernel_swap(
     Ok(o)
 }
 
-/// Runs every mode `repeat` times, interleaved, and checks the checksums.
+/// The CPUs of `threads` application threads (thread i on CPU i, wrapping).
+fn app_cpus(allowed: &[usize], threads: usize) -> Vec<usize> {
+    (0..threads).map(|i| allowed[i % allowed.len()]).collect()
+}
+
+/// Runs every mode for every thread count, `repeat` times interleaved, and
+/// checks the checksums.
 pub fn run_all(spec: &BenchSpec, progress: &mut dyn FnMut(&str)) -> StencilResult {
+    let allowed = tiermem_sys::thread::affinity().unwrap_or_else(|_| vec![0]);
+    progress("measuring memcpy bandwidth for the lower bounds");
+    let bw = crate::report::memcpy_bandwidth();
+    progress(&format!("memcpy: {:.2} GB/s", bw / 1e9));
     let mut results = Vec::new();
     let mut skipped: Vec<(String, String)> = Vec::new();
     for round in 0..spec.repeat {
         if spec.repeat > 1 {
             progress(&format!("round {}/{}", round + 1, spec.repeat));
         }
-        for m in &spec.modes {
-            let name = m.name();
-            if skipped.iter().any(|(s, _)| *s == name) {
-                continue;
+        for &threads in &spec.thread_counts {
+            let mut params = spec.params.clone();
+            params.threads = threads;
+            if params.cpus.is_empty() {
+                params.cpus = app_cpus(&allowed, threads);
             }
-            let r = match m {
-                ModeSpec::None => {
-                    let mut c = spec.base.clone();
-                    c.virt_bytes = spec.virt;
-                    c.near_bytes = spec.virt;
-                    run_tiered("none", c, &spec.params, progress).map_err(|e| e.to_string())
+            for m in &spec.modes {
+                let name = m.name();
+                let key = format!("{name} threads={threads}");
+                if skipped.iter().any(|(s, _)| *s == key) {
+                    continue;
                 }
-                ModeSpec::Sync {
-                    name,
-                    fault_path,
-                    dirty,
-                } => {
-                    let mut c = spec.base.clone();
-                    c.virt_bytes = spec.virt;
-                    c.near_bytes = spec.near;
-                    c.fault_path = *fault_path;
-                    c.dirty_tracking = *dirty;
-                    run_tiered(name, c, &spec.params, progress).map_err(|e| e.to_string())
-                }
-                ModeSpec::KernelSwap { swap } => {
-                    if spec.base.page_size != PageSize::Base4K {
-                        Err("kernel swap only swaps 4 KiB pages".to_owned())
-                    } else {
-                        run_kernel_swap(&spec.params, spec.near, swap, &spec.launcher, progress)
+                let r = run_mode(spec, m, &params, &allowed, progress);
+                match r {
+                    Ok(o) => {
+                        progress(&format!(
+                            "[{name}] {threads} threads: {:.2}s, checksum {}",
+                            o.seconds, o.checksum
+                        ));
+                        results.push(o);
                     }
-                }
-            };
-            match r {
-                Ok(o) => {
-                    progress(&format!("[{name}] {:.2}s, checksum {}", o.seconds, o.checksum));
-                    results.push(o);
-                }
-                Err(e) => {
-                    progress(&format!("[{name}] skipped: {e}"));
-                    skipped.push((name, e));
+                    Err(e) => {
+                        progress(&format!("[{name}] {threads} threads: skipped: {e}"));
+                        skipped.push((key, e));
+                    }
                 }
             }
         }
     }
-    let none: Vec<f64> = results
-        .iter()
-        .filter(|o| o.mode == "none")
-        .map(|o| o.seconds)
-        .collect();
-    if !none.is_empty() {
-        let base = none.iter().sum::<f64>() / none.len() as f64;
-        for o in results.iter_mut().filter(|o| o.mode != "none") {
+    // Overheads and lower bounds against `none` of the same thread count.
+    let none_mean = |t: usize| {
+        let v: Vec<f64> = results
+            .iter()
+            .filter(|o: &&StencilOutcome| o.mode == "none" && o.threads == t)
+            .map(|o| o.seconds)
+            .collect();
+        (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+    };
+    let nones: Vec<(usize, Option<f64>)> = spec.thread_counts.iter().map(|&t| (t, none_mean(t))).collect();
+    for o in results.iter_mut().filter(|o| o.mode != "none") {
+        let none = nones.iter().find(|(t, _)| *t == o.threads).and_then(|(_, v)| *v);
+        if let Some(base) = none {
             o.overhead_vs_none = Some(o.seconds / base - 1.0);
+        }
+        let moved = (o.bytes_in + o.bytes_out) as f64 / bw;
+        let lb = none.unwrap_or(0.0).max(moved);
+        if lb > 0.0 {
+            o.lower_bound_seconds = Some(lb);
+            o.vs_lower_bound = Some(o.seconds / lb);
         }
     }
     let checksums_match = results.windows(2).all(|w| w[0].checksum == w[1].checksum);
@@ -314,59 +369,187 @@ pub fn run_all(spec: &BenchSpec, progress: &mut dyn FnMut(&str)) -> StencilResul
         page_size: spec.base.page_size.name().into(),
         params: spec.params.clone(),
         checksums_match,
+        memcpy_bytes_per_s: bw,
         results,
         skipped,
     }
 }
 
-/// The runs as a table, plus the comparisons the issue asks for.
+fn run_mode(
+    spec: &BenchSpec,
+    m: &ModeSpec,
+    params: &StencilParams,
+    allowed: &[usize],
+    progress: &mut dyn FnMut(&str),
+) -> Result<StencilOutcome, String> {
+    match m {
+        ModeSpec::None => {
+            let mut c = spec.base.clone();
+            c.virt_bytes = spec.virt;
+            c.near_bytes = spec.virt;
+            c.movers = 0;
+            run_tiered("none", c, params, progress).map_err(|e| e.to_string())
+        }
+        ModeSpec::Tiered {
+            name,
+            fault_path,
+            dirty,
+            policy,
+            movers,
+            install,
+        } => {
+            let mut c = spec.base.clone();
+            c.virt_bytes = spec.virt;
+            c.near_bytes = spec.near;
+            c.fault_path = *fault_path;
+            c.dirty_tracking = *dirty;
+            c.policy = *policy;
+            c.install = *install;
+            if let Some((n, place)) = movers {
+                c.movers = *n;
+                c.mover_cpus = match place {
+                    Placement::Shared => params.cpus.clone(),
+                    Placement::Own => {
+                        let spare: Vec<usize> = allowed
+                            .iter()
+                            .copied()
+                            .filter(|c| !params.cpus.contains(c))
+                            .collect();
+                        if spare.is_empty() {
+                            return Err(format!(
+                                "no CPU left for movers beside {} application threads",
+                                params.threads
+                            ));
+                        }
+                        spare
+                    }
+                };
+            } else {
+                c.movers = 0;
+            }
+            run_tiered(name, c, params, progress).map_err(|e| e.to_string())
+        }
+        ModeSpec::KernelSwap { swap } => {
+            if spec.base.page_size != PageSize::Base4K {
+                Err("kernel swap only swaps 4 KiB pages".to_owned())
+            } else {
+                run_kernel_swap(params, spec.near, swap, &spec.launcher, progress)
+            }
+        }
+    }
+}
+
+fn mean_of(r: &StencilResult, mode: &str, threads: usize, f: impl Fn(&StencilOutcome) -> f64) -> Option<f64> {
+    let v: Vec<f64> = r
+        .results
+        .iter()
+        .filter(|o| o.mode == mode && o.threads == threads)
+        .map(f)
+        .collect();
+    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+}
+
+fn distinct_modes(r: &StencilResult) -> Vec<String> {
+    let mut v: Vec<String> = Vec::new();
+    for o in &r.results {
+        if !v.contains(&o.mode) {
+            v.push(o.mode.clone());
+        }
+    }
+    v
+}
+
+fn thread_counts(r: &StencilResult) -> Vec<usize> {
+    let mut v: Vec<usize> = r.results.iter().map(|o| o.threads).collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// The runs as tables: every run, then paper 1's Table I/II form (extra
+/// runtime over `none` per thread count), then the comparisons.
 pub fn table(r: &StencilResult) -> String {
     let mut t = Table::new(&[
         "mode",
+        "thr",
         "seconds",
         "vs none",
-        "faults",
+        "vs bound",
+        "demand faults",
         "evictions",
         "MiB in",
         "MiB out",
         "TLB IPIs",
-        "init s",
+        "prefetch used/issued",
         "checksum",
     ]);
     for o in &r.results {
         t.row(vec![
             o.mode.clone(),
+            o.threads.to_string(),
             format!("{:.2}", o.seconds),
             o.overhead_vs_none
                 .map_or("-".into(), |x| format!("{:+.0}%", x * 100.0)),
+            o.vs_lower_bound.map_or("-".into(), |x| format!("{x:.2}x")),
             o.faults.to_string(),
             o.evictions.to_string(),
             mib(o.bytes_in),
             mib(o.bytes_out),
             o.tlb_shootdowns.to_string(),
-            format!("{:.2}", o.init_seconds),
+            if o.prefetch_issued > 0 {
+                format!("{}/{}", o.prefetch_used, o.prefetch_issued)
+            } else {
+                "-".into()
+            },
             o.checksum.clone(),
         ]);
     }
     let mut s = t.render();
-    let mean = |m: &str| {
-        let v: Vec<f64> = r
-            .results
-            .iter()
-            .filter(|o| o.mode == m)
-            .map(|o| o.seconds)
-            .collect();
-        (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
-    };
-    let modes: Vec<String> = {
-        let mut v: Vec<String> = r.results.iter().map(|o| o.mode.clone()).collect();
-        v.dedup();
-        v
-    };
-    if let Some(k) = mean("kernel-swap") {
-        for m in modes.iter().filter(|m| m.starts_with("sync")) {
-            if let Some(x) = mean(m) {
-                s += &format!("{m} vs kernel-swap: {:.2}x faster\n", k / x);
+    let threads = thread_counts(r);
+    let modes = distinct_modes(r);
+    // Table I/II: extra runtime over none.
+    let mut header = vec!["extra runtime over none".to_owned()];
+    header.extend(threads.iter().map(|t| format!("{t} thr")));
+    let hdr: Vec<&str> = header.iter().map(String::as_str).collect();
+    let mut t2 = Table::new(&hdr);
+    for m in modes.iter().filter(|m| *m != "none") {
+        let mut row = vec![m.clone()];
+        for &th in &threads {
+            let none = mean_of(r, "none", th, |o| o.seconds);
+            let x = mean_of(r, m, th, |o| o.seconds);
+            row.push(match (none, x) {
+                (Some(n), Some(x)) => format!("{:+.0}%", (x / n - 1.0) * 100.0),
+                _ => "-".into(),
+            });
+        }
+        t2.row(row);
+    }
+    s += "\n";
+    s += &t2.render();
+    s += &format!(
+        "memcpy bandwidth in this run: {:.2} GB/s\n",
+        r.memcpy_bytes_per_s / 1e9
+    );
+    for &th in &threads {
+        if let Some(k) = mean_of(r, "kernel-swap", th, |o| o.seconds) {
+            for m in modes.iter().filter(|m| *m != "none" && *m != "kernel-swap") {
+                if let Some(x) = mean_of(r, m, th, |o| o.seconds) {
+                    s += &format!("{th} threads: {m} vs kernel-swap: {:.2}x faster\n", k / x);
+                }
+            }
+        }
+        if let Some(sync_faults) = mean_of(r, "sync", th, |o| {
+            o.demand_faults_per_thread.iter().sum::<u64>() as f64 / o.threads.max(1) as f64
+        }) {
+            for m in modes.iter().filter(|m| m.starts_with("prefetch")) {
+                if let Some(f) = mean_of(r, m, th, |o| {
+                    o.demand_faults_per_thread.iter().sum::<u64>() as f64 / o.threads.max(1) as f64
+                }) {
+                    s += &format!(
+                        "{th} threads: {m}: {:.0}x fewer demand faults per application thread than sync\n",
+                        sync_faults / f.max(1.0)
+                    );
+                }
             }
         }
     }
@@ -389,45 +572,122 @@ pub fn table(r: &StencilResult) -> String {
             .collect();
         if !o.faults_per_thread.is_empty() {
             s += &format!(
-                "{}: threads on CPUs [{}], faults per thread {:?}, fault service p50 {:.1} us p99 {:.1} us\n",
+                "{} ({} thr): threads on CPUs [{}]{}, demand faults per thread {:?}, fault service p50 {:.1} us p99 {:.1} us, inline evictions {}\n",
                 o.mode,
+                o.threads,
                 cpus.join(","),
+                if o.movers > 0 {
+                    format!(", {} mover(s) on CPUs {:?}", o.movers, o.mover_cpus)
+                } else {
+                    String::new()
+                },
                 o.faults_per_thread,
                 o.fault_p50_ns as f64 / 1e3,
-                o.fault_p99_ns as f64 / 1e3
+                o.fault_p99_ns as f64 / 1e3,
+                o.inline_evictions
             );
         }
     }
     s
 }
 
-/// Runtime per mode (mean of the rounds), as an SVG bar chart.
-pub fn plot(r: &StencilResult, path: &std::path::Path) -> Result<(), String> {
-    let mut bars: Vec<crate::plot::Bar> = Vec::new();
-    for o in &r.results {
-        if let Some(b) = bars.iter_mut().find(|b| b.group == o.mode) {
-            b.upper = Some(b.upper.unwrap_or(b.value).max(o.seconds));
-            b.value = b.value.min(o.seconds);
-        } else {
-            bars.push(crate::plot::Bar {
-                group: o.mode.clone(),
-                series: "runtime".into(),
-                value: o.seconds,
-                upper: None,
-            });
+/// Plots: runtime per mode and thread count (with the lower bound), faults
+/// per application thread (paper 1 Fig. 8), and the cost breakdown per
+/// mode (Fig. 6). `path` is the runtime plot; the others get `-faults` and
+/// `-costs` before the extension.
+pub fn plot(r: &StencilResult, path: &std::path::Path) -> Result<Vec<PathBuf>, String> {
+    let sibling = |tag: &str| {
+        let stem = path
+            .file_stem()
+            .map_or("stencil".into(), |s| s.to_string_lossy().into_owned());
+        path.with_file_name(format!("{stem}-{tag}.svg"))
+    };
+    let threads = thread_counts(r);
+    let modes = distinct_modes(r);
+    let mut bars = Vec::new();
+    for m in &modes {
+        for &th in &threads {
+            if let Some(x) = mean_of(r, m, th, |o| o.seconds) {
+                bars.push(Bar {
+                    group: format!("{th} thr"),
+                    series: m.clone(),
+                    value: x,
+                    upper: mean_of(r, m, th, |o| o.lower_bound_seconds.unwrap_or(0.0)).filter(|lb| *lb > x),
+                });
+            }
         }
     }
     crate::plot::grouped_bars(
         path,
         &format!(
-            "2D heat stencil, {} iterations, {} MiB over {} MiB near, {} threads",
+            "2D heat stencil, {} iterations, {} MiB over {} MiB near",
             r.params.iters,
             r.virt_bytes >> 20,
-            r.near_bytes >> 20,
-            r.params.threads
+            r.near_bytes >> 20
         ),
-        "seconds (min, whisker max over rounds)",
+        "seconds",
         &bars,
         false,
-    )
+    )?;
+    let mut out = vec![path.to_path_buf()];
+    // Fig. 8: demand faults per application thread, per mode.
+    let mut fbars = Vec::new();
+    for o in r
+        .results
+        .iter()
+        .filter(|o| o.mode != "none" && !o.demand_faults_per_thread.is_empty())
+    {
+        for (i, f) in o.demand_faults_per_thread.iter().enumerate() {
+            let group = format!("{} thr, thread {i}", o.threads);
+            if !fbars.iter().any(|b: &Bar| b.group == group && b.series == o.mode) {
+                fbars.push(Bar {
+                    group,
+                    series: o.mode.clone(),
+                    value: (*f).max(1) as f64,
+                    upper: None,
+                });
+            }
+        }
+    }
+    if !fbars.is_empty() {
+        let p = sibling("faults");
+        crate::plot::grouped_bars(
+            &p,
+            "demand faults per application thread (paper 1, Fig. 8)",
+            "faults (log)",
+            &fbars,
+            true,
+        )?;
+        out.push(p);
+    }
+    // Fig. 6: time per cost category inside faults, per mode.
+    let mut segs = Vec::new();
+    for o in r
+        .results
+        .iter()
+        .filter(|o| o.cost_ns.iter().any(|(_, ns)| *ns > 0))
+    {
+        let bar = format!("{} {}thr", o.mode, o.threads);
+        if segs.iter().any(|s: &Segment| s.bar == bar) {
+            continue;
+        }
+        for (cat, ns) in &o.cost_ns {
+            segs.push(Segment {
+                bar: bar.clone(),
+                layer: cat.clone(),
+                value: *ns as f64 / 1e9,
+            });
+        }
+    }
+    if !segs.is_empty() {
+        let p = sibling("costs");
+        crate::plot::stacked_bars(
+            &p,
+            "time in faults by cost category (paper 1, Fig. 6)",
+            "seconds (all threads)",
+            &segs,
+        )?;
+        out.push(p);
+    }
+    Ok(out)
 }

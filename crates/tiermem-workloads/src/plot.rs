@@ -161,6 +161,93 @@ pub fn grouped_bars(
     Ok(())
 }
 
+/// One segment of a stacked bar.
+#[derive(Clone, Debug)]
+pub struct Segment {
+    /// Bar (x axis label).
+    pub bar: String,
+    /// Stack layer (color, legend).
+    pub layer: String,
+    /// Height of the segment.
+    pub value: f64,
+}
+
+/// Draws stacked bars to `path` (SVG), layers in first-seen order.
+pub fn stacked_bars(path: &Path, title: &str, y_label: &str, segs: &[Segment]) -> Result<(), String> {
+    let mut bars: Vec<String> = Vec::new();
+    let mut layers: Vec<String> = Vec::new();
+    for s in segs {
+        if !bars.contains(&s.bar) {
+            bars.push(s.bar.clone());
+        }
+        if !layers.contains(&s.layer) {
+            layers.push(s.layer.clone());
+        }
+    }
+    if bars.is_empty() {
+        return Err("nothing to plot".into());
+    }
+    let total = |b: &str| segs.iter().filter(|s| s.bar == b).map(|s| s.value).sum::<f64>();
+    let ymax = bars.iter().map(|b| total(b)).fold(0.0f64, f64::max).max(1e-9) * 1.15;
+    let width = (260 + bars.len() * 110).max(720) as u32;
+    let root = SVGBackend::new(path, (width, 520)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let nb = bars.len() as f64;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 20))
+        .margin(14)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0..nb, 0.0..ymax)
+        .map_err(|e| e.to_string())?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(0)
+        .y_desc(y_label)
+        .draw()
+        .map_err(|e| e.to_string())?;
+    for (li, layer) in layers.iter().enumerate() {
+        let color = COLORS[li % COLORS.len()];
+        let rects: Vec<_> = bars
+            .iter()
+            .enumerate()
+            .filter_map(|(bi, b)| {
+                let below: f64 = segs
+                    .iter()
+                    .filter(|s| &s.bar == b && layers.iter().position(|l| *l == s.layer) < Some(li))
+                    .map(|s| s.value)
+                    .sum();
+                let v = segs.iter().find(|s| &s.bar == b && &s.layer == layer)?.value;
+                Some(Rectangle::new(
+                    [(bi as f64 + 0.2, below), (bi as f64 + 0.8, below + v)],
+                    color.filled(),
+                ))
+            })
+            .collect();
+        chart
+            .draw_series(rects)
+            .map_err(|e| e.to_string())?
+            .label(layer.clone())
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperRight)
+        .draw()
+        .map_err(|e| e.to_string())?;
+    let style = TextStyle::from(("sans-serif", 13).into_font()).pos(Pos::new(HPos::Center, VPos::Top));
+    for (bi, name) in bars.iter().enumerate() {
+        let (px, py) = chart.backend_coord(&(bi as f64 + 0.5, 0.0));
+        root.draw(&Text::new(name.clone(), (px, py + 8), style.clone()))
+            .map_err(|e| e.to_string())?;
+    }
+    root.present().map_err(|e| e.to_string())?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -192,7 +279,28 @@ mod tests {
         grouped_bars(&p, "t", "us", &bars, true).unwrap();
         let s = std::fs::read_to_string(&p).unwrap();
         assert!(s.starts_with("<svg") && s.contains("zero-fill") && s.contains("handler"));
-        std::fs::remove_file(p).unwrap();
+        std::fs::remove_file(&p).unwrap();
         assert!(grouped_bars(Path::new("/tmp/x.svg"), "t", "us", &[], false).is_err());
+        let segs = vec![
+            Segment {
+                bar: "sync".into(),
+                layer: "pte".into(),
+                value: 3.0,
+            },
+            Segment {
+                bar: "sync".into(),
+                layer: "tlb".into(),
+                value: 2.0,
+            },
+            Segment {
+                bar: "prefetch".into(),
+                layer: "pte".into(),
+                value: 1.0,
+            },
+        ];
+        stacked_bars(&p, "costs", "s", &segs).unwrap();
+        let s = std::fs::read_to_string(&p).unwrap();
+        assert!(s.contains("prefetch") && s.contains("tlb"));
+        std::fs::remove_file(p).unwrap();
     }
 }

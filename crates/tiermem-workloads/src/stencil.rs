@@ -95,6 +95,32 @@ pub struct StencilOutcome {
     pub config: String,
     /// Extra runtime over `none`, as a fraction (filled in by the driver).
     pub overhead_vs_none: Option<f64>,
+    /// Application threads.
+    pub threads: usize,
+    /// Replacement policy (tiermem modes).
+    pub policy: String,
+    /// Mover threads and their CPUs (prefetch modes).
+    pub movers: usize,
+    /// CPUs the movers were pinned to.
+    pub mover_cpus: Vec<usize>,
+    /// Demand faults per application thread (same as `faults_per_thread`).
+    pub demand_faults_per_thread: Vec<u64>,
+    /// Pages asked for by the prefetcher.
+    pub prefetch_issued: u64,
+    /// Prefetched pages used.
+    pub prefetch_used: u64,
+    /// Prefetched pages evicted unused.
+    pub prefetch_wasted: u64,
+    /// Pages filled by movers.
+    pub mover_fills: u64,
+    /// Pages evicted by faulting threads themselves.
+    pub inline_evictions: u64,
+    /// Time per cost category spent by movers, ns.
+    pub mover_cost_ns: Vec<(String, u64)>,
+    /// Lower bound: max(none runtime, bytes moved / memcpy bandwidth).
+    pub lower_bound_seconds: Option<f64>,
+    /// Runtime over the lower bound.
+    pub vs_lower_bound: Option<f64>,
 }
 
 fn init_value(i: usize, j: usize) -> f64 {
@@ -319,6 +345,8 @@ pub struct StencilResult {
     pub params: StencilParams,
     /// Whether all checksums matched.
     pub checksums_match: bool,
+    /// Streaming memcpy bandwidth measured in this run, bytes/s.
+    pub memcpy_bytes_per_s: f64,
     /// One record per mode run.
     pub results: Vec<StencilOutcome>,
     /// Modes that could not run, with the reason.

@@ -145,6 +145,37 @@ impl DirtyTracking {
     }
 }
 
+/// How mover threads install the pages they fill.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum InstallMethod {
+    /// `UFFDIO_COPY` of whole runs straight from the far store; evicted
+    /// pages are freed with `MADV_DONTNEED`.
+    #[default]
+    Copy,
+    /// Frame recycling: evicted pages are moved (`UFFDIO_MOVE`) into a ring
+    /// of staging frames, new data is copied into those frames off the
+    /// critical path and moved into place: no page allocation, no kernel
+    /// copy.
+    Move,
+}
+
+impl InstallMethod {
+    /// Every method.
+    pub const ALL: &'static [InstallMethod] = &[InstallMethod::Copy, InstallMethod::Move];
+    /// The method's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            InstallMethod::Copy => "copy",
+            InstallMethod::Move => "move",
+        }
+    }
+    /// Looks a method up by name.
+    pub fn from_name(s: &str) -> Option<InstallMethod> {
+        Self::ALL.iter().copied().find(|m| m.name() == s)
+    }
+}
+
 /// Smallest near budget, in pages: one x86 instruction can touch up to four
 /// data pages (a `movs` between two page-crossing operands), and all of
 /// them must be resident at once for it to complete.
@@ -177,6 +208,17 @@ pub struct Config {
     pub handler_threads: usize,
     /// CPUs to pin handler threads to, round robin (empty: not pinned).
     pub handler_cpus: Vec<usize>,
+    /// Dedicated data-mover threads (paper 1, III.D): they prefetch ahead
+    /// of demand and evict behind it. 0: all movement happens in faults.
+    pub movers: usize,
+    /// CPUs to pin mover threads to, round robin (empty: not pinned).
+    pub mover_cpus: Vec<usize>,
+    /// Fault-triggered stream prefetch (needs movers).
+    pub prefetch: bool,
+    /// Largest prefetch window, in pages.
+    pub prefetch_max_pages: usize,
+    /// How movers install pages.
+    pub install: InstallMethod,
 }
 
 impl Config {
@@ -193,7 +235,19 @@ impl Config {
             evict_batch_pages: 64,
             handler_threads: 1,
             handler_cpus: Vec::new(),
+            movers: 0,
+            mover_cpus: Vec::new(),
+            prefetch: true,
+            prefetch_max_pages: 512,
+            install: InstallMethod::Copy,
         }
+    }
+
+    /// Pages the scan-resistant policy protects from eviction: the working
+    /// neighbourhood plus what the prefetcher may have brought in ahead.
+    pub fn protected_window_pages(&self) -> usize {
+        let want = 2 * self.prefetch_max_pages + 2 * MAX_EVICT_BATCH;
+        want.min(self.near_pages() / 4).max(1)
     }
 
     /// Pages of the virtual range.
@@ -248,6 +302,20 @@ impl Config {
                 expected: "at least 1",
             });
         }
+        if self.prefetch_max_pages < 4 || self.prefetch_max_pages > 4 * MAX_EVICT_BATCH {
+            return Err(ConfigError::BadValue {
+                name: "prefetch_max_pages",
+                value: self.prefetch_max_pages.to_string(),
+                expected: "4 to 2048",
+            });
+        }
+        if self.movers > 64 {
+            return Err(ConfigError::BadValue {
+                name: "movers",
+                value: self.movers.to_string(),
+                expected: "0 to 64",
+            });
+        }
         if let FarStoreConfig::File { path, .. } = &self.far {
             if path.as_os_str().is_empty() {
                 return Err(ConfigError::BadValue {
@@ -294,8 +362,27 @@ impl Config {
                 )
             }
         };
+        let movers = if self.movers == 0 {
+            "movers=0".to_owned()
+        } else {
+            format!(
+                "movers={}{} prefetch={} install={}",
+                self.movers,
+                if self.mover_cpus.is_empty() {
+                    String::new()
+                } else {
+                    format!("@{:?}", self.mover_cpus)
+                },
+                if self.prefetch {
+                    format!("up-to-{}-pages", self.prefetch_max_pages)
+                } else {
+                    "off".to_owned()
+                },
+                self.install.name()
+            )
+        };
         format!(
-            "virt={} near={} page={} far={} policy={} fault-path={} dirty={} evict-batch={} handler-threads={}",
+            "virt={} near={} page={} far={} policy={} fault-path={} dirty={} evict-batch={} handler-threads={} {movers}",
             format_size(self.virt_bytes),
             format_size(self.near_bytes),
             self.page_size,
@@ -514,9 +601,9 @@ pub const ENV_OPTIONS: &[EnvOption] = &[
     },
     EnvOption {
         name: "TIERMEM_POLICY",
-        unit: "fifo",
+        unit: "fifo, clock or scan",
         default: "fifo",
-        help: "Replacement policy.",
+        help: "Replacement policy: FIFO (paper 1), CLOCK (second chance), scan (scan-resistant, for sweeps larger than the budget).",
         apply: |c, v| {
             c.policy = PolicyKind::from_name(v).ok_or("unknown policy")?;
             Ok(())
@@ -567,6 +654,64 @@ pub const ENV_OPTIONS: &[EnvOption] = &[
                 return Err("must be at least 1".into());
             }
             c.handler_threads = n;
+            Ok(())
+        },
+    },
+    EnvOption {
+        name: "TIERMEM_MOVERS",
+        unit: "count",
+        default: "0",
+        help: "Dedicated data-mover threads: prefetch ahead of demand, evict behind it (0: movement in faults only).",
+        apply: |c, v| {
+            let n: usize = v.parse().map_err(|_| "not a number")?;
+            if n > 64 {
+                return Err("must be 0 to 64".into());
+            }
+            c.movers = n;
+            Ok(())
+        },
+    },
+    EnvOption {
+        name: "TIERMEM_MOVER_CPUS",
+        unit: "CPU list (0,2-3)",
+        default: "(unpinned)",
+        help: "CPUs the mover threads are pinned to, round robin.",
+        apply: |c, v| {
+            c.mover_cpus = parse_cpus(v)?;
+            Ok(())
+        },
+    },
+    EnvOption {
+        name: "TIERMEM_PREFETCH",
+        unit: "0 or 1",
+        default: "1",
+        help: "Fault-triggered stream prefetch by the movers.",
+        apply: |c, v| {
+            c.prefetch = parse_bool(v)?;
+            Ok(())
+        },
+    },
+    EnvOption {
+        name: "TIERMEM_PREFETCH_MAX",
+        unit: "pages (4-2048)",
+        default: "512",
+        help: "Largest prefetch window.",
+        apply: |c, v| {
+            let n: usize = v.parse().map_err(|_| "not a number")?;
+            if !(4..=2048).contains(&n) {
+                return Err("must be 4 to 2048".into());
+            }
+            c.prefetch_max_pages = n;
+            Ok(())
+        },
+    },
+    EnvOption {
+        name: "TIERMEM_INSTALL",
+        unit: "copy or move",
+        default: "copy",
+        help: "How movers install pages: UFFDIO_COPY from the far store, or frame recycling with UFFDIO_MOVE.",
+        apply: |c, v| {
+            c.install = InstallMethod::from_name(v).ok_or("expected copy or move")?;
             Ok(())
         },
     },

@@ -46,11 +46,11 @@ pub mod region;
 pub mod stats;
 pub mod store;
 
-pub use config::{Config, DirtyTracking, FarStoreConfig, FaultPath, PageSize};
+pub use config::{Config, DirtyTracking, FarStoreConfig, FaultPath, InstallMethod, PageSize};
 pub use engine::IoErrorRecord;
 pub use error::{Error, ErrorCode};
 pub use page::PageState;
 pub use policy::PolicyKind;
-pub use region::{PageCensus, Region};
+pub use region::{advise, prefetch, Advice, PageCensus, Region};
 pub use stats::RegionStats;
 pub use tiermem_sys::probe::SystemInfo;

@@ -48,6 +48,10 @@ const STATE_MASK: u32 = 0b111;
 /// The far store holds this page's data.
 pub(crate) const FAR_VALID: u32 = 1 << 3;
 const WAITERS: u32 = 1 << 4;
+/// Filled by the prefetcher and not yet known to be used.
+const PREFETCHED: u32 = 1 << 5;
+/// The bits a `PageWord` carries (all but WAITERS).
+const WORD_BITS: u32 = STATE_MASK | FAR_VALID | PREFETCHED;
 
 /// A state plus its `FAR_VALID` bit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,8 +74,16 @@ impl PageWord {
     pub(crate) fn far_valid(self) -> bool {
         self.0 & FAR_VALID != 0
     }
+    /// Whether the page was filled by the prefetcher and not yet used.
+    pub(crate) fn prefetched(self) -> bool {
+        self.0 & PREFETCHED != 0
+    }
+    /// The same word, marked as filled by the prefetcher.
+    pub(crate) fn with_prefetched(self) -> PageWord {
+        PageWord(self.0 | PREFETCHED)
+    }
     fn bits(self) -> u32 {
-        self.0 & (STATE_MASK | FAR_VALID)
+        self.0 & WORD_BITS
     }
 }
 
@@ -101,13 +113,13 @@ impl PageTable {
     pub(crate) fn load(&self, i: usize) -> PageWord {
         // Acquire: pairs with the Release in `unlock`, so the data the last
         // owner wrote (far store, pte) is visible to whoever sees the state.
-        PageWord(self.words[i].load(Ordering::Acquire) & !WAITERS)
+        PageWord(self.words[i].load(Ordering::Acquire) & WORD_BITS)
     }
 
     /// Takes page `i` if its word is still `seen`. On success the page is
     /// `Busy` and owned by the caller.
     pub(crate) fn try_lock(&self, i: usize, seen: PageWord) -> bool {
-        let busy = PageState::Busy as u32 | (seen.0 & FAR_VALID);
+        let busy = PageState::Busy as u32 | (seen.0 & (FAR_VALID | PREFETCHED));
         // Acquire on success: the owner sees everything the previous owner
         // published. Relaxed on failure: the caller reloads.
         self.words[i]
@@ -159,6 +171,19 @@ impl PageTable {
                 futex_wait(&self.words[i], raw | WAITERS, Some(SLEEP_CHECK));
             }
         }
+    }
+
+    /// Clears the PREFETCHED bit of page `i`; true if it was set. Used when
+    /// a stream passes the page (so it was used).
+    pub(crate) fn take_prefetched(&self, i: usize) -> bool {
+        // Relaxed: the bit is statistics; racing with the owner of a Busy
+        // page is harmless (it sets the whole word when it unlocks).
+        self.words[i].fetch_and(!PREFETCHED, Ordering::Relaxed) & PREFETCHED != 0
+    }
+
+    #[cfg(test)]
+    pub(crate) fn mark_prefetched(&self, i: usize) {
+        self.words[i].fetch_or(PREFETCHED, Ordering::Relaxed);
     }
 
     /// Counts pages per state (for statistics and tests).

@@ -2,6 +2,8 @@
 
 use crate::config::{Config, DirtyTracking, FarStoreConfig, FaultPath, PageSize};
 use crate::engine::handler_thread::HandlerThreads;
+use crate::engine::mover::Movers;
+pub use crate::engine::prefetch::Advice;
 use crate::engine::{in_context, IoErrorRecord, Parts, RegionCore};
 use crate::page::PageState;
 use crate::stats::RegionStats;
@@ -13,7 +15,7 @@ use serde::Serialize;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use tiermem_sys::hugetlb::{self, HugePageSize};
-use tiermem_sys::mm::{Advice, MapOptions, Mapping, UserAccess};
+use tiermem_sys::mm::{MapOptions, Mapping, UserAccess};
 use tiermem_sys::uffd::{Features, RegisterMode, Uffd, UffdOptions};
 
 /// A virtual range larger than its near-memory budget. Pages move between
@@ -39,6 +41,7 @@ pub struct Region {
     core: Arc<RegionCore>,
     user: UserAccess,
     handlers: Option<HandlerThreads>,
+    movers: Option<Movers>,
 }
 
 /// How many pages are in each state.
@@ -103,7 +106,7 @@ impl Region {
         )?;
         if !huge {
             // Tiering works on 4 KiB ptes; keep THP out of the range.
-            mapping.advise(0, mapping.len(), Advice::NoHugePage)?;
+            mapping.advise(0, mapping.len(), tiermem_sys::mm::Advice::NoHugePage)?;
         }
         let reg = uffd.register(&mapping, RegisterMode::MISSING | RegisterMode::WP)?;
         let store: Box<dyn FarStore> = match store {
@@ -115,7 +118,9 @@ impl Region {
                 }
             },
         };
-        let policy = config.policy.build(config.virt_pages());
+        let policy = config
+            .policy
+            .build(config.virt_pages(), config.protected_window_pages());
         let core = Arc::new(RegionCore::new(
             config.clone(),
             Parts {
@@ -138,7 +143,26 @@ impl Region {
         } else {
             None
         };
-        let region = Region { core, user, handlers };
+        let movers = if config.movers > 0 {
+            match Movers::start(&core, config.movers, &config.mover_cpus) {
+                Ok(m) => Some(m),
+                Err(e) => {
+                    if let Some(h) = handlers {
+                        h.stop();
+                    }
+                    in_context::unregister(&core);
+                    return Err(e);
+                }
+            }
+        } else {
+            None
+        };
+        let region = Region {
+            core,
+            user,
+            handlers,
+            movers,
+        };
         if crate::config::verbose_from_env() {
             eprintln!("tiermem: region at {:#x}: {}", region.base(), region.describe());
         }
@@ -190,9 +214,21 @@ impl Region {
     /// so a snapshot taken right after an access can lag it by one fault
     /// for a few microseconds (see [`Region::settle`]).
     pub fn stats(&self) -> RegionStats {
-        self.core
+        let mut s = self
+            .core
             .stats
-            .snapshot(self.core.resident_pages(), self.core.page_bytes())
+            .snapshot(self.core.resident_pages(), self.core.page_bytes());
+        if let Some(pf) = &self.core.prefetcher {
+            use std::sync::atomic::Ordering::Relaxed;
+            s.prefetch = crate::stats::PrefetchStats {
+                issued: pf.issued.load(Relaxed),
+                used: pf.used.load(Relaxed),
+                wasted: pf.wasted.load(Relaxed),
+                dropped: pf.dropped.load(Relaxed),
+                window_cap: pf.cap() as u64,
+            };
+        }
+        s
     }
 
     /// Waits (up to 100 ms) until no page is in transition, so that page
@@ -211,6 +247,9 @@ impl Region {
     pub fn reset_stats(&self) {
         self.settle();
         self.core.stats.reset();
+        if let Some(pf) = &self.core.prefetcher {
+            pf.reset_counters();
+        }
     }
 
     /// The latest far-store and eviction errors (up to 32).
@@ -240,6 +279,40 @@ impl Region {
         }
         self.core.discard(offset, len);
         Ok(())
+    }
+
+    /// Asks for `[offset, offset+len)` to be brought into near memory
+    /// (`tm_prefetch`): queued to the mover threads, or done now by the
+    /// caller when the region has none. Pages already resident are skipped.
+    pub fn prefetch(&self, offset: usize, len: usize) -> Result<(), Error> {
+        let (first, count) = self.pages_of(offset, len, "prefetch")?;
+        self.core.prefetch_range(first, count);
+        Ok(())
+    }
+
+    /// Access advice for `[offset, offset+len)` (`tm_advise`): `Sequential`
+    /// prefetches aggressively from the first fault, `Random` turns
+    /// prefetch off there, `WillNeed` prefetches now, `DontNeed` evicts now
+    /// (the data stays in the far store; unlike `madvise(MADV_DONTNEED)`,
+    /// nothing is lost), `Normal` clears earlier advice.
+    pub fn advise(&self, offset: usize, len: usize, advice: Advice) -> Result<(), Error> {
+        let (first, count) = self.pages_of(offset, len, "advise")?;
+        self.core.advise(first, count, advice)?;
+        Ok(())
+    }
+
+    fn pages_of(&self, offset: usize, len: usize, what: &str) -> Result<(usize, usize), Error> {
+        let end = offset
+            .checked_add(len)
+            .filter(|&e| e <= self.len())
+            .ok_or_else(|| {
+                Error::Usage(format!(
+                    "{what}({offset}, {len}): range outside the region of {} bytes",
+                    self.len()
+                ))
+            })?;
+        let ps = self.page_bytes();
+        Ok((offset / ps, end.div_ceil(ps) - offset / ps))
     }
 
     /// Makes pages poisoned by errors accessible again (they are re-read
@@ -277,7 +350,13 @@ impl Drop for Region {
             // A fork()ed child: the threads, the range and the files belong
             // to the parent. Closing our copies of descriptors is all we do.
             std::mem::forget(self.handlers.take());
+            std::mem::forget(self.movers.take());
             return;
+        }
+        // Movers first: they may fill pages, which handler threads could be
+        // waiting for.
+        if let Some(m) = self.movers.take() {
+            m.stop(self.core.movers.as_ref());
         }
         if let Some(h) = self.handlers.take() {
             h.stop();
@@ -311,4 +390,34 @@ fn check_pool(config: &Config) -> Result<(), Error> {
         });
     }
     Ok(())
+}
+
+/// Prefetches `[addr, addr+len)`, which must lie in one region of this
+/// process (`tm_prefetch`): the address-based form of [`Region::prefetch`].
+pub fn prefetch(addr: usize, len: usize) -> Result<(), Error> {
+    let (core, first, count) = locate(addr, len, "prefetch")?;
+    core.prefetch_range(first, count);
+    Ok(())
+}
+
+/// Access advice for `[addr, addr+len)`, which must lie in one region of
+/// this process (`tm_advise`): the address-based form of [`Region::advise`].
+pub fn advise(addr: usize, len: usize, advice: Advice) -> Result<(), Error> {
+    let (core, first, count) = locate(addr, len, "advise")?;
+    core.advise(first, count, advice)?;
+    Ok(())
+}
+
+fn locate(addr: usize, len: usize, what: &str) -> Result<(Arc<RegionCore>, usize, usize), Error> {
+    let core = in_context::lookup(addr)
+        .ok_or_else(|| Error::Usage(format!("{what}: {addr:#x} is not in a tiermem region")))?;
+    let base = core.mapping.addr();
+    let end = addr
+        .checked_add(len)
+        .filter(|&e| e <= base + core.mapping.len())
+        .ok_or_else(|| Error::Usage(format!("{what}: {addr:#x}+{len} leaves the region")))?;
+    let ps = core.page_bytes();
+    let first = (addr - base) / ps;
+    let count = (end - base).div_ceil(ps) - first;
+    Ok((core, first, count))
 }

@@ -171,7 +171,11 @@ pub(crate) struct Stats {
     pub(crate) bytes_out: AtomicU64,
     pub(crate) io_errors: AtomicU64,
     pub(crate) poisoned: AtomicU64,
+    pub(crate) inline_evictions: AtomicU64,
+    pub(crate) mover_evictions: AtomicU64,
+    pub(crate) mover_fills: AtomicU64,
     cost_ns: [AtomicU64; 5],
+    mover_cost_ns: [AtomicU64; 5],
     fault_ns: AtomicU64,
     threads: ThreadTable,
     hist: Mutex<Histogram<u64>>,
@@ -193,7 +197,11 @@ impl Stats {
             bytes_out: AtomicU64::new(0),
             io_errors: AtomicU64::new(0),
             poisoned: AtomicU64::new(0),
+            inline_evictions: AtomicU64::new(0),
+            mover_evictions: AtomicU64::new(0),
+            mover_fills: AtomicU64::new(0),
             cost_ns: Default::default(),
+            mover_cost_ns: Default::default(),
             fault_ns: AtomicU64::new(0),
             threads: ThreadTable::new(),
             // 1 ns .. 100 s at 2 significant digits: ~20 KiB, allocated now
@@ -228,6 +236,14 @@ impl Stats {
         }
     }
 
+    /// Charges a mover's work.
+    pub(crate) fn charge_mover(&self, timer: FaultTimer) {
+        let (_, split) = timer.finish();
+        for (c, ns) in self.mover_cost_ns.iter().zip(split) {
+            c.fetch_add(ns, Ordering::Relaxed);
+        }
+    }
+
     /// Charges time spent outside a fault (explicit eviction calls).
     pub(crate) fn charge(&self, split: [u64; 5]) {
         for (c, ns) in self.cost_ns.iter().zip(split) {
@@ -249,11 +265,14 @@ impl Stats {
             &self.bytes_out,
             &self.io_errors,
             &self.poisoned,
+            &self.inline_evictions,
+            &self.mover_evictions,
+            &self.mover_fills,
             &self.fault_ns,
         ] {
             a.store(0, Ordering::Relaxed);
         }
-        for c in &self.cost_ns {
+        for c in self.cost_ns.iter().chain(&self.mover_cost_ns) {
             c.store(0, Ordering::Relaxed);
         }
         self.threads.reset();
@@ -276,13 +295,17 @@ impl Stats {
             ),
             _ => (0, 0, 0, 0, 0),
         };
-        let cost: Vec<CostShare> = Cost::ALL
-            .iter()
-            .map(|c| CostShare {
-                category: c.name(),
-                ns: ld(&self.cost_ns[*c as usize]),
-            })
-            .collect();
+        let shares = |a: &[AtomicU64; 5]| -> Vec<CostShare> {
+            Cost::ALL
+                .iter()
+                .map(|c| CostShare {
+                    category: c.name(),
+                    ns: ld(&a[*c as usize]),
+                })
+                .collect()
+        };
+        let cost = shares(&self.cost_ns);
+        let mover_cost = shares(&self.mover_cost_ns);
         RegionStats {
             faults_zero_fill: ld(&self.zero_fills),
             faults_far_fill: ld(&self.far_fills),
@@ -306,11 +329,31 @@ impl Stats {
                 max_ns: max,
             },
             cost,
+            mover_cost,
+            inline_evictions: ld(&self.inline_evictions),
+            mover_evictions: ld(&self.mover_evictions),
+            mover_fills: ld(&self.mover_fills),
+            prefetch: PrefetchStats::default(),
             faults_per_thread: self.threads.snapshot(),
             tlb_shootdowns_machine: tiermem_sys::interrupts::tlb_shootdowns()
                 .saturating_sub(self.tlb_at_reset.load(Ordering::Relaxed)),
         }
     }
+}
+
+/// Prefetch counters (pages).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct PrefetchStats {
+    /// Pages asked for (by stream detection or explicitly).
+    pub issued: u64,
+    /// Prefetched pages a stream then passed (so were used).
+    pub used: u64,
+    /// Prefetched pages evicted before use.
+    pub wasted: u64,
+    /// Pages not prefetched because the queue was full.
+    pub dropped: u64,
+    /// The current cap on the prefetch window (adaptive), in pages.
+    pub window_cap: u64,
 }
 
 /// Faults served for one application thread.
@@ -380,8 +423,18 @@ pub struct RegionStats {
     pub fault_ns_total: u64,
     /// Fault service time percentiles.
     pub fault_latency: Latency,
-    /// Time per cost category (paper 1, Fig. 6).
+    /// Time per cost category inside faults (paper 1, Fig. 6).
     pub cost: Vec<CostShare>,
+    /// Time per cost category spent by mover threads.
+    pub mover_cost: Vec<CostShare>,
+    /// Pages evicted by faulting threads themselves (movers too slow or absent).
+    pub inline_evictions: u64,
+    /// Pages evicted by mover threads.
+    pub mover_evictions: u64,
+    /// Pages filled by mover threads (prefetch).
+    pub mover_fills: u64,
+    /// Prefetch counters.
+    pub prefetch: PrefetchStats,
     /// Faults per application thread.
     pub faults_per_thread: Vec<ThreadFaults>,
     /// TLB-shootdown IPIs on the whole machine since creation or reset

@@ -78,7 +78,8 @@ pub(crate) fn unregister(core: &Arc<RegionCore>) {
     }
 }
 
-fn lookup(addr: usize) -> Option<Arc<RegionCore>> {
+/// The region of this process that contains `addr`, if any.
+pub(crate) fn lookup(addr: usize) -> Option<Arc<RegionCore>> {
     let g = REGIONS.read().unwrap_or_else(|p| p.into_inner());
     let generation = fork_generation();
     g.iter()

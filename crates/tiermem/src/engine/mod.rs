@@ -27,12 +27,16 @@
 
 pub(crate) mod handler_thread;
 pub(crate) mod in_context;
+pub(crate) mod mover;
+pub(crate) mod prefetch;
 
 use crate::config::{Config, DirtyTracking, FaultPath, PageSize};
 use crate::page::{PageState, PageTable, PageWord};
 use crate::policy::Policy;
 use crate::stats::{Cost, FaultKind, FaultTimer, Stats};
-use crate::store::{FarStore, StagingPool, StoreError};
+use crate::store::{FarStore, StagingPool, StagingSlot, StoreError};
+use mover::MoverShared;
+use prefetch::{Advice, Prefetcher, Request};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -154,9 +158,15 @@ pub(crate) struct RegionCore {
     policy: Mutex<Box<dyn Policy>>,
     store: Box<dyn FarStore>,
     staging: Option<StagingPool>,
-    /// One page of zeros (never written, so it maps the zero page), the
-    /// source of COPY-based zero fills.
+    /// Zeros (never written, so they map the zero page), the source of
+    /// COPY-based zero fills: one mover run long.
     zeros: Mapping,
+    /// Staging buffers for movers reading runs from a file store.
+    mover_pool: Option<StagingPool>,
+    /// Pages per mover fill run.
+    max_run: usize,
+    pub(crate) movers: Option<MoverShared>,
+    pub(crate) prefetcher: Option<Prefetcher>,
     scanner: Option<PagemapScanner>,
     pub(crate) stats: Stats,
     errors: ErrorLog,
@@ -190,13 +200,25 @@ impl RegionCore {
         } else {
             None
         };
+        // Movers fill runs of up to 2 MiB (one huge page for 2 MiB pages).
+        let max_run = ((2 << 20) / page_bytes).clamp(1, crate::config::MAX_EVICT_BATCH);
         let (zeros, _) = Mapping::anonymous(
-            page_bytes,
+            page_bytes * max_run,
             &tiermem_sys::mm::MapOptions {
                 dontfork: true,
+                noreserve: true,
                 ..Default::default()
             },
         )?;
+        let mover_pool = if config.movers > 0 && parts.store.needs_staging() {
+            Some(StagingPool::new(config.movers, page_bytes * max_run)?)
+        } else {
+            None
+        };
+        let budget = config.near_pages().max(1);
+        let movers = (config.movers > 0).then(|| MoverShared::new(budget));
+        let prefetcher =
+            (config.movers > 0 && config.prefetch).then(|| Prefetcher::new(pages, config.prefetch_max_pages));
         let scanner = if config.dirty_tracking == DirtyTracking::WpAsync {
             Some(PagemapScanner::open().map_err(|e| crate::Error::Sys {
                 what: "opening /proc/self/pagemap for PAGEMAP_SCAN",
@@ -218,6 +240,10 @@ impl RegionCore {
             store: parts.store,
             staging,
             zeros,
+            mover_pool,
+            max_run,
+            movers,
+            prefetcher,
             scanner,
             stats: Stats::new(),
             errors: ErrorLog::new(),
@@ -273,7 +299,11 @@ impl RegionCore {
                         continue;
                     }
                     timer.lap(Cost::LockList);
-                    return self.fill(i, w, write, tid, server, timer);
+                    let outcome = self.fill(i, w, write, tid, server, timer);
+                    if outcome == Outcome::Resolved {
+                        self.after_demand_fault(tid, i, write);
+                    }
+                    return outcome;
                 }
                 PageState::Clean | PageState::Dirty => {
                     // wp-fault mode: a write to a resident page is a
@@ -323,6 +353,8 @@ impl RegionCore {
                     // Record before publishing (see `fill`).
                     self.stats.record_fault(kind, tid, timer);
                     self.pages.unlock(i, dirty);
+                    // A write to a clean page is an access the policy can use.
+                    self.policy().on_access(i);
                     return Outcome::Resolved;
                 }
                 PageState::Poisoned => {
@@ -498,12 +530,23 @@ impl RegionCore {
                     .compare_exchange_weak(r, r + 1, Ordering::Relaxed, Ordering::Relaxed)
                     .is_ok()
                 {
+                    if let Some(m) = &self.movers {
+                        if self.budget_pages - r - 1 < m.low_free {
+                            m.wake();
+                        }
+                    }
                     return Ok(());
                 }
                 continue;
             }
+            if let Some(m) = &self.movers {
+                m.wake();
+            }
             match self.evict_batch(self.config.evict_batch_pages, timer) {
-                Ok(n) if n > 0 => stuck_since = None,
+                Ok(n) if n > 0 => {
+                    stuck_since = None;
+                    self.stats.inline_evictions.fetch_add(n as u64, Ordering::Relaxed);
+                }
                 Ok(_) => {
                     // Every resident page is being filled by another thread
                     // right now: let them finish.
@@ -709,6 +752,14 @@ impl RegionCore {
         self.resident.fetch_sub(evicted, Ordering::Relaxed);
         self.stats.evictions.fetch_add(evicted as u64, Ordering::Relaxed);
         let mut policy = None;
+        if let Some(pf) = &self.prefetcher {
+            let wasted = run
+                .iter()
+                .enumerate()
+                .filter(|(k, (_, w))| !failed[*k] && w.prefetched())
+                .count();
+            pf.wasted.fetch_add(wasted as u64, Ordering::Relaxed);
+        }
         for (k, &(p, w)) in run.iter().enumerate() {
             let next = if failed[k] {
                 // Still resident, still dirty; in wp-fault mode it is now
@@ -852,6 +903,319 @@ impl RegionCore {
             }
         }
         n
+    }
+
+    /// Feeds a demand fault to the prefetcher and queues what it asks for.
+    fn after_demand_fault(&self, tid: u32, page: usize, write: bool) {
+        let (Some(pf), Some(m)) = (&self.prefetcher, &self.movers) else {
+            return;
+        };
+        let reqs = pf.on_fault(&self.pages, tid, page, write);
+        if reqs.as_slice().is_empty() {
+            return;
+        }
+        for r in reqs.as_slice() {
+            if !m.submit(*r) {
+                pf.dropped.fetch_add(r.count as u64, Ordering::Relaxed);
+            }
+        }
+        m.wake();
+    }
+
+    /// Near slots free now.
+    pub(crate) fn free_slots(&self) -> usize {
+        self.budget_pages
+            .saturating_sub(self.resident.load(Ordering::Relaxed))
+    }
+
+    /// A mover's staging buffer for file-store runs.
+    pub(crate) fn mover_staging(&self, _index: usize) -> Option<StagingSlot<'_>> {
+        self.mover_pool.as_ref().map(StagingPool::claim)
+    }
+
+    /// A mover's eviction duty: one batch. Returns pages evicted.
+    pub(crate) fn mover_evict(&self, batch: usize) -> usize {
+        let mut timer = FaultTimer::start();
+        let n = self.evict_batch(batch, &mut timer).unwrap_or(0);
+        self.stats.charge_mover(timer);
+        self.stats.mover_evictions.fetch_add(n as u64, Ordering::Relaxed);
+        n
+    }
+
+    /// Fills the pages of a request that are not resident yet (a mover's
+    /// prefetch, or an explicit prefetch). Returns pages filled.
+    pub(crate) fn mover_fill(&self, r: &Request, staging: Option<&StagingSlot<'_>>) -> usize {
+        let mut timer = FaultTimer::start();
+        let prefetch = self.prefetcher.is_some();
+        let mut filled = 0;
+        let mut owned =
+            [(0usize, PageWord::new(PageState::Untouched, false)); crate::config::MAX_EVICT_BATCH];
+        let limit = self.pages.len();
+        let mut k = 0;
+        while k < r.count {
+            // Lock a run of consecutive pages that need filling.
+            let mut n = 0;
+            while k < r.count && n < self.max_run {
+                let p = r.first as isize + k as isize * r.stride;
+                if p < 0 || p as usize >= limit {
+                    k = r.count;
+                    break;
+                }
+                let p = p as usize;
+                if n > 0 && p != owned[n - 1].0 + 1 {
+                    break; // runs are contiguous in memory
+                }
+                let w = self.pages.load(p);
+                if !matches!(w.state(), PageState::Untouched | PageState::Far) || !self.pages.try_lock(p, w) {
+                    k += 1;
+                    if n > 0 {
+                        break;
+                    }
+                    continue;
+                }
+                owned[n] = (p, w);
+                n += 1;
+                k += 1;
+            }
+            if n > 0 {
+                filled += self.install_run(&owned[..n], r.write, prefetch, staging, &mut timer);
+            }
+        }
+        self.stats.charge_mover(timer);
+        self.stats.mover_fills.fetch_add(filled as u64, Ordering::Relaxed);
+        filled
+    }
+
+    /// Takes up to `want` near slots for a mover, evicting to make room.
+    fn reserve_up_to(&self, want: usize, timer: &mut FaultTimer) -> usize {
+        loop {
+            let r = self.resident.load(Ordering::Relaxed);
+            let free = self.budget_pages.saturating_sub(r);
+            if free == 0 {
+                let batch = self.movers.as_ref().map_or(want, |m| m.batch.max(want));
+                match self.evict_batch(batch, timer) {
+                    Ok(n) if n > 0 => {
+                        self.stats.mover_evictions.fetch_add(n as u64, Ordering::Relaxed);
+                        continue;
+                    }
+                    _ => return 0,
+                }
+            }
+            let take = want.min(free);
+            if self
+                .resident
+                .compare_exchange_weak(r, r + take, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+            {
+                return take;
+            }
+        }
+    }
+
+    /// Installs a run of owned, consecutive, non-resident pages with as few
+    /// UFFDIO_COPY calls as possible. Pages it cannot fill are handed back
+    /// unchanged. Returns pages installed.
+    fn install_run(
+        &self,
+        run: &[(usize, PageWord)],
+        write: bool,
+        prefetch: bool,
+        staging: Option<&StagingSlot<'_>>,
+        timer: &mut FaultTimer,
+    ) -> usize {
+        let got = self.reserve_up_to(run.len(), timer);
+        for &(p, w) in &run[got..] {
+            self.pages.unlock(p, w);
+        }
+        let run = &run[..got];
+        let mut ok = [false; crate::config::MAX_EVICT_BATCH];
+        let mut s = 0;
+        while s < run.len() {
+            // A sub-run of pages of the same kind (all far, or all untouched).
+            let far = run[s].1.state() == PageState::Far;
+            let mut e = s + 1;
+            while e < run.len() && (run[e].1.state() == PageState::Far) == far {
+                e += 1;
+            }
+            let off = run[s].0 * self.page_bytes;
+            let len = (e - s) * self.page_bytes;
+            let installed = if far {
+                let src = self.store.fetch(off as u64, len, staging);
+                timer.lap(Cost::Transfer);
+                match src {
+                    Ok(src) => self.copy_run(off, src, !write),
+                    Err(err) => {
+                        // A prefetch is a hint: leave the pages in the far
+                        // store; a demand fault will try again and report.
+                        self.stats.io_errors.fetch_add(1, Ordering::Relaxed);
+                        self.errors
+                            .record(off as u64, OP_READ, err.errno().map_or(0, |e| e.raw()));
+                        Err(())
+                    }
+                }
+            } else {
+                self.copy_run(off, self.zeros.range(0, len), !write)
+            };
+            timer.lap(Cost::Pte);
+            if installed.is_ok() {
+                ok[s..e].iter_mut().for_each(|x| *x = true);
+                if far {
+                    self.stats.bytes_in.fetch_add(len as u64, Ordering::Relaxed);
+                }
+            }
+            s = e;
+        }
+        let mut installed = 0;
+        {
+            let mut policy = self.policy();
+            for (k, &(p, _)) in run.iter().enumerate() {
+                if ok[k] {
+                    policy.on_fill(p);
+                }
+            }
+        }
+        for (k, &(p, w)) in run.iter().enumerate() {
+            if ok[k] {
+                let state = if write { PageState::Dirty } else { PageState::Clean };
+                let mut next = PageWord::new(state, w.far_valid());
+                if prefetch {
+                    next = next.with_prefetched();
+                }
+                self.pages.unlock(p, next);
+                installed += 1;
+            } else {
+                self.resident.fetch_sub(1, Ordering::Relaxed);
+                self.pages.unlock(p, w);
+            }
+        }
+        timer.lap(Cost::LockList);
+        installed
+    }
+
+    /// UFFDIO_COPY of a multi-page run, resuming after partial copies and
+    /// skipping pages that turn out to be mapped already.
+    fn copy_run(&self, off: usize, src: tiermem_sys::mm::MemRange<'_>, wp: bool) -> Result<(), ()> {
+        let mode = CopyMode {
+            write_protect: wp,
+            dont_wake: false,
+        };
+        let mut done = 0;
+        while done < src.len() {
+            match self
+                .uffd
+                .copy(&self.reg, off + done, src.sub(done, src.len() - done), mode)
+            {
+                Ok(Resolved::Done) => return Ok(()),
+                Ok(Resolved::Partial { bytes }) => done += bytes,
+                Ok(Resolved::AlreadyMapped) => done += self.page_bytes,
+                Err(e) => {
+                    self.errors
+                        .record((off + done) as u64, OP_INSTALL, e.errno().map_or(0, |e| e.raw()));
+                    return Err(());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Explicit prefetch of `[first, first+count)`: queued to the movers, or
+    /// done now by the caller when the region has none.
+    pub(crate) fn prefetch_range(&self, first: usize, count: usize) {
+        let mut k = 0;
+        while k < count {
+            let n = (count - k).min(self.max_run);
+            let r = Request {
+                first: first + k,
+                count: n,
+                stride: 1,
+                write: false,
+            };
+            match &self.movers {
+                Some(m) if m.submit(r) => {
+                    if let Some(pf) = &self.prefetcher {
+                        pf.issued.fetch_add(n as u64, Ordering::Relaxed);
+                    }
+                }
+                _ => {
+                    self.mover_fill(&r, None);
+                }
+            }
+            k += n;
+        }
+        if let Some(m) = &self.movers {
+            m.wake();
+        }
+    }
+
+    /// Access advice for `[first, first+count)`.
+    pub(crate) fn advise(&self, first: usize, count: usize, advice: Advice) -> Result<(), StoreError> {
+        match advice {
+            Advice::WillNeed => self.prefetch_range(first, count),
+            Advice::DontNeed => {
+                self.evict_range(first, count)?;
+            }
+            _ => {
+                if let Some(pf) = &self.prefetcher {
+                    pf.set_advice(first, first + count, advice);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Evicts the resident pages of `[first, first+count)` (writing back
+    /// dirty ones); their data stays available from the far store.
+    pub(crate) fn evict_range(&self, first: usize, count: usize) -> Result<usize, StoreError> {
+        let mut timer = FaultTimer::start();
+        let mut evicted = 0;
+        let mut owned =
+            [(0usize, PageWord::new(PageState::Untouched, false)); crate::config::MAX_EVICT_BATCH];
+        let end = (first + count).min(self.pages.len());
+        let mut p = first;
+        let mut first_error = None;
+        while p < end {
+            let mut n = 0;
+            while p < end && n < owned.len() {
+                let w = self.pages.load(p);
+                match w.state() {
+                    PageState::Clean | PageState::Dirty if self.pages.try_lock(p, w) => {
+                        owned[n] = (p, w);
+                        n += 1;
+                        p += 1;
+                    }
+                    PageState::Busy => {
+                        self.pages.wait_not_busy(p);
+                    }
+                    PageState::Clean | PageState::Dirty => {}
+                    _ => {
+                        p += 1;
+                        if n > 0 {
+                            break;
+                        }
+                    }
+                }
+            }
+            if n == 0 {
+                continue;
+            }
+            {
+                let mut policy = self.policy();
+                for &(q, _) in &owned[..n] {
+                    policy.on_remove(q, false);
+                }
+            }
+            let (done, err) = self.evict_run(&owned[..n], &mut timer);
+            evicted += done;
+            if first_error.is_none() {
+                first_error = err;
+            }
+        }
+        let (_, split) = timer.finish();
+        self.stats.charge(split);
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(evicted),
+        }
     }
 
     pub(crate) fn fault_path(&self) -> FaultPath {

@@ -7,9 +7,15 @@
 //! from the in-context SIGBUS handler.
 //!
 //! Policies:
-//! - [`fifo`]: first filled, first evicted (paper 1, section IV.B).
+//! - [`fifo`]: first filled, first evicted (paper 1, section IV.B);
+//! - [`clock`]: second chance over reference bits from the accesses user
+//!   space can observe;
+//! - [`scan`]: scan-resistant, for cyclic sweeps larger than the budget.
 
+pub mod clock;
 pub mod fifo;
+mod list;
+pub mod scan;
 
 /// A replacement policy.
 pub trait Policy: Send {
@@ -18,6 +24,10 @@ pub trait Policy: Send {
 
     /// Page `page` became resident (filled from far memory or zero-filled).
     fn on_fill(&mut self, page: usize);
+
+    /// Page `page` was observed being accessed (a write-protect fault, a
+    /// re-fault on a page unmapped but not yet reused). Default: ignored.
+    fn on_access(&mut self, _page: usize) {}
 
     /// Page `page` left near memory other than by `select_victims` (it was
     /// discarded), or an eviction of it was abandoned and it stays resident
@@ -39,16 +49,22 @@ pub enum PolicyKind {
     /// First in, first out by fill order.
     #[default]
     Fifo,
+    /// CLOCK / second chance.
+    Clock,
+    /// Scan-resistant (most recently filled first, outside a window).
+    Scan,
 }
 
 impl PolicyKind {
     /// Every policy.
-    pub const ALL: &'static [PolicyKind] = &[PolicyKind::Fifo];
+    pub const ALL: &'static [PolicyKind] = &[PolicyKind::Fifo, PolicyKind::Clock, PolicyKind::Scan];
 
     /// The policy's name.
     pub fn name(self) -> &'static str {
         match self {
             PolicyKind::Fifo => "fifo",
+            PolicyKind::Clock => "clock",
+            PolicyKind::Scan => "scan",
         }
     }
 
@@ -60,10 +76,14 @@ impl PolicyKind {
             .find(|p| p.name().eq_ignore_ascii_case(name))
     }
 
-    /// Builds the policy for a region of `pages` pages.
-    pub fn build(self, pages: usize) -> Box<dyn Policy> {
+    /// Builds the policy for a region of `pages` pages. `window` is the
+    /// number of recent fills the scan-resistant policy protects (the
+    /// working neighbourhood plus what the prefetcher brought in ahead).
+    pub fn build(self, pages: usize, window: usize) -> Box<dyn Policy> {
         match self {
             PolicyKind::Fifo => Box::new(fifo::Fifo::new(pages)),
+            PolicyKind::Clock => Box::new(clock::Clock::new(pages)),
+            PolicyKind::Scan => Box::new(scan::Scan::new(pages, window)),
         }
     }
 }

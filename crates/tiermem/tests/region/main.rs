@@ -173,3 +173,83 @@ fn file_store_with_o_direct() {
         "{s:?}"
     );
 }
+
+#[test]
+fn movers_prefetch_sequential_sweeps() {
+    for policy in tiermem::PolicyKind::ALL {
+        let mut c = Config::new(64 * MIB, 16 * MIB);
+        c.movers = 1;
+        c.policy = *policy;
+        let cpus = tiermem_sys::thread::online_cpus();
+        c.mover_cpus = vec![cpus - 1];
+        let mut r = Region::new(c).unwrap();
+        let w: &mut [u64] = r.as_mut_slice();
+        for (i, x) in w.iter_mut().enumerate() {
+            *x = mix(i as u64);
+        }
+        r.reset_stats();
+        let w: &mut [u64] = r.as_mut_slice();
+        for pass in 0..3 {
+            for (i, x) in w.iter().enumerate() {
+                assert_eq!(*x, mix(i as u64), "{policy} pass {pass} word {i}");
+            }
+        }
+        r.settle();
+        let s = r.stats();
+        let pages = 3 * 64 * MIB / 4096;
+        eprintln!(
+            "{policy}: demand faults {} of {pages} page visits, mover fills {}, prefetch {:?}, inline evictions {}",
+            s.faults(),
+            s.mover_fills,
+            s.prefetch,
+            s.inline_evictions
+        );
+        assert!(
+            s.faults() * 10 < pages,
+            "{policy}: prefetch should absorb most faults: {s:?}"
+        );
+        assert!(
+            s.prefetch.used > s.prefetch.issued / 2,
+            "{policy}: {:?}",
+            s.prefetch
+        );
+        assert!(r.errors().is_empty(), "{:?}", r.errors());
+    }
+}
+
+#[test]
+fn explicit_prefetch_and_advice() {
+    let mut c = Config::new(32 * MIB, 8 * MIB);
+    c.movers = 0;
+    let mut r = Region::new(c).unwrap();
+    r.as_mut_slice::<u64>()
+        .iter_mut()
+        .enumerate()
+        .for_each(|(i, x)| *x = i as u64);
+    r.evict_all().unwrap();
+    // Without movers, prefetch fills synchronously.
+    r.prefetch(0, 4 * MIB as usize).unwrap();
+    assert_eq!(r.page_census().clean, 1024);
+    r.reset_stats();
+    assert_eq!(r.as_mut_slice::<u64>()[1000], 1000);
+    assert_eq!(r.stats().faults(), 0, "prefetched page read without a fault");
+    // DontNeed evicts and keeps the data.
+    r.advise(0, 4 * MIB as usize, tiermem::Advice::DontNeed).unwrap();
+    assert_eq!(r.page_census().clean, 0);
+    assert_eq!(r.as_mut_slice::<u64>()[1000], 1000);
+    assert!(r.prefetch(0, 64 * MIB as usize).is_err());
+    // WillNeed with movers: queued, done in the background.
+    let mut c = Config::new(32 * MIB, 16 * MIB);
+    c.movers = 1;
+    let r = Region::new(c).unwrap();
+    r.advise(0, 8 * MIB as usize, tiermem::Advice::WillNeed).unwrap();
+    let t = std::time::Instant::now();
+    while r.page_census().clean < 2048 && t.elapsed().as_secs() < 5 {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert_eq!(r.page_census().clean, 2048);
+    r.advise(0, 32 * MIB as usize, tiermem::Advice::Random).unwrap();
+    r.advise(0, 32 * MIB as usize, tiermem::Advice::Sequential)
+        .unwrap();
+    r.advise(0, 32 * MIB as usize, tiermem::Advice::Normal).unwrap();
+}

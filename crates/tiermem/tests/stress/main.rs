@@ -69,7 +69,20 @@ fn stress(cfg: Config, threads: usize, dur: Duration) -> (Outcome, tiermem::Regi
                     x ^= x << 13;
                     x ^= x >> 7;
                     x ^= x << 17;
-                    match x % 8 {
+                    match x % 9 {
+                        8 => {
+                            // A short sequential sweep: gives the prefetcher
+                            // streams to follow among the random accesses.
+                            let start = (x >> 8) as usize % counter_words;
+                            let end = (start + 64 * page_words).min(counter_words);
+                            for w in (start..end).step_by(page_words / 4) {
+                                let v = words[w].load(Ordering::SeqCst);
+                                let m = side[w].load(Ordering::SeqCst) as u64;
+                                if v > m {
+                                    report(format!("sweep: counter word {w}: region {v} > mirror {m}"));
+                                }
+                            }
+                        }
                         0..=3 => {
                             let w = (x >> 8) as usize % counter_words;
                             side[w].fetch_add(1, Ordering::SeqCst);
@@ -172,6 +185,42 @@ fn stress_every_variant_eight_times_the_budget() {
             "{what}: too little churn to mean anything: {s:?}"
         );
         assert!(o.ops > 1000, "{what}");
+    }
+}
+
+#[test]
+fn stress_with_movers_prefetch_and_every_policy() {
+    let dur = Duration::from_secs_f64(secs());
+    let cpus = tiermem_sys::thread::online_cpus();
+    for &policy in tiermem::PolicyKind::ALL {
+        for &dt in tiermem::DirtyTracking::ALL {
+            for movers in [1, 2] {
+                let what = format!("{policy} {} movers={movers}", dt.name());
+                let mut cfg = Config::new(16 << 20, 2 << 20);
+                cfg.policy = policy;
+                cfg.dirty_tracking = dt;
+                cfg.movers = movers;
+                cfg.mover_cpus = vec![cpus - 1];
+                cfg.evict_batch_pages = 32;
+                cfg.prefetch_max_pages = 64;
+                let t0 = Instant::now();
+                let (o, s) = stress(cfg, 3, dur / 2);
+                eprintln!(
+                    "{what:<32} {:>8} ops, {:>7} demand fills, {:>7} mover fills, {:>7} evictions ({} inline), prefetch used {} wasted {}, {:.1}s",
+                    o.ops,
+                    s.fills(),
+                    s.mover_fills,
+                    s.evictions,
+                    s.inline_evictions,
+                    s.prefetch.used,
+                    s.prefetch.wasted,
+                    t0.elapsed().as_secs_f64()
+                );
+                assert!(o.corrupt.is_empty(), "{what}: corrupted pages: {:#?}", o.corrupt);
+                assert!(s.evictions > 500, "{what}: too little churn: {s:?}");
+                assert!(s.mover_fills > 0, "{what}: movers never filled: {s:?}");
+            }
+        }
     }
 }
 

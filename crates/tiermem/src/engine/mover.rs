@@ -1,0 +1,171 @@
+//! Dedicated data-mover threads (paper 1, section III.D): they fill pages
+//! ahead of demand (prefetch requests) and evict behind it (keeping free
+//! near slots between watermarks), so that application threads seldom move
+//! data in their own faults.
+//!
+//! Work arrives through a bounded lock-free queue (pushed from the fault
+//! path, also inside the SIGBUS handler: no allocation, no lock) and a
+//! futex word. A mover with nothing to do spins for a while before it
+//! sleeps, because waking a thread on another CPU costs about 50 us here;
+//! the fault path issues the wake-up system call only when a mover sleeps.
+//!
+//! Shutdown, step by step: the region sets `stop`, wakes every mover and
+//! joins them; a mover checks `stop` between work items, so it finishes the
+//! run in hand (pages it owns are always published) and exits. A panic in a
+//! mover aborts the process: pages it owned would stay Busy forever.
+
+use super::prefetch::Request;
+use super::RegionCore;
+use crossbeam_queue::ArrayQueue;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use tiermem_sys::thread::{futex_wait, futex_wake};
+
+/// How long an idle mover spins before it sleeps.
+const SPIN: Duration = Duration::from_micros(200);
+
+/// What the fault path and the movers share.
+pub(crate) struct MoverShared {
+    queue: ArrayQueue<Request>,
+    work: AtomicU32,
+    sleepers: AtomicU32,
+    stop: AtomicBool,
+    /// The fault path wakes the movers when fewer slots than this are free.
+    pub(crate) low_free: usize,
+    /// Movers evict until this many slots are free.
+    pub(crate) target_free: usize,
+    /// Pages per eviction batch by the movers.
+    pub(crate) batch: usize,
+}
+
+impl MoverShared {
+    pub(crate) fn new(budget_pages: usize) -> MoverShared {
+        let batch = crate::config::MAX_EVICT_BATCH.min((budget_pages / 8).max(1));
+        MoverShared {
+            queue: ArrayQueue::new(4096),
+            work: AtomicU32::new(0),
+            sleepers: AtomicU32::new(0),
+            stop: AtomicBool::new(false),
+            low_free: batch,
+            target_free: 2 * batch,
+            batch,
+        }
+    }
+
+    /// Queues a request; false if the queue is full (a dropped hint).
+    pub(crate) fn submit(&self, r: Request) -> bool {
+        self.queue.push(r).is_ok()
+    }
+
+    /// Tells the movers there is work. Cheap when none sleeps.
+    pub(crate) fn wake(&self) {
+        // Release: the queued request (or the budget state) is visible to a
+        // mover that sees the new value.
+        self.work.fetch_add(1, Ordering::Release);
+        // SeqCst pairs with the mover's increment of `sleepers` before it
+        // rechecks for work: either we see it asleep, or it sees our work.
+        if self.sleepers.load(Ordering::SeqCst) > 0 {
+            futex_wake(&self.work, 1);
+        }
+    }
+
+    fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+}
+
+/// The mover threads of one region.
+pub(crate) struct Movers {
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Movers {
+    /// Starts `n` movers, pinned round robin to `cpus` if given.
+    pub(crate) fn start(core: &Arc<RegionCore>, n: usize, cpus: &[usize]) -> Result<Movers, crate::Error> {
+        let mut threads = Vec::with_capacity(n);
+        for k in 0..n {
+            let mover_core = core.clone();
+            let cpu = (!cpus.is_empty()).then(|| cpus[k % cpus.len()]);
+            let spawned = std::thread::Builder::new()
+                .name(format!("tiermem-mover-{k}"))
+                .spawn(move || {
+                    if let Some(c) = cpu {
+                        let _ = tiermem_sys::thread::set_affinity(&[c]);
+                    }
+                    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&mover_core, k)));
+                    if r.is_err() {
+                        eprintln!(
+                            "tiermem: a mover thread panicked; aborting (pages it owned would stay busy)"
+                        );
+                        std::process::abort();
+                    }
+                });
+            match spawned {
+                Ok(t) => threads.push(t),
+                Err(e) => {
+                    Movers { threads }.stop(core.movers.as_ref());
+                    return Err(e.into());
+                }
+            }
+        }
+        Ok(Movers { threads })
+    }
+
+    /// Stops and joins the movers (see the module docs).
+    pub(crate) fn stop(self, shared: Option<&MoverShared>) {
+        if let Some(m) = shared {
+            m.stop.store(true, Ordering::Release);
+            m.work.fetch_add(1, Ordering::Release);
+            futex_wake(&m.work, i32::MAX);
+        }
+        for t in self.threads {
+            let _ = t.join();
+        }
+    }
+}
+
+fn run(core: &RegionCore, index: usize) {
+    let m = core
+        .movers
+        .as_ref()
+        .expect("movers run only for regions with movers");
+    let staging = core.mover_staging(index);
+    loop {
+        if m.stopping() {
+            return;
+        }
+        let mut worked = false;
+        // Eviction duty first: fills need free slots, and so do faults.
+        if core.free_slots() < m.target_free && core.mover_evict(m.batch) > 0 {
+            worked = true;
+        }
+        if let Some(r) = m.queue.pop() {
+            core.mover_fill(&r, staging.as_ref());
+            worked = true;
+        }
+        if worked {
+            continue;
+        }
+        // Idle: spin a while (a wake-up across CPUs costs ~50 us), then sleep.
+        let seen = m.work.load(Ordering::Acquire);
+        let t = Instant::now();
+        let mut found = false;
+        while t.elapsed() < SPIN {
+            if !m.queue.is_empty() || m.stopping() || core.free_slots() < m.low_free {
+                found = true;
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        if found {
+            continue;
+        }
+        m.sleepers.fetch_add(1, Ordering::SeqCst);
+        if m.queue.is_empty() && !m.stopping() && core.free_slots() >= m.low_free {
+            futex_wait(&m.work, seen, Some(Duration::from_millis(100)));
+        }
+        m.sleepers.fetch_sub(1, Ordering::SeqCst);
+    }
+}

@@ -1,0 +1,487 @@
+//! Fault-triggered prefetch: per-thread stream detection with adaptive
+//! depth, in the manner of Linux readahead, with user-space signals only.
+//!
+//! Each demand fault is fed to the detector with the faulting thread's id.
+//! A thread's last eight fault pages are kept; a fault at `p` that extends
+//! an arithmetic progression among them (`p - d`, `p - 2d`, |d| <= 64
+//! pages, forward or backward) starts a stream of stride `d`. A stream
+//! prefetches a window of `depth` pages ahead of the thread, but leaves one
+//! page in the middle of the window unfilled: the *trigger*. When the thread
+//! reaches it, its demand fault (the only one per half window) fires the next
+//! window, doubling `depth` up to the current cap. This is the readahead
+//! marker of Linux's page cache; in user space only a fault makes an access
+//! visible, so the marker is a page left missing on purpose.
+//!
+//! Accounting: every prefetched page carries a `PREFETCHED` bit. When a
+//! trigger fires, the pages the thread has passed since the last trigger
+//! are *used* (bits cleared); a page evicted with its bit still set was
+//! *wasted*. The cap on `depth` adapts to the waste ratio of recent
+//! windows: halved above 25% waste, doubled below 5%.
+//!
+//! Everything is allocation-free (fixed tables, results on the stack): it
+//! runs inside the SIGBUS handler.
+
+use crate::page::PageTable;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+/// A range of pages to fill: `count` pages from `first`, `stride` apart.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Request {
+    pub(crate) first: usize,
+    pub(crate) count: usize,
+    pub(crate) stride: isize,
+    /// The stream writes: install writable (no write-protect fault later).
+    pub(crate) write: bool,
+}
+
+/// Up to four requests, on the stack.
+#[derive(Default)]
+pub(crate) struct Requests {
+    items: [Request; 4],
+    n: usize,
+}
+
+impl Requests {
+    fn push(&mut self, r: Request) {
+        if r.count > 0 && self.n < self.items.len() {
+            self.items[self.n] = r;
+            self.n += 1;
+        }
+    }
+    pub(crate) fn as_slice(&self) -> &[Request] {
+        &self.items[..self.n]
+    }
+}
+
+const HISTORY: usize = 8;
+const STREAMS: usize = 4;
+const THREADS: usize = 32;
+const MAX_STRIDE: isize = 64;
+/// First window of a new stream, in pages.
+pub(crate) const INITIAL_DEPTH: usize = 16;
+const ADVICE_SLOTS: usize = 16;
+
+#[derive(Clone, Copy, Default)]
+struct Stream {
+    live: bool,
+    stride: isize,
+    /// The thread's last known position.
+    pos: isize,
+    /// The page left missing in the current window.
+    trigger: isize,
+    /// The next page to prefetch (exclusive frontier).
+    end: isize,
+    depth: usize,
+    write: bool,
+    last_used: u64,
+}
+
+#[derive(Clone, Copy, Default)]
+struct ThreadState {
+    tid: u32,
+    last_used: u64,
+    hist: [isize; HISTORY],
+    hlen: usize,
+    hpos: usize,
+    streams: [Stream; STREAMS],
+}
+
+/// Access advice for a range (`tm_advise`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Advice {
+    /// Back to the default heuristics.
+    Normal,
+    /// Sequential access expected: prefetch aggressively from the first fault.
+    Sequential,
+    /// Random access expected: do not prefetch.
+    Random,
+    /// The range will be needed soon: prefetch it now.
+    WillNeed,
+    /// The range will not be needed soon: evict it now (its data is kept).
+    DontNeed,
+}
+
+#[derive(Clone, Copy)]
+struct AdviceRange {
+    first: usize,
+    end: usize,
+    advice: Advice,
+}
+
+struct Detector {
+    tick: u64,
+    threads: [ThreadState; THREADS],
+    advice: [Option<AdviceRange>; ADVICE_SLOTS],
+}
+
+/// The prefetcher of one region.
+pub(crate) struct Prefetcher {
+    detector: Mutex<Detector>,
+    pages: usize,
+    max_depth: usize,
+    cap: AtomicUsize,
+    pub(crate) issued: AtomicU64,
+    pub(crate) used: AtomicU64,
+    pub(crate) wasted: AtomicU64,
+    pub(crate) dropped: AtomicU64,
+    /// (issued, wasted) when the cap was last adapted.
+    checkpoint: Mutex<(u64, u64)>,
+}
+
+impl Prefetcher {
+    pub(crate) fn new(pages: usize, max_depth: usize) -> Prefetcher {
+        let max_depth = max_depth.clamp(4, crate::config::MAX_EVICT_BATCH * 4);
+        Prefetcher {
+            detector: Mutex::new(Detector {
+                tick: 0,
+                threads: [ThreadState::default(); THREADS],
+                advice: [None; ADVICE_SLOTS],
+            }),
+            pages,
+            max_depth,
+            cap: AtomicUsize::new(max_depth),
+            issued: AtomicU64::new(0),
+            used: AtomicU64::new(0),
+            wasted: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
+            checkpoint: Mutex::new((0, 0)),
+        }
+    }
+
+    /// Records advice for `[first, end)`. `Normal` clears advice there.
+    pub(crate) fn set_advice(&self, first: usize, end: usize, advice: Advice) {
+        let mut d = self.detector.lock().unwrap_or_else(|p| p.into_inner());
+        // Drop advice overlapping the range, then record the new one.
+        for slot in d.advice.iter_mut() {
+            if slot.is_some_and(|a| a.first < end && first < a.end) {
+                *slot = None;
+            }
+        }
+        if matches!(advice, Advice::Sequential | Advice::Random) {
+            if let Some(slot) = d.advice.iter_mut().find(|s| s.is_none()) {
+                *slot = Some(AdviceRange { first, end, advice });
+            } else {
+                d.advice[0] = Some(AdviceRange { first, end, advice });
+            }
+        }
+    }
+
+    /// A demand fault of thread `tid` at page `page`; returns what to
+    /// prefetch. `pages` is used to mark passed pages as used.
+    pub(crate) fn on_fault(&self, table: &PageTable, tid: u32, page: usize, write: bool) -> Requests {
+        let mut out = Requests::default();
+        let mut d = self.detector.lock().unwrap_or_else(|p| p.into_inner());
+        d.tick += 1;
+        let tick = d.tick;
+        let advice = d
+            .advice
+            .iter()
+            .flatten()
+            .find(|a| page >= a.first && page < a.end)
+            .map(|a| a.advice);
+        if advice == Some(Advice::Random) {
+            return out;
+        }
+        let cap = self.cap.load(Ordering::Relaxed);
+        let t = thread_slot(&mut d.threads, tid, tick);
+        let p = page as isize;
+        // An existing stream?
+        for s in t.streams.iter_mut().filter(|s| s.live) {
+            let delta = p - s.pos;
+            if delta == 0 || delta % s.stride != 0 || delta.signum() != s.stride.signum() {
+                continue;
+            }
+            let steps = delta / s.stride;
+            let frontier = (s.end - s.pos) / s.stride;
+            if steps > frontier + 2 * s.depth as isize {
+                continue; // too far ahead to be this stream
+            }
+            s.last_used = tick;
+            let at_or_past_trigger = (p - s.trigger) * s.stride.signum() >= 0;
+            if at_or_past_trigger {
+                // The thread passed the pages between its last position and
+                // here: those that were prefetched were used.
+                let mut used = 0;
+                let mut q = s.pos + s.stride;
+                while (p - q) * s.stride.signum() > 0 {
+                    if q >= 0 && (q as usize) < self.pages && table.take_prefetched(q as usize) {
+                        used += 1;
+                    }
+                    q += s.stride;
+                }
+                self.used.fetch_add(used, Ordering::Relaxed);
+                s.depth = (s.depth * 2).min(cap).max(1);
+                let start = if (s.end - p) * s.stride.signum() > 0 {
+                    s.end
+                } else {
+                    p + s.stride
+                };
+                self.issue(s, start, write, &mut out);
+            }
+            s.pos = p;
+            return out;
+        }
+        // A new stream from the history?
+        let stride = (0..t.hlen).find_map(|k| {
+            let h = t.hist[k];
+            let d = p - h;
+            (d != 0 && d.abs() <= MAX_STRIDE && t.hist[..t.hlen].contains(&(h - d))).then_some(d)
+        });
+        let stride = match (stride, advice) {
+            (Some(s), _) => Some(s),
+            (None, Some(Advice::Sequential)) => Some(1),
+            _ => None,
+        };
+        if let Some(stride) = stride {
+            let victim = t
+                .streams
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, s)| if s.live { s.last_used } else { 0 })
+                .map(|(k, _)| k)
+                .unwrap_or(0);
+            let depth = if advice == Some(Advice::Sequential) {
+                cap
+            } else {
+                INITIAL_DEPTH.min(cap)
+            };
+            let mut s = Stream {
+                live: true,
+                stride,
+                pos: p,
+                trigger: p,
+                end: p + stride,
+                depth,
+                write,
+                last_used: tick,
+            };
+            self.issue(&mut s, p + stride, write, &mut out);
+            t.streams[victim] = s;
+        }
+        t.hist[t.hpos] = p;
+        t.hpos = (t.hpos + 1) % HISTORY;
+        t.hlen = (t.hlen + 1).min(HISTORY);
+        out
+    }
+
+    /// Issues a window of `s.depth` pages from `start`, leaving the middle
+    /// page as the trigger.
+    fn issue(&self, s: &mut Stream, start: isize, write: bool, out: &mut Requests) {
+        s.write |= write;
+        let depth = s.depth.max(2) as isize;
+        let half = depth / 2;
+        s.trigger = start + half * s.stride;
+        s.end = start + depth * s.stride;
+        let mut push = |from: isize, n: isize| {
+            // Clip to the region (either direction).
+            let (mut from, mut n) = (from, n);
+            while n > 0 && (from < 0 || from as usize >= self.pages) {
+                from += s.stride;
+                n -= 1;
+            }
+            let mut last = from + (n - 1) * s.stride;
+            while n > 0 && (last < 0 || last as usize >= self.pages) {
+                last -= s.stride;
+                n -= 1;
+            }
+            if n <= 0 {
+                return;
+            }
+            // Requests run forward in memory for the mover.
+            let (first, stride) = if s.stride < 0 {
+                (last, -s.stride)
+            } else {
+                (from, s.stride)
+            };
+            out.push(Request {
+                first: first as usize,
+                count: n as usize,
+                stride,
+                write: s.write,
+            });
+            self.issued.fetch_add(n as u64, Ordering::Relaxed);
+        };
+        push(start, half);
+        push(s.trigger + s.stride, depth - half - 1);
+        self.adapt();
+    }
+
+    /// Adapts the cap on the window to the waste of recent prefetches.
+    fn adapt(&self) {
+        let issued = self.issued.load(Ordering::Relaxed);
+        let wasted = self.wasted.load(Ordering::Relaxed);
+        let Ok(mut c) = self.checkpoint.try_lock() else {
+            return;
+        };
+        let (i0, w0) = *c;
+        if issued - i0 < 4096 {
+            return;
+        }
+        let ratio = (wasted - w0) as f64 / (issued - i0) as f64;
+        let cap = self.cap.load(Ordering::Relaxed);
+        let next = if ratio > 0.25 {
+            (cap / 2).max(INITIAL_DEPTH)
+        } else if ratio < 0.05 {
+            (cap * 2).min(self.max_depth)
+        } else {
+            cap
+        };
+        self.cap.store(next, Ordering::Relaxed);
+        *c = (issued, wasted);
+    }
+
+    /// Zeroes the counters (statistics reset).
+    pub(crate) fn reset_counters(&self) {
+        for c in [&self.issued, &self.used, &self.wasted, &self.dropped] {
+            c.store(0, Ordering::Relaxed);
+        }
+        if let Ok(mut c) = self.checkpoint.lock() {
+            *c = (0, 0);
+        }
+    }
+
+    /// The current cap on the window.
+    pub(crate) fn cap(&self) -> usize {
+        self.cap.load(Ordering::Relaxed)
+    }
+}
+
+fn thread_slot(threads: &mut [ThreadState; THREADS], tid: u32, tick: u64) -> &mut ThreadState {
+    let k = threads.iter().position(|t| t.tid == tid).unwrap_or_else(|| {
+        // Least recently used slot.
+        let k = threads
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, t)| t.last_used)
+            .map(|(k, _)| k)
+            .unwrap_or(0);
+        threads[k] = ThreadState {
+            tid,
+            ..Default::default()
+        };
+        k
+    });
+    threads[k].last_used = tick;
+    &mut threads[k]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pages_of(r: &Requests) -> Vec<usize> {
+        let mut v = Vec::new();
+        for q in r.as_slice() {
+            for k in 0..q.count {
+                v.push((q.first as isize + k as isize * q.stride) as usize);
+            }
+        }
+        v.sort_unstable();
+        v
+    }
+
+    /// Simulates a thread walking `pages` in order, faulting only on pages
+    /// not prefetched; returns (demand faults, prefetched pages).
+    fn walk(pf: &Prefetcher, table: &PageTable, order: impl Iterator<Item = usize>) -> (usize, usize) {
+        let mut fetched = vec![false; pf.pages];
+        let (mut faults, mut prefetched) = (0, 0);
+        for p in order {
+            if fetched[p] {
+                continue;
+            }
+            faults += 1;
+            fetched[p] = true;
+            for q in pages_of(&pf.on_fault(table, 1, p, false)) {
+                if !fetched[q] {
+                    fetched[q] = true;
+                    table.mark_prefetched(q);
+                    prefetched += 1;
+                }
+            }
+        }
+        (faults, prefetched)
+    }
+
+    #[test]
+    fn a_forward_sweep_faults_once_per_half_window() {
+        let n = 100_000;
+        let pf = Prefetcher::new(n, 512);
+        let table = PageTable::new(n);
+        let (faults, prefetched) = walk(&pf, &table, 0..n);
+        assert_eq!(faults + prefetched, n);
+        assert!(faults < n / 200, "{faults} demand faults for {n} pages");
+        assert!(pf.used.load(Ordering::Relaxed) as usize > n * 9 / 10);
+    }
+
+    #[test]
+    fn backward_and_strided_streams() {
+        let n = 50_000;
+        let pf = Prefetcher::new(n, 256);
+        let table = PageTable::new(n);
+        let (faults, _) = walk(&pf, &table, (0..n).rev());
+        assert!(faults < n / 50, "backward: {faults}");
+        let pf = Prefetcher::new(n, 256);
+        let table = PageTable::new(n);
+        let (faults, _) = walk(&pf, &table, (0..n).step_by(3));
+        assert!(faults < n / 3 / 20, "stride 3: {faults}");
+    }
+
+    #[test]
+    fn two_interleaved_streams_of_one_thread() {
+        // A stencil row loop: read one grid, write the other, 16 pages at a time.
+        let n = 64_000;
+        let pf = Prefetcher::new(n, 512);
+        let table = PageTable::new(n);
+        let order = (0..n / 2 / 16).flat_map(|r| {
+            (0..16)
+                .map(move |k| r * 16 + k)
+                .chain((0..16).map(move |k| n / 2 + r * 16 + k))
+        });
+        let (faults, _) = walk(&pf, &table, order);
+        assert!(faults < n / 100, "{faults}");
+    }
+
+    #[test]
+    fn random_faults_prefetch_nothing_and_random_advice_silences() {
+        let n = 100_000;
+        let pf = Prefetcher::new(n, 512);
+        let table = PageTable::new(n);
+        let mut x = 1u64;
+        let order = (0..20_000).map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % n as u64) as usize
+        });
+        let (_, prefetched) = walk(&pf, &table, order);
+        assert!(prefetched < 200, "{prefetched}");
+        let pf = Prefetcher::new(n, 512);
+        pf.set_advice(0, n, Advice::Random);
+        let (_, prefetched) = walk(&pf, &table, 0..1000);
+        assert_eq!(prefetched, 0);
+        pf.set_advice(0, n, Advice::Sequential);
+        let r = pf.on_fault(&table, 1, 5000, false);
+        assert!(
+            pages_of(&r).len() >= 256,
+            "sequential advice starts at full depth"
+        );
+    }
+
+    #[test]
+    fn windows_stay_inside_the_region() {
+        let pf = Prefetcher::new(100, 64);
+        let table = PageTable::new(100);
+        for p in [90, 91, 92, 93, 94] {
+            for q in pages_of(&pf.on_fault(&table, 1, p, false)) {
+                assert!(q < 100);
+            }
+        }
+        let pf = Prefetcher::new(100, 64);
+        for p in [9, 8, 7, 6, 5] {
+            for q in pages_of(&pf.on_fault(&table, 1, p, false)) {
+                assert!(q < 100);
+            }
+        }
+    }
+}
