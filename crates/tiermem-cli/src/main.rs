@@ -45,6 +45,8 @@ enum Bench {
     Stencil(Box<StencilArgs>),
     /// The two dirty-tracking designs on read, write, read-then-write sweeps.
     Dirty(DirtyArgs),
+    /// Random read-modify-write updates (GUPS-style) per policy and movers.
+    Random(RandomArgs),
     /// (internal) the kernel-swap child of `bench stencil`.
     #[command(hide = true)]
     StencilChild {
@@ -104,6 +106,34 @@ struct DirtyArgs {
     /// Draw an SVG chart.
     #[arg(long)]
     plot: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct RandomArgs {
+    /// Table size (a power of two).
+    #[arg(long, default_value = "512M", value_parser = parse_size)]
+    virt: u64,
+    /// Near budget.
+    #[arg(long, default_value = "256M", value_parser = parse_size)]
+    near: u64,
+    /// Updates.
+    #[arg(long, default_value_t = 4_000_000)]
+    updates: u64,
+    /// Application threads.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// Policies, comma-separated.
+    #[arg(long, default_value = "fifo,clock,scan")]
+    policy: String,
+    /// Mover counts, comma-separated (0: movement in faults only).
+    #[arg(long, default_value = "0,1")]
+    movers: String,
+    /// Rounds, interleaved (the table shows the median).
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Write results as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -184,6 +214,7 @@ fn main() {
         Cmd::Bench(Bench::Faults(a)) => bench_faults(*a),
         Cmd::Bench(Bench::Stencil(a)) => bench_stencil(*a),
         Cmd::Bench(Bench::Dirty(a)) => bench_dirty(a),
+        Cmd::Bench(Bench::Random(a)) => bench_random(a),
         Cmd::Bench(Bench::StencilChild { params }) => stencil_child(&params),
     };
     if let Err(e) = r {
@@ -550,6 +581,46 @@ fn bench_dirty(a: DirtyArgs) -> Result<(), String> {
     if let Some(pl) = &a.plot {
         tiermem_workloads::dirty::plot(&r, pl)?;
         eprintln!("wrote {}", pl.display());
+    }
+    Ok(())
+}
+
+fn bench_random(a: RandomArgs) -> Result<(), String> {
+    if !a.virt.is_power_of_two() || a.virt % 4096 != 0 {
+        return Err("--virt must be a power of two of at least 4K".into());
+    }
+    Config::new(a.virt, a.near)
+        .validate()
+        .map_err(|e| e.to_string())?;
+    let policies = list(&a.policy, "policy", PolicyKind::from_name)?;
+    let movers = list(&a.movers, "mover count", |x| x.parse::<usize>().ok())?;
+    eprintln!(
+        "bench random: {} updates over {} MiB with {} MiB near, {} thread(s), {} rounds",
+        a.updates,
+        a.virt >> 20,
+        a.near >> 20,
+        a.threads,
+        a.rounds
+    );
+    let mut p = progress_printer();
+    let r = tiermem_workloads::random::run(
+        a.virt,
+        a.near,
+        a.updates,
+        a.threads.max(1),
+        &policies,
+        &movers,
+        a.rounds.max(1),
+        &mut p,
+    )
+    .map_err(|e| e.to_string())?;
+    print!("{}", tiermem_workloads::random::table(&r));
+    if let Some(j) = &a.json {
+        write_json(j, &r).map_err(|e| format!("{}: {e}", j.display()))?;
+        eprintln!("wrote {}", j.display());
+    }
+    if r.results.iter().any(|x| !x.valid) {
+        return Err("a run failed verification".into());
     }
     Ok(())
 }

@@ -633,6 +633,22 @@ impl<'a> MemRange<'a> {
         unsafe { std::ptr::copy_nonoverlapping(self.addr as *const u8, dst.as_mut_ptr(), self.len) }
     }
 
+    /// Whether the bytes equal those of `other` (same length).
+    pub fn same_bytes(&self, other: MemRange<'_>) -> bool {
+        if self.len != other.len {
+            return false;
+        }
+        // SAFETY: both ranges are mapped and readable for their lifetimes;
+        // u8 accepts any contents; the caller's protocol keeps writers out.
+        let (a, b) = unsafe {
+            (
+                std::slice::from_raw_parts(self.addr as *const u8, self.len),
+                std::slice::from_raw_parts(other.addr as *const u8, other.len),
+            )
+        };
+        a == b
+    }
+
     /// Whether every byte is zero.
     pub fn is_zero(&self) -> bool {
         // SAFETY: the range is mapped for 'a and readable; reading it as u8 is

@@ -8,6 +8,8 @@
 //!   `kernel-swap`) and reporting it;
 //! - [`kernel_swap`]: the Linux baseline: a memory cgroup limited to the
 //!   near budget with swap on zram or a swap file, set up and removed again;
+//! - [`random`]: random read-modify-write updates, where prefetch and
+//!   policies cannot help;
 //! - [`report`]: machine description, tables, JSON;
 //! - [`plot`]: SVG charts.
 
@@ -16,5 +18,6 @@ pub mod faults;
 pub mod kernel_swap;
 pub mod modes;
 pub mod plot;
+pub mod random;
 pub mod report;
 pub mod stencil;

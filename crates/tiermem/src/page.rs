@@ -50,8 +50,13 @@ pub(crate) const FAR_VALID: u32 = 1 << 3;
 const WAITERS: u32 = 1 << 4;
 /// Filled by the prefetcher and not yet known to be used.
 const PREFETCHED: u32 = 1 << 5;
+/// A `Dirty` page that may in fact be unmodified: it was installed
+/// writable for a read (by `UFFDIO_MOVE`, which cannot install pages
+/// write-protected). Eviction compares it with its far copy, once writers
+/// are locked out, and writes it back only if it differs.
+const VERIFY: u32 = 1 << 6;
 /// The bits a `PageWord` carries (all but WAITERS).
-const WORD_BITS: u32 = STATE_MASK | FAR_VALID | PREFETCHED;
+const WORD_BITS: u32 = STATE_MASK | FAR_VALID | PREFETCHED | VERIFY;
 
 /// A state plus its `FAR_VALID` bit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -81,6 +86,15 @@ impl PageWord {
     /// The same word, marked as filled by the prefetcher.
     pub(crate) fn with_prefetched(self) -> PageWord {
         PageWord(self.0 | PREFETCHED)
+    }
+    /// Whether a `Dirty` page should be compared with its far copy before
+    /// it is written back.
+    pub(crate) fn verify(self) -> bool {
+        self.0 & VERIFY != 0
+    }
+    /// The same word, marked for verification.
+    pub(crate) fn with_verify(self) -> PageWord {
+        PageWord(self.0 | VERIFY)
     }
     fn bits(self) -> u32 {
         self.0 & WORD_BITS
@@ -119,7 +133,7 @@ impl PageTable {
     /// Takes page `i` if its word is still `seen`. On success the page is
     /// `Busy` and owned by the caller.
     pub(crate) fn try_lock(&self, i: usize, seen: PageWord) -> bool {
-        let busy = PageState::Busy as u32 | (seen.0 & (FAR_VALID | PREFETCHED));
+        let busy = PageState::Busy as u32 | (seen.0 & (FAR_VALID | PREFETCHED | VERIFY));
         // Acquire on success: the owner sees everything the previous owner
         // published. Relaxed on failure: the caller reloads.
         self.words[i]

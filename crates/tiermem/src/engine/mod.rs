@@ -29,6 +29,7 @@ pub(crate) mod handler_thread;
 pub(crate) mod in_context;
 pub(crate) mod mover;
 pub(crate) mod prefetch;
+pub(crate) mod ring;
 
 use crate::config::{Config, DirtyTracking, FaultPath, PageSize};
 use crate::page::{PageState, PageTable, PageWord};
@@ -37,6 +38,7 @@ use crate::stats::{Cost, FaultKind, FaultTimer, Stats};
 use crate::store::{FarStore, StagingPool, StagingSlot, StoreError};
 use mover::MoverShared;
 use prefetch::{Advice, Prefetcher, Request};
+use ring::FrameRing;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -139,6 +141,10 @@ const OP_WRITE: u8 = 1;
 const OP_EVICT: u8 = 2;
 const OP_INSTALL: u8 = 3;
 
+/// Most pages one eviction run can hold: a batch of victims plus the gaps
+/// filled between them.
+const MAX_RUN: usize = 2 * crate::config::MAX_EVICT_BATCH;
+
 /// How long a fault keeps trying to free a near slot while every resident
 /// page is busy before it gives up and fails the access.
 const STUCK_LIMIT: Duration = Duration::from_secs(10);
@@ -167,6 +173,8 @@ pub(crate) struct RegionCore {
     max_run: usize,
     pub(crate) movers: Option<MoverShared>,
     pub(crate) prefetcher: Option<Prefetcher>,
+    /// Frames for zero-copy installs by the movers (`install = move`).
+    ring: Option<FrameRing>,
     scanner: Option<PagemapScanner>,
     pub(crate) stats: Stats,
     errors: ErrorLog,
@@ -215,7 +223,22 @@ impl RegionCore {
         } else {
             None
         };
-        let budget = config.near_pages().max(1);
+        let mut budget = config.near_pages().max(1);
+        // Frame recycling needs 4 KiB anonymous pages (UFFDIO_MOVE handles
+        // neither hugetlb nor ranges frozen read-only by wp-async), and
+        // takes its frames from the budget.
+        let ring_pages = (2 * max_run).min(budget / 4);
+        let ring = if config.movers > 0
+            && config.install == crate::config::InstallMethod::Move
+            && config.page_size == PageSize::Base4K
+            && config.dirty_tracking == DirtyTracking::WpFault
+            && ring_pages >= 16
+        {
+            budget -= ring_pages;
+            Some(FrameRing::new(&parts.uffd, ring_pages, page_bytes)?)
+        } else {
+            None
+        };
         let movers = (config.movers > 0).then(|| MoverShared::new(budget));
         let prefetcher =
             (config.movers > 0 && config.prefetch).then(|| Prefetcher::new(pages, config.prefetch_max_pages));
@@ -228,7 +251,8 @@ impl RegionCore {
             None
         };
         Ok(RegionCore {
-            budget_pages: config.near_pages().max(1),
+            budget_pages: budget,
+            ring,
             page_shift: page_bytes.trailing_zeros(),
             page_bytes,
             mapping: parts.mapping,
@@ -564,6 +588,17 @@ impl RegionCore {
     /// Evicts up to `want` pages chosen by the policy. Returns how many left
     /// near memory; fails only when write-back failed for all of them.
     pub(crate) fn evict_batch(&self, want: usize, timer: &mut FaultTimer) -> Result<usize, StoreError> {
+        self.evict_batch_by(want, timer, false)
+    }
+
+    /// `evict_batch`; a mover (`by_mover`) moves victims into the frame
+    /// ring when the region has one.
+    fn evict_batch_by(
+        &self,
+        want: usize,
+        timer: &mut FaultTimer,
+        by_mover: bool,
+    ) -> Result<usize, StoreError> {
         let mut victims = [0usize; crate::config::MAX_EVICT_BATCH];
         let want = want.clamp(1, victims.len());
         let n = self.policy().select_victims(&mut victims[..want]);
@@ -572,29 +607,23 @@ impl RegionCore {
             return Ok(0);
         }
         // Take every victim that is still resident.
-        let mut owned =
-            [(0usize, PageWord::new(PageState::Untouched, false)); crate::config::MAX_EVICT_BATCH];
+        let mut owned = [(0usize, PageWord::new(PageState::Untouched, false)); MAX_RUN];
         let mut k = 0;
         for &v in &victims[..n] {
-            loop {
-                let w = self.pages.load(v);
-                match w.state() {
-                    PageState::Clean | PageState::Dirty => {
-                        if self.pages.try_lock(v, w) {
-                            owned[k] = (v, w);
-                            k += 1;
-                            break;
-                        }
-                    }
-                    // A write-protect fault or a discard holds it briefly.
-                    PageState::Busy => {
-                        self.pages.wait_not_busy(v);
-                    }
-                    _ => break, // discarded meanwhile
-                }
+            if let Some(w) = self.take_resident(v) {
+                owned[k] = (v, w);
+                k += 1;
             }
         }
         owned[..k].sort_unstable_by_key(|e| e.0);
+        // Fill small gaps between victims with the resident pages in between
+        // when the policy lets them go: victims that are near each other in
+        // fill order are near each other in memory, and one longer run costs
+        // one unmap call (one TLB shootdown) instead of several. The pages in
+        // the gaps are typically a stream's trigger page or pages a thread
+        // faulted in itself a moment after the mover filled their
+        // neighbours.
+        let k = self.fill_gaps(&mut owned, k);
         timer.lap(Cost::LockList);
         let mut evicted = 0;
         let mut first_error = None;
@@ -604,7 +633,11 @@ impl RegionCore {
             while end < k && owned[end].0 == owned[end - 1].0 + 1 {
                 end += 1;
             }
-            let (done, err) = self.evict_run(&owned[start..end], timer);
+            let ring = if by_mover { self.ring.as_ref() } else { None };
+            let (done, err) = match ring {
+                Some(ring) => self.evict_run_to_ring(ring, &owned[start..end], timer),
+                None => self.evict_run(&owned[start..end], timer),
+            };
             evicted += done;
             if first_error.is_none() {
                 first_error = err;
@@ -617,6 +650,76 @@ impl RegionCore {
         }
     }
 
+    /// Locks page `v` for eviction if it is resident, waiting out a brief
+    /// transition. None if it is not resident.
+    fn take_resident(&self, v: usize) -> Option<PageWord> {
+        loop {
+            let w = self.pages.load(v);
+            match w.state() {
+                PageState::Clean | PageState::Dirty => {
+                    if self.pages.try_lock(v, w) {
+                        return Some(w);
+                    }
+                }
+                // A write-protect fault or a discard holds it briefly.
+                PageState::Busy => {
+                    self.pages.wait_not_busy(v);
+                }
+                _ => return None, // discarded meanwhile
+            }
+        }
+    }
+
+    /// Adds to the sorted victims `owned[..k]` the evictable resident pages
+    /// of gaps of up to `GAP` pages between them. Returns the new count.
+    fn fill_gaps(&self, owned: &mut [(usize, PageWord)], k: usize) -> usize {
+        const GAP: usize = 32;
+        if k < 2 {
+            return k;
+        }
+        let cap = owned.len();
+        let mut extra = [(0usize, PageWord::new(PageState::Untouched, false)); MAX_RUN];
+        let mut e = 0;
+        {
+            let mut policy = self.policy();
+            for j in 1..k {
+                let (a, b) = (owned[j - 1].0, owned[j].0);
+                if b - a <= 1 || b - a - 1 > GAP || k + e + (b - a - 1) > cap {
+                    continue;
+                }
+                // Only whole gaps: a partial one would not join the runs.
+                let start = e;
+                let mut whole = true;
+                for p in a + 1..b {
+                    let w = self.pages.load(p);
+                    if matches!(w.state(), PageState::Clean | PageState::Dirty)
+                        && policy.evictable(p)
+                        && self.pages.try_lock(p, w)
+                    {
+                        extra[e] = (p, w);
+                        e += 1;
+                    } else {
+                        whole = false;
+                        break;
+                    }
+                }
+                if whole {
+                    for &(p, _) in &extra[start..e] {
+                        policy.on_remove(p, false);
+                    }
+                } else {
+                    for &(p, w) in &extra[start..e] {
+                        self.pages.unlock(p, w);
+                    }
+                    e = start;
+                }
+            }
+        }
+        owned[k..k + e].copy_from_slice(&extra[..e]);
+        owned[..k + e].sort_unstable_by_key(|x| x.0);
+        k + e
+    }
+
     /// Evicts one run of contiguous owned pages (see the module docs).
     /// Returns the pages evicted and the first write-back error.
     fn evict_run(&self, run: &[(usize, PageWord)], timer: &mut FaultTimer) -> (usize, Option<StoreError>) {
@@ -624,7 +727,7 @@ impl RegionCore {
         let first = run[0].0;
         let off = first * self.page_bytes;
         let bytes = n * self.page_bytes;
-        let mut dirty = [false; crate::config::MAX_EVICT_BATCH];
+        let mut dirty = [false; MAX_RUN];
         for (d, (_, w)) in dirty.iter_mut().zip(run) {
             *d = w.state() == PageState::Dirty;
         }
@@ -680,8 +783,18 @@ impl RegionCore {
             }
             return (0, None);
         }
+        // Writers are locked out now: pages marked VERIFY that still equal
+        // their far copy need no write-back.
+        for (k, &(p, w)) in run.iter().enumerate() {
+            if dirty[k]
+                && w.verify()
+                && self.unchanged(p, w, self.mapping.range(p * self.page_bytes, self.page_bytes))
+            {
+                dirty[k] = false;
+            }
+        }
         // Write back dirty pages, contiguous ones with one call.
-        let mut failed = [false; crate::config::MAX_EVICT_BATCH];
+        let mut failed = [false; MAX_RUN];
         let mut first_error = None;
         let mut s = 0;
         while s < n {
@@ -776,6 +889,243 @@ impl RegionCore {
         drop(policy);
         timer.lap(Cost::LockList);
         (evicted, first_error)
+    }
+
+    /// Evicts a run of contiguous owned pages by moving them into the frame
+    /// ring (one UFFDIO_MOVE per contiguous piece: an atomic unmap, so dirty
+    /// pages need no write protection first) and writing dirty ones back
+    /// from there. Pages the kernel refuses to move (pinned) take the
+    /// classic path. wp-fault only (see `FrameRing`).
+    fn evict_run_to_ring(
+        &self,
+        ring: &FrameRing,
+        run: &[(usize, PageWord)],
+        timer: &mut FaultTimer,
+    ) -> (usize, Option<StoreError>) {
+        let ps = self.page_bytes;
+        let n = run.len();
+        let first = run[0].0;
+        let mut st = ring.lock();
+        // Make room: release frames at the head (back to the kernel) when
+        // the ring has fewer holes than the run needs.
+        while ring.cap - st.frames < n {
+            let (pos, avail) = st.frames_run(ring.cap);
+            let release = avail.min(n - (ring.cap - st.frames));
+            if release == 0 {
+                break;
+            }
+            if self
+                .uffd
+                .discard(&ring.reg, &ring.map, pos * ps, release * ps)
+                .is_err()
+            {
+                break;
+            }
+            st.took(release, ring.cap);
+        }
+        // Move the run out, in at most two pieces (the ring wraps).
+        let mut pos_of = [0usize; MAX_RUN];
+        let mut moved = 0;
+        while moved < n {
+            let (pos, holes) = st.holes_run(ring.cap);
+            let k = holes.min(n - moved);
+            if k == 0 {
+                break;
+            }
+            let mut done = 0;
+            while done < k {
+                let r = self.uffd.move_out(
+                    &self.reg,
+                    (first + moved + done) * ps,
+                    &ring.reg,
+                    (pos + done) * ps,
+                    (k - done) * ps,
+                );
+                match r {
+                    Ok(Resolved::Done) => done = k,
+                    Ok(Resolved::Partial { bytes }) if bytes > 0 => done += bytes / ps,
+                    _ => break,
+                }
+            }
+            self.stats.evict_calls.fetch_add(1, Ordering::Relaxed);
+            for j in 0..done {
+                pos_of[moved + j] = pos + j;
+            }
+            st.filled(done, ring.cap);
+            moved += done;
+            if done < k {
+                break;
+            }
+        }
+        timer.lap(Cost::Tlb);
+        // Which pages need writing back: the dirty ones, except those marked
+        // VERIFY that turn out equal to their far copy (now unmapped, so the
+        // comparison cannot race with a writer).
+        let mut dirty = [false; MAX_RUN];
+        for k in 0..moved {
+            let w = run[k].1;
+            dirty[k] = w.state() == PageState::Dirty
+                && !(w.verify() && self.unchanged(first + k, w, ring.map.range(pos_of[k] * ps, ps)));
+        }
+        // Write back dirty pages from their frames, contiguous ones together.
+        let mut failed = [false; MAX_RUN];
+        let mut first_error = None;
+        let mut s = 0;
+        while s < moved {
+            if !dirty[s] {
+                s += 1;
+                continue;
+            }
+            let mut e = s + 1;
+            while e < moved && dirty[e] && pos_of[e] == pos_of[e - 1] + 1 {
+                e += 1;
+            }
+            let src = ring.map.range(pos_of[s] * ps, (e - s) * ps);
+            match self.store.store(((first + s) * ps) as u64, src) {
+                Ok(()) => {
+                    self.stats
+                        .write_backs
+                        .fetch_add((e - s) as u64, Ordering::Relaxed);
+                    self.stats
+                        .bytes_out
+                        .fetch_add(((e - s) * ps) as u64, Ordering::Relaxed);
+                }
+                Err(err) => {
+                    self.stats.io_errors.fetch_add(1, Ordering::Relaxed);
+                    self.errors.record(
+                        ((first + s) * ps) as u64,
+                        OP_WRITE,
+                        err.errno().map_or(0, |e| e.raw()),
+                    );
+                    // Put the data back in the region (a copy: the frames
+                    // stay in the ring): nothing is lost.
+                    for k in s..e {
+                        let back = self.copy_run((first + k) * ps, ring.map.range(pos_of[k] * ps, ps), false);
+                        if back.is_err() {
+                            // Cannot happen short of a kernel failure; the
+                            // data still sits in the frame, so keep trying
+                            // rather than publish a loss.
+                            while self
+                                .copy_run((first + k) * ps, ring.map.range(pos_of[k] * ps, ps), false)
+                                .is_err()
+                            {
+                                std::thread::yield_now();
+                            }
+                        }
+                        failed[k] = true;
+                    }
+                    first_error.get_or_insert(err);
+                }
+            }
+            s = e;
+        }
+        drop(st);
+        timer.lap(Cost::Transfer);
+        let evicted = (0..moved).filter(|&k| !failed[k]).count();
+        self.resident.fetch_sub(evicted, Ordering::Relaxed);
+        self.stats.evictions.fetch_add(evicted as u64, Ordering::Relaxed);
+        if let Some(pf) = &self.prefetcher {
+            let wasted = (0..moved)
+                .filter(|&k| !failed[k] && run[k].1.prefetched())
+                .count();
+            pf.wasted.fetch_add(wasted as u64, Ordering::Relaxed);
+        }
+        let mut policy = None;
+        for (k, &(p, w)) in run[..moved].iter().enumerate() {
+            let next = if failed[k] {
+                policy.get_or_insert_with(|| self.policy()).on_remove(p, true);
+                PageWord::new(PageState::Dirty, w.far_valid())
+            } else if dirty[k] || w.far_valid() {
+                PageWord::new(PageState::Far, true)
+            } else {
+                PageWord::new(PageState::Untouched, false)
+            };
+            self.pages.unlock(p, next);
+        }
+        drop(policy);
+        timer.lap(Cost::LockList);
+        if moved < n {
+            // The kernel would not move the rest (a pinned page): classic path.
+            let (more, err) = self.evict_run(&run[moved..], timer);
+            return (evicted + more, first_error.or(err));
+        }
+        (evicted, first_error)
+    }
+
+    /// Mover fill by frame recycling: copies the data of a run of owned
+    /// pages into ring frames and moves them into place. Returns how many
+    /// leading pages of `run` were installed (the rest, if any, are left
+    /// for UFFDIO_COPY: the ring ran short or the store failed).
+    fn install_by_move(&self, ring: &FrameRing, run: &[(usize, PageWord)], timer: &mut FaultTimer) -> usize {
+        let ps = self.page_bytes;
+        let mut st = ring.lock();
+        let (pos, avail) = st.frames_run(ring.cap);
+        let mut k = avail.min(run.len());
+        // Bring the data into the frames.
+        let mut s = 0;
+        while s < k {
+            let far = run[s].1.state() == PageState::Far;
+            let mut e = s + 1;
+            while e < k && (run[e].1.state() == PageState::Far) == far {
+                e += 1;
+            }
+            if far {
+                let off = (run[s].0 * ps) as u64;
+                if let Err(err) = self.store.read_into(off, (e - s) * ps, &ring.map, (pos + s) * ps) {
+                    self.stats.io_errors.fetch_add(1, Ordering::Relaxed);
+                    self.errors
+                        .record(off, OP_READ, err.errno().map_or(0, |e| e.raw()));
+                    k = s;
+                    break;
+                }
+                self.stats
+                    .bytes_in
+                    .fetch_add(((e - s) * ps) as u64, Ordering::Relaxed);
+            } else {
+                ring.map.fill((pos + s) * ps, (e - s) * ps, 0);
+            }
+            s = e;
+        }
+        timer.lap(Cost::Transfer);
+        if k == 0 {
+            return 0;
+        }
+        // Move the frames into the region.
+        let dst = run[0].0 * ps;
+        let mut done = 0;
+        while done < k {
+            match self.uffd.move_in(
+                &self.reg,
+                dst + done * ps,
+                &ring.map,
+                (pos + done) * ps,
+                (k - done) * ps,
+                false,
+            ) {
+                Ok(Resolved::Done) => done = k,
+                Ok(Resolved::Partial { bytes }) if bytes > 0 => done += bytes / ps,
+                _ => break,
+            }
+        }
+        st.took(done, ring.cap);
+        drop(st);
+        // Moved pages are writable and cannot be installed write-protected;
+        // protecting them afterwards would leave a window in which a write
+        // goes unseen. The caller marks read-stream pages Dirty + VERIFY
+        // instead: eviction compares them with their far copy.
+        timer.lap(Cost::Pte);
+        done
+    }
+
+    /// Whether a `Dirty` page marked VERIFY is still equal to its far copy
+    /// (or to zeros if it was never stored). `data` is the page, read where
+    /// no writer can change it (unmapped, or write-protected).
+    fn unchanged(&self, page: usize, w: PageWord, data: tiermem_sys::mm::MemRange<'_>) -> bool {
+        if w.far_valid() {
+            self.store.same_as((page * self.page_bytes) as u64, data) == Some(true)
+        } else {
+            data.is_zero()
+        }
     }
 
     /// wp-async: lifts the freeze of a run. A range left read-only would
@@ -911,15 +1261,14 @@ impl RegionCore {
             return;
         };
         let reqs = pf.on_fault(&self.pages, tid, page, write);
-        if reqs.as_slice().is_empty() {
-            return;
-        }
         for r in reqs.as_slice() {
             if !m.submit(*r) {
                 pf.dropped.fetch_add(r.count as u64, Ordering::Relaxed);
             }
         }
-        m.wake();
+        if !reqs.as_slice().is_empty() {
+            m.wake();
+        }
     }
 
     /// Near slots free now.
@@ -936,7 +1285,7 @@ impl RegionCore {
     /// A mover's eviction duty: one batch. Returns pages evicted.
     pub(crate) fn mover_evict(&self, batch: usize) -> usize {
         let mut timer = FaultTimer::start();
-        let n = self.evict_batch(batch, &mut timer).unwrap_or(0);
+        let n = self.evict_batch_by(batch, &mut timer, true).unwrap_or(0);
         self.stats.charge_mover(timer);
         self.stats.mover_evictions.fetch_add(n as u64, Ordering::Relaxed);
         n
@@ -993,7 +1342,7 @@ impl RegionCore {
             let free = self.budget_pages.saturating_sub(r);
             if free == 0 {
                 let batch = self.movers.as_ref().map_or(want, |m| m.batch.max(want));
-                match self.evict_batch(batch, timer) {
+                match self.evict_batch_by(batch, timer, true) {
                     Ok(n) if n > 0 => {
                         self.stats.mover_evictions.fetch_add(n as u64, Ordering::Relaxed);
                         continue;
@@ -1029,7 +1378,12 @@ impl RegionCore {
         }
         let run = &run[..got];
         let mut ok = [false; crate::config::MAX_EVICT_BATCH];
-        let mut s = 0;
+        let by_move = match &self.ring {
+            Some(ring) => self.install_by_move(ring, run, timer),
+            None => 0,
+        };
+        ok[..by_move].iter_mut().for_each(|x| *x = true);
+        let mut s = by_move;
         while s < run.len() {
             // A sub-run of pages of the same kind (all far, or all untouched).
             let far = run[s].1.state() == PageState::Far;
@@ -1076,8 +1430,14 @@ impl RegionCore {
         }
         for (k, &(p, w)) in run.iter().enumerate() {
             if ok[k] {
-                let state = if write { PageState::Dirty } else { PageState::Clean };
-                let mut next = PageWord::new(state, w.far_valid());
+                let mut next = if write {
+                    PageWord::new(PageState::Dirty, w.far_valid())
+                } else if k < by_move {
+                    // Moved in writable: dirty until proven otherwise.
+                    PageWord::new(PageState::Dirty, w.far_valid()).with_verify()
+                } else {
+                    PageWord::new(PageState::Clean, w.far_valid())
+                };
                 if prefetch {
                     next = next.with_prefetched();
                 }

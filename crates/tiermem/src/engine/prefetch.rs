@@ -198,19 +198,19 @@ impl Prefetcher {
                 continue; // too far ahead to be this stream
             }
             s.last_used = tick;
+            // The thread passed the pages between its last position and
+            // here: those that were prefetched were used.
+            let mut used = 0;
+            let mut q = s.pos + s.stride;
+            while (p - q) * s.stride.signum() > 0 {
+                if q >= 0 && (q as usize) < self.pages && table.take_prefetched(q as usize) {
+                    used += 1;
+                }
+                q += s.stride;
+            }
+            self.used.fetch_add(used, Ordering::Relaxed);
             let at_or_past_trigger = (p - s.trigger) * s.stride.signum() >= 0;
             if at_or_past_trigger {
-                // The thread passed the pages between its last position and
-                // here: those that were prefetched were used.
-                let mut used = 0;
-                let mut q = s.pos + s.stride;
-                while (p - q) * s.stride.signum() > 0 {
-                    if q >= 0 && (q as usize) < self.pages && table.take_prefetched(q as usize) {
-                        used += 1;
-                    }
-                    q += s.stride;
-                }
-                self.used.fetch_add(used, Ordering::Relaxed);
                 s.depth = (s.depth * 2).min(cap).max(1);
                 let start = if (s.end - p) * s.stride.signum() > 0 {
                     s.end

@@ -5,11 +5,11 @@
 //! and the page moves behind the hand), otherwise it is evicted.
 //!
 //! The reference bit comes from what user space can really observe of an
-//! access (this kernel has no idle-page tracking, and PAGEMAP_SCAN does not
-//! report the accessed bit): write-protect faults on clean pages, and
-//! re-faults on pages the engine has unmapped but not yet reused (see
-//! `docs/policies.md`). Reads of a page that stays mapped are invisible, so
-//! CLOCK degrades to FIFO for read-only pages that are never unmapped.
+//! access: the write-protect fault a write to a clean page takes (dirty
+//! tracking `wp-fault`). This kernel has no idle-page tracking
+//! (`CONFIG_IDLE_PAGE_TRACKING` is off) and `PAGEMAP_SCAN` does not report
+//! the accessed bit, so reads of a resident page are invisible: for pages
+//! that are only read, CLOCK degrades to FIFO (see `docs/policies.md`).
 
 use super::list::List;
 use super::Policy;
@@ -45,6 +45,10 @@ impl Policy for Clock {
         if self.ring.contains(page) {
             self.referenced[page] = true;
         }
+    }
+
+    fn evictable(&self, page: usize) -> bool {
+        !self.referenced[page]
     }
 
     fn on_remove(&mut self, page: usize, still_resident: bool) {

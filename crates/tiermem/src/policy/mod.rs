@@ -34,6 +34,13 @@ pub trait Policy: Send {
     /// (`still_resident`), in which case the policy may keep tracking it.
     fn on_remove(&mut self, page: usize, still_resident: bool);
 
+    /// Whether `page` may be evicted along with nearby victims (to make
+    /// longer contiguous runs: one unmap call, one TLB shootdown, for the
+    /// whole run). Policies say no for pages they want to keep.
+    fn evictable(&self, _page: usize) -> bool {
+        true
+    }
+
     /// Moves up to `out.len()` victims into `out`, best first, and stops
     /// tracking them. Returns how many.
     fn select_victims(&mut self, out: &mut [usize]) -> usize;

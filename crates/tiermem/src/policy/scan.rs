@@ -67,6 +67,10 @@ impl Policy for Scan {
         }
     }
 
+    fn evictable(&self, page: usize) -> bool {
+        !self.recent.contains(page)
+    }
+
     fn select_victims(&mut self, out: &mut [usize]) -> usize {
         let mut n = 0;
         while n < out.len() {

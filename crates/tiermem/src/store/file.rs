@@ -7,7 +7,7 @@ use std::os::fd::AsFd;
 use std::path::Path;
 use tiermem_sys::file::FarFile;
 use tiermem_sys::memfd;
-use tiermem_sys::mm::MemRange;
+use tiermem_sys::mm::{Mapping, MemRange};
 use tiermem_sys::Errno;
 
 /// A far store in a file.
@@ -50,13 +50,17 @@ impl FarStore for FileStore {
     ) -> Result<MemRange<'a>, StoreError> {
         let slot = staging.expect("the file store reads through a staging buffer");
         assert!(len <= slot.len());
+        self.read_into(offset, len, slot.mapping(), slot.offset())?;
+        Ok(slot.mapping().range(slot.offset(), len))
+    }
+
+    fn read_into(&self, offset: u64, len: usize, dst: &Mapping, dst_offset: usize) -> Result<(), StoreError> {
         let mut done = 0;
         while done < len {
-            let n = slot
-                .mapping()
+            let n = dst
                 .pread(
                     self.file.as_fd(),
-                    slot.offset() + done,
+                    dst_offset + done,
                     len - done,
                     offset + done as u64,
                 )
@@ -72,7 +76,7 @@ impl FarStore for FileStore {
             }
             done += n;
         }
-        Ok(slot.mapping().range(slot.offset(), len))
+        Ok(())
     }
 
     fn store(&self, offset: u64, src: MemRange<'_>) -> Result<(), StoreError> {

@@ -64,6 +64,15 @@ impl FarStore for MemoryStore {
         Ok(())
     }
 
+    fn read_into(&self, offset: u64, len: usize, dst: &Mapping, dst_offset: usize) -> Result<(), StoreError> {
+        dst.copy_in(dst_offset, self.map.range(offset as usize, len));
+        Ok(())
+    }
+
+    fn same_as(&self, offset: u64, src: MemRange<'_>) -> Option<bool> {
+        Some(self.map.range(offset as usize, src.len()).same_bytes(src))
+    }
+
     fn forget(&self, offset: u64, len: u64) {
         // Best effort: failing to free space loses nothing.
         let _ = self.memfd.punch_hole(offset, len);

@@ -92,6 +92,17 @@ pub trait FarStore: Send + Sync {
     /// Stores `src` (contiguous pages) at `offset`.
     fn store(&self, offset: u64, src: MemRange<'_>) -> Result<(), StoreError>;
 
+    /// Copies `len` stored bytes at `offset` into `dst` at `dst_offset`
+    /// (a staging frame that is then moved into place).
+    fn read_into(&self, offset: u64, len: usize, dst: &Mapping, dst_offset: usize) -> Result<(), StoreError>;
+
+    /// Whether the `src.len()` bytes stored at `offset` equal `src`, when
+    /// the store can tell cheaply (a memory store compares in place);
+    /// `None` when it cannot (the caller then assumes they differ).
+    fn same_as(&self, _offset: u64, _src: MemRange<'_>) -> Option<bool> {
+        None
+    }
+
     /// Forgets `len` bytes at `offset` (the pages became never-written);
     /// frees their space where the store can.
     fn forget(&self, offset: u64, len: u64);

@@ -106,6 +106,22 @@ impl FarStore for FailingStore {
         }
         self.inner.store(offset, src)
     }
+    fn read_into(
+        &self,
+        offset: u64,
+        len: usize,
+        dst: &tiermem_sys::mm::Mapping,
+        at: usize,
+    ) -> Result<(), StoreError> {
+        if self.faults.reads.load(Ordering::Relaxed) {
+            return Err(StoreError::Read {
+                offset,
+                len,
+                errno: Errno(libc::EIO),
+            });
+        }
+        self.inner.read_into(offset, len, dst, at)
+    }
     fn forget(&self, offset: u64, len: u64) {
         self.inner.forget(offset, len)
     }

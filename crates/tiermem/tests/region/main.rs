@@ -176,10 +176,14 @@ fn file_store_with_o_direct() {
 
 #[test]
 fn movers_prefetch_sequential_sweeps() {
-    for policy in tiermem::PolicyKind::ALL {
+    for (policy, install) in tiermem::PolicyKind::ALL
+        .iter()
+        .flat_map(|p| tiermem::InstallMethod::ALL.iter().map(move |i| (p, i)))
+    {
         let mut c = Config::new(64 * MIB, 16 * MIB);
         c.movers = 1;
         c.policy = *policy;
+        c.install = *install;
         let cpus = tiermem_sys::thread::online_cpus();
         c.mover_cpus = vec![cpus - 1];
         let mut r = Region::new(c).unwrap();
@@ -198,7 +202,8 @@ fn movers_prefetch_sequential_sweeps() {
         let s = r.stats();
         let pages = 3 * 64 * MIB / 4096;
         eprintln!(
-            "{policy}: demand faults {} of {pages} page visits, mover fills {}, prefetch {:?}, inline evictions {}",
+            "{policy} {}: demand faults {} of {pages} page visits, mover fills {}, prefetch {:?}, inline evictions {}",
+            install.name(),
             s.faults(),
             s.mover_fills,
             s.prefetch,

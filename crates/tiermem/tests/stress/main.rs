@@ -193,10 +193,15 @@ fn stress_with_movers_prefetch_and_every_policy() {
     let dur = Duration::from_secs_f64(secs());
     let cpus = tiermem_sys::thread::online_cpus();
     for &policy in tiermem::PolicyKind::ALL {
-        for &dt in tiermem::DirtyTracking::ALL {
+        for (dt, install) in [
+            (tiermem::DirtyTracking::WpFault, tiermem::InstallMethod::Copy),
+            (tiermem::DirtyTracking::WpFault, tiermem::InstallMethod::Move),
+            (tiermem::DirtyTracking::WpAsync, tiermem::InstallMethod::Copy),
+        ] {
             for movers in [1, 2] {
-                let what = format!("{policy} {} movers={movers}", dt.name());
+                let what = format!("{policy} {} {} movers={movers}", dt.name(), install.name());
                 let mut cfg = Config::new(16 << 20, 2 << 20);
+                cfg.install = install;
                 cfg.policy = policy;
                 cfg.dirty_tracking = dt;
                 cfg.movers = movers;

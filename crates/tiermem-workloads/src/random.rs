@@ -1,0 +1,216 @@
+//! `tiermem bench random`: random read-modify-write updates over a tiered
+//! region (HPCC RandomAccess-style: `T[r & (N-1)] ^= r` for a pseudo-random
+//! stream `r`), where neither prefetch nor a replacement policy can help:
+//! it shows what they cost when they cannot win. Verified by replaying the
+//! stream (XOR twice restores `T[i] = i`).
+
+use crate::report::{Machine, Table};
+use serde::Serialize;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+use tiermem::{Config, PolicyKind, Region};
+
+/// One run.
+#[derive(Clone, Debug, Serialize)]
+pub struct RandomRecord {
+    /// Replacement policy.
+    pub policy: String,
+    /// Mover threads.
+    pub movers: usize,
+    /// Updates applied.
+    pub updates: u64,
+    /// Wall time of the timed updates.
+    pub seconds: f64,
+    /// Millions of updates per second.
+    pub mups: f64,
+    /// Demand faults.
+    pub faults: u64,
+    /// Bytes moved in and out.
+    pub bytes_moved: u64,
+    /// Prefetched pages (should be few: there are no streams).
+    pub prefetch_issued: u64,
+    /// Whether the replay restored every word.
+    pub valid: bool,
+    /// Fault time per cost category, ns.
+    pub cost_ns: Vec<(String, u64)>,
+    /// Unmap calls for evictions.
+    pub evict_calls: u64,
+}
+
+/// The result file.
+#[derive(Clone, Debug, Serialize)]
+pub struct RandomResult {
+    /// Always "random".
+    pub benchmark: &'static str,
+    /// Command line.
+    pub command: String,
+    /// Machine.
+    pub machine: Machine,
+    /// Table size in bytes.
+    pub virt_bytes: u64,
+    /// Budget.
+    pub near_bytes: u64,
+    /// Application threads.
+    pub threads: usize,
+    /// Records.
+    pub results: Vec<RandomRecord>,
+}
+
+fn next(x: &mut u64) -> u64 {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    *x
+}
+
+fn updates(words: &[std::sync::atomic::AtomicU64], n: u64, threads: usize) {
+    let mask = words.len() as u64 - 1;
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            s.spawn(move || {
+                let mut x = 0x2545_f491_4f6c_dd1d ^ (t as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                for _ in 0..n / threads as u64 {
+                    let r = next(&mut x);
+                    words[(r & mask) as usize].fetch_xor(r, Ordering::Relaxed);
+                }
+            });
+        }
+    });
+}
+
+/// Runs `updates` random updates per policy and mover setting.
+#[allow(clippy::too_many_arguments)]
+pub fn run(
+    virt: u64,
+    near: u64,
+    n: u64,
+    threads: usize,
+    policies: &[PolicyKind],
+    movers: &[usize],
+    rounds: usize,
+    mut progress: impl FnMut(&str),
+) -> Result<RandomResult, tiermem::Error> {
+    let mut results = Vec::new();
+    for round in 0..rounds {
+        for &m in movers {
+            for &p in policies {
+                let mut c = Config::new(virt, near);
+                c.policy = p;
+                c.movers = m;
+                let r = Region::new(c)?;
+                let words = r.as_atomic_u64();
+                assert!(words.len().is_power_of_two(), "table size must be a power of two");
+                for (i, w) in words.iter().enumerate() {
+                    w.store(i as u64, Ordering::Relaxed);
+                }
+                r.reset_stats();
+                let t = Instant::now();
+                updates(words, n, threads);
+                let seconds = t.elapsed().as_secs_f64();
+                r.settle();
+                let s = r.stats();
+                updates(words, n, threads);
+                let valid = words
+                    .iter()
+                    .enumerate()
+                    .all(|(i, w)| w.load(Ordering::Relaxed) == i as u64);
+                progress(&format!(
+                    "round {}/{rounds}: {p:<5} movers={m}: {seconds:.2}s, valid {valid}",
+                    round + 1
+                ));
+                results.push(RandomRecord {
+                    policy: p.name().into(),
+                    movers: m,
+                    updates: n,
+                    seconds,
+                    mups: n as f64 / seconds / 1e6,
+                    faults: s.faults(),
+                    bytes_moved: s.bytes_in + s.bytes_out,
+                    prefetch_issued: s.prefetch.issued,
+                    valid,
+                    cost_ns: s.cost.iter().map(|c| (c.category.to_owned(), c.ns)).collect(),
+                    evict_calls: s.evict_calls,
+                });
+            }
+        }
+    }
+    Ok(RandomResult {
+        benchmark: "random",
+        command: crate::report::command_line(),
+        machine: Machine::collect(),
+        virt_bytes: virt,
+        near_bytes: near,
+        threads,
+        results,
+    })
+}
+
+/// Median per policy and mover setting, with the cost against FIFO.
+pub fn table(r: &RandomResult) -> String {
+    let mut t = Table::new(&[
+        "policy",
+        "movers",
+        "seconds",
+        "Mupdates/s",
+        "vs fifo",
+        "faults",
+        "GiB moved",
+        "prefetched",
+        "valid",
+    ]);
+    let mut keys: Vec<(String, usize)> = Vec::new();
+    for x in &r.results {
+        if !keys.contains(&(x.policy.clone(), x.movers)) {
+            keys.push((x.policy.clone(), x.movers));
+        }
+    }
+    let median = |p: &str, m: usize| {
+        let mut v: Vec<&RandomRecord> = r
+            .results
+            .iter()
+            .filter(|x| x.policy == p && x.movers == m)
+            .collect();
+        v.sort_by(|a, b| a.seconds.total_cmp(&b.seconds));
+        v[v.len() / 2].clone()
+    };
+    for (p, m) in &keys {
+        let x = median(p, *m);
+        let fifo = keys
+            .iter()
+            .any(|(q, n)| q == "fifo" && n == m)
+            .then(|| median("fifo", *m).seconds);
+        t.row(vec![
+            p.clone(),
+            m.to_string(),
+            format!("{:.2}", x.seconds),
+            format!("{:.2}", x.mups),
+            fifo.map_or("-".into(), |f| format!("{:+.1}%", (x.seconds / f - 1.0) * 100.0)),
+            x.faults.to_string(),
+            format!("{:.2}", x.bytes_moved as f64 / (1u64 << 30) as f64),
+            x.prefetch_issued.to_string(),
+            r.results
+                .iter()
+                .filter(|y| y.policy == *p && y.movers == *m)
+                .all(|y| y.valid)
+                .to_string(),
+        ]);
+    }
+    t.render()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_policy_verifies() {
+        let r = run(4 << 20, 1 << 20, 20_000, 2, PolicyKind::ALL, &[0, 1], 1, |_| {}).unwrap();
+        assert_eq!(r.results.len(), 6);
+        assert!(
+            r.results.iter().all(|x| x.valid && x.faults > 1000),
+            "{:?}",
+            r.results
+        );
+        assert!(table(&r).contains("scan"));
+    }
+}
