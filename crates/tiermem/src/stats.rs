@@ -174,6 +174,7 @@ pub(crate) struct Stats {
     pub(crate) inline_evictions: AtomicU64,
     pub(crate) mover_evictions: AtomicU64,
     pub(crate) mover_fills: AtomicU64,
+    pub(crate) eviction_pauses: AtomicU64,
     cost_ns: [AtomicU64; 5],
     mover_cost_ns: [AtomicU64; 5],
     fault_ns: AtomicU64,
@@ -200,6 +201,7 @@ impl Stats {
             inline_evictions: AtomicU64::new(0),
             mover_evictions: AtomicU64::new(0),
             mover_fills: AtomicU64::new(0),
+            eviction_pauses: AtomicU64::new(0),
             cost_ns: Default::default(),
             mover_cost_ns: Default::default(),
             fault_ns: AtomicU64::new(0),
@@ -268,6 +270,7 @@ impl Stats {
             &self.inline_evictions,
             &self.mover_evictions,
             &self.mover_fills,
+            &self.eviction_pauses,
             &self.fault_ns,
         ] {
             a.store(0, Ordering::Relaxed);
@@ -333,6 +336,7 @@ impl Stats {
             inline_evictions: ld(&self.inline_evictions),
             mover_evictions: ld(&self.mover_evictions),
             mover_fills: ld(&self.mover_fills),
+            eviction_pauses: ld(&self.eviction_pauses),
             prefetch: PrefetchStats::default(),
             faults_per_thread: self.threads.snapshot(),
             tlb_shootdowns_machine: tiermem_sys::interrupts::tlb_shootdowns()
@@ -433,6 +437,9 @@ pub struct RegionStats {
     pub mover_evictions: u64,
     /// Pages filled by mover threads (prefetch).
     pub mover_fills: u64,
+    /// Times movers paused asynchronous eviction because its runs were
+    /// short (scattered victims: random access), leaving it to faults.
+    pub eviction_pauses: u64,
     /// Prefetch counters.
     pub prefetch: PrefetchStats,
     /// Faults per application thread.

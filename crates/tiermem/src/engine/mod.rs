@@ -66,6 +66,15 @@ pub(crate) enum Outcome {
     Poisoned,
 }
 
+/// What one eviction batch did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Evicted {
+    /// Pages that left near memory.
+    pub(crate) pages: usize,
+    /// Contiguous runs they formed: one unmap call (one TLB shootdown) each.
+    pub(crate) runs: usize,
+}
+
 /// Why no near slot could be made free.
 #[derive(Debug)]
 pub(crate) enum NoRoom {
@@ -555,7 +564,7 @@ impl RegionCore {
                     .is_ok()
                 {
                     if let Some(m) = &self.movers {
-                        if self.budget_pages - r - 1 < m.low_free {
+                        if self.budget_pages - r - 1 < m.low_free && !m.eviction_paused() {
                             m.wake();
                         }
                     }
@@ -563,7 +572,7 @@ impl RegionCore {
                 }
                 continue;
             }
-            if let Some(m) = &self.movers {
+            if let Some(m) = self.movers.as_ref().filter(|m| !m.eviction_paused()) {
                 m.wake();
             }
             match self.evict_batch(self.config.evict_batch_pages, timer) {
@@ -588,7 +597,7 @@ impl RegionCore {
     /// Evicts up to `want` pages chosen by the policy. Returns how many left
     /// near memory; fails only when write-back failed for all of them.
     pub(crate) fn evict_batch(&self, want: usize, timer: &mut FaultTimer) -> Result<usize, StoreError> {
-        self.evict_batch_by(want, timer, false)
+        self.evict_batch_by(want, timer, false).map(|e| e.pages)
     }
 
     /// `evict_batch`; a mover (`by_mover`) moves victims into the frame
@@ -598,13 +607,13 @@ impl RegionCore {
         want: usize,
         timer: &mut FaultTimer,
         by_mover: bool,
-    ) -> Result<usize, StoreError> {
+    ) -> Result<Evicted, StoreError> {
         let mut victims = [0usize; crate::config::MAX_EVICT_BATCH];
         let want = want.clamp(1, victims.len());
         let n = self.policy().select_victims(&mut victims[..want]);
         timer.lap(Cost::LockList);
         if n == 0 {
-            return Ok(0);
+            return Ok(Evicted::default());
         }
         // Take every victim that is still resident.
         let mut owned = [(0usize, PageWord::new(PageState::Untouched, false)); MAX_RUN];
@@ -626,6 +635,7 @@ impl RegionCore {
         let k = self.fill_gaps(&mut owned, k);
         timer.lap(Cost::LockList);
         let mut evicted = 0;
+        let mut runs = 0;
         let mut first_error = None;
         let mut start = 0;
         while start < k {
@@ -639,6 +649,7 @@ impl RegionCore {
                 None => self.evict_run(&owned[start..end], timer),
             };
             evicted += done;
+            runs += 1;
             if first_error.is_none() {
                 first_error = err;
             }
@@ -646,7 +657,7 @@ impl RegionCore {
         }
         match first_error {
             Some(e) if evicted == 0 => Err(e),
-            _ => Ok(evicted),
+            _ => Ok(Evicted { pages: evicted, runs }),
         }
     }
 
@@ -1282,13 +1293,15 @@ impl RegionCore {
         self.mover_pool.as_ref().map(StagingPool::claim)
     }
 
-    /// A mover's eviction duty: one batch. Returns pages evicted.
-    pub(crate) fn mover_evict(&self, batch: usize) -> usize {
+    /// A mover's eviction duty: one batch.
+    pub(crate) fn mover_evict(&self, batch: usize) -> Evicted {
         let mut timer = FaultTimer::start();
-        let n = self.evict_batch_by(batch, &mut timer, true).unwrap_or(0);
+        let e = self.evict_batch_by(batch, &mut timer, true).unwrap_or_default();
         self.stats.charge_mover(timer);
-        self.stats.mover_evictions.fetch_add(n as u64, Ordering::Relaxed);
-        n
+        self.stats
+            .mover_evictions
+            .fetch_add(e.pages as u64, Ordering::Relaxed);
+        e
     }
 
     /// Fills the pages of a request that are not resident yet (a mover's
@@ -1341,8 +1354,14 @@ impl RegionCore {
             let r = self.resident.load(Ordering::Relaxed);
             let free = self.budget_pages.saturating_sub(r);
             if free == 0 {
-                let batch = self.movers.as_ref().map_or(want, |m| m.batch.max(want));
-                match self.evict_batch_by(batch, timer, true) {
+                // A whole batch amortizes the unmap calls of long victim
+                // runs; while eviction is paused the victims are scattered
+                // (one shootdown per page), so evict only what is needed.
+                let batch = match &self.movers {
+                    Some(m) if !m.eviction_paused() => m.batch.max(want),
+                    _ => want,
+                };
+                match self.evict_batch_by(batch, timer, true).map(|e| e.pages) {
                     Ok(n) if n > 0 => {
                         self.stats.mover_evictions.fetch_add(n as u64, Ordering::Relaxed);
                         continue;

@@ -9,15 +9,25 @@
 //! sleeps, because waking a thread on another CPU costs about 50 us here;
 //! the fault path issues the wake-up system call only when a mover sleeps.
 //!
+//! Asynchronous eviction pays off when victims form long contiguous runs
+//! (streams): one unmap call, one TLB shootdown, for hundreds of pages.
+//! Under random access the victims are scattered, and every short run
+//! costs a shootdown IPI into the application's CPU (the mover runs in the
+//! same address space), while a fault that evicts inline with the mover
+//! asleep sends none (the idle CPU is in lazy TLB mode). So a mover whose
+//! eviction runs average fewer than [`MIN_RUN_PAGES`] pages pauses its
+//! eviction duty, leaves eviction to the faults, and probes again after a
+//! pause that doubles while victims stay scattered.
+//!
 //! Shutdown, step by step: the region sets `stop`, wakes every mover and
 //! joins them; a mover checks `stop` between work items, so it finishes the
 //! run in hand (pages it owns are always published) and exits. A panic in a
 //! mover aborts the process: pages it owned would stay Busy forever.
 
 use super::prefetch::Request;
-use super::RegionCore;
+use super::{Evicted, RegionCore};
 use crossbeam_queue::ArrayQueue;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -26,12 +36,31 @@ use tiermem_sys::thread::{futex_wait, futex_wake};
 /// How long an idle mover spins before it sleeps.
 const SPIN: Duration = Duration::from_micros(200);
 
+/// Eviction runs shorter than this on average (pages per unmap call) make
+/// asynchronous eviction a loss (see the module docs). Random access gives
+/// about 1.05 pages per run; the stencil's streams give 7 to 300 (FIFO
+/// batches of interleaved streams at the low end), and pausing there would
+/// be a loss.
+pub(crate) const MIN_RUN_PAGES: usize = 2;
+
+/// Batches smaller than this say little about the victims' layout.
+const MIN_JUDGED_PAGES: usize = 64;
+
+/// The first pause of asynchronous eviction, and the longest.
+const PAUSE_MIN: Duration = Duration::from_millis(10);
+const PAUSE_MAX: Duration = Duration::from_millis(320);
+
 /// What the fault path and the movers share.
 pub(crate) struct MoverShared {
     queue: ArrayQueue<Request>,
     work: AtomicU32,
     sleepers: AtomicU32,
     stop: AtomicBool,
+    /// While non-zero, asynchronous eviction is paused until this many
+    /// nanoseconds after `epoch`; the fault path then evicts inline and
+    /// does not wake the movers for eviction.
+    paused_until_ns: AtomicU64,
+    epoch: Instant,
     /// The fault path wakes the movers when fewer slots than this are free.
     pub(crate) low_free: usize,
     /// Movers evict until this many slots are free.
@@ -48,6 +77,8 @@ impl MoverShared {
             work: AtomicU32::new(0),
             sleepers: AtomicU32::new(0),
             stop: AtomicBool::new(false),
+            paused_until_ns: AtomicU64::new(0),
+            epoch: Instant::now(),
             low_free: batch,
             target_free: 2 * batch,
             batch,
@@ -73,6 +104,61 @@ impl MoverShared {
 
     fn stopping(&self) -> bool {
         self.stop.load(Ordering::Acquire)
+    }
+
+    /// True while asynchronous eviction is paused (scattered victims).
+    /// One load: cheap enough for every fault.
+    pub(crate) fn eviction_paused(&self) -> bool {
+        self.paused_until_ns.load(Ordering::Relaxed) != 0
+    }
+
+    /// The time left in the pause; None once it is over (which also ends
+    /// it, so that the next eviction is a probe).
+    fn pause_left(&self) -> Option<Duration> {
+        let until = self.paused_until_ns.load(Ordering::Relaxed);
+        if until == 0 {
+            return None;
+        }
+        let now = self.epoch.elapsed().as_nanos() as u64;
+        if now >= until {
+            let _ = self
+                .paused_until_ns
+                .compare_exchange(until, 0, Ordering::Relaxed, Ordering::Relaxed);
+            return None;
+        }
+        Some(Duration::from_nanos(until - now))
+    }
+
+    fn pause_eviction(&self, pause: Duration) {
+        let until = (self.epoch.elapsed() + pause).as_nanos() as u64;
+        self.paused_until_ns.store(until.max(1), Ordering::Relaxed);
+    }
+
+    /// Whether the movers should evict now.
+    fn eviction_wanted(&self, core: &RegionCore, below: usize) -> bool {
+        core.free_slots() < below && self.pause_left().is_none()
+    }
+}
+
+/// A mover's view of how well its evictions batch.
+struct EvictionPacing {
+    pause: Duration,
+}
+
+impl EvictionPacing {
+    /// Judges a batch: pauses eviction when its runs were short, and
+    /// doubles the pause each time that repeats.
+    fn after_batch(&mut self, core: &RegionCore, m: &MoverShared, e: Evicted) {
+        if e.pages < MIN_JUDGED_PAGES {
+            return;
+        }
+        if e.pages < MIN_RUN_PAGES * e.runs {
+            m.pause_eviction(self.pause);
+            core.stats.eviction_pauses.fetch_add(1, Ordering::Relaxed);
+            self.pause = (self.pause * 2).min(PAUSE_MAX);
+        } else {
+            self.pause = PAUSE_MIN;
+        }
     }
 }
 
@@ -132,14 +218,17 @@ fn run(core: &RegionCore, index: usize) {
         .as_ref()
         .expect("movers run only for regions with movers");
     let staging = core.mover_staging(index);
+    let mut pacing = EvictionPacing { pause: PAUSE_MIN };
     loop {
         if m.stopping() {
             return;
         }
         let mut worked = false;
         // Eviction duty first: fills need free slots, and so do faults.
-        if core.free_slots() < m.target_free && core.mover_evict(m.batch) > 0 {
-            worked = true;
+        if m.eviction_wanted(core, m.target_free) {
+            let e = core.mover_evict(m.batch);
+            pacing.after_batch(core, m, e);
+            worked = e.pages > 0;
         }
         if let Some(r) = m.queue.pop() {
             core.mover_fill(&r, staging.as_ref());
@@ -153,7 +242,7 @@ fn run(core: &RegionCore, index: usize) {
         let t = Instant::now();
         let mut found = false;
         while t.elapsed() < SPIN {
-            if !m.queue.is_empty() || m.stopping() || core.free_slots() < m.low_free {
+            if !m.queue.is_empty() || m.stopping() || m.eviction_wanted(core, m.low_free) {
                 found = true;
                 break;
             }
@@ -163,8 +252,12 @@ fn run(core: &RegionCore, index: usize) {
             continue;
         }
         m.sleepers.fetch_add(1, Ordering::SeqCst);
-        if m.queue.is_empty() && !m.stopping() && core.free_slots() >= m.low_free {
-            futex_wait(&m.work, seen, Some(Duration::from_millis(100)));
+        if m.queue.is_empty() && !m.stopping() && !m.eviction_wanted(core, m.low_free) {
+            // A paused mover sleeps to the end of its pause at most.
+            let nap = m
+                .pause_left()
+                .map_or(Duration::from_millis(100), |p| p.min(Duration::from_millis(100)));
+            futex_wait(&m.work, seen, Some(nap));
         }
         m.sleepers.fetch_sub(1, Ordering::SeqCst);
     }

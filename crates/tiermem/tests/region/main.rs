@@ -9,6 +9,10 @@ use tiermem::{Config, Region};
 
 const MIB: u64 = 1 << 20;
 
+/// Tests with pinned mover threads run one at a time: on two CPUs, two of
+/// them at once would starve each other's movers.
+static MOVER_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn data_survives_eviction_in_every_variant() {
     for (fp, dt, store) in variants() {
@@ -36,6 +40,9 @@ fn data_survives_eviction_in_every_variant() {
             };
             assert_eq!(*w, want, "{what}: word {i} after rewrite");
         }
+        // Handler threads finish a fill's bookkeeping after waking the
+        // application: let them catch up before counting.
+        r.settle();
         let s = r.stats();
         let pages = 32 * MIB / 4096;
         assert_eq!(s.faults_zero_fill, pages, "{what}: every page zero-filled once");
@@ -176,6 +183,7 @@ fn file_store_with_o_direct() {
 
 #[test]
 fn movers_prefetch_sequential_sweeps() {
+    let _one_at_a_time = MOVER_TESTS.lock().unwrap_or_else(|e| e.into_inner());
     for (policy, install) in tiermem::PolicyKind::ALL
         .iter()
         .flat_map(|p| tiermem::InstallMethod::ALL.iter().map(move |i| (p, i)))
@@ -217,6 +225,63 @@ fn movers_prefetch_sequential_sweeps() {
             s.prefetch.used > s.prefetch.issued / 2,
             "{policy}: {:?}",
             s.prefetch
+        );
+        assert_eq!(
+            s.eviction_pauses, 0,
+            "{policy}: sweeps make long eviction runs, movers keep evicting"
+        );
+        assert!(r.errors().is_empty(), "{:?}", r.errors());
+    }
+}
+
+#[test]
+fn movers_leave_scattered_eviction_to_faults() {
+    let _one_at_a_time = MOVER_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+    for policy in tiermem::PolicyKind::ALL {
+        let mut c = Config::new(32 * MIB, 8 * MIB);
+        c.movers = 1;
+        c.policy = *policy;
+        let r = Region::new(c).unwrap();
+        let words = r.as_atomic_u64();
+        for (i, w) in words.iter().enumerate() {
+            w.store(mix(i as u64), std::sync::atomic::Ordering::Relaxed);
+        }
+        r.reset_stats();
+        // Random read-modify-writes: victims are scattered, so the mover's
+        // unmap calls would evict a page each. Twice the same sequence
+        // restores every word.
+        let update_all = || {
+            let mut x = 0x9e37_79b9_7f4a_7c15u64;
+            for _ in 0..100_000 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let i = (x as usize) & (words.len() - 1);
+                words[i].fetch_xor(x, std::sync::atomic::Ordering::Relaxed);
+            }
+        };
+        update_all();
+        r.settle();
+        let s = r.stats();
+        update_all();
+        for (i, w) in words.iter().enumerate() {
+            assert_eq!(
+                w.load(std::sync::atomic::Ordering::Relaxed),
+                mix(i as u64),
+                "{policy}: word {i}"
+            );
+        }
+        eprintln!(
+            "{policy}: faults {}, inline evictions {}, mover evictions {}, pauses {}",
+            s.faults(),
+            s.inline_evictions,
+            s.mover_evictions,
+            s.eviction_pauses
+        );
+        assert!(s.eviction_pauses > 0, "{policy}: {s:?}");
+        assert!(
+            s.inline_evictions > s.mover_evictions,
+            "{policy}: faults should evict while movers pause: {s:?}"
         );
         assert!(r.errors().is_empty(), "{:?}", r.errors());
     }
