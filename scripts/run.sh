@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Sets tiermem up on a fresh machine and runs the main job on its built-in
-# defaults: what the machine offers, the fault-latency benchmark, and paper
-# 1's stencil (1 GiB over a 512 MiB budget, 2 threads, 25 iterations) with
-# no data movement, tiermem, and Linux swap on zram under a memory cgroup.
-# Results (tables, JSON, SVG plots) go to results/.
+# defaults: what the machine offers, the fault-latency benchmark, paper 1's
+# stencil (1 GiB over a 512 MiB budget, 1 application thread and a mover
+# thread, 25 iterations) with no data movement, synchronous tiermem,
+# tiermem with movers and prefetch (FIFO and scan-resistant replacement),
+# and Linux swap on zram under a memory cgroup, and a short random-update
+# run per replacement policy. Results (tables, JSON, SVG plots) go to
+# results/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh
@@ -19,8 +22,12 @@ echo "== tiermem bench faults"
 "$bin" bench faults --json results/faults.json --plot results/faults.svg | tee results/faults.txt
 
 echo "== tiermem bench stencil"
-"$bin" bench stencil --virt 1G --near 512M --threads 2 --iters 25 \
-    --modes none,sync,kernel-swap \
+"$bin" bench stencil --virt 1G --near 512M --threads 1 --iters 25 \
+    --modes none,sync,prefetch,kernel-swap --policy fifo,scan \
     --json results/stencil.json --plot results/stencil.svg | tee results/stencil.txt
+
+echo "== tiermem bench random"
+"$bin" bench random --virt 256M --near 128M --updates 200000 --rounds 3 \
+    --json results/random.json --plot results/random.svg | tee results/random.txt
 
 echo "Results are in results/ (JSON, tables, SVG plots)."

@@ -41,7 +41,7 @@ enum Cmd {
 enum Bench {
     /// Latency of one 4 KiB fault by kind and fault-serving design.
     Faults(Box<FaultsArgs>),
-    /// Paper 1's 2D 9-point heat stencil in modes none, sync, kernel-swap.
+    /// Paper 1's 2D 9-point heat stencil: none, sync, prefetch, kernel-swap.
     Stencil(Box<StencilArgs>),
     /// The two dirty-tracking designs on read, write, read-then-write sweeps.
     Dirty(DirtyArgs),
@@ -134,6 +134,9 @@ struct RandomArgs {
     /// Write results as JSON.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Draw an SVG chart of seconds per policy and movers.
+    #[arg(long)]
+    plot: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -144,8 +147,9 @@ struct StencilArgs {
     /// Near-memory budget (and the cgroup limit of kernel-swap).
     #[arg(long, default_value = "512M", value_parser = parse_size)]
     near: u64,
-    /// Application threads; a list runs each count (e.g. `1,2`).
-    #[arg(long, default_value = "2")]
+    /// Application threads; a list runs each count (e.g. `1,2`). The
+    /// default leaves a CPU of a 2-CPU machine to the mover.
+    #[arg(long, default_value = "1")]
     threads: String,
     /// Iterations (paper 1: 25).
     #[arg(long, default_value_t = 25)]
@@ -293,7 +297,7 @@ fn info(json: bool) -> Result<(), String> {
                 ),
                 ("MINOR_SHMEM", F::MINOR_SHMEM, "shared regions (later)"),
                 ("POISON", F::POISON, "failing accesses visibly (handler-thread)"),
-                ("MOVE", F::MOVE, "zero-copy install (later)"),
+                ("MOVE", F::MOVE, "zero-copy install (install=move)"),
             ] {
                 println!(
                     "  {} {name:<20} {use_}",
@@ -382,6 +386,11 @@ fn bench_stencil(a: StencilArgs) -> Result<(), String> {
     base.evict_batch_pages = a.evict_batch;
     let policies = list(&a.policy, "policy", PolicyKind::from_name)?;
     let installs = list(&a.install, "install method", InstallMethod::from_name)?;
+    if installs.contains(&InstallMethod::Move) {
+        eprintln!(
+            "warning: install=move is experimental: slower here (one IPI per page), and one run in about ten hung (see docs/movers.md)"
+        );
+    }
     let placements = list(&a.mover_placement, "mover placement", |x| match x {
         "own" => Some(Placement::Own),
         "shared" => Some(Placement::Shared),
@@ -618,6 +627,10 @@ fn bench_random(a: RandomArgs) -> Result<(), String> {
     if let Some(j) = &a.json {
         write_json(j, &r).map_err(|e| format!("{}: {e}", j.display()))?;
         eprintln!("wrote {}", j.display());
+    }
+    if let Some(pl) = &a.plot {
+        tiermem_workloads::random::plot(&r, pl)?;
+        eprintln!("wrote {}", pl.display());
     }
     if r.results.iter().any(|x| !x.valid) {
         return Err("a run failed verification".into());

@@ -195,25 +195,12 @@ pub fn table(r: &DirtyResult) -> String {
 
 /// Bars of us/page per pattern and mode (median of rounds).
 pub fn plot(r: &DirtyResult, path: &std::path::Path) -> Result<(), String> {
-    let mut bars: Vec<crate::plot::Bar> = Vec::new();
-    for x in &r.results {
-        if bars.iter().any(|b| b.group == x.pattern && b.series == x.dirty) {
-            continue;
-        }
-        let mut v: Vec<f64> = r
-            .results
-            .iter()
-            .filter(|y| y.pattern == x.pattern && y.dirty == x.dirty)
-            .map(|y| y.us_per_page)
-            .collect();
-        let hi = v.iter().cloned().fold(0.0, f64::max);
-        bars.push(crate::plot::Bar {
-            group: x.pattern.clone(),
-            series: x.dirty.clone(),
-            value: crate::report::quantile(&mut v, 0.5),
-            upper: Some(hi),
-        });
-    }
+    let samples: Vec<(String, String, f64)> = r
+        .results
+        .iter()
+        .map(|x| (x.pattern.clone(), x.dirty.clone(), x.us_per_page))
+        .collect();
+    let bars = crate::plot::median_bars(&samples);
     crate::plot::grouped_bars(
         path,
         &format!(

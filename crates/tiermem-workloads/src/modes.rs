@@ -192,6 +192,7 @@ pub fn run_tiered(
         prefetch_wasted: s.prefetch.wasted,
         mover_fills: s.mover_fills,
         inline_evictions: s.inline_evictions,
+        eviction_pauses: s.eviction_pauses,
         ..Default::default()
     })
 }
@@ -572,7 +573,7 @@ pub fn table(r: &StencilResult) -> String {
             .collect();
         if !o.faults_per_thread.is_empty() {
             s += &format!(
-                "{} ({} thr): threads on CPUs [{}]{}, demand faults per thread {:?}, fault service p50 {:.1} us p99 {:.1} us, inline evictions {}\n",
+                "{} ({} thr): threads on CPUs [{}]{}, demand faults per thread {:?}, fault service p50 {:.1} us p99 {:.1} us, inline evictions {}, eviction pauses {}\n",
                 o.mode,
                 o.threads,
                 cpus.join(","),
@@ -584,7 +585,8 @@ pub fn table(r: &StencilResult) -> String {
                 o.faults_per_thread,
                 o.fault_p50_ns as f64 / 1e3,
                 o.fault_p99_ns as f64 / 1e3,
-                o.inline_evictions
+                o.inline_evictions,
+                o.eviction_pauses
             );
         }
     }

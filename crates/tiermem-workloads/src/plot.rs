@@ -29,6 +29,30 @@ const COLORS: [RGBColor; 8] = [
     RGBColor(127, 127, 127),
 ];
 
+/// One bar per (group, series) of repeated measurements: the median, with
+/// the maximum as the whisker.
+pub fn median_bars(samples: &[(String, String, f64)]) -> Vec<Bar> {
+    let mut bars: Vec<Bar> = Vec::new();
+    for (group, series, _) in samples {
+        if bars.iter().any(|b| &b.group == group && &b.series == series) {
+            continue;
+        }
+        let mut v: Vec<f64> = samples
+            .iter()
+            .filter(|(g, s, _)| g == group && s == series)
+            .map(|x| x.2)
+            .collect();
+        let hi = v.iter().cloned().fold(0.0, f64::max);
+        bars.push(Bar {
+            group: group.clone(),
+            series: series.clone(),
+            value: crate::report::quantile(&mut v, 0.5),
+            upper: Some(hi),
+        });
+    }
+    bars
+}
+
 /// Draws a grouped bar chart to `path` (SVG). `log_y` uses a log scale.
 pub fn grouped_bars(
     path: &Path,
@@ -251,6 +275,18 @@ pub fn stacked_bars(path: &Path, title: &str, y_label: &str, segs: &[Segment]) -
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn median_bars_take_the_median_and_the_maximum() {
+        let s = |g: &str, x: f64| (g.to_string(), "fifo".to_string(), x);
+        let bars = median_bars(&[s("a", 3.0), s("a", 1.0), s("b", 4.0), s("a", 2.0)]);
+        assert_eq!(bars.len(), 2);
+        assert_eq!(
+            (bars[0].group.as_str(), bars[0].value, bars[0].upper),
+            ("a", 2.0, Some(3.0))
+        );
+        assert_eq!((bars[1].value, bars[1].upper), (4.0, Some(4.0)));
+    }
 
     #[test]
     fn draws_an_svg() {

@@ -35,6 +35,12 @@ pub struct RandomRecord {
     pub cost_ns: Vec<(String, u64)>,
     /// Unmap calls for evictions.
     pub evict_calls: u64,
+    /// TLB-shootdown IPIs on the machine during the timed updates.
+    pub tlb_ipis: u64,
+    /// Pages evicted by movers (the rest by faulting threads).
+    pub mover_evictions: u64,
+    /// Times the movers paused asynchronous eviction (scattered victims).
+    pub eviction_pauses: u64,
 }
 
 /// The result file.
@@ -130,6 +136,9 @@ pub fn run(
                     valid,
                     cost_ns: s.cost.iter().map(|c| (c.category.to_owned(), c.ns)).collect(),
                     evict_calls: s.evict_calls,
+                    tlb_ipis: s.tlb_shootdowns_machine,
+                    mover_evictions: s.mover_evictions,
+                    eviction_pauses: s.eviction_pauses,
                 });
             }
         }
@@ -151,11 +160,15 @@ pub fn table(r: &RandomResult) -> String {
         "policy",
         "movers",
         "seconds",
+        "min..max",
         "Mupdates/s",
         "vs fifo",
         "faults",
         "GiB moved",
         "prefetched",
+        "TLB IPIs",
+        "by movers",
+        "pauses",
         "valid",
     ]);
     let mut keys: Vec<(String, usize)> = Vec::new();
@@ -175,6 +188,13 @@ pub fn table(r: &RandomResult) -> String {
     };
     for (p, m) in &keys {
         let x = median(p, *m);
+        let (lo, hi) = r
+            .results
+            .iter()
+            .filter(|y| y.policy == *p && y.movers == *m)
+            .fold((f64::MAX, 0.0f64), |(lo, hi), y| {
+                (lo.min(y.seconds), hi.max(y.seconds))
+            });
         let fifo = keys
             .iter()
             .any(|(q, n)| q == "fifo" && n == m)
@@ -183,11 +203,15 @@ pub fn table(r: &RandomResult) -> String {
             p.clone(),
             m.to_string(),
             format!("{:.2}", x.seconds),
+            format!("{lo:.2}..{hi:.2}"),
             format!("{:.2}", x.mups),
             fifo.map_or("-".into(), |f| format!("{:+.1}%", (x.seconds / f - 1.0) * 100.0)),
             x.faults.to_string(),
             format!("{:.2}", x.bytes_moved as f64 / (1u64 << 30) as f64),
             x.prefetch_issued.to_string(),
+            x.tlb_ipis.to_string(),
+            x.mover_evictions.to_string(),
+            x.eviction_pauses.to_string(),
             r.results
                 .iter()
                 .filter(|y| y.policy == *p && y.movers == *m)
@@ -196,6 +220,27 @@ pub fn table(r: &RandomResult) -> String {
         ]);
     }
     t.render()
+}
+
+/// Draws the seconds per policy (median, whisker max), grouped by movers.
+pub fn plot(r: &RandomResult, path: &std::path::Path) -> Result<(), String> {
+    let samples: Vec<(String, String, f64)> = r
+        .results
+        .iter()
+        .map(|x| (format!("movers={}", x.movers), x.policy.clone(), x.seconds))
+        .collect();
+    crate::plot::grouped_bars(
+        path,
+        &format!(
+            "random updates: {} updates over {} MiB, {} MiB near",
+            r.results.first().map_or(0, |x| x.updates),
+            r.virt_bytes >> 20,
+            r.near_bytes >> 20
+        ),
+        "seconds (median, whisker max)",
+        &crate::plot::median_bars(&samples),
+        false,
+    )
 }
 
 #[cfg(test)]
@@ -212,5 +257,10 @@ mod tests {
             r.results
         );
         assert!(table(&r).contains("scan"));
+        let p = std::env::temp_dir().join(format!("tiermem-random-{}.svg", std::process::id()));
+        plot(&r, &p).unwrap();
+        let svg = std::fs::read_to_string(&p).unwrap();
+        std::fs::remove_file(&p).unwrap();
+        assert!(svg.contains("movers=1") && svg.contains("clock"));
     }
 }

@@ -115,6 +115,8 @@ pub struct StencilOutcome {
     pub mover_fills: u64,
     /// Pages evicted by faulting threads themselves.
     pub inline_evictions: u64,
+    /// Times movers paused asynchronous eviction (scattered victims).
+    pub eviction_pauses: u64,
     /// Time per cost category spent by movers, ns.
     pub mover_cost_ns: Vec<(String, u64)>,
     /// Lower bound: max(none runtime, bytes moved / memcpy bandwidth).
