@@ -12,6 +12,11 @@ use tiermem::{Config, DirtyTracking, FarStoreConfig, FaultPath, PageSize, Region
 
 const MIB: u64 = 1 << 20;
 static POOL: Mutex<()> = Mutex::new(());
+/// The budget is 8 huge pages; the pool gets a margin because the kernel
+/// can need a free huge page beyond the resident ones for a moment (a
+/// fill racing the free of an evicted page, or pages of the previous
+/// test still being released), and an empty pool turns that into SIGBUS.
+const POOL_PAGES: u64 = 12;
 
 fn cfg(fp: FaultPath, dt: DirtyTracking, file: bool) -> Config {
     let mut c = Config::new(64 * MIB, 16 * MIB);
@@ -31,7 +36,9 @@ fn cfg(fp: FaultPath, dt: DirtyTracking, file: bool) -> Config {
 #[test]
 fn huge_pages_tier_in_every_variant() {
     let _g = POOL.lock().unwrap();
-    let Some(_pool) = HugePool::reserve(8) else { return };
+    let Some(_pool) = HugePool::reserve(POOL_PAGES) else {
+        return;
+    };
     for fp in [FaultPath::InContext, FaultPath::HandlerThread] {
         for dt in [DirtyTracking::WpFault, DirtyTracking::WpAsync] {
             for file in [false, true] {
@@ -72,7 +79,9 @@ fn huge_pages_tier_in_every_variant() {
 #[test]
 fn huge_pages_under_concurrent_churn() {
     let _g = POOL.lock().unwrap();
-    let Some(_pool) = HugePool::reserve(8) else { return };
+    let Some(_pool) = HugePool::reserve(POOL_PAGES) else {
+        return;
+    };
     let r = Region::new(cfg(FaultPath::InContext, DirtyTracking::WpFault, false)).unwrap();
     let words = r.as_atomic_u64();
     let n = words.len();
