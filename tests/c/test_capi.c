@@ -446,10 +446,10 @@ static void test_movers_prefetch_advice(void) {
   /* A program built against version 1 (72-byte struct): defaults apply. */
   tm_config_init(&cfg, 8 * MiB, 4 * MiB);
   cfg.struct_size = 72;
-  cfg.movers = 5; /* beyond a version-1 struct: must be ignored */
+  cfg.install = 7; /* invalid, but beyond a version-1 struct: must be ignored */
   r = NULL;
   CHECK(tm_region_create(&cfg, &r) == TM_OK, "version-1 caller: %s", tm_last_error());
-  tm_region_destroy(r);
+  CHECK(tm_region_destroy(r) == TM_OK, "destroy: %s", tm_last_error());
 }
 
 int main(void) {

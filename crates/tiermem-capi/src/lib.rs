@@ -525,11 +525,7 @@ unsafe fn config_from_c(c: &tm_config) -> Result<Config, Failure> {
             c.page_size_bytes
         ))
     })?;
-    let direct = match c.far_direct {
-        0 => false,
-        1 => true,
-        v => return Err(Failure::invalid(format!("far_direct = {v}: expected 0 or 1"))),
-    };
+    let direct = flag("far_direct", c.far_direct)?;
     config.far = match c.far_kind {
         TM_FAR_MEMORY => {
             // A path or O_DIRECT with the memory store means the caller
@@ -558,57 +554,50 @@ unsafe fn config_from_c(c: &tm_config) -> Result<Config, Failure> {
             )))
         }
     };
-    config.policy = match c.policy {
-        TM_POLICY_FIFO => PolicyKind::Fifo,
-        TM_POLICY_CLOCK => PolicyKind::Clock,
-        TM_POLICY_SCAN => PolicyKind::Scan,
-        v => {
-            return Err(Failure::invalid(format!(
-                "policy = {v}: expected TM_POLICY_FIFO ({TM_POLICY_FIFO}), TM_POLICY_CLOCK \
-                 ({TM_POLICY_CLOCK}) or TM_POLICY_SCAN ({TM_POLICY_SCAN})"
-            )))
-        }
-    };
-    config.fault_path = match c.fault_path {
-        TM_FAULT_IN_CONTEXT => FaultPath::InContext,
-        TM_FAULT_HANDLER_THREAD => FaultPath::HandlerThread,
-        v => {
-            return Err(Failure::invalid(format!(
-                "fault_path = {v}: expected TM_FAULT_IN_CONTEXT ({TM_FAULT_IN_CONTEXT}) \
-                 or TM_FAULT_HANDLER_THREAD ({TM_FAULT_HANDLER_THREAD})"
-            )))
-        }
-    };
-    config.dirty_tracking = match c.dirty_tracking {
-        TM_DIRTY_WP_FAULT => DirtyTracking::WpFault,
-        TM_DIRTY_WP_ASYNC => DirtyTracking::WpAsync,
-        v => {
-            return Err(Failure::invalid(format!(
-                "dirty_tracking = {v}: expected TM_DIRTY_WP_FAULT ({TM_DIRTY_WP_FAULT}) \
-                 or TM_DIRTY_WP_ASYNC ({TM_DIRTY_WP_ASYNC})"
-            )))
-        }
-    };
+    config.policy = decode(
+        "policy",
+        c.policy,
+        &[
+            (TM_POLICY_FIFO, "TM_POLICY_FIFO", PolicyKind::Fifo),
+            (TM_POLICY_CLOCK, "TM_POLICY_CLOCK", PolicyKind::Clock),
+            (TM_POLICY_SCAN, "TM_POLICY_SCAN", PolicyKind::Scan),
+        ],
+    )?;
+    config.fault_path = decode(
+        "fault_path",
+        c.fault_path,
+        &[
+            (TM_FAULT_IN_CONTEXT, "TM_FAULT_IN_CONTEXT", FaultPath::InContext),
+            (
+                TM_FAULT_HANDLER_THREAD,
+                "TM_FAULT_HANDLER_THREAD",
+                FaultPath::HandlerThread,
+            ),
+        ],
+    )?;
+    config.dirty_tracking = decode(
+        "dirty_tracking",
+        c.dirty_tracking,
+        &[
+            (TM_DIRTY_WP_FAULT, "TM_DIRTY_WP_FAULT", DirtyTracking::WpFault),
+            (TM_DIRTY_WP_ASYNC, "TM_DIRTY_WP_ASYNC", DirtyTracking::WpAsync),
+        ],
+    )?;
     config.evict_batch_pages = c.evict_batch_pages as usize;
     config.handler_threads = c.handler_threads as usize;
     config.movers = c.movers as usize;
-    config.prefetch = match c.prefetch_off {
-        0 => true,
-        1 => false,
-        v => return Err(Failure::invalid(format!("prefetch_off = {v}: expected 0 or 1"))),
-    };
+    config.prefetch = !flag("prefetch_off", c.prefetch_off)?;
     if c.prefetch_max_pages != 0 {
         config.prefetch_max_pages = c.prefetch_max_pages as usize;
     }
-    config.install = match c.install {
-        TM_INSTALL_COPY => InstallMethod::Copy,
-        TM_INSTALL_MOVE => InstallMethod::Move,
-        v => {
-            return Err(Failure::invalid(format!(
-                "install = {v}: expected TM_INSTALL_COPY ({TM_INSTALL_COPY}) or TM_INSTALL_MOVE ({TM_INSTALL_MOVE})"
-            )))
-        }
-    };
+    config.install = decode(
+        "install",
+        c.install,
+        &[
+            (TM_INSTALL_COPY, "TM_INSTALL_COPY", InstallMethod::Copy),
+            (TM_INSTALL_MOVE, "TM_INSTALL_MOVE", InstallMethod::Move),
+        ],
+    )?;
     if c.mover_cpu_count > 0 {
         if c.mover_cpus.is_null() {
             return Err(Failure::invalid("mover_cpu_count > 0 but mover_cpus is NULL"));
@@ -624,6 +613,34 @@ unsafe fn config_from_c(c: &tm_config) -> Result<Config, Failure> {
             .collect::<Result<_, _>>()?;
     }
     Ok(config)
+}
+
+/// Decodes the C enum field `field`: `table` lists (value, name, meaning).
+/// The error names every accepted value.
+fn decode<T: Copy>(field: &str, v: c_int, table: &[(c_int, &str, T)]) -> Result<T, Failure> {
+    if let Some(&(_, _, t)) = table.iter().find(|e| e.0 == v) {
+        return Ok(t);
+    }
+    let names: Vec<String> = table
+        .iter()
+        .map(|(n, name, _)| {
+            if name.is_empty() {
+                n.to_string()
+            } else {
+                format!("{name} ({n})")
+            }
+        })
+        .collect();
+    let (last, rest) = names.split_last().expect("a non-empty table");
+    Err(Failure::invalid(format!(
+        "{field} = {v}: expected {} or {last}",
+        rest.join(", ")
+    )))
+}
+
+/// Decodes a 0/1 field.
+fn flag(field: &str, v: c_int) -> Result<bool, Failure> {
+    decode(field, v, &[(0, "", false), (1, "", true)])
 }
 
 fn stats_to_c(s: &RegionStats) -> tm_stats {

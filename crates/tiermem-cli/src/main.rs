@@ -2,7 +2,7 @@
 //! benchmarks (`tiermem bench faults`, `tiermem bench stencil`).
 
 use clap::{Args, Parser, Subcommand};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use tiermem::config::{format_size, parse_cpu_list, parse_size};
 use tiermem::{Config, DirtyTracking, FarStoreConfig, FaultPath, InstallMethod, PageSize, PolicyKind};
 use tiermem_workloads::faults::{self, FaultBenchParams};
@@ -330,6 +330,26 @@ fn info(json: bool) -> Result<(), String> {
     Ok(())
 }
 
+/// Writes the JSON and the plots a benchmark was asked for, naming each
+/// file written.
+fn save<R: serde::Serialize>(
+    r: &R,
+    json: &Option<PathBuf>,
+    plot: &Option<PathBuf>,
+    draw: impl FnOnce(&R, &Path) -> Result<Vec<PathBuf>, String>,
+) -> Result<(), String> {
+    if let Some(j) = json {
+        write_json(j, r).map_err(|e| format!("{}: {e}", j.display()))?;
+        eprintln!("wrote {}", j.display());
+    }
+    if let Some(pl) = plot {
+        for p in draw(r, pl)? {
+            eprintln!("wrote {}", p.display());
+        }
+    }
+    Ok(())
+}
+
 fn list<T>(s: &str, what: &str, f: impl Fn(&str) -> Option<T>) -> Result<Vec<T>, String> {
     s.split(',')
         .map(str::trim)
@@ -341,14 +361,16 @@ fn list<T>(s: &str, what: &str, f: impl Fn(&str) -> Option<T>) -> Result<Vec<T>,
 fn bench_faults(a: FaultsArgs) -> Result<(), String> {
     let allowed = tiermem_sys::thread::affinity().map_err(|e| e.to_string())?;
     let app_cpu = a.cpu.unwrap_or(allowed[0]);
+    if !allowed.contains(&app_cpu) {
+        return Err(format!(
+            "--cpu {app_cpu} is not one of the allowed CPUs {allowed:?}"
+        ));
+    }
     let mut designs = faults::designs(app_cpu, &allowed);
     if let Some(d) = &a.designs {
-        let want = list(d, "design", |x| Some(x.to_owned()))?;
-        for w in &want {
-            if !designs.iter().any(|d| &d.name == w) {
-                return Err(format!("unknown design {w:?}"));
-            }
-        }
+        let want = list(d, "design", |x| {
+            designs.iter().any(|d| d.name == x).then(|| x.to_owned())
+        })?;
         designs.retain(|d| want.contains(&d.name));
     }
     let kinds: Vec<&str> = match &a.kinds {
@@ -368,14 +390,9 @@ fn bench_faults(a: FaultsArgs) -> Result<(), String> {
     let mut p = progress_printer();
     let r = faults::run(&params, &designs, &kinds, &mut p).map_err(|e| e.to_string())?;
     print!("{}", faults::table(&r));
-    if let Some(j) = &a.json {
-        write_json(j, &r).map_err(|e| format!("{}: {e}", j.display()))?;
-        eprintln!("wrote {}", j.display());
-    }
-    if let Some(pl) = &a.plot {
-        faults::plot(&r, pl)?;
-        eprintln!("wrote {}", pl.display());
-    }
+    save(&r, &a.json, &a.plot, |r, pl| {
+        faults::plot(r, pl).map(|()| vec![pl.to_owned()])
+    })?;
     Ok(())
 }
 
@@ -453,50 +470,33 @@ fn bench_stencil(a: StencilArgs) -> Result<(), String> {
     for m in list(&a.modes, "mode", |x| Some(x.to_owned()))? {
         match m.as_str() {
             "none" => modes_v.push(ModeSpec::None),
-            "sync" => {
+            "sync" | "prefetch" => {
+                // sync has no mover settings: one empty placement, copy.
+                let (places, insts): (Vec<Option<Placement>>, &[InstallMethod]) = if m == "prefetch" {
+                    (placements.iter().copied().map(Some).collect(), &installs)
+                } else {
+                    (vec![None], &[InstallMethod::Copy])
+                };
                 for fp in &fault_paths {
                     for d in &dirties {
                         for pol in &policies {
-                            modes_v.push(ModeSpec::Tiered {
-                                name: name(
-                                    "sync",
-                                    &[
-                                        (fault_paths.len() > 1, fp.name()),
-                                        (dirties.len() > 1, d.name()),
-                                        (policies.len() > 1, pol.name()),
-                                    ],
-                                ),
-                                fault_path: *fp,
-                                dirty: *d,
-                                policy: *pol,
-                                movers: None,
-                                install: InstallMethod::Copy,
-                            });
-                        }
-                    }
-                }
-            }
-            "prefetch" => {
-                for fp in &fault_paths {
-                    for d in &dirties {
-                        for pol in &policies {
-                            for place in &placements {
-                                for inst in &installs {
+                            for place in &places {
+                                for inst in insts {
                                     modes_v.push(ModeSpec::Tiered {
                                         name: name(
-                                            "prefetch",
+                                            &m,
                                             &[
                                                 (fault_paths.len() > 1, fp.name()),
                                                 (dirties.len() > 1, d.name()),
                                                 (policies.len() > 1, pol.name()),
-                                                (placements.len() > 1, place.name()),
-                                                (installs.len() > 1, inst.name()),
+                                                (places.len() > 1, place.map_or("", Placement::name)),
+                                                (insts.len() > 1, inst.name()),
                                             ],
                                         ),
                                         fault_path: *fp,
                                         dirty: *d,
                                         policy: *pol,
-                                        movers: Some((a.movers, *place)),
+                                        movers: place.map(|p| (a.movers, p)),
                                         install: *inst,
                                     });
                                 }
@@ -543,15 +543,7 @@ fn bench_stencil(a: StencilArgs) -> Result<(), String> {
     let mut p = progress_printer();
     let r = modes::run_all(&spec, &mut p);
     print!("{}", modes::table(&r));
-    if let Some(j) = &a.json {
-        write_json(j, &r).map_err(|e| format!("{}: {e}", j.display()))?;
-        eprintln!("wrote {}", j.display());
-    }
-    if let Some(pl) = &a.plot {
-        for p in modes::plot(&r, pl)? {
-            eprintln!("wrote {}", p.display());
-        }
-    }
+    save(&r, &a.json, &a.plot, modes::plot)?;
     if !r.checksums_match {
         return Err("checksums differ between modes: a mode computed a wrong result".into());
     }
@@ -562,9 +554,9 @@ fn bench_stencil(a: StencilArgs) -> Result<(), String> {
 }
 
 fn bench_dirty(a: DirtyArgs) -> Result<(), String> {
-    let mut probe = Config::new(a.virt, a.near);
-    probe.validate().map_err(|e| e.to_string())?;
-    probe.near_bytes = a.near;
+    Config::new(a.virt, a.near)
+        .validate()
+        .map_err(|e| e.to_string())?;
     eprintln!(
         "bench dirty: {} MiB over {} MiB, {} passes x {} rounds, faulting thread unpinned",
         a.virt >> 20,
@@ -583,14 +575,9 @@ fn bench_dirty(a: DirtyArgs) -> Result<(), String> {
     )
     .map_err(|e| e.to_string())?;
     print!("{}", tiermem_workloads::dirty::table(&r));
-    if let Some(j) = &a.json {
-        write_json(j, &r).map_err(|e| format!("{}: {e}", j.display()))?;
-        eprintln!("wrote {}", j.display());
-    }
-    if let Some(pl) = &a.plot {
-        tiermem_workloads::dirty::plot(&r, pl)?;
-        eprintln!("wrote {}", pl.display());
-    }
+    save(&r, &a.json, &a.plot, |r, pl| {
+        tiermem_workloads::dirty::plot(r, pl).map(|()| vec![pl.to_owned()])
+    })?;
     Ok(())
 }
 
@@ -624,14 +611,9 @@ fn bench_random(a: RandomArgs) -> Result<(), String> {
     )
     .map_err(|e| e.to_string())?;
     print!("{}", tiermem_workloads::random::table(&r));
-    if let Some(j) = &a.json {
-        write_json(j, &r).map_err(|e| format!("{}: {e}", j.display()))?;
-        eprintln!("wrote {}", j.display());
-    }
-    if let Some(pl) = &a.plot {
-        tiermem_workloads::random::plot(&r, pl)?;
-        eprintln!("wrote {}", pl.display());
-    }
+    save(&r, &a.json, &a.plot, |r, pl| {
+        tiermem_workloads::random::plot(r, pl).map(|()| vec![pl.to_owned()])
+    })?;
     if r.results.iter().any(|x| !x.valid) {
         return Err("a run failed verification".into());
     }

@@ -43,13 +43,7 @@ fn run_policy(handler_cpu: Option<usize>, spin: bool, idle: bool) -> Vec<f64> {
                 let r = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
                 assert_eq!(r, 0, "SCHED_IDLE");
             }
-            let mut ev = [FaultEvent {
-                address: 0,
-                write: false,
-                wp: false,
-                minor: false,
-                tid: 0,
-            }; 16];
+            let mut ev = [FaultEvent::default(); 16];
             while !stop.load(Ordering::Relaxed) {
                 if !spin {
                     let mut pfd = libc::pollfd {

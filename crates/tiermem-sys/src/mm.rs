@@ -408,11 +408,11 @@ impl Mapping {
     /// Copies `src` into the mapping at `offset`.
     pub fn copy_in(&self, offset: usize, src: MemRange<'_>) {
         self.check_range(offset, src.len);
-        // SAFETY: both ranges are mapped (checked bounds, live borrows) and
-        // distinct memory (a MemRange never aliases a destination the engine
-        // writes). Concurrent writers to these bytes are excluded by the
-        // caller's page protocol (the page is write-protected or unmapped).
-        unsafe { std::ptr::copy_nonoverlapping(src.addr as *const u8, self.as_ptr().add(offset), src.len) }
+        // SAFETY: both ranges are mapped (checked bounds, live borrows);
+        // `ptr::copy` allows them to overlap. Concurrent writers to these
+        // bytes are excluded by the caller's page protocol (the page is
+        // write-protected or unmapped).
+        unsafe { std::ptr::copy(src.addr as *const u8, self.as_ptr().add(offset), src.len) }
     }
 
     /// Copies bytes from the mapping into `dst`.

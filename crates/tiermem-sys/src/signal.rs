@@ -100,7 +100,10 @@ pub fn install(kind: FaultSignalKind, callback: FaultCallback, on_altstack: bool
     let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
     // SAFETY: both structs are valid; installing a handler for a fault signal.
     if unsafe { libc::sigaction(kind.signo(), &sa, &mut old) } != 0 {
-        return Err(Errno::last());
+        let e = Errno::last();
+        // Not installed after all: say so to `installed`.
+        CALLBACKS[kind.slot()].store(0, Ordering::Release);
+        return Err(e);
     }
     let _ = PREVIOUS[kind.slot()].set(old);
     Ok(())

@@ -153,7 +153,10 @@ pub fn fork_generation() -> u64 {
     ATFORK.call_once(|| {
         // SAFETY: registers a plain function without captured state; the
         // child handler only bumps an atomic (async-signal-safe).
-        unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
+        let r = unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
+        // Without the hook a forked child would take the parent's mappings
+        // for its own (and unmap them): refuse to go on.
+        assert_eq!(r, 0, "pthread_atfork failed");
     });
     FORK_GENERATION.load(std::sync::atomic::Ordering::Relaxed)
 }

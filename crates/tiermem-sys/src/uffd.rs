@@ -284,7 +284,7 @@ pub enum Resolved {
 }
 
 /// A page fault read from the descriptor (handler-thread mode).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FaultEvent {
     /// Faulting address (page aligned unless EXACT_ADDRESS).
     pub address: usize,
@@ -352,11 +352,10 @@ impl Uffd {
             want |= Features::WP_UNPOPULATED & available;
         }
         let fd = open_raw(opts.nonblocking)?;
-        let a = api(fd.as_fd(), want)?;
-        Ok(Uffd {
-            fd,
-            features: Features::from_bits_retain(a.features) | want,
-        })
+        // UFFDIO_API answers with every feature the kernel has, not the
+        // ones enabled: those are `want`.
+        api(fd.as_fd(), want)?;
+        Ok(Uffd { fd, features: want })
     }
 
     /// The features enabled on this descriptor.
@@ -757,13 +756,7 @@ mod tests {
         // SAFETY: one pollfd we own.
         let r = unsafe { libc::poll(&mut pfd, 1, 10_000) };
         assert_eq!(r, 1, "no fault within 10 s");
-        let mut ev = [FaultEvent {
-            address: 0,
-            write: false,
-            wp: false,
-            minor: false,
-            tid: 0,
-        }; 4];
+        let mut ev = [FaultEvent::default(); 4];
         assert_eq!(u.read_faults(&mut ev).unwrap(), 1);
         ev[0]
     }

@@ -10,7 +10,7 @@
 //!
 //! Sweeps are cyclic and larger than the budget, so every access misses.
 
-use crate::report::{mib, Machine, Table};
+use crate::report::{first_seen, median_by, mib, Machine, Table};
 use serde::Serialize;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -163,20 +163,13 @@ pub fn table(r: &DirtyResult) -> String {
         "evict calls",
         "TLB IPIs",
     ]);
-    let mut seen: Vec<(String, String)> = Vec::new();
-    for x in &r.results {
-        let key = (x.pattern.clone(), x.dirty.clone());
-        if seen.contains(&key) {
-            continue;
-        }
-        seen.push(key);
-        let mut same: Vec<&DirtyRecord> = r
+    for (pattern, dirty) in first_seen(r.results.iter().map(|x| (&x.pattern, &x.dirty))) {
+        let same: Vec<&DirtyRecord> = r
             .results
             .iter()
-            .filter(|y| y.pattern == x.pattern && y.dirty == x.dirty)
+            .filter(|y| &y.pattern == pattern && &y.dirty == dirty)
             .collect();
-        same.sort_by(|a, b| a.seconds.total_cmp(&b.seconds));
-        let m = same[same.len() / 2];
+        let m = median_by(&same, |y| y.seconds);
         t.row(vec![
             m.pattern.clone(),
             m.dirty.clone(),

@@ -106,12 +106,6 @@ fn read_self_faults() -> (u64, u64) {
     (field(7), field(9))
 }
 
-fn pinned(p: &StencilParams) -> Vec<Option<usize>> {
-    (0..p.threads)
-        .map(|i| (!p.cpus.is_empty()).then(|| p.cpus[i % p.cpus.len()]))
-        .collect()
-}
-
 fn costs(v: &[tiermem::stats::CostShare]) -> Vec<(String, u64)> {
     v.iter().map(|c| (c.category.to_owned(), c.ns)).collect()
 }
@@ -177,7 +171,7 @@ pub fn run_tiered(
         wp_faults: s.faults_write_protect,
         demand_faults_per_thread: faults_per_thread.clone(),
         faults_per_thread,
-        thread_cpus: pinned(p),
+        thread_cpus: w.cpus().to_vec(),
         cost_ns: costs(&s.cost),
         mover_cost_ns: costs(&s.mover_cost),
         fault_p50_ns: s.fault_latency.p50_ns,
@@ -235,7 +229,7 @@ pub fn child_main(p: &StencilParams) -> Result<StencilOutcome, String> {
         bytes_in: v1.pswpin.saturating_sub(v0.pswpin) * page,
         bytes_out: v1.pswpout.saturating_sub(v0.pswpout) * page,
         tlb_shootdowns: tlb,
-        thread_cpus: pinned(p),
+        thread_cpus: w.cpus().to_vec(),
         threads: p.threads,
         config: format!("major faults {}", maj1 - maj0),
         ..Default::default()
@@ -339,15 +333,11 @@ pub fn run_all(spec: &BenchSpec, progress: &mut dyn FnMut(&str)) -> StencilResul
         }
     }
     // Overheads and lower bounds against `none` of the same thread count.
-    let none_mean = |t: usize| {
-        let v: Vec<f64> = results
-            .iter()
-            .filter(|o: &&StencilOutcome| o.mode == "none" && o.threads == t)
-            .map(|o| o.seconds)
-            .collect();
-        (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
-    };
-    let nones: Vec<(usize, Option<f64>)> = spec.thread_counts.iter().map(|&t| (t, none_mean(t))).collect();
+    let nones: Vec<(usize, Option<f64>)> = spec
+        .thread_counts
+        .iter()
+        .map(|&t| (t, mean_of(&results, "none", t, |o| o.seconds)))
+        .collect();
     for o in results.iter_mut().filter(|o| o.mode != "none") {
         let none = nones.iter().find(|(t, _)| *t == o.threads).and_then(|(_, v)| *v);
         if let Some(base) = none {
@@ -440,9 +430,13 @@ fn run_mode(
     }
 }
 
-fn mean_of(r: &StencilResult, mode: &str, threads: usize, f: impl Fn(&StencilOutcome) -> f64) -> Option<f64> {
-    let v: Vec<f64> = r
-        .results
+fn mean_of(
+    results: &[StencilOutcome],
+    mode: &str,
+    threads: usize,
+    f: impl Fn(&StencilOutcome) -> f64,
+) -> Option<f64> {
+    let v: Vec<f64> = results
         .iter()
         .filter(|o| o.mode == mode && o.threads == threads)
         .map(f)
@@ -451,13 +445,7 @@ fn mean_of(r: &StencilResult, mode: &str, threads: usize, f: impl Fn(&StencilOut
 }
 
 fn distinct_modes(r: &StencilResult) -> Vec<String> {
-    let mut v: Vec<String> = Vec::new();
-    for o in &r.results {
-        if !v.contains(&o.mode) {
-            v.push(o.mode.clone());
-        }
-    }
-    v
+    crate::report::first_seen(r.results.iter().map(|o| o.mode.clone()))
 }
 
 fn thread_counts(r: &StencilResult) -> Vec<usize> {
@@ -516,8 +504,8 @@ pub fn table(r: &StencilResult) -> String {
     for m in modes.iter().filter(|m| *m != "none") {
         let mut row = vec![m.clone()];
         for &th in &threads {
-            let none = mean_of(r, "none", th, |o| o.seconds);
-            let x = mean_of(r, m, th, |o| o.seconds);
+            let none = mean_of(&r.results, "none", th, |o| o.seconds);
+            let x = mean_of(&r.results, m, th, |o| o.seconds);
             row.push(match (none, x) {
                 (Some(n), Some(x)) => format!("{:+.0}%", (x / n - 1.0) * 100.0),
                 _ => "-".into(),
@@ -532,18 +520,18 @@ pub fn table(r: &StencilResult) -> String {
         r.memcpy_bytes_per_s / 1e9
     );
     for &th in &threads {
-        if let Some(k) = mean_of(r, "kernel-swap", th, |o| o.seconds) {
+        if let Some(k) = mean_of(&r.results, "kernel-swap", th, |o| o.seconds) {
             for m in modes.iter().filter(|m| *m != "none" && *m != "kernel-swap") {
-                if let Some(x) = mean_of(r, m, th, |o| o.seconds) {
+                if let Some(x) = mean_of(&r.results, m, th, |o| o.seconds) {
                     s += &format!("{th} threads: {m} vs kernel-swap: {:.2}x faster\n", k / x);
                 }
             }
         }
-        if let Some(sync_faults) = mean_of(r, "sync", th, |o| {
+        if let Some(sync_faults) = mean_of(&r.results, "sync", th, |o| {
             o.demand_faults_per_thread.iter().sum::<u64>() as f64 / o.threads.max(1) as f64
         }) {
             for m in modes.iter().filter(|m| m.starts_with("prefetch")) {
-                if let Some(f) = mean_of(r, m, th, |o| {
+                if let Some(f) = mean_of(&r.results, m, th, |o| {
                     o.demand_faults_per_thread.iter().sum::<u64>() as f64 / o.threads.max(1) as f64
                 }) {
                     s += &format!(
@@ -609,12 +597,13 @@ pub fn plot(r: &StencilResult, path: &std::path::Path) -> Result<Vec<PathBuf>, S
     let mut bars = Vec::new();
     for m in &modes {
         for &th in &threads {
-            if let Some(x) = mean_of(r, m, th, |o| o.seconds) {
+            if let Some(x) = mean_of(&r.results, m, th, |o| o.seconds) {
                 bars.push(Bar {
                     group: format!("{th} thr"),
                     series: m.clone(),
                     value: x,
-                    upper: mean_of(r, m, th, |o| o.lower_bound_seconds.unwrap_or(0.0)).filter(|lb| *lb > x),
+                    upper: mean_of(&r.results, m, th, |o| o.lower_bound_seconds.unwrap_or(0.0))
+                        .filter(|lb| *lb > x),
                 });
             }
         }

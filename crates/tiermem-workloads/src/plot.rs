@@ -1,6 +1,7 @@
 //! SVG plots written by the benchmarks themselves (plotters, no external
 //! tool or font needed).
 
+use crate::report::first_seen;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use std::path::Path;
@@ -33,10 +34,7 @@ const COLORS: [RGBColor; 8] = [
 /// the maximum as the whisker.
 pub fn median_bars(samples: &[(String, String, f64)]) -> Vec<Bar> {
     let mut bars: Vec<Bar> = Vec::new();
-    for (group, series, _) in samples {
-        if bars.iter().any(|b| &b.group == group && &b.series == series) {
-            continue;
-        }
+    for (group, series) in first_seen(samples.iter().map(|(g, s, _)| (g, s))) {
         let mut v: Vec<f64> = samples
             .iter()
             .filter(|(g, s, _)| g == group && s == series)
@@ -61,16 +59,8 @@ pub fn grouped_bars(
     bars: &[Bar],
     log_y: bool,
 ) -> Result<(), String> {
-    let mut groups: Vec<String> = Vec::new();
-    let mut series: Vec<String> = Vec::new();
-    for b in bars {
-        if !groups.contains(&b.group) {
-            groups.push(b.group.clone());
-        }
-        if !series.contains(&b.series) {
-            series.push(b.series.clone());
-        }
-    }
+    let groups = first_seen(bars.iter().map(|b| b.group.clone()));
+    let series = first_seen(bars.iter().map(|b| b.series.clone()));
     if groups.is_empty() {
         return Err("nothing to plot".into());
     }
@@ -198,16 +188,8 @@ pub struct Segment {
 
 /// Draws stacked bars to `path` (SVG), layers in first-seen order.
 pub fn stacked_bars(path: &Path, title: &str, y_label: &str, segs: &[Segment]) -> Result<(), String> {
-    let mut bars: Vec<String> = Vec::new();
-    let mut layers: Vec<String> = Vec::new();
-    for s in segs {
-        if !bars.contains(&s.bar) {
-            bars.push(s.bar.clone());
-        }
-        if !layers.contains(&s.layer) {
-            layers.push(s.layer.clone());
-        }
-    }
+    let bars = first_seen(segs.iter().map(|s| s.bar.clone()));
+    let layers = first_seen(segs.iter().map(|s| s.layer.clone()));
     if bars.is_empty() {
         return Err("nothing to plot".into());
     }

@@ -4,7 +4,7 @@
 //! it shows what they cost when they cannot win. Verified by replaying the
 //! stream (XOR twice restores `T[i] = i`).
 
-use crate::report::{Machine, Table};
+use crate::report::{first_seen, median_by, Machine, Table};
 use serde::Serialize;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -171,36 +171,24 @@ pub fn table(r: &RandomResult) -> String {
         "pauses",
         "valid",
     ]);
-    let mut keys: Vec<(String, usize)> = Vec::new();
-    for x in &r.results {
-        if !keys.contains(&(x.policy.clone(), x.movers)) {
-            keys.push((x.policy.clone(), x.movers));
-        }
-    }
-    let median = |p: &str, m: usize| {
-        let mut v: Vec<&RandomRecord> = r
-            .results
+    let keys = first_seen(r.results.iter().map(|x| (x.policy.as_str(), x.movers)));
+    let runs_of = |p: &str, m: usize| -> Vec<&RandomRecord> {
+        r.results
             .iter()
             .filter(|x| x.policy == p && x.movers == m)
-            .collect();
-        v.sort_by(|a, b| a.seconds.total_cmp(&b.seconds));
-        v[v.len() / 2].clone()
+            .collect()
     };
-    for (p, m) in &keys {
-        let x = median(p, *m);
-        let (lo, hi) = r
-            .results
-            .iter()
-            .filter(|y| y.policy == *p && y.movers == *m)
-            .fold((f64::MAX, 0.0f64), |(lo, hi), y| {
-                (lo.min(y.seconds), hi.max(y.seconds))
-            });
+    for &(p, m) in &keys {
+        let runs = runs_of(p, m);
+        let x = median_by(&runs, |y| y.seconds);
+        let (lo, hi) = runs.iter().fold((f64::MAX, 0.0f64), |(lo, hi), y| {
+            (lo.min(y.seconds), hi.max(y.seconds))
+        });
         let fifo = keys
-            .iter()
-            .any(|(q, n)| q == "fifo" && n == m)
-            .then(|| median("fifo", *m).seconds);
+            .contains(&("fifo", m))
+            .then(|| median_by(&runs_of("fifo", m), |y| y.seconds).seconds);
         t.row(vec![
-            p.clone(),
+            p.to_owned(),
             m.to_string(),
             format!("{:.2}", x.seconds),
             format!("{lo:.2}..{hi:.2}"),
@@ -212,11 +200,7 @@ pub fn table(r: &RandomResult) -> String {
             x.tlb_ipis.to_string(),
             x.mover_evictions.to_string(),
             x.eviction_pauses.to_string(),
-            r.results
-                .iter()
-                .filter(|y| y.policy == *p && y.movers == *m)
-                .all(|y| y.valid)
-                .to_string(),
+            runs.iter().all(|y| y.valid).to_string(),
         ]);
     }
     t.render()

@@ -65,6 +65,25 @@ pub fn write_json(path: &Path, value: &impl Serialize) -> std::io::Result<()> {
     f.write_all(b"\n")
 }
 
+/// The distinct values of `items`, in the order they first appear.
+pub fn first_seen<T: PartialEq>(items: impl IntoIterator<Item = T>) -> Vec<T> {
+    let mut v = Vec::new();
+    for x in items {
+        if !v.contains(&x) {
+            v.push(x);
+        }
+    }
+    v
+}
+
+/// The median of `runs` by `key` (the upper one of an even count).
+/// Panics on no runs.
+pub fn median_by<'a, T>(runs: &[&'a T], key: impl Fn(&T) -> f64) -> &'a T {
+    let mut v = runs.to_vec();
+    v.sort_by(|a, b| key(a).total_cmp(&key(b)));
+    v[v.len() / 2]
+}
+
 /// The `q` quantile (0..=1) of `v`, sorting it.
 pub fn quantile(v: &mut [f64], q: f64) -> f64 {
     if v.is_empty() {

@@ -148,6 +148,11 @@ pub struct Workers {
 }
 
 impl Workers {
+    /// The CPU each worker is pinned to (None: unpinned).
+    pub fn cpus(&self) -> &[Option<usize>] {
+        &self.cpus
+    }
+
     /// Starts the workers.
     pub fn new(threads: usize, cpus: &[usize]) -> Workers {
         let tids: Arc<Vec<AtomicU32>> = Arc::new((0..threads).map(|_| AtomicU32::new(0)).collect());
@@ -161,7 +166,9 @@ impl Workers {
             .thread_name(|i| format!("stencil-{i}"))
             .start_handler(move |i| {
                 if let Some(c) = p2[i] {
-                    let _ = tiermem_sys::thread::set_affinity(&[c]);
+                    if let Err(e) = tiermem_sys::thread::set_affinity(&[c]) {
+                        eprintln!("warning: stencil-{i}: pinning to CPU {c} failed: {e}");
+                    }
                 }
                 t2[i].store(tiermem_sys::thread::gettid(), Ordering::Relaxed);
             })

@@ -201,6 +201,11 @@ impl PageTable {
     }
 
     /// Counts pages per state (for statistics and tests).
+    /// Whether any page is in transition.
+    pub(crate) fn any_busy(&self) -> bool {
+        (0..self.words.len()).any(|i| self.load(i).state() == PageState::Busy)
+    }
+
     pub(crate) fn census(&self) -> [usize; 6] {
         let mut c = [0; 6];
         for i in 0..self.words.len() {

@@ -236,7 +236,7 @@ impl Region {
     /// with handler threads, whose bookkeeping can trail the application.
     pub fn settle(&self) {
         let t = std::time::Instant::now();
-        while self.core.pages.census()[PageState::Busy as usize] != 0 && t.elapsed().as_millis() < 100 {
+        while self.core.pages.any_busy() && t.elapsed().as_millis() < 100 {
             std::thread::yield_now();
         }
     }
@@ -350,13 +350,15 @@ impl Drop for Region {
             // A fork()ed child: the threads, the range and the files belong
             // to the parent. Closing our copies of descriptors is all we do.
             std::mem::forget(self.handlers.take());
-            std::mem::forget(self.movers.take());
+            if let Some(m) = self.movers.take() {
+                m.abandon();
+            }
             return;
         }
         // Movers first: they may fill pages, which handler threads could be
         // waiting for.
         if let Some(m) = self.movers.take() {
-            m.stop(self.core.movers.as_ref());
+            m.stop();
         }
         if let Some(h) = self.handlers.take() {
             h.stop();

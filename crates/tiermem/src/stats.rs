@@ -183,6 +183,13 @@ pub(crate) struct Stats {
     tlb_at_reset: AtomicU64,
 }
 
+/// Adds a timer's split per cost category to `totals`.
+fn add_split(totals: &[AtomicU64; 5], split: [u64; 5]) {
+    for (c, ns) in totals.iter().zip(split) {
+        c.fetch_add(ns, Ordering::Relaxed);
+    }
+}
+
 impl Stats {
     pub(crate) fn new() -> Stats {
         Stats {
@@ -229,9 +236,7 @@ impl Stats {
         }
         self.threads.add(tid);
         let (total, split) = timer.finish();
-        for (c, ns) in self.cost_ns.iter().zip(split) {
-            c.fetch_add(ns, Ordering::Relaxed);
-        }
+        add_split(&self.cost_ns, split);
         self.fault_ns.fetch_add(total, Ordering::Relaxed);
         if let Ok(mut h) = self.hist.lock() {
             h.saturating_record(total.max(1));
@@ -240,17 +245,12 @@ impl Stats {
 
     /// Charges a mover's work.
     pub(crate) fn charge_mover(&self, timer: FaultTimer) {
-        let (_, split) = timer.finish();
-        for (c, ns) in self.mover_cost_ns.iter().zip(split) {
-            c.fetch_add(ns, Ordering::Relaxed);
-        }
+        add_split(&self.mover_cost_ns, timer.finish().1);
     }
 
     /// Charges time spent outside a fault (explicit eviction calls).
-    pub(crate) fn charge(&self, split: [u64; 5]) {
-        for (c, ns) in self.cost_ns.iter().zip(split) {
-            c.fetch_add(ns, Ordering::Relaxed);
-        }
+    pub(crate) fn charge(&self, timer: FaultTimer) {
+        add_split(&self.cost_ns, timer.finish().1);
     }
 
     pub(crate) fn reset(&self) {

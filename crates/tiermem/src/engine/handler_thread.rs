@@ -38,29 +38,17 @@ impl HandlerThreads {
         for k in 0..n {
             let core = core.clone();
             let thread_stop = stop.clone();
-            let cpu = (!cpus.is_empty()).then(|| cpus[k % cpus.len()]);
-            let t = std::thread::Builder::new()
-                .name(format!("tiermem-fault-{k}"))
-                .spawn(move || {
-                    if let Some(c) = cpu {
-                        let _ = tiermem_sys::thread::set_affinity(&[c]);
-                    }
-                    let r =
-                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| serve(&core, &thread_stop)));
-                    if r.is_err() {
-                        eprintln!(
-                            "tiermem: fault handler thread panicked; aborting (faulting threads would hang)"
-                        );
-                        std::process::abort();
-                    }
-                });
+            let t = super::spawn_runtime_thread(
+                "tiermem-fault",
+                k,
+                cpus,
+                "faulting threads would hang",
+                move || serve(&core, &thread_stop),
+            );
             match t {
                 Ok(t) => threads.push(t),
                 Err(e) => {
-                    let _ = stop.notify();
-                    for t in threads {
-                        let _ = t.join();
-                    }
+                    HandlerThreads { stop, threads }.stop();
                     return Err(e.into());
                 }
             }
@@ -78,13 +66,7 @@ impl HandlerThreads {
 }
 
 fn serve(core: &RegionCore, stop: &EventFd) {
-    let mut events = [FaultEvent {
-        address: 0,
-        write: false,
-        wp: false,
-        minor: false,
-        tid: 0,
-    }; 64];
+    let mut events = [FaultEvent::default(); 64];
     loop {
         let ready = match poll_readable(&[core.uffd().as_fd(), stop.as_fd()], 1000) {
             Ok(r) => r,

@@ -125,12 +125,9 @@ fn on_sigsegv(f: &SignalFault) -> Disposition {
     }
     // The page is frozen for eviction: wait for it, then retry (the freeze
     // is lifted before the page state is published).
-    let i = (f.addr - core.mapping.addr()) / core.page_bytes();
+    let i = core.page_of(f.addr);
     if core.pages.load(i).state() == PageState::Busy {
-        core.stats
-            .waits
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        core.pages.wait_not_busy(i);
+        core.wait_page(i);
     }
     Disposition::Retry
 }

@@ -158,6 +158,31 @@ const MAX_RUN: usize = 2 * crate::config::MAX_EVICT_BATCH;
 /// page is busy before it gives up and fails the access.
 const STUCK_LIMIT: Duration = Duration::from_secs(10);
 
+/// Starts runtime thread `k` of a kind (`name-k`), pinned round robin to
+/// `cpus` if given. A panic in it aborts the process with `on_panic`:
+/// pages it owned would stay busy, faulting threads would hang.
+pub(crate) fn spawn_runtime_thread(
+    name: &str,
+    k: usize,
+    cpus: &[usize],
+    on_panic: &'static str,
+    body: impl FnOnce() + Send + 'static,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    let cpu = (!cpus.is_empty()).then(|| cpus[k % cpus.len()]);
+    let name = format!("{name}-{k}");
+    std::thread::Builder::new().name(name.clone()).spawn(move || {
+        if let Some(c) = cpu {
+            if let Err(e) = tiermem_sys::thread::set_affinity(&[c]) {
+                eprintln!("tiermem: {name}: pinning to CPU {c} failed ({e}); running unpinned");
+            }
+        }
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).is_err() {
+            eprintln!("tiermem: {name} panicked; aborting ({on_panic})");
+            std::process::abort();
+        }
+    })
+}
+
 /// Everything the fault path of one region needs.
 pub(crate) struct RegionCore {
     // Field order: the region mapping goes first, then the descriptor.
@@ -305,7 +330,7 @@ impl RegionCore {
         self.errors.list()
     }
 
-    fn page_of(&self, addr: usize) -> usize {
+    pub(crate) fn page_of(&self, addr: usize) -> usize {
         (addr - self.mapping.addr()) >> self.page_shift
     }
 
@@ -313,6 +338,12 @@ impl RegionCore {
         // A poisoned lock means a panic on the fault path, which aborts the
         // process; recover the guard rather than panic again.
         self.policy.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits (counted) until page `i`, in transition, is published.
+    pub(crate) fn wait_page(&self, i: usize) {
+        self.stats.waits.fetch_add(1, Ordering::Relaxed);
+        self.pages.wait_not_busy(i);
     }
 
     /// Serves a fault at `addr` (in the region) for thread `tid`.
@@ -323,8 +354,7 @@ impl RegionCore {
             let w = self.pages.load(i);
             match w.state() {
                 PageState::Busy => {
-                    self.stats.waits.fetch_add(1, Ordering::Relaxed);
-                    self.pages.wait_not_busy(i);
+                    self.wait_page(i);
                     timer.lap(Cost::LockList);
                 }
                 PageState::Untouched | PageState::Far => {
@@ -478,9 +508,7 @@ impl RegionCore {
                         (r, FaultKind::FarFill)
                     }
                     Err(e) => {
-                        self.stats.io_errors.fetch_add(1, Ordering::Relaxed);
-                        self.errors
-                            .record(off as u64, OP_READ, e.errno().map_or(0, |e| e.raw()));
+                        self.store_failed(off as u64, OP_READ, &e);
                         self.resident.fetch_sub(1, Ordering::Relaxed);
                         return self.poison(i, w, server);
                     }
@@ -820,25 +848,9 @@ impl RegionCore {
             let src = self
                 .mapping
                 .range((first + s) * self.page_bytes, (e - s) * self.page_bytes);
-            match self.store.store(((first + s) * self.page_bytes) as u64, src) {
-                Ok(()) => {
-                    self.stats
-                        .write_backs
-                        .fetch_add((e - s) as u64, Ordering::Relaxed);
-                    self.stats
-                        .bytes_out
-                        .fetch_add(((e - s) * self.page_bytes) as u64, Ordering::Relaxed);
-                }
-                Err(err) => {
-                    self.stats.io_errors.fetch_add(1, Ordering::Relaxed);
-                    self.errors.record(
-                        ((first + s) * self.page_bytes) as u64,
-                        OP_WRITE,
-                        err.errno().map_or(0, |e| e.raw()),
-                    );
-                    failed[s..e].iter_mut().for_each(|f| *f = true);
-                    first_error.get_or_insert(err);
-                }
+            if let Err(err) = self.write_back(first + s, src) {
+                failed[s..e].iter_mut().for_each(|f| *f = true);
+                first_error.get_or_insert(err);
             }
             s = e;
         }
@@ -873,21 +885,56 @@ impl RegionCore {
             self.unfreeze(off, bytes);
         }
         timer.lap(Cost::Tlb);
+        self.publish_eviction(run, &dirty[..n], &failed[..n]);
+        timer.lap(Cost::LockList);
+        (evicted, first_error)
+    }
+
+    /// Writes the pages from `first_page` on, whose data is `src`, to the
+    /// far store, and accounts for it; a failure is counted and recorded.
+    fn write_back(&self, first_page: usize, src: tiermem_sys::mm::MemRange<'_>) -> Result<(), StoreError> {
+        let off = (first_page * self.page_bytes) as u64;
+        let bytes = src.len() as u64;
+        match self.store.store(off, src) {
+            Ok(()) => {
+                self.stats
+                    .write_backs
+                    .fetch_add(bytes / self.page_bytes as u64, Ordering::Relaxed);
+                self.stats.bytes_out.fetch_add(bytes, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(err) => {
+                self.store_failed(off, OP_WRITE, &err);
+                Err(err)
+            }
+        }
+    }
+
+    /// Counts and records a far-store failure at region offset `off`.
+    fn store_failed(&self, off: u64, op: u8, err: &StoreError) {
+        self.stats.io_errors.fetch_add(1, Ordering::Relaxed);
+        self.errors.record(off, op, err.errno().map_or(0, |e| e.raw()));
+    }
+
+    /// The end of an eviction run whose pages are unmapped except the
+    /// `failed` ones: counts, and publishes each page's new state (a failed
+    /// page stays resident and dirty; in wp-fault mode it is now
+    /// write-protected, and its next write unprotects it again).
+    fn publish_eviction(&self, run: &[(usize, PageWord)], dirty: &[bool], failed: &[bool]) {
+        let evicted = failed.iter().filter(|&&f| !f).count();
         self.resident.fetch_sub(evicted, Ordering::Relaxed);
         self.stats.evictions.fetch_add(evicted as u64, Ordering::Relaxed);
-        let mut policy = None;
         if let Some(pf) = &self.prefetcher {
             let wasted = run
                 .iter()
-                .enumerate()
-                .filter(|(k, (_, w))| !failed[*k] && w.prefetched())
+                .zip(failed)
+                .filter(|((_, w), &f)| !f && w.prefetched())
                 .count();
             pf.wasted.fetch_add(wasted as u64, Ordering::Relaxed);
         }
+        let mut policy = None;
         for (k, &(p, w)) in run.iter().enumerate() {
             let next = if failed[k] {
-                // Still resident, still dirty; in wp-fault mode it is now
-                // write-protected, and its next write unprotects it again.
                 policy.get_or_insert_with(|| self.policy()).on_remove(p, true);
                 PageWord::new(PageState::Dirty, w.far_valid())
             } else if dirty[k] || w.far_valid() {
@@ -897,9 +944,6 @@ impl RegionCore {
             };
             self.pages.unlock(p, next);
         }
-        drop(policy);
-        timer.lap(Cost::LockList);
-        (evicted, first_error)
     }
 
     /// Evicts a run of contiguous owned pages by moving them into the frame
@@ -992,68 +1036,28 @@ impl RegionCore {
                 e += 1;
             }
             let src = ring.map.range(pos_of[s] * ps, (e - s) * ps);
-            match self.store.store(((first + s) * ps) as u64, src) {
-                Ok(()) => {
-                    self.stats
-                        .write_backs
-                        .fetch_add((e - s) as u64, Ordering::Relaxed);
-                    self.stats
-                        .bytes_out
-                        .fetch_add(((e - s) * ps) as u64, Ordering::Relaxed);
-                }
-                Err(err) => {
-                    self.stats.io_errors.fetch_add(1, Ordering::Relaxed);
-                    self.errors.record(
-                        ((first + s) * ps) as u64,
-                        OP_WRITE,
-                        err.errno().map_or(0, |e| e.raw()),
-                    );
-                    // Put the data back in the region (a copy: the frames
-                    // stay in the ring): nothing is lost.
-                    for k in s..e {
-                        let back = self.copy_run((first + k) * ps, ring.map.range(pos_of[k] * ps, ps), false);
-                        if back.is_err() {
-                            // Cannot happen short of a kernel failure; the
-                            // data still sits in the frame, so keep trying
-                            // rather than publish a loss.
-                            while self
-                                .copy_run((first + k) * ps, ring.map.range(pos_of[k] * ps, ps), false)
-                                .is_err()
-                            {
-                                std::thread::yield_now();
-                            }
-                        }
-                        failed[k] = true;
+            if let Err(err) = self.write_back(first + s, src) {
+                // Put the data back in the region (a copy: the frames stay
+                // in the ring): nothing is lost. A failing copy cannot
+                // happen short of a kernel failure; the data still sits in
+                // the frame, so keep trying rather than publish a loss.
+                for k in s..e {
+                    while self
+                        .copy_run((first + k) * ps, ring.map.range(pos_of[k] * ps, ps), false)
+                        .is_err()
+                    {
+                        std::thread::yield_now();
                     }
-                    first_error.get_or_insert(err);
+                    failed[k] = true;
                 }
+                first_error.get_or_insert(err);
             }
             s = e;
         }
         drop(st);
         timer.lap(Cost::Transfer);
-        let evicted = (0..moved).filter(|&k| !failed[k]).count();
-        self.resident.fetch_sub(evicted, Ordering::Relaxed);
-        self.stats.evictions.fetch_add(evicted as u64, Ordering::Relaxed);
-        if let Some(pf) = &self.prefetcher {
-            let wasted = (0..moved)
-                .filter(|&k| !failed[k] && run[k].1.prefetched())
-                .count();
-            pf.wasted.fetch_add(wasted as u64, Ordering::Relaxed);
-        }
-        let mut policy = None;
-        for (k, &(p, w)) in run[..moved].iter().enumerate() {
-            let next = if failed[k] {
-                policy.get_or_insert_with(|| self.policy()).on_remove(p, true);
-                PageWord::new(PageState::Dirty, w.far_valid())
-            } else if dirty[k] || w.far_valid() {
-                PageWord::new(PageState::Far, true)
-            } else {
-                PageWord::new(PageState::Untouched, false)
-            };
-            self.pages.unlock(p, next);
-        }
-        drop(policy);
+        let evicted = failed[..moved].iter().filter(|&&f| !f).count();
+        self.publish_eviction(&run[..moved], &dirty[..moved], &failed[..moved]);
         timer.lap(Cost::LockList);
         if moved < n {
             // The kernel would not move the rest (a pinned page): classic path.
@@ -1083,9 +1087,7 @@ impl RegionCore {
             if far {
                 let off = (run[s].0 * ps) as u64;
                 if let Err(err) = self.store.read_into(off, (e - s) * ps, &ring.map, (pos + s) * ps) {
-                    self.stats.io_errors.fetch_add(1, Ordering::Relaxed);
-                    self.errors
-                        .record(off, OP_READ, err.errno().map_or(0, |e| e.raw()));
+                    self.store_failed(off, OP_READ, &err);
                     k = s;
                     break;
                 }
@@ -1202,8 +1204,7 @@ impl RegionCore {
                 Err(e) => break Err(e),
             }
         };
-        let (_, split) = timer.finish();
-        self.stats.charge(split);
+        self.stats.charge(timer);
         result
     }
 
@@ -1289,11 +1290,13 @@ impl RegionCore {
     }
 
     /// A mover's staging buffer for file-store runs.
-    pub(crate) fn mover_staging(&self, _index: usize) -> Option<StagingSlot<'_>> {
+    pub(crate) fn mover_staging(&self) -> Option<StagingSlot<'_>> {
         self.mover_pool.as_ref().map(StagingPool::claim)
     }
 
-    /// A mover's eviction duty: one batch.
+    /// A mover's eviction duty: one batch. A batch whose write-backs all
+    /// failed counts as nothing evicted; the failures are already in the
+    /// error log and the stats, and its pages stay resident.
     pub(crate) fn mover_evict(&self, batch: usize) -> Evicted {
         let mut timer = FaultTimer::start();
         let e = self.evict_batch_by(batch, &mut timer, true).unwrap_or_default();
@@ -1420,9 +1423,7 @@ impl RegionCore {
                     Err(err) => {
                         // A prefetch is a hint: leave the pages in the far
                         // store; a demand fault will try again and report.
-                        self.stats.io_errors.fetch_add(1, Ordering::Relaxed);
-                        self.errors
-                            .record(off as u64, OP_READ, err.errno().map_or(0, |e| e.raw()));
+                        self.store_failed(off as u64, OP_READ, &err);
                         Err(())
                     }
                 }
@@ -1589,8 +1590,7 @@ impl RegionCore {
                 first_error = err;
             }
         }
-        let (_, split) = timer.finish();
-        self.stats.charge(split);
+        self.stats.charge(timer);
         match first_error {
             Some(e) => Err(e),
             None => Ok(evicted),

@@ -134,6 +134,11 @@ impl MoverShared {
         self.paused_until_ns.store(until.max(1), Ordering::Relaxed);
     }
 
+    /// Whether an idle mover has something to do (or must stop).
+    fn has_work(&self, core: &RegionCore) -> bool {
+        !self.queue.is_empty() || self.stopping() || self.eviction_wanted(core, self.low_free)
+    }
+
     /// Whether the movers should evict now.
     fn eviction_wanted(&self, core: &RegionCore, below: usize) -> bool {
         core.free_slots() < below && self.pause_left().is_none()
@@ -165,6 +170,7 @@ impl EvictionPacing {
 /// The mover threads of one region.
 pub(crate) struct Movers {
     threads: Vec<JoinHandle<()>>,
+    core: Arc<RegionCore>,
 }
 
 impl Movers {
@@ -173,35 +179,40 @@ impl Movers {
         let mut threads = Vec::with_capacity(n);
         for k in 0..n {
             let mover_core = core.clone();
-            let cpu = (!cpus.is_empty()).then(|| cpus[k % cpus.len()]);
-            let spawned = std::thread::Builder::new()
-                .name(format!("tiermem-mover-{k}"))
-                .spawn(move || {
-                    if let Some(c) = cpu {
-                        let _ = tiermem_sys::thread::set_affinity(&[c]);
-                    }
-                    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&mover_core, k)));
-                    if r.is_err() {
-                        eprintln!(
-                            "tiermem: a mover thread panicked; aborting (pages it owned would stay busy)"
-                        );
-                        std::process::abort();
-                    }
-                });
+            let spawned = super::spawn_runtime_thread(
+                "tiermem-mover",
+                k,
+                cpus,
+                "pages it owned would stay busy",
+                move || run(&mover_core),
+            );
             match spawned {
                 Ok(t) => threads.push(t),
                 Err(e) => {
-                    Movers { threads }.stop(core.movers.as_ref());
+                    Movers {
+                        threads,
+                        core: core.clone(),
+                    }
+                    .stop();
                     return Err(e.into());
                 }
             }
         }
-        Ok(Movers { threads })
+        Ok(Movers {
+            threads,
+            core: core.clone(),
+        })
+    }
+
+    /// In a `fork()`ed child: the threads are the parent's, so their
+    /// handles are forgotten, never joined.
+    pub(crate) fn abandon(self) {
+        std::mem::forget(self.threads);
     }
 
     /// Stops and joins the movers (see the module docs).
-    pub(crate) fn stop(self, shared: Option<&MoverShared>) {
-        if let Some(m) = shared {
+    pub(crate) fn stop(self) {
+        if let Some(m) = &self.core.movers {
             m.stop.store(true, Ordering::Release);
             m.work.fetch_add(1, Ordering::Release);
             futex_wake(&m.work, i32::MAX);
@@ -212,12 +223,12 @@ impl Movers {
     }
 }
 
-fn run(core: &RegionCore, index: usize) {
+fn run(core: &RegionCore) {
     let m = core
         .movers
         .as_ref()
         .expect("movers run only for regions with movers");
-    let staging = core.mover_staging(index);
+    let staging = core.mover_staging();
     let mut pacing = EvictionPacing { pause: PAUSE_MIN };
     loop {
         if m.stopping() {
@@ -242,7 +253,7 @@ fn run(core: &RegionCore, index: usize) {
         let t = Instant::now();
         let mut found = false;
         while t.elapsed() < SPIN {
-            if !m.queue.is_empty() || m.stopping() || m.eviction_wanted(core, m.low_free) {
+            if m.has_work(core) {
                 found = true;
                 break;
             }
@@ -252,7 +263,7 @@ fn run(core: &RegionCore, index: usize) {
             continue;
         }
         m.sleepers.fetch_add(1, Ordering::SeqCst);
-        if m.queue.is_empty() && !m.stopping() && !m.eviction_wanted(core, m.low_free) {
+        if !m.has_work(core) {
             // A paused mover sleeps to the end of its pause at most.
             let nap = m
                 .pause_left()

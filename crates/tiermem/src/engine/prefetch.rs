@@ -113,6 +113,8 @@ struct Detector {
     tick: u64,
     threads: [ThreadState; THREADS],
     advice: [Option<AdviceRange>; ADVICE_SLOTS],
+    /// (issued, wasted) when the cap was last adapted.
+    checkpoint: (u64, u64),
 }
 
 /// The prefetcher of one region.
@@ -125,8 +127,6 @@ pub(crate) struct Prefetcher {
     pub(crate) used: AtomicU64,
     pub(crate) wasted: AtomicU64,
     pub(crate) dropped: AtomicU64,
-    /// (issued, wasted) when the cap was last adapted.
-    checkpoint: Mutex<(u64, u64)>,
 }
 
 impl Prefetcher {
@@ -137,6 +137,7 @@ impl Prefetcher {
                 tick: 0,
                 threads: [ThreadState::default(); THREADS],
                 advice: [None; ADVICE_SLOTS],
+                checkpoint: (0, 0),
             }),
             pages,
             max_depth,
@@ -145,7 +146,6 @@ impl Prefetcher {
             used: AtomicU64::new(0),
             wasted: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
-            checkpoint: Mutex::new((0, 0)),
         }
     }
 
@@ -170,8 +170,17 @@ impl Prefetcher {
     /// A demand fault of thread `tid` at page `page`; returns what to
     /// prefetch. `pages` is used to mark passed pages as used.
     pub(crate) fn on_fault(&self, table: &PageTable, tid: u32, page: usize, write: bool) -> Requests {
-        let mut out = Requests::default();
         let mut d = self.detector.lock().unwrap_or_else(|p| p.into_inner());
+        let out = self.detect(&mut d, table, tid, page, write);
+        if !out.as_slice().is_empty() {
+            self.adapt(&mut d.checkpoint);
+        }
+        out
+    }
+
+    /// `on_fault` with the detector locked.
+    fn detect(&self, d: &mut Detector, table: &PageTable, tid: u32, page: usize, write: bool) -> Requests {
+        let mut out = Requests::default();
         d.tick += 1;
         let tick = d.tick;
         let advice = d
@@ -304,17 +313,19 @@ impl Prefetcher {
         };
         push(start, half);
         push(s.trigger + s.stride, depth - half - 1);
-        self.adapt();
     }
 
-    /// Adapts the cap on the window to the waste of recent prefetches.
-    fn adapt(&self) {
+    /// Adapts the cap on the window to the waste of recent prefetches;
+    /// `c` holds (issued, wasted) as of the last adaptation.
+    fn adapt(&self, c: &mut (u64, u64)) {
         let issued = self.issued.load(Ordering::Relaxed);
         let wasted = self.wasted.load(Ordering::Relaxed);
-        let Ok(mut c) = self.checkpoint.try_lock() else {
-            return;
-        };
         let (i0, w0) = *c;
+        // A reset of the counters since the checkpoint: start afresh.
+        if issued < i0 || wasted < w0 {
+            *c = (issued, wasted);
+            return;
+        }
         if issued - i0 < 4096 {
             return;
         }
@@ -336,9 +347,7 @@ impl Prefetcher {
         for c in [&self.issued, &self.used, &self.wasted, &self.dropped] {
             c.store(0, Ordering::Relaxed);
         }
-        if let Ok(mut c) = self.checkpoint.lock() {
-            *c = (0, 0);
-        }
+        self.detector.lock().unwrap_or_else(|p| p.into_inner()).checkpoint = (0, 0);
     }
 
     /// The current cap on the window.

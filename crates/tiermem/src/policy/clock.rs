@@ -31,10 +31,6 @@ impl Clock {
 }
 
 impl Policy for Clock {
-    fn name(&self) -> &'static str {
-        "clock"
-    }
-
     fn on_fill(&mut self, page: usize) {
         self.ring.remove(page);
         self.ring.push_back(page);

@@ -20,10 +20,6 @@ impl Fifo {
 }
 
 impl Policy for Fifo {
-    fn name(&self) -> &'static str {
-        "fifo"
-    }
-
     fn on_fill(&mut self, page: usize) {
         // A refill of a page still listed (a discard raced with it) moves it
         // to the back: it was filled last.

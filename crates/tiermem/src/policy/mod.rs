@@ -19,9 +19,6 @@ pub mod scan;
 
 /// A replacement policy.
 pub trait Policy: Send {
-    /// The policy's name (`fifo`, ...).
-    fn name(&self) -> &'static str;
-
     /// Page `page` became resident (filled from far memory or zero-filled).
     fn on_fill(&mut self, page: usize);
 

@@ -43,10 +43,6 @@ impl Scan {
 }
 
 impl Policy for Scan {
-    fn name(&self) -> &'static str {
-        "scan"
-    }
-
     fn on_fill(&mut self, page: usize) {
         self.older.remove(page);
         self.recent.remove(page);

@@ -26,18 +26,9 @@ impl FileStore {
         })?;
         Ok(FileStore { file, capacity })
     }
-
-    /// Free bytes on the file's file system.
-    pub fn fs_free_bytes(&self) -> Option<u64> {
-        self.file.fs_free_bytes().ok()
-    }
 }
 
 impl FarStore for FileStore {
-    fn kind(&self) -> &'static str {
-        "file"
-    }
-
     fn needs_staging(&self) -> bool {
         true
     }

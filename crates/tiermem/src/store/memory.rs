@@ -42,10 +42,6 @@ impl MemoryStore {
 }
 
 impl FarStore for MemoryStore {
-    fn kind(&self) -> &'static str {
-        "memory"
-    }
-
     fn needs_staging(&self) -> bool {
         false
     }

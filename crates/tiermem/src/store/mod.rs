@@ -72,9 +72,6 @@ impl StoreError {
 
 /// Where evicted pages live. Offsets are byte offsets into the region.
 pub trait FarStore: Send + Sync {
-    /// Short name (`memory`, `file`).
-    fn kind(&self) -> &'static str;
-
     /// Whether [`FarStore::fetch`] needs a staging buffer.
     fn needs_staging(&self) -> bool;
 

@@ -75,9 +75,6 @@ impl FailingStore {
 }
 
 impl FarStore for FailingStore {
-    fn kind(&self) -> &'static str {
-        "failing"
-    }
     fn needs_staging(&self) -> bool {
         false
     }
