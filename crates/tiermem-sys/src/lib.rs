@@ -15,6 +15,8 @@
 //! - [`hugetlb`]: huge page pools;
 //! - [`pagemap`]: the `PAGEMAP_SCAN` ioctl;
 //! - [`signal`]: in-context SIGBUS/SIGSEGV fault callbacks;
+//! - [`process`]: worker processes (fork, wait, kill, `_exit`);
+//! - [`splice`]: a pipe of page references for team-mode eviction;
 //! - [`thread`]: thread ids, CPUs, affinity, futexes, fork generation;
 //! - [`event`]: eventfd and poll;
 //! - [`interrupts`]: TLB-shootdown IPI counts;
@@ -29,7 +31,9 @@ pub mod memfd;
 pub mod mm;
 pub mod pagemap;
 pub mod probe;
+pub mod process;
 pub mod signal;
+pub mod splice;
 pub mod thread;
 mod uapi;
 pub mod uffd;

@@ -44,6 +44,12 @@ impl Memfd {
     }
 }
 
+impl From<Memfd> for OwnedFd {
+    fn from(m: Memfd) -> OwnedFd {
+        m.fd
+    }
+}
+
 impl AsFd for Memfd {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()

@@ -215,6 +215,57 @@ impl Mapping {
         Ok((map, user))
     }
 
+    /// Maps `len` bytes of `fd` from `offset`, shared, at exactly `addr`
+    /// (`MAP_FIXED_NOREPLACE`): how a process attaching to a named team
+    /// region gets it at the address the other members use. Fails with
+    /// `EEXIST` if anything is mapped there already.
+    pub fn shared_at(
+        fd: BorrowedFd<'_>,
+        offset: u64,
+        len: usize,
+        page_size: usize,
+        addr: usize,
+    ) -> Result<(Mapping, UserAccess), MmError> {
+        if len == 0 || len % page_size != 0 || addr % page_size != 0 || addr == 0 {
+            return Err(MmError::BadLength { len, unit: page_size });
+        }
+        // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping;
+        // the result is checked below.
+        let p = unsafe {
+            libc::mmap(
+                addr as *mut libc::c_void,
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_FIXED_NOREPLACE,
+                fd.as_raw_fd(),
+                offset as libc::off_t,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(MmError::Map {
+                len,
+                errno: Errno::last(),
+            });
+        }
+        if p as usize != addr {
+            // Very old kernels ignore the flag and treat it as a hint.
+            // SAFETY: the mapping just made, at the address returned.
+            unsafe { libc::munmap(p, len) };
+            return Err(MmError::Map {
+                len,
+                errno: Errno(libc::EEXIST),
+            });
+        }
+        let map = Mapping {
+            addr: NonNull::new(p as *mut u8).expect("mmap returned null"),
+            len,
+            page_size,
+            dontfork_generation: None,
+        };
+        let user = UserAccess { addr };
+        Ok((map, user))
+    }
+
     fn map(
         len: usize,
         page_size: usize,
@@ -770,5 +821,24 @@ mod tests {
             use std::os::unix::fs::OpenOptionsExt;
             self.custom_flags(libc::O_TMPFILE)
         }
+    }
+
+    #[test]
+    fn shared_at_maps_the_same_file_at_a_chosen_address() {
+        let fd = crate::memfd::Memfd::create("at", false).unwrap();
+        fd.set_len(8192).unwrap();
+        let (a, _ua) = Mapping::shared(fd.as_fd(), 0, 8192, 4096, &MapOptions::default()).unwrap();
+        a.write_bytes(10, b"x");
+        let want = a.addr();
+        // Occupied: refused, the existing mapping untouched.
+        assert!(Mapping::shared_at(fd.as_fd(), 0, 8192, 4096, want).is_err());
+        drop(a);
+        let (b, _ub) = Mapping::shared_at(fd.as_fd(), 0, 8192, 4096, want).unwrap();
+        assert_eq!(b.addr(), want);
+        let mut got = [0u8];
+        b.copy_out(10, &mut got);
+        assert_eq!(&got, b"x");
+        assert!(Mapping::shared_at(fd.as_fd(), 0, 100, 4096, want).is_err());
+        assert!(Mapping::shared_at(fd.as_fd(), 0, 4096, 4096, want + 1).is_err());
     }
 }

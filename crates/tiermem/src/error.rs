@@ -59,6 +59,9 @@ pub enum Error {
     /// A thread could not be started.
     #[error("cannot start a thread: {0}")]
     Thread(#[from] std::io::Error),
+    /// A team worker failed (its error, crash or kill stopped the team).
+    #[error("team: {0}")]
+    Team(String),
 }
 
 /// Stable error codes, as returned by the C API (negative).
@@ -81,6 +84,8 @@ pub enum ErrorCode {
     Permission = -7,
     /// Internal error (a bug: please report).
     Internal = -8,
+    /// A team worker failed; the team stopped.
+    WorkerFailed = -9,
 }
 
 impl Error {
@@ -102,6 +107,7 @@ impl Error {
             Error::HugePages { .. } => ErrorCode::HugePages,
             Error::Sys { errno, .. } if errno.raw() == libc::ENOMEM => ErrorCode::OutOfMemory,
             Error::Sys { .. } | Error::Thread(_) => ErrorCode::Internal,
+            Error::Team(_) => ErrorCode::WorkerFailed,
         }
     }
 }
@@ -118,6 +124,7 @@ impl ErrorCode {
             ErrorCode::HugePages => "not enough huge pages",
             ErrorCode::Permission => "permission denied",
             ErrorCode::Internal => "internal error",
+            ErrorCode::WorkerFailed => "a team worker failed",
         }
     }
 
@@ -133,6 +140,7 @@ impl ErrorCode {
             HugePages,
             Permission,
             Internal,
+            WorkerFailed,
         ]
         .into_iter()
         .find(|c| *c as i32 == v)
@@ -145,7 +153,7 @@ mod tests {
 
     #[test]
     fn codes_are_stable_and_round_trip() {
-        for v in -8..=-1 {
+        for v in -9..=-1 {
             let c = ErrorCode::from_raw(v).unwrap();
             assert_eq!(c as i32, v);
             assert!(!c.message().is_empty());

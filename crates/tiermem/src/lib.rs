@@ -28,6 +28,8 @@
 //! - [`policy`]: replacement policies behind one trait;
 //! - [`stats`]: statistics (faults, bytes, costs, latency, per thread);
 //! - [`global`]: the process-wide region behind `tm_malloc_global`;
+//! - [`team`]: one region shared by worker processes, a page table each
+//!   (partially separated page tables);
 //! - `engine` (private): fault resolution, fill and eviction, in-context
 //!   (SIGBUS) and handler-thread designs; `page` (private): page states.
 //!
@@ -45,6 +47,7 @@ pub mod policy;
 pub mod region;
 pub mod stats;
 pub mod store;
+pub mod team;
 
 pub use config::{Config, DirtyTracking, FarStoreConfig, FaultPath, InstallMethod, PageSize};
 pub use engine::IoErrorRecord;

@@ -45,12 +45,17 @@ fn tid() -> u32 {
     })
 }
 
-/// Adds a region to the registry and installs the signal handlers (once).
-pub(crate) fn register(core: Arc<RegionCore>) -> Result<(), crate::Error> {
+/// Installs the SIGBUS handler (once) that serves tiered and team regions.
+pub(crate) fn install_sigbus() -> Result<(), crate::Error> {
     signal::install(FaultSignalKind::Bus, on_sigbus, false).map_err(|errno| crate::Error::Sys {
         what: "installing the SIGBUS handler",
         errno,
-    })?;
+    })
+}
+
+/// Adds a region to the registry and installs the signal handlers (once).
+pub(crate) fn register(core: Arc<RegionCore>) -> Result<(), crate::Error> {
+    install_sigbus()?;
     if core.config.dirty_tracking == crate::config::DirtyTracking::WpAsync {
         signal::install(FaultSignalKind::Segv, on_sigsegv, true).map_err(|errno| crate::Error::Sys {
             what: "installing the SIGSEGV handler",
@@ -102,7 +107,7 @@ fn on_sigbus(f: &SignalFault) -> Disposition {
         return Disposition::Forward;
     }
     let Some(core) = lookup(f.addr) else {
-        return Disposition::Forward;
+        return crate::team::handle_fault(f).unwrap_or(Disposition::Forward);
     };
     if core.fault_path() != crate::config::FaultPath::InContext {
         return Disposition::Forward;

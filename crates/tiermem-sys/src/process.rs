@@ -1,0 +1,234 @@
+//! Worker processes: `fork`, `waitpid`, `kill`, `_exit`, the parent-death
+//! signal, and a liveness probe.
+//!
+//! tiermem's team mode runs workers as processes so that each has its own
+//! page table (paper 1's partially separated page tables). Forking a
+//! multi-threaded process is legal but only the calling thread survives in
+//! the child: the child must not wait for locks another thread of the
+//! parent held at the time of the fork (glibc's malloc is safe; stdio
+//! locks may not be). Team workers therefore only run the caller's closure
+//! and leave through [`exit_now`], never through Rust's exit path.
+
+use crate::errno::{check, Errno};
+
+/// Which side of a [`fork`] this is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Forked {
+    /// The new process.
+    Child,
+    /// The original process; the child's pid.
+    Parent(u32),
+}
+
+/// `fork()`. In the child, `parent_death_kill` makes the kernel SIGKILL it
+/// when the parent dies, so that workers never outlive a crashed leader.
+pub fn fork(parent_death_kill: bool) -> Result<Forked, Errno> {
+    // Read before the fork: the child compares it with getppid() to catch a
+    // parent that died before prctl took effect.
+    let parent = crate::thread::getpid();
+    // Fork-generation hook installed before the fork so the child sees it.
+    let _ = crate::thread::fork_generation();
+    // SAFETY: fork has no memory-safety preconditions; the module docs say
+    // what the child may do.
+    let pid = unsafe { libc::fork() };
+    match pid {
+        -1 => Err(Errno::last()),
+        0 => {
+            if parent_death_kill {
+                // SAFETY: plain prctl with integer arguments.
+                unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
+                // SAFETY: getppid cannot fail.
+                if unsafe { libc::getppid() } as u32 != parent {
+                    exit_now(127);
+                }
+            }
+            Ok(Forked::Child)
+        }
+        p => Ok(Forked::Parent(p as u32)),
+    }
+}
+
+/// How a child ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExitStatus {
+    /// `exit(code)`.
+    Exited(i32),
+    /// Killed by a signal.
+    Signaled(i32),
+}
+
+impl ExitStatus {
+    /// Exit code 0.
+    pub fn success(self) -> bool {
+        self == ExitStatus::Exited(0)
+    }
+}
+
+impl std::fmt::Display for ExitStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            ExitStatus::Exited(c) => write!(f, "exit code {c}"),
+            ExitStatus::Signaled(s) => write!(f, "killed by signal {s} ({})", signal_name(s)),
+        }
+    }
+}
+
+/// A short name for a signal number.
+pub fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGINT => "SIGINT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGFPE => "SIGFPE",
+        _ => "signal",
+    }
+}
+
+fn decode(status: libc::c_int) -> ExitStatus {
+    if libc::WIFSIGNALED(status) {
+        ExitStatus::Signaled(libc::WTERMSIG(status))
+    } else {
+        ExitStatus::Exited(libc::WEXITSTATUS(status))
+    }
+}
+
+/// Reaps child `pid` if it ended, without blocking; `Ok(None)` if it runs.
+pub fn try_wait(pid: u32) -> Result<Option<ExitStatus>, Errno> {
+    let mut status = 0;
+    // SAFETY: status is a valid out-pointer.
+    let r = check(unsafe { libc::waitpid(pid as libc::pid_t, &mut status, libc::WNOHANG) })?;
+    Ok((r != 0).then(|| decode(status)))
+}
+
+/// Waits until child `pid` ends.
+pub fn wait(pid: u32) -> Result<ExitStatus, Errno> {
+    loop {
+        let mut status = 0;
+        // SAFETY: status is a valid out-pointer.
+        match check(unsafe { libc::waitpid(pid as libc::pid_t, &mut status, 0) }) {
+            Ok(_) => return Ok(decode(status)),
+            Err(Errno(libc::EINTR)) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Sends `sig` to `pid`.
+pub fn kill(pid: u32, sig: i32) -> Result<(), Errno> {
+    // SAFETY: plain syscall.
+    check(unsafe { libc::kill(pid as libc::pid_t, sig) }).map(|_| ())
+}
+
+/// Whether process `pid` exists: `kill(pid, 0)`. Async-signal-safe, but a
+/// zombie (ended, not yet reaped) still counts as alive; see [`running`].
+pub fn exists(pid: u32) -> bool {
+    if pid == 0 {
+        return false;
+    }
+    // SAFETY: signal 0 only checks for existence.
+    unsafe { libc::kill(pid as libc::pid_t, 0) == 0 || *libc::__errno_location() == libc::EPERM }
+}
+
+/// Whether process `pid` runs (exists and is not a zombie). Reads /proc:
+/// not for signal handlers.
+pub fn running(pid: u32) -> bool {
+    if pid == 0 {
+        return false;
+    }
+    // Linux: /proc/<pid>/stat says 'Z' for a zombie, which is dead for us.
+    let mut buf = [0u8; 128];
+    let path = format!("/proc/{pid}/stat");
+    let Ok(f) = std::fs::File::open(path) else {
+        return false;
+    };
+    use std::io::Read;
+    let n = (&f).read(&mut buf).unwrap_or(0);
+    let s = &buf[..n];
+    match s.iter().rposition(|&c| c == b')') {
+        Some(i) if i + 2 < n => s[i + 2] != b'Z' && s[i + 2] != b'X',
+        _ => true,
+    }
+}
+
+/// Waits until one of `pids` has ended (it stays a zombie until
+/// [`wait`]ed for) or `timeout` passes; returns the ended ones.
+/// Uses pidfds, so other children of the process are left alone.
+pub fn wait_any(pids: &[u32], timeout: std::time::Duration) -> Result<Vec<u32>, Errno> {
+    let mut fds = Vec::with_capacity(pids.len());
+    for &pid in pids {
+        // SAFETY: pidfd_open takes a pid and flags.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) } as libc::c_int;
+        let fd = check(fd)?;
+        // SAFETY: a new descriptor we own.
+        fds.push(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) });
+    }
+    use std::os::fd::AsRawFd;
+    let mut polls: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|f| libc::pollfd {
+            fd: f.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
+    // SAFETY: polls is a valid array of pollfd for the call.
+    match check(unsafe { libc::poll(polls.as_mut_ptr(), polls.len() as libc::nfds_t, ms) }) {
+        Ok(_) | Err(Errno(libc::EINTR)) => {}
+        Err(e) => return Err(e),
+    }
+    Ok(pids
+        .iter()
+        .zip(&polls)
+        .filter(|(_, p)| p.revents != 0)
+        .map(|(&pid, _)| pid)
+        .collect())
+}
+
+/// Ends the process at once with `code` (`_exit`): no destructors, no
+/// atexit handlers, no stdio flush. Async-signal-safe.
+pub fn exit_now(code: i32) -> ! {
+    // SAFETY: _exit never returns and has no preconditions.
+    unsafe { libc::_exit(code) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fork_wait_and_statuses() {
+        match fork(true).unwrap() {
+            Forked::Child => exit_now(7),
+            Forked::Parent(pid) => {
+                let ended = wait_any(&[pid], std::time::Duration::from_secs(10)).unwrap();
+                assert_eq!(ended, vec![pid]);
+                assert_eq!(wait(pid).unwrap(), ExitStatus::Exited(7));
+                assert!(!running(pid) && !exists(pid));
+            }
+        }
+        match fork(true).unwrap() {
+            Forked::Child => loop {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            },
+            Forked::Parent(pid) => {
+                assert!(running(pid) && exists(pid));
+                assert_eq!(try_wait(pid).unwrap(), None);
+                assert!(wait_any(&[pid], std::time::Duration::from_millis(20))
+                    .unwrap()
+                    .is_empty());
+                kill(pid, libc::SIGKILL).unwrap();
+                let st = wait(pid).unwrap();
+                assert_eq!(st, ExitStatus::Signaled(libc::SIGKILL));
+                assert!(!st.success());
+                assert!(st.to_string().contains("SIGKILL"));
+            }
+        }
+        assert!(!running(0) && !exists(0));
+        assert!(kill(0x7fff_fff0, 0).is_err());
+    }
+}

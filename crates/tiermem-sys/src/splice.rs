@@ -1,0 +1,198 @@
+//! A pipe used as a page-reference buffer: `splice` from a shmem file takes
+//! references to its pages instead of copying them.
+//!
+//! Team-mode eviction relies on this: splice a page of the shared region
+//! into the pipe, punch it out of the file (the kernel unmaps it from every
+//! process that maps it), then splice the pipe into the far store. A write
+//! that lands between the first splice and the punch goes to the very page
+//! the pipe holds, so it is written back, never lost; a write after the
+//! punch faults and waits for the page.
+//!
+//! ```
+//! use tiermem_sys::{memfd::Memfd, splice::Pipe};
+//! let src = Memfd::create("src", false).unwrap();
+//! src.set_len(4096).unwrap();
+//! let dst = Memfd::create("dst", false).unwrap();
+//! dst.set_len(4096).unwrap();
+//! let pipe = Pipe::new(1 << 16).unwrap();
+//! pipe.fill_from(&src, 0, 4096).unwrap();
+//! pipe.drain_to(&dst, 0, 4096).unwrap();
+//! ```
+
+use crate::errno::{check, check_size, Errno};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+
+/// An owned pipe (both ends, close-on-exec).
+#[derive(Debug)]
+pub struct Pipe {
+    read: OwnedFd,
+    write: OwnedFd,
+    capacity: usize,
+}
+
+impl Pipe {
+    /// Creates a pipe holding at least `capacity` bytes (`F_SETPIPE_SZ`;
+    /// an unprivileged process is limited by /proc/sys/fs/pipe-max-size).
+    pub fn new(capacity: usize) -> Result<Pipe, Errno> {
+        let mut fds = [0; 2];
+        // SAFETY: fds is a valid 2-element out array.
+        check(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
+        // SAFETY: both descriptors are new and owned by us alone.
+        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        // SAFETY: fcntl on our own descriptor with an integer argument.
+        let got =
+            check(unsafe { libc::fcntl(write.as_raw_fd(), libc::F_SETPIPE_SZ, capacity as libc::c_int) })?;
+        Ok(Pipe {
+            read,
+            write,
+            capacity: got as usize,
+        })
+    }
+
+    /// Bytes the pipe holds at most.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Splices `len` bytes of `src` at `offset` into the pipe (all of them,
+    /// or an error). The pipe must be empty enough.
+    pub fn fill_from(&self, src: &impl AsFd, offset: u64, len: usize) -> Result<(), Errno> {
+        self.splice_all(
+            src.as_fd().as_raw_fd(),
+            Some(offset),
+            self.write.as_raw_fd(),
+            None,
+            len,
+        )
+    }
+
+    /// Splices `len` bytes out of the pipe into `dst` at `offset`.
+    pub fn drain_to(&self, dst: &impl AsFd, offset: u64, len: usize) -> Result<(), Errno> {
+        self.splice_all(
+            self.read.as_raw_fd(),
+            None,
+            dst.as_fd().as_raw_fd(),
+            Some(offset),
+            len,
+        )
+    }
+
+    /// Reads up to `len` bytes out of the pipe into the start of `map`;
+    /// returns how many (0 when the pipe is empty).
+    pub fn read_into(&self, map: &crate::mm::Mapping, len: usize) -> usize {
+        let len = len.min(map.len());
+        let mut avail: libc::c_int = 0;
+        // SAFETY: FIONREAD writes an int we own.
+        if unsafe { libc::ioctl(self.read.as_raw_fd(), libc::FIONREAD, &mut avail) } != 0 || avail <= 0 {
+            return 0;
+        }
+        // SAFETY: map is a live mapping of at least `len` bytes, written only
+        // through this call while the caller holds it; `avail` bytes are
+        // queued, so the read does not block.
+        let r = unsafe {
+            libc::read(
+                self.read.as_raw_fd(),
+                map.as_ptr().cast(),
+                len.min(avail as usize),
+            )
+        };
+        r.max(0) as usize
+    }
+
+    /// Throws away whatever the pipe holds (after a failed drain).
+    pub fn clear(&self) {
+        let mut buf = [0u8; 4096];
+        loop {
+            // FIONREAD first, so that the read below never blocks.
+            let mut avail: libc::c_int = 0;
+            // SAFETY: FIONREAD writes an int we own.
+            if unsafe { libc::ioctl(self.read.as_raw_fd(), libc::FIONREAD, &mut avail) } != 0 || avail <= 0 {
+                return;
+            }
+            let want = (avail as usize).min(buf.len());
+            // SAFETY: buf is valid for `want` bytes; `avail` bytes are queued.
+            if unsafe { libc::read(self.read.as_raw_fd(), buf.as_mut_ptr().cast(), want) } <= 0 {
+                return;
+            }
+        }
+    }
+
+    fn splice_all(
+        &self,
+        from: libc::c_int,
+        from_off: Option<u64>,
+        to: libc::c_int,
+        to_off: Option<u64>,
+        len: usize,
+    ) -> Result<(), Errno> {
+        let mut done = 0;
+        while done < len {
+            let mut fo = from_off.map(|o| (o + done as u64) as libc::loff_t);
+            let mut tof = to_off.map(|o| (o + done as u64) as libc::loff_t);
+            let fp = fo
+                .as_mut()
+                .map_or(std::ptr::null_mut(), |o| o as *mut libc::loff_t);
+            let tp = tof
+                .as_mut()
+                .map_or(std::ptr::null_mut(), |o| o as *mut libc::loff_t);
+            // SAFETY: both descriptors are open; the offset pointers are
+            // either null (pipe side) or point to locals.
+            let r = check_size(unsafe {
+                libc::splice(from, fp, to, tp, len - done, libc::SPLICE_F_MOVE) as isize
+            });
+            match r {
+                Ok(0) => return Err(Errno(libc::EIO)),
+                Ok(n) => done += n,
+                Err(Errno(libc::EINTR)) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memfd::Memfd;
+    use crate::mm::{MapOptions, Mapping};
+
+    #[test]
+    fn splice_keeps_writes_made_before_the_punch() {
+        let src = Memfd::create("src", false).unwrap();
+        src.set_len(8192).unwrap();
+        let (map, _u) = Mapping::shared(src.as_fd(), 0, 8192, 4096, &MapOptions::default()).unwrap();
+        map.fill(0, 8192, b'a');
+        let pipe = Pipe::new(1 << 16).unwrap();
+        assert!(pipe.capacity() >= 1 << 16);
+        pipe.fill_from(&src, 0, 4096).unwrap();
+        // After the splice, before the punch: must reach the far copy.
+        map.write_bytes(100, b"B");
+        src.punch_hole(0, 4096).unwrap();
+        let mut now = [1u8; 1];
+        map.copy_out(100, &mut now);
+        assert_eq!(now[0], 0, "the punched page reads as zeros");
+        let dst = Memfd::create("dst", false).unwrap();
+        dst.set_len(4096).unwrap();
+        pipe.drain_to(&dst, 0, 4096).unwrap();
+        let (d, _u) = Mapping::shared(dst.as_fd(), 0, 4096, 4096, &MapOptions::default()).unwrap();
+        let mut got = vec![0u8; 4096];
+        d.copy_out(0, &mut got);
+        assert_eq!(got[100], b'B');
+        assert!(got
+            .iter()
+            .enumerate()
+            .all(|(i, &c)| c == if i == 100 { b'B' } else { b'a' }));
+        pipe.fill_from(&dst, 0, 4096).unwrap();
+        let (bounce, _b) = Mapping::anonymous(8192, &MapOptions::default()).unwrap();
+        assert_eq!(pipe.read_into(&bounce, 8192), 4096);
+        let mut one = [0u8];
+        bounce.copy_out(100, &mut one);
+        assert_eq!(&one, b"B");
+        assert_eq!(pipe.read_into(&bounce, 8192), 0);
+        pipe.fill_from(&dst, 0, 4096).unwrap();
+        pipe.clear();
+        assert_eq!(pipe.read_into(&bounce, 8192), 0);
+        assert!(Pipe::new(1 << 16).unwrap().drain_to(&dst, 0, 0).is_ok());
+    }
+}

@@ -1,0 +1,637 @@
+//! One process's membership in a team: its own userfaultfd on the shared
+//! region, and the fault and eviction paths that run in its SIGBUS handler.
+//!
+//! Per-worker page tables come from the kernel: every member maps the same
+//! shmem file, a MISSING fault (page in no one's near memory) is filled
+//! with `UFFDIO_COPY`/`ZEROPAGE`, which maps it in the faulting process
+//! only, and a MINOR fault (page near, but not mapped here) is resolved
+//! with `UFFDIO_CONTINUE`. So each process has translations only for pages
+//! it touched, and the page word's sharer mask records which members those
+//! are. Eviction punches the page out of the file: the kernel's reverse
+//! map unmaps it from exactly the processes that map it, and flushes TLBs
+//! only on the CPUs where those processes run.
+
+use super::ctl::{self, Ctl, Stat, Where, BUSY, H_ABORT, H_BATCH, H_BUDGET, H_LOCK, H_READAHEAD};
+use super::ctl::{H_POLICY, H_RESIDENT, H_RING_HEAD, H_RING_TAIL, H_WINDOW};
+use super::TeamPolicy;
+use crate::stats::{Cost, FaultTimer};
+use std::cell::Cell;
+use std::fs::File;
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use tiermem_sys::mm::{MapOptions, Mapping, UserAccess};
+use tiermem_sys::process;
+use tiermem_sys::signal::{Disposition, SignalFault};
+use tiermem_sys::splice::Pipe;
+use tiermem_sys::thread::fork_generation;
+use tiermem_sys::uffd::{
+    CopyMode, Features, Ioctls, RegisterMode, Registration, Resolved, Uffd, UffdOptions,
+};
+
+/// Exit code of a worker that stopped because another member failed.
+pub const EXIT_ABORTED: i32 = 86;
+
+/// Victims examined at most per eviction (stack buffers, no allocation).
+pub(crate) const MAX_WINDOW: usize = 512;
+
+/// What every member process maps: the control block, the region file
+/// (near memory, at the same address everywhere) and the far file.
+pub(crate) struct View {
+    pub(crate) ctl_map: Mapping,
+    pub(crate) ctl_user: UserAccess,
+    pub(crate) data: File,
+    pub(crate) data_map: Mapping,
+    pub(crate) far: File,
+    pub(crate) far_map: Mapping,
+    pub(crate) page: usize,
+    pub(crate) npages: usize,
+}
+
+impl View {
+    pub(crate) fn ctl(&self) -> Ctl<'_> {
+        Ctl::new(self.ctl_map.user_atomics(&self.ctl_user))
+    }
+}
+
+/// A pipe and a bounce buffer for one rank's evictions, with a lock in case
+/// two threads share a rank.
+struct Lane {
+    busy: AtomicBool,
+    pipe: Pipe,
+    bounce: Mapping,
+}
+
+/// This process's membership.
+pub(crate) struct Member {
+    pub(crate) view: Arc<View>,
+    uffd: Uffd,
+    reg: Registration,
+    /// Rank of this process's threads unless a thread set its own.
+    pub(crate) rank: usize,
+    /// The team's creator (not a forked worker): never exits on abort.
+    pub(crate) host: bool,
+    /// Lanes by rank (host: every rank, for threads mode) or one lane.
+    lanes: Vec<Lane>,
+    generation: u64,
+}
+
+static MEMBERS: RwLock<Vec<Arc<Member>>> = RwLock::new(Vec::new());
+
+thread_local! {
+    static THREAD_RANK: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+
+/// Makes the calling thread act as team rank `rank` in faults (threads
+/// mode: each application thread is a worker of one process).
+pub fn set_thread_rank(rank: usize) {
+    THREAD_RANK.with(|r| r.set(rank));
+}
+
+fn thread_rank() -> Option<usize> {
+    let r = THREAD_RANK.with(|r| r.get());
+    (r != usize::MAX).then_some(r)
+}
+
+impl Member {
+    /// Joins this process as `rank`: opens a userfaultfd, registers the
+    /// region for MISSING and MINOR faults, and enters the registry.
+    pub(crate) fn join(
+        view: Arc<View>,
+        rank: usize,
+        host: bool,
+        lanes: usize,
+    ) -> Result<Arc<Member>, crate::Error> {
+        let uffd = Uffd::open(&UffdOptions {
+            required: Features::SIGBUS | Features::MISSING_SHMEM | Features::MINOR_SHMEM,
+            optional: Features::empty(),
+            nonblocking: false,
+        })?;
+        let reg = uffd.register(&view.data_map, RegisterMode::MISSING | RegisterMode::MINOR)?;
+        if !reg.ioctls().contains(Ioctls::ZEROPAGE | Ioctls::CONTINUE) {
+            return Err(crate::Error::Usage(
+                "this kernel offers no UFFDIO_ZEROPAGE/UFFDIO_CONTINUE on shared memory: team regions need Linux 5.14 or newer"
+                    .into(),
+            ));
+        }
+        let ctl = view.ctl();
+        let batch = ctl.get(H_BATCH).max(ctl.get(H_READAHEAD)) as usize;
+        let mut v = Vec::with_capacity(lanes);
+        for _ in 0..lanes {
+            let pipe = Pipe::new(batch * view.page).map_err(|errno| crate::Error::Sys {
+                what: "creating the eviction pipe (see /proc/sys/fs/pipe-max-size)",
+                errno,
+            })?;
+            let (bounce, _) = Mapping::anonymous(pipe.capacity().max(view.page), &MapOptions::default())?;
+            v.push(Lane {
+                busy: AtomicBool::new(false),
+                pipe,
+                bounce,
+            });
+        }
+        ctl.pid(rank)
+            .store(tiermem_sys::thread::getpid() as u64, Ordering::Release);
+        let m = Arc::new(Member {
+            view,
+            uffd,
+            reg,
+            rank,
+            host,
+            lanes: v,
+            generation: fork_generation(),
+        });
+        crate::engine::in_context::install_sigbus()?;
+        let mut g = MEMBERS.write().unwrap_or_else(|p| p.into_inner());
+        let generation = fork_generation();
+        g.retain(|m| m.generation == generation);
+        g.push(m.clone());
+        Ok(m)
+    }
+
+    /// Leaves the registry and waits for in-flight handlers.
+    pub(crate) fn leave(m: &Arc<Member>) {
+        {
+            let mut g = MEMBERS.write().unwrap_or_else(|p| p.into_inner());
+            g.retain(|x| !Arc::ptr_eq(x, m));
+        }
+        while Arc::strong_count(m) > 1 {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+
+    fn lane(&self, rank: usize) -> &Lane {
+        let l = if self.lanes.len() > 1 {
+            &self.lanes[rank.min(self.lanes.len() - 1)]
+        } else {
+            &self.lanes[0]
+        };
+        let mut spins = 0u32;
+        while l
+            .busy
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            backoff(&mut spins);
+        }
+        l
+    }
+
+    fn resolve(&self, addr: usize) -> Disposition {
+        let ctl = self.view.ctl();
+        let ps = self.view.page;
+        let i = (addr - self.view.data_map.addr()) / ps;
+        let rank = thread_rank().unwrap_or(self.rank);
+        let mut timer = FaultTimer::start();
+        let mut spins = 0u32;
+        loop {
+            let w = ctl.page(i).load(Ordering::Acquire);
+            if w & BUSY != 0 {
+                if !self.wait_busy(&ctl, i, w, &mut spins) {
+                    return Disposition::Forward;
+                }
+                continue;
+            }
+            let at = ctl::where_(w);
+            if at == Where::Lost {
+                return Disposition::Forward;
+            }
+            if ctl
+                .page(i)
+                .compare_exchange(w, ctl::busy_by(w, rank), Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+            {
+                continue;
+            }
+            timer.lap(Cost::LockList);
+            let ok = if at == Where::Resident {
+                self.map_resident(&ctl, i, w, rank, &mut timer)
+            } else {
+                self.fill(&ctl, i, w, rank, &mut timer)
+            };
+            let (total, split) = timer.finish();
+            for (k, ns) in split.iter().enumerate() {
+                ctl.stat_at(rank, Stat::CostBase as usize + k)
+                    .fetch_add(*ns, Ordering::Relaxed);
+            }
+            ctl.add(rank, Stat::FaultNs, total);
+            return if ok {
+                Disposition::Retry
+            } else {
+                Disposition::Forward
+            };
+        }
+    }
+
+    /// A minor fault: the page is near, map it here too.
+    fn map_resident(&self, ctl: &Ctl<'_>, i: usize, w: u64, rank: usize, timer: &mut FaultTimer) -> bool {
+        let ps = self.view.page;
+        let r = self.uffd.continue_(&self.reg, i * ps, ps, false, false);
+        timer.lap(Cost::Pte);
+        ctl.page(i).store(w | ctl::sharer_bit(rank), Ordering::Release);
+        ctl.add(rank, Stat::MinorFaults, 1);
+        match r {
+            Ok(_) => true,
+            Err(_) => {
+                ctl.add(rank, Stat::Errors, 1);
+                false
+            }
+        }
+    }
+
+    /// A missing fault: make room, then fill page `i` (and the following
+    /// pages in the same state, up to the read-ahead) from the far file or
+    /// with zeros.
+    fn fill(&self, ctl: &Ctl<'_>, i: usize, w: u64, rank: usize, timer: &mut FaultTimer) -> bool {
+        let ps = self.view.page;
+        let at = ctl::where_(w);
+        let ahead = ctl.get(H_READAHEAD).max(1) as usize;
+        let mut n = 1;
+        while n < ahead && i + n < self.view.npages {
+            let w2 = ctl.page(i + n).load(Ordering::Acquire);
+            if w2 & BUSY != 0
+                || ctl::where_(w2) != at
+                || ctl
+                    .page(i + n)
+                    .compare_exchange(w2, ctl::busy_by(w2, rank), Ordering::Acquire, Ordering::Relaxed)
+                    .is_err()
+            {
+                break;
+            }
+            n += 1;
+        }
+        timer.lap(Cost::LockList);
+        if !self.reserve(ctl, rank, n, timer) {
+            self.publish(ctl, i, n, at as u64, 0);
+            return false;
+        }
+        let result = if at == Where::Far {
+            self.copy_all(i * ps, self.view.far_map.range(i * ps, n * ps))
+        } else {
+            retry(
+                |done| self.uffd.zeropage(&self.reg, i * ps + done, n * ps - done, false),
+                n * ps,
+            )
+        };
+        timer.lap(Cost::Pte);
+        if result.is_err() {
+            ctl.w[H_RESIDENT].fetch_sub(n as u64, Ordering::AcqRel);
+            ctl.add(rank, Stat::Errors, 1);
+            self.publish(ctl, i, n, at as u64, 0);
+            return false;
+        }
+        self.push_ring(ctl, rank, i, n);
+        timer.lap(Cost::LockList);
+        self.publish(ctl, i, n, Where::Resident as u64, ctl::sharer_bit(rank));
+        ctl.add(rank, Stat::MissingFaults, 1);
+        ctl.add(rank, Stat::ReadaheadPages, n as u64 - 1);
+        if at == Where::Far {
+            ctl.add(rank, Stat::BytesIn, (n * ps) as u64);
+        } else {
+            ctl.add(rank, Stat::ZeroFills, 1);
+        }
+        true
+    }
+
+    fn copy_all(&self, off: usize, src: tiermem_sys::mm::MemRange<'_>) -> Result<(), ()> {
+        retry(
+            |done| {
+                self.uffd.copy(
+                    &self.reg,
+                    off + done,
+                    src.sub(done, src.len() - done),
+                    CopyMode::default(),
+                )
+            },
+            src.len(),
+        )
+    }
+
+    /// Stores the final word of pages `i..i+n` (unlocking them).
+    fn publish(&self, ctl: &Ctl<'_>, i: usize, n: usize, at: u64, sharers: u64) {
+        for k in i..i + n {
+            ctl.page(k).store(at | sharers, Ordering::Release);
+        }
+    }
+
+    /// Counts `n` pages against the budget, evicting until they fit.
+    /// False only if the team was aborted meanwhile.
+    fn reserve(&self, ctl: &Ctl<'_>, rank: usize, n: usize, timer: &mut FaultTimer) -> bool {
+        let budget = ctl.get(H_BUDGET);
+        let batch = ctl.get(H_BATCH) as usize;
+        let mut spins = 0u32;
+        loop {
+            let cur = ctl.w[H_RESIDENT].load(Ordering::Acquire);
+            if cur + n as u64 <= budget {
+                if ctl.w[H_RESIDENT]
+                    .compare_exchange(cur, cur + n as u64, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    return true;
+                }
+                continue;
+            }
+            let want = (cur + n as u64 - budget) as usize;
+            if self.evict_some(ctl, rank, want.max(batch), timer) == 0 {
+                // Every candidate is busy in another member's hands.
+                backoff(&mut spins);
+                if spins % 1024 == 0 && ctl.get(H_ABORT) != 0 {
+                    if !self.host {
+                        process::exit_now(EXIT_ABORTED);
+                    }
+                    return false;
+                }
+            }
+        }
+    }
+
+    fn push_ring(&self, ctl: &Ctl<'_>, rank: usize, first: usize, n: usize) {
+        self.lock_list(ctl, rank);
+        let tail = ctl.get(H_RING_TAIL);
+        for k in 0..n {
+            ctl.ring(tail + k as u64)
+                .store((first + k) as u64, Ordering::Relaxed);
+        }
+        ctl.set(H_RING_TAIL, tail + n as u64);
+        self.unlock_list(ctl);
+    }
+
+    fn lock_list(&self, ctl: &Ctl<'_>, rank: usize) {
+        let mut spins = 0u32;
+        loop {
+            let cur = ctl.w[H_LOCK].load(Ordering::Relaxed);
+            if cur == 0
+                && ctl.w[H_LOCK]
+                    .compare_exchange_weak(0, rank as u64 + 1, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+            {
+                return;
+            }
+            backoff(&mut spins);
+            if spins % 4096 == 0 && cur != 0 && self.owner_dead(ctl, cur as usize - 1) {
+                // The holder died inside the list: the team is over; take
+                // the lock so that the host can still read what is left.
+                if !self.host {
+                    process::exit_now(EXIT_ABORTED);
+                }
+                let _ = ctl.w[H_LOCK].compare_exchange(cur, 0, Ordering::AcqRel, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn unlock_list(&self, ctl: &Ctl<'_>) {
+        ctl.set(H_LOCK, 0);
+    }
+
+    fn owner_dead(&self, ctl: &Ctl<'_>, rank: usize) -> bool {
+        let pid = ctl.pid(rank).load(Ordering::Acquire) & !super::PID_FINISHED;
+        let dead = pid != 0 && !process::exists(pid as u32);
+        if dead {
+            let _ = ctl.w[H_ABORT].compare_exchange(0, rank as u64 + 1, Ordering::AcqRel, Ordering::Relaxed);
+        }
+        dead
+    }
+
+    /// Waits for a busy page; false if its owner died (the page is lost).
+    fn wait_busy(&self, ctl: &Ctl<'_>, i: usize, w: u64, spins: &mut u32) -> bool {
+        backoff(spins);
+        if *spins % 1024 == 0 {
+            if ctl.get(H_ABORT) != 0 && !self.host {
+                process::exit_now(EXIT_ABORTED);
+            }
+            if self.owner_dead(ctl, ctl::owner(w)) {
+                if !self.host {
+                    process::exit_now(EXIT_ABORTED);
+                }
+                let lost = ctl::with_where(0, Where::Lost);
+                let _ = ctl
+                    .page(i)
+                    .compare_exchange(w, lost, Ordering::AcqRel, Ordering::Relaxed);
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Evicts up to `want` pages chosen by the team's policy; returns how
+    /// many left near memory.
+    fn evict_some(&self, ctl: &Ctl<'_>, rank: usize, want: usize, timer: &mut FaultTimer) -> usize {
+        let start = std::time::Instant::now();
+        let mut entries = [0u64; MAX_WINDOW];
+        let mut victims = [0u64; MAX_WINDOW];
+        let mut words = [0u64; MAX_WINDOW];
+        let want = want.min(MAX_WINDOW);
+        self.lock_list(ctl, rank);
+        let head = ctl.get(H_RING_HEAD);
+        let avail = (ctl.get(H_RING_TAIL) - head) as usize;
+        let sharer_aware = ctl.get(H_POLICY) == TeamPolicy::SharerAware as u64;
+        let window = if sharer_aware {
+            (ctl.get(H_WINDOW) as usize).max(want)
+        } else {
+            want + 16
+        }
+        .min(avail)
+        .min(MAX_WINDOW);
+        for (k, e) in entries[..window].iter_mut().enumerate() {
+            *e = ctl.ring(head + k as u64).load(Ordering::Relaxed);
+        }
+        // Candidates in preference order: FIFO order, or fewest sharers
+        // first (FIFO among equals). `order` holds window positions.
+        let mut order = [0u16; MAX_WINDOW];
+        for (k, o) in order[..window].iter_mut().enumerate() {
+            *o = k as u16;
+        }
+        if sharer_aware {
+            let key = |k: u16| {
+                let w = ctl.page(entries[k as usize] as usize).load(Ordering::Relaxed);
+                ctl::sharers(w).count_ones()
+            };
+            order[..window].sort_by_key(|&k| (key(k), k));
+        }
+        let mut taken = [false; MAX_WINDOW];
+        let mut nv = 0;
+        for &k in &order[..window] {
+            if nv == want {
+                break;
+            }
+            let p = entries[k as usize] as usize;
+            let w = ctl.page(p).load(Ordering::Acquire);
+            if w & BUSY != 0 || ctl::where_(w) != Where::Resident {
+                continue;
+            }
+            if ctl
+                .page(p)
+                .compare_exchange(w, ctl::busy_by(w, rank), Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                taken[k as usize] = true;
+                victims[nv] = p as u64;
+                words[nv] = w;
+                nv += 1;
+            }
+        }
+        // Keep the rest in order, right after the new head.
+        let mut pos = head + nv as u64;
+        for k in 0..window {
+            if !taken[k] {
+                ctl.ring(pos).store(entries[k], Ordering::Relaxed);
+                pos += 1;
+            }
+        }
+        ctl.set(H_RING_HEAD, head + nv as u64);
+        self.unlock_list(ctl);
+        timer.lap(Cost::LockList);
+        if nv == 0 {
+            return 0;
+        }
+        // Sort victims (with their words) by page for contiguous runs.
+        let mut idx = [0u16; MAX_WINDOW];
+        for (k, x) in idx[..nv].iter_mut().enumerate() {
+            *x = k as u16;
+        }
+        idx[..nv].sort_by_key(|&k| victims[k as usize]);
+        let mut sorted = [0u64; MAX_WINDOW];
+        let mut sorted_w = [0u64; MAX_WINDOW];
+        for (j, &k) in idx[..nv].iter().enumerate() {
+            sorted[j] = victims[k as usize];
+            sorted_w[j] = words[k as usize];
+        }
+        let lane = self.lane(rank);
+        let max_run = (lane.pipe.capacity() / self.view.page).max(1);
+        let mut evicted = 0;
+        let mut a = 0;
+        while a < nv {
+            let mut b = a + 1;
+            while b < nv && b - a < max_run && sorted[b] == sorted[b - 1] + 1 {
+                b += 1;
+            }
+            evicted += self.evict_run(ctl, rank, lane, sorted[a] as usize, &sorted_w[a..b], timer);
+            a = b;
+        }
+        lane.busy.store(false, Ordering::Release);
+        ctl.add(rank, Stat::EvictNs, start.elapsed().as_nanos() as u64);
+        evicted
+    }
+
+    /// Evicts the locked pages `first..first+words.len()`: splice them into
+    /// the pipe (page references), punch them out of the region file (the
+    /// kernel unmaps them wherever they are mapped), splice the pipe into
+    /// the far file.
+    fn evict_run(
+        &self,
+        ctl: &Ctl<'_>,
+        rank: usize,
+        lane: &Lane,
+        first: usize,
+        words: &[u64],
+        timer: &mut FaultTimer,
+    ) -> usize {
+        let ps = self.view.page;
+        let n = words.len();
+        let (off, bytes) = ((first * ps) as u64, n * ps);
+        let data = self.view.data.as_fd();
+        if lane.pipe.fill_from(&data, off, bytes).is_err() {
+            // Nothing changed yet: the pages stay near.
+            lane.pipe.clear();
+            self.keep(ctl, rank, first, words);
+            return 0;
+        }
+        timer.lap(Cost::Transfer);
+        if tiermem_sys::memfd::punch_hole(data, off, bytes as u64).is_err() {
+            lane.pipe.clear();
+            self.keep(ctl, rank, first, words);
+            return 0;
+        }
+        timer.lap(Cost::Tlb);
+        if lane.pipe.drain_to(&self.view.far.as_fd(), off, bytes).is_err() {
+            // The far file is full or failing: put the bytes back (the pages
+            // are unmapped everywhere now, so a copy fills them again).
+            let mut done = 0;
+            while done < bytes {
+                let chunk = (bytes - done).min(lane.bounce.len());
+                let got = lane.pipe.read_into(&lane.bounce, chunk);
+                if got == 0 {
+                    break;
+                }
+                let _ = self.copy_all(first * ps + done, lane.bounce.range(0, got));
+                done += got;
+            }
+            self.keep(ctl, rank, first, words);
+            return 0;
+        }
+        timer.lap(Cost::Transfer);
+        let me = ctl::sharer_bit(rank) >> 10;
+        for (k, &w) in words.iter().enumerate() {
+            let s = ctl::sharers(w);
+            let class = if s == 0 {
+                Stat::Victims0
+            } else if s == me {
+                Stat::VictimsSelf
+            } else if s.count_ones() == 1 {
+                Stat::VictimsOther
+            } else {
+                Stat::VictimsMany
+            };
+            ctl.add(rank, class, 1);
+            ctl.add(rank, Stat::VictimRemoteSharers, (s & !me).count_ones() as u64);
+            ctl.page(first + k).store(Where::Far as u64, Ordering::Release);
+        }
+        ctl.w[H_RESIDENT].fetch_sub(n as u64, Ordering::AcqRel);
+        ctl.add(rank, Stat::Evictions, n as u64);
+        ctl.add(rank, Stat::EvictCalls, 1);
+        ctl.add(rank, Stat::BytesOut, bytes as u64);
+        n
+    }
+
+    /// An eviction that could not complete: the pages stay near (mapped in
+    /// this process only if they had to be copied back), back on the list.
+    fn keep(&self, ctl: &Ctl<'_>, rank: usize, first: usize, words: &[u64]) {
+        ctl.add(rank, Stat::Errors, 1);
+        self.push_ring(ctl, rank, first, words.len());
+        for (k, &w) in words.iter().enumerate() {
+            ctl.page(first + k).store(ctl::unbusy(w), Ordering::Release);
+        }
+    }
+}
+
+/// Runs a resolving ioctl until `len` bytes are done (`EAGAIN` partials).
+fn retry(
+    mut op: impl FnMut(usize) -> Result<Resolved, tiermem_sys::uffd::UffdError>,
+    len: usize,
+) -> Result<(), ()> {
+    let mut done = 0;
+    while done < len {
+        match op(done) {
+            Ok(Resolved::Done) | Ok(Resolved::AlreadyMapped) => return Ok(()),
+            Ok(Resolved::Partial { bytes }) => done += bytes,
+            Err(_) => return Err(()),
+        }
+    }
+    Ok(())
+}
+
+/// Spin, then yield, then sleep: waits in the fault path never burn a CPU
+/// that the member they wait for may need (2 vCPUs here).
+fn backoff(spins: &mut u32) {
+    *spins = spins.wrapping_add(1);
+    if *spins < 64 {
+        std::hint::spin_loop();
+    } else if *spins < 256 {
+        std::thread::yield_now();
+    } else {
+        std::thread::sleep(Duration::from_micros(20));
+    }
+}
+
+/// The SIGBUS callback's entry for team regions: `None` if `addr` is in no
+/// team region of this process.
+pub(crate) fn handle_fault(f: &SignalFault) -> Option<Disposition> {
+    let m = {
+        let g = MEMBERS.read().unwrap_or_else(|p| p.into_inner());
+        let generation = fork_generation();
+        g.iter()
+            .find(|m| m.generation == generation && m.view.data_map.contains(f.addr))
+            .cloned()
+    }?;
+    Some(m.resolve(f.addr))
+}

@@ -1,0 +1,305 @@
+//! Team mode (partially separated page tables): worker processes sharing
+//! one tiered region, with heavy eviction, shared pages written by several
+//! processes at once, checksums of every page; a worker that dies does not
+//! hang the rest; named regions attached by other processes; bad input.
+//!
+//! Tests that fork run their body in a child test process with one thread
+//! (`run_child`), so that fork() happens in a single-threaded process.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+use common::{is_child, mix, run_child};
+use std::sync::atomic::Ordering;
+use tiermem::team::{TeamConfig, TeamKind, TeamPolicy, TeamRegion, Worker};
+use tiermem::ErrorCode;
+
+const MIB: usize = 1 << 20;
+const WORDS: usize = 512; // 64-bit words per 4 KiB page
+
+fn value(page: usize, word: usize, round: usize) -> u64 {
+    mix(((page as u64) << 24) ^ ((word as u64) << 4) ^ round as u64)
+}
+
+/// Pages written in `round`: half of them, alternating.
+fn in_round(page: usize, round: usize) -> bool {
+    page % 2 == round % 2
+}
+
+/// The round that last wrote `page` before the end of `round` (None: never).
+fn last_round(page: usize, round: usize) -> Option<usize> {
+    (0..=round).rev().find(|&r| in_round(page, r))
+}
+
+/// Checks every word of every page against the rounds done; returns the
+/// number of bad pages.
+fn check_all(words: &[std::sync::atomic::AtomicU64], pages: usize, round: usize) -> u64 {
+    let mut bad = 0;
+    for p in 0..pages {
+        let want = |k: usize| last_round(p, round).map_or(0, |r| value(p, k, r));
+        if (0..WORDS).any(|k| words[p * WORDS + k].load(Ordering::Relaxed) != want(k)) {
+            bad += 1;
+        }
+    }
+    bad
+}
+
+/// The churn: in each round every worker writes its share of the words of
+/// every page of the round (so each page is written by all workers at
+/// once), then after a barrier every worker checks every page.
+fn churn(w: &Worker<'_>, pages: usize, rounds: usize) -> Result<(), tiermem::Error> {
+    let words = w.atomics();
+    let (me, n) = (w.rank(), w.workers());
+    for round in 0..rounds {
+        for p in (0..pages).filter(|&p| in_round(p, round)) {
+            for k in (me..WORDS).step_by(n) {
+                words[p * WORDS + k].store(value(p, k, round), Ordering::Relaxed);
+            }
+        }
+        w.barrier()?;
+        let bad = check_all(words, pages, round);
+        w.scratch()[me].fetch_add(bad, Ordering::Relaxed);
+        w.barrier()?;
+    }
+    Ok(())
+}
+
+fn churn_team(kind: TeamKind, workers: usize, policy: TeamPolicy, batch: usize) {
+    let virt = 8 * MIB;
+    let pages = virt / 4096;
+    let mut cfg = TeamConfig::new(virt, MIB, workers);
+    cfg.cpus = (0..tiermem_sys::thread::online_cpus()).collect();
+    cfg.policy = policy;
+    cfg.evict_batch_pages = batch;
+    let team = TeamRegion::new(cfg).unwrap();
+    let rounds = 3;
+    let report = team.run(kind, |w| churn(w, pages, rounds)).unwrap();
+    assert_eq!(report.workers.len(), workers);
+    let bad: u64 = (0..workers)
+        .map(|r| team.scratch()[r].load(Ordering::Relaxed))
+        .sum();
+    assert_eq!(bad, 0, "{kind:?}: pages with wrong contents seen by the workers");
+    // The host reads everything once more, through its own faults.
+    assert_eq!(
+        check_all(team.atomics(), pages, rounds - 1),
+        0,
+        "{kind:?}: host check"
+    );
+    let s = team.stats();
+    let t = s.total();
+    assert!(s.resident_pages <= s.budget_pages, "budget kept");
+    assert!(t.evictions > 2 * pages as u64, "heavy eviction: {t:?}");
+    assert!(t.minor_faults > 0, "pages shared between members: {t:?}");
+    assert!(
+        t.victims_other + t.victims_many > 0,
+        "evicted pages mapped by others: {t:?}"
+    );
+    assert_eq!(t.errors, 0);
+    assert_eq!(t.bytes_out, t.evictions * 4096);
+    for (r, m) in s.members.iter().enumerate().take(workers) {
+        assert!(m.missing_faults > 0, "worker {r} faulted: {m:?}");
+    }
+}
+
+#[test]
+fn processes_share_pages_under_heavy_eviction_without_corruption() {
+    if is_child("processes_share_pages_under_heavy_eviction_without_corruption") {
+        churn_team(TeamKind::Processes, 3, TeamPolicy::Fifo, 16);
+        churn_team(TeamKind::Processes, 2, TeamPolicy::SharerAware, 1);
+        return;
+    }
+    let (st, err) = run_child("processes_share_pages_under_heavy_eviction_without_corruption");
+    assert!(st.success(), "{err}");
+}
+
+#[test]
+fn threads_mode_runs_the_same_churn() {
+    if is_child("threads_mode_runs_the_same_churn") {
+        churn_team(TeamKind::Threads, 2, TeamPolicy::Fifo, 64);
+        return;
+    }
+    let (st, err) = run_child("threads_mode_runs_the_same_churn");
+    assert!(st.success(), "{err}");
+}
+
+#[test]
+fn a_killed_worker_stops_the_team_without_hanging() {
+    if is_child("a_killed_worker_stops_the_team_without_hanging") {
+        let team = TeamRegion::new(TeamConfig::new(4 * MIB, MIB, 3)).unwrap();
+        let t0 = std::time::Instant::now();
+        let r = team.run(TeamKind::Processes, |w| {
+            let words = w.atomics();
+            for i in (w.rank() * 64..words.len()).step_by(WORDS * 3) {
+                words[i].store(1, Ordering::Relaxed);
+            }
+            if w.rank() == 1 {
+                tiermem_sys::process::kill(tiermem_sys::thread::getpid(), libc::SIGKILL).unwrap();
+            }
+            // The others wait for the dead one.
+            w.barrier()?;
+            w.barrier()
+        });
+        let e = r.unwrap_err();
+        assert_eq!(e.code(), ErrorCode::WorkerFailed);
+        let msg = e.to_string();
+        assert!(msg.contains("worker 1") && msg.contains("SIGKILL"), "{msg}");
+        assert!(t0.elapsed().as_secs() < 20, "stopped promptly");
+        assert_eq!(team.failed_rank(), Some(1));
+        // A worker that returns an error is reported the same way.
+        let team = TeamRegion::new(TeamConfig::new(4 * MIB, MIB, 2)).unwrap();
+        let e = team
+            .run(TeamKind::Processes, |w| {
+                if w.rank() == 0 {
+                    return Err(tiermem::Error::Usage("worker gave up".into()));
+                }
+                w.barrier()
+            })
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("worker 0") && e.to_string().contains("exit code 1"),
+            "{e}"
+        );
+        // A panicking thread worker too.
+        let e = team
+            .run(TeamKind::Threads, |w| {
+                if w.rank() == 1 {
+                    panic!("thread worker panics");
+                }
+                w.barrier()
+            })
+            .unwrap_err();
+        assert!(e.to_string().contains("worker 1"), "{e}");
+        return;
+    }
+    let (st, err) = run_child("a_killed_worker_stops_the_team_without_hanging");
+    assert!(st.success(), "{err}");
+}
+
+#[test]
+fn sharer_aware_replacement_evicts_private_pages_first() {
+    if is_child("sharer_aware_replacement_evicts_private_pages_first") {
+        let mut many = Vec::new();
+        for policy in [TeamPolicy::Fifo, TeamPolicy::SharerAware] {
+            let mut cfg = TeamConfig::new(8 * MIB, MIB, 2);
+            cfg.policy = policy;
+            cfg.sharer_window = 256;
+            cfg.evict_batch_pages = 8;
+            let team = TeamRegion::new(cfg).unwrap();
+            let before = team.stats().total();
+            team.run(TeamKind::Processes, |w| {
+                let words = w.atomics();
+                // Both read the first 128 pages (shared), then worker 0
+                // streams through private pages beyond them.
+                for p in 0..128 {
+                    let _ = words[p * WORDS].load(Ordering::Relaxed);
+                }
+                w.barrier()?;
+                if w.rank() == 0 {
+                    for p in 128..128 + 512 {
+                        words[p * WORDS].store(p as u64, Ordering::Relaxed);
+                    }
+                }
+                w.barrier()
+            })
+            .unwrap();
+            let t = team.stats().total().since(&before);
+            assert!(t.evictions > 0);
+            many.push(t.victims_many);
+        }
+        assert!(many[0] > 0, "FIFO evicts the old shared pages: {many:?}");
+        assert!(
+            many[1] < many[0],
+            "sharer-aware keeps shared pages longer: {many:?}"
+        );
+        return;
+    }
+    let (st, err) = run_child("sharer_aware_replacement_evicts_private_pages_first");
+    assert!(st.success(), "{err}");
+}
+
+#[test]
+fn named_regions_are_shared_with_attached_processes() {
+    if let Ok(name) = std::env::var("TIERMEM_TEAM_ATTACH") {
+        if !is_child("named_regions_are_shared_with_attached_processes") {
+            return;
+        }
+        let team = TeamRegion::attach(&name, 1).unwrap();
+        assert_eq!(team.rank(), 1);
+        let words = team.atomics();
+        for p in 0..64 {
+            words[p * WORDS + 1].store(value(p, 1, 1), Ordering::Relaxed);
+        }
+        team.barrier().unwrap();
+        for p in 0..64 {
+            assert_eq!(words[p * WORDS].load(Ordering::Relaxed), value(p, 0, 0));
+        }
+        team.barrier().unwrap();
+        return;
+    }
+    let name = format!("test-{}", std::process::id());
+    let mut cfg = TeamConfig::new(2 * MIB, 128 * 4096, 2);
+    cfg.evict_batch_pages = 4;
+    let team = TeamRegion::create_named(&name, cfg.clone()).unwrap();
+    assert!(TeamRegion::create_named(&name, cfg).is_err(), "name taken");
+    assert!(TeamRegion::attach(&name, 0).is_err() && TeamRegion::attach(&name, 2).is_err());
+    // In this process the address is taken by the creator's own mapping.
+    assert!(TeamRegion::attach(&name, 1).is_err());
+    let child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "named_regions_are_shared_with_attached_processes",
+            "--nocapture",
+        ])
+        .env(
+            "TIERMEM_CHILD",
+            "named_regions_are_shared_with_attached_processes",
+        )
+        .env("TIERMEM_TEAM_ATTACH", &name)
+        .spawn()
+        .unwrap();
+    let words = team.atomics();
+    for p in 0..64 {
+        words[p * WORDS].store(value(p, 0, 0), Ordering::Relaxed);
+    }
+    team.barrier().unwrap();
+    for p in 0..64 {
+        assert_eq!(words[p * WORDS + 1].load(Ordering::Relaxed), value(p, 1, 1));
+    }
+    team.barrier().unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let s = team.stats();
+    assert!(
+        s.members[1].missing_faults + s.members[1].minor_faults > 0,
+        "{s:?}"
+    );
+    drop(team);
+    assert!(!std::path::Path::new(&format!("/dev/shm/tiermem-team.{name}.ctl")).exists());
+    assert!(TeamRegion::attach(&name, 1).is_err(), "gone with its creator");
+}
+
+#[test]
+fn bad_input_is_refused_with_a_message() {
+    let bad = |cfg: TeamConfig, what: &str| {
+        let e = TeamRegion::new(cfg).err().expect(what);
+        assert_eq!(e.code(), ErrorCode::InvalidArgument, "{what}: {e}");
+        e.to_string()
+    };
+    bad(TeamConfig::new(0, MIB, 2), "zero size");
+    bad(TeamConfig::new(MIB + 1, MIB, 2), "unaligned size");
+    assert!(bad(TeamConfig::new(MIB, 4096, 2), "tiny budget").contains("too small"));
+    bad(TeamConfig::new(MIB, MIB, 0), "no workers");
+    bad(TeamConfig::new(MIB, MIB, 200), "too many workers");
+    let mut c = TeamConfig::new(MIB, MIB, 2);
+    c.evict_batch_pages = 0;
+    bad(c, "batch 0");
+    let mut c = TeamConfig::new(MIB, MIB, 2);
+    c.cpus = vec![100_000];
+    bad(c, "no such CPU");
+    assert!(TeamRegion::create_named("a/b", TeamConfig::new(MIB, MIB, 2)).is_err());
+    assert!(TeamRegion::attach("no-such-team-here", 1)
+        .err()
+        .unwrap()
+        .to_string()
+        .contains("cannot attach"));
+}
