@@ -56,6 +56,8 @@
  *   TM_EPERM        -7  permission denied (userfaultfd not allowed for
  *                       this user, far file directory not writable)
  *   TM_EINTERNAL    -8  internal error: a bug, please report it
+ *   TM_EWORKER      -9  a team worker failed (returned non-zero, crashed
+ *                       or was killed); the other workers were stopped
  */
 #ifndef TIERMEM_H
 #define TIERMEM_H
@@ -125,6 +127,7 @@ extern "C" {
 #define TM_EHUGEPAGES (-6)
 #define TM_EPERM (-7)
 #define TM_EINTERNAL (-8)
+#define TM_EWORKER (-9)
 
 /* ------------------------------------------------------------------------
  * Configuration values (stable; never renumbered). Each default is 0.
@@ -394,6 +397,86 @@ tm_decl_nodiscard tm_decl_export void *tm_malloc_global(size_t size) tm_attr_noe
  * TM_EINVAL (detected: the pointer is checked, never dereferenced); before
  * the first tm_malloc_global every non-NULL pointer is. */
 tm_decl_export int tm_free_global(void *ptr) tm_attr_noexcept;
+
+/* ------------------------------------------------------------------------
+ * Team regions: partially separated page tables (docs/team.md)
+ *
+ * One tiered region shared by N worker processes at the same address, each
+ * with its own page table: a worker holds translations only for the pages
+ * it touched, and evicting a page interrupts only the workers that map it.
+ *
+ *     static int work(tm_team_worker *w, void *arg) {
+ *         double *a = tm_team_worker_base(w);
+ *         int r = tm_team_worker_rank(w), n = tm_team_worker_count(w);
+ *         ... compute on the rank's share of a ...
+ *         return tm_team_barrier(w) == TM_OK ? 0 : 1;
+ *     }
+ *     tm_team *t;
+ *     tm_team_create(1ul << 30, 256ul << 20, 4, TM_TEAM_PIN, &t);
+ *     int rc = tm_team_run(t, TM_TEAM_PROCESSES, work, NULL);
+ *     tm_team_destroy(t);
+ *
+ * Workers are fork()ed: call tm_team_run from a process with one thread
+ * (or one whose other threads hold no locks the workers need), and let
+ * worker functions return rather than exit().
+ * --------------------------------------------------------------------- */
+
+/* tm_team_create flags */
+#define TM_TEAM_SHARER_AWARE 1 /* evict pages fewest other workers map */
+#define TM_TEAM_PIN 2          /* pin worker r to CPU r % online CPUs */
+/* tm_team_run kinds */
+#define TM_TEAM_PROCESSES 0 /* a page table per worker (PSPT) */
+#define TM_TEAM_THREADS 1   /* threads of this process: one page table */
+
+typedef struct tm_team tm_team;
+typedef struct tm_team_worker tm_team_worker;
+/* A worker function: return 0 for success. */
+typedef int (*tm_team_fn)(tm_team_worker *w, void *arg);
+
+/* Team counters, summed over all members. */
+struct tm_team_stats {
+    uint64_t missing_faults;   /* fills from far memory or with zeros */
+    uint64_t minor_faults;     /* near pages mapped for one more member */
+    uint64_t evictions;        /* pages evicted */
+    uint64_t evict_calls;      /* eviction runs (one unmap each) */
+    uint64_t bytes_in;         /* bytes read from far memory */
+    uint64_t bytes_out;        /* bytes written to far memory */
+    uint64_t victims_unmapped; /* evicted pages no member mapped */
+    uint64_t victims_self;     /* ... only the evicting member mapped */
+    uint64_t victims_other;    /* ... one other member mapped */
+    uint64_t victims_many;     /* ... several members mapped */
+};
+
+/* A team region of virt_bytes over near_bytes for `workers` workers (1 to
+ * 53). This process may use it too (to initialise or check data). */
+tm_decl_nodiscard tm_decl_export int tm_team_create(size_t virt_bytes, size_t near_bytes, int workers,
+                                                    int flags, tm_team **out) tm_attr_noexcept;
+/* Runs fn(worker, arg) on every worker and waits for all. TM_EWORKER if
+ * one returned non-zero, crashed or was killed (the others are stopped at
+ * their next barrier; details in tm_last_error). */
+tm_decl_export int tm_team_run(tm_team *t, int kind, tm_team_fn fn, void *arg) tm_attr_noexcept;
+/* Inside a worker function: rank (0..count-1), count, region address,
+ * barrier (TM_EWORKER if a worker died). */
+tm_decl_export int tm_team_worker_rank(const tm_team_worker *w) tm_attr_noexcept;
+tm_decl_export int tm_team_worker_count(const tm_team_worker *w) tm_attr_noexcept;
+tm_decl_export void *tm_team_worker_base(const tm_team_worker *w) tm_attr_noexcept;
+tm_decl_export int tm_team_barrier(tm_team_worker *w) tm_attr_noexcept;
+/* Processes that already exist (MPI ranks on one node): rank 0 creates a
+ * named team of `ranks` ranks (files in /dev/shm until it is destroyed),
+ * ranks 1..ranks-1 attach; tm_team_sync is their barrier. */
+tm_decl_nodiscard tm_decl_export int tm_team_create_named(const char *name, size_t virt_bytes,
+                                                          size_t near_bytes, int ranks, int flags,
+                                                          tm_team **out) tm_attr_noexcept;
+tm_decl_nodiscard tm_decl_export int tm_team_attach(const char *name, int rank, tm_team **out) tm_attr_noexcept;
+tm_decl_export int tm_team_sync(tm_team *t) tm_attr_noexcept;
+/* The region (same address in every member), its size, this process's
+ * rank (the creator of tm_team_create is rank `workers`), counters. */
+tm_decl_export void *tm_team_base(const tm_team *t) tm_attr_noexcept;
+tm_decl_export size_t tm_team_size(const tm_team *t) tm_attr_noexcept;
+tm_decl_export int tm_team_rank(const tm_team *t) tm_attr_noexcept;
+tm_decl_export int tm_team_stats(const tm_team *t, struct tm_team_stats *out) tm_attr_noexcept;
+/* Leaves the team; the creator also removes it. NULL is a no-op. */
+tm_decl_export int tm_team_destroy(tm_team *t) tm_attr_noexcept;
 
 #ifdef __cplusplus
 }

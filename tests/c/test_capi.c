@@ -65,14 +65,14 @@ static void test_version_and_strings(void) {
         "tm_version() = %d", tm_version());
   CHECK(strcmp(tm_strerror(TM_OK), "success") == 0, "tm_strerror(0) = %s", tm_strerror(TM_OK));
   const int codes[] = {TM_EINVAL, TM_ENOMEM, TM_EUNSUPPORTED, TM_EIO,
-                       TM_ENOSPC, TM_EHUGEPAGES, TM_EPERM, TM_EINTERNAL};
+                       TM_ENOSPC, TM_EHUGEPAGES, TM_EPERM, TM_EINTERNAL, TM_EWORKER};
   for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++) {
     CHECK(codes[i] == -(int)(i + 1), "code %zu is %d", i, codes[i]);
     const char *s = tm_strerror(codes[i]);
     CHECK(s != NULL && s[0] != '\0' && strcmp(s, "unknown error code") != 0,
           "tm_strerror(%d) = \"%s\"", codes[i], s);
   }
-  CHECK(strcmp(tm_strerror(-9), "unknown error code") == 0, "tm_strerror(-9)");
+  CHECK(strcmp(tm_strerror(-10), "unknown error code") == 0, "tm_strerror(-10)");
   CHECK(strcmp(tm_strerror(42), "unknown error code") == 0, "tm_strerror(42)");
   CHECK(strcmp(tm_strerror(TM_EINVAL), "invalid argument") == 0, "%s", tm_strerror(TM_EINVAL));
 }
@@ -452,6 +452,64 @@ static void test_movers_prefetch_advice(void) {
   CHECK(tm_region_destroy(r) == TM_OK, "destroy: %s", tm_last_error());
 }
 
+/* A team worker: writes its pages, then after a barrier checks the
+ * others' (mapping them too), under eviction (8 MiB over 1 MiB). */
+#define TEAM_VIRT (8 * MiB)
+static int team_work(tm_team_worker *w, void *arg) {
+  (void)arg;
+  uint64_t *words = tm_team_worker_base(w);
+  int r = tm_team_worker_rank(w), n = tm_team_worker_count(w);
+  size_t pages = TEAM_VIRT / PAGE, per = PAGE / 8;
+  for (size_t p = (size_t)r; p < pages; p += (size_t)n)
+    for (size_t k = 0; k < per; k++) words[p * per + k] = p * 1000003u + k;
+  if (tm_team_barrier(w) != TM_OK) return 2;
+  for (size_t p = 0; p < pages; p++)
+    for (size_t k = 0; k < per; k += 97)
+      if (words[p * per + k] != p * 1000003u + k) return 3;
+  return tm_team_barrier(w) == TM_OK ? 0 : 4;
+}
+
+static int team_fail(tm_team_worker *w, void *arg) {
+  (void)arg;
+  return tm_team_worker_rank(w) == 1 ? 7 : (tm_team_barrier(w) == TM_EWORKER ? 0 : 1);
+}
+
+static void test_team(void) {
+  tm_team *t = NULL;
+  int rc = tm_team_create(TEAM_VIRT, 1 * MiB, 2, TM_TEAM_PIN | TM_TEAM_SHARER_AWARE, &t);
+  CHECK(rc == TM_OK && t != NULL, "tm_team_create: %d %s", rc, tm_last_error());
+  if (t == NULL) return;
+  CHECK(tm_team_size(t) == TEAM_VIRT && tm_team_base(t) != NULL, "size and base");
+  CHECK(tm_team_rank(t) == 2, "host rank %d", tm_team_rank(t));
+  rc = tm_team_run(t, TM_TEAM_PROCESSES, team_work, NULL);
+  CHECK(rc == TM_OK, "processes: %d %s", rc, tm_last_error());
+  rc = tm_team_run(t, TM_TEAM_THREADS, team_work, NULL);
+  CHECK(rc == TM_OK, "threads: %d %s", rc, tm_last_error());
+  struct tm_team_stats s;
+  CHECK(tm_team_stats(t, &s) == TM_OK, "stats");
+  CHECK(s.evictions > 0 && s.minor_faults > 0 && s.bytes_out == s.evictions * PAGE,
+        "evictions %llu minor %llu", (unsigned long long)s.evictions,
+        (unsigned long long)s.minor_faults);
+  /* The host sees the workers' data. */
+  const uint64_t *words = tm_team_base(t);
+  CHECK(words[5 * 512 + 3] == 5u * 1000003u + 3, "host reads worker data");
+  rc = tm_team_run(t, TM_TEAM_PROCESSES, team_fail, NULL);
+  CHECK(rc == TM_EWORKER && strstr(tm_last_error(), "worker 1") != NULL, "failing worker: %d %s", rc,
+        tm_last_error());
+  CHECK(tm_team_run(t, 5, team_work, NULL) == TM_EINVAL, "bad kind");
+  CHECK(tm_team_run(t, TM_TEAM_PROCESSES, NULL, NULL) == TM_EINVAL, "NULL fn");
+  CHECK(tm_team_destroy(t) == TM_OK, "destroy");
+  CHECK(tm_team_destroy(NULL) == TM_OK, "destroy NULL");
+  t = NULL;
+  CHECK(tm_team_create(TEAM_VIRT, 1 * MiB, 0, 0, &t) == TM_EINVAL && t == NULL, "0 workers");
+  CHECK(tm_team_create(TEAM_VIRT, 4096, 2, 0, &t) == TM_EINVAL, "tiny budget: %s", tm_last_error());
+  CHECK(tm_team_create(TEAM_VIRT, 1 * MiB, 2, 64, &t) == TM_EINVAL, "unknown flag");
+  CHECK(tm_team_create(TEAM_VIRT, 1 * MiB, 2, 0, NULL) == TM_EINVAL, "NULL out");
+  CHECK(tm_team_attach("no-such-team", 1, &t) == TM_EINVAL, "attach to nothing");
+  CHECK(tm_team_attach(NULL, 1, &t) == TM_EINVAL, "NULL name");
+  CHECK(tm_team_barrier(NULL) == TM_EINVAL && tm_team_sync(NULL) == TM_EINVAL, "NULL handles");
+}
+
 int main(void) {
   /* The global region reads its configuration at first use. */
   if (setenv("TIERMEM_FAR", "64M", 1) != 0 || setenv("TIERMEM_NEAR", "16M", 1) != 0) {
@@ -467,6 +525,7 @@ int main(void) {
   test_bad_inputs();
   test_movers_prefetch_advice();
   test_global();
+  test_team();
 
   printf("test_capi: %d checks, %d failed\n", checks, failures);
   return failures == 0 ? 0 : 1;

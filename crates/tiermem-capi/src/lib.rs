@@ -107,6 +107,8 @@ pub const TM_EHUGEPAGES: c_int = ErrorCode::HugePages as c_int;
 pub const TM_EPERM: c_int = ErrorCode::Permission as c_int;
 /// Internal error (a bug, including a caught panic).
 pub const TM_EINTERNAL: c_int = ErrorCode::Internal as c_int;
+/// A team worker failed (error, crash or kill); the team stopped.
+pub const TM_EWORKER: c_int = ErrorCode::WorkerFailed as c_int;
 
 /// `far_kind`: a memory pool in this process (default).
 pub const TM_FAR_MEMORY: i32 = 0;
@@ -739,6 +741,7 @@ fn strerror(code: c_int) -> &'static CStr {
             Some(ErrorCode::HugePages) => c"not enough huge pages",
             Some(ErrorCode::Permission) => c"permission denied",
             Some(ErrorCode::Internal) => c"internal error",
+            Some(ErrorCode::WorkerFailed) => c"a team worker failed",
             None => c"unknown error code",
         }
     }
@@ -1353,12 +1356,12 @@ mod tests {
     #[test]
     fn error_strings() {
         assert_eq!(tm_strerror_str(TM_OK), "success");
-        for code in TM_EINTERNAL..=TM_EINVAL {
+        for code in TM_EWORKER..=TM_EINVAL {
             let e = ErrorCode::from_raw(code).unwrap();
             assert_eq!(tm_strerror_str(code), e.message(), "code {code}");
         }
         assert_eq!(tm_strerror_str(1), "unknown error code");
-        assert_eq!(tm_strerror_str(-9), "unknown error code");
+        assert_eq!(tm_strerror_str(-10), "unknown error code");
         // A fresh thread has no error yet.
         std::thread::spawn(|| assert_eq!(last_error(), ""))
             .join()
@@ -1483,6 +1486,11 @@ mod tests {
             ("TM_FAULT_HANDLER_THREAD", TM_FAULT_HANDLER_THREAD),
             ("TM_DIRTY_WP_FAULT", TM_DIRTY_WP_FAULT),
             ("TM_DIRTY_WP_ASYNC", TM_DIRTY_WP_ASYNC),
+            ("TM_EWORKER", TM_EWORKER),
+            ("TM_TEAM_SHARER_AWARE", TM_TEAM_SHARER_AWARE),
+            ("TM_TEAM_PIN", TM_TEAM_PIN),
+            ("TM_TEAM_PROCESSES", TM_TEAM_PROCESSES),
+            ("TM_TEAM_THREADS", TM_TEAM_THREADS),
         ];
         for (name, value) in expected {
             assert_eq!(defines.get(*name), Some(&i64::from(*value)), "{name}");
@@ -1547,4 +1555,356 @@ mod tests {
         }
         out
     }
+}
+
+// ---------------------------------------------------------------------------
+// Team regions (partially separated page tables)
+// ---------------------------------------------------------------------------
+
+/// `tm_team_create` flag: sharer-aware replacement instead of FIFO.
+pub const TM_TEAM_SHARER_AWARE: c_int = 1;
+/// `tm_team_create` flag: pin worker `r` to CPU `r % online CPUs`.
+pub const TM_TEAM_PIN: c_int = 2;
+/// `tm_team_run` kind: workers are processes (a page table each).
+pub const TM_TEAM_PROCESSES: c_int = 0;
+/// `tm_team_run` kind: workers are threads of this process.
+pub const TM_TEAM_THREADS: c_int = 1;
+
+/// A team region (opaque).
+#[allow(non_camel_case_types)]
+pub struct tm_team {
+    team: tiermem::team::TeamRegion,
+}
+
+/// A worker inside `tm_team_run` (opaque; valid during the callback).
+#[allow(non_camel_case_types)]
+pub struct tm_team_worker {
+    worker: *const c_void,
+}
+
+/// A worker function: 0 for success, anything else fails the team.
+#[allow(non_camel_case_types)]
+pub type tm_team_fn = Option<unsafe extern "C" fn(w: *mut tm_team_worker, arg: *mut c_void) -> c_int>;
+
+/// Team statistics, summed over all members.
+#[repr(C)]
+#[derive(Default)]
+#[allow(non_camel_case_types)]
+pub struct tm_team_stats {
+    /// Fills (from far memory or zeros).
+    pub missing_faults: u64,
+    /// Near pages mapped for one more member.
+    pub minor_faults: u64,
+    /// Pages evicted.
+    pub evictions: u64,
+    /// Eviction runs (one unmap each).
+    pub evict_calls: u64,
+    /// Bytes read from far memory.
+    pub bytes_in: u64,
+    /// Bytes written to far memory.
+    pub bytes_out: u64,
+    /// Evicted pages no member mapped.
+    pub victims_unmapped: u64,
+    /// Evicted pages only the evicting member mapped.
+    pub victims_self: u64,
+    /// Evicted pages one other member mapped.
+    pub victims_other: u64,
+    /// Evicted pages several members mapped.
+    pub victims_many: u64,
+}
+
+// The header's struct tm_team_stats: ten uint64_t.
+const _: () = assert!(size_of::<tm_team_stats>() == 10 * 8);
+
+fn team_flags(
+    workers: c_int,
+    flags: c_int,
+    virt: usize,
+    near: usize,
+) -> Result<tiermem::team::TeamConfig, Failure> {
+    if workers <= 0 {
+        return Err(Failure::invalid(format!("{workers} workers")));
+    }
+    if flags & !(TM_TEAM_SHARER_AWARE | TM_TEAM_PIN) != 0 {
+        return Err(Failure::invalid(format!("unknown flags {flags:#x}")));
+    }
+    let mut cfg = tiermem::team::TeamConfig::new(virt, near, workers as usize);
+    if flags & TM_TEAM_SHARER_AWARE != 0 {
+        cfg.policy = tiermem::team::TeamPolicy::SharerAware;
+    }
+    if flags & TM_TEAM_PIN != 0 {
+        cfg.cpus = (0..tiermem_sys::thread::online_cpus()).collect();
+    }
+    Ok(cfg)
+}
+
+fn new_team(
+    out: *mut *mut tm_team,
+    make: impl FnOnce() -> Result<tiermem::team::TeamRegion, Failure>,
+) -> Result<(), Failure> {
+    if out.is_null() {
+        return Err(Failure::invalid("out is NULL"));
+    }
+    // SAFETY: out is non-NULL and writable (caller's contract).
+    unsafe { out.write(ptr::null_mut()) };
+    let team = make()?;
+    // SAFETY: as above.
+    unsafe { out.write(Box::into_raw(Box::new(tm_team { team }))) };
+    Ok(())
+}
+
+/// `int tm_team_create(size_t virt_bytes, size_t near_bytes, int workers,
+/// int flags, tm_team **out)`: a team region for `workers` workers started
+/// by `tm_team_run`; this process (the host) may use it too.
+///
+/// # Safety
+/// `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn tm_team_create(
+    virt_bytes: usize,
+    near_bytes: usize,
+    workers: c_int,
+    flags: c_int,
+    out: *mut *mut tm_team,
+) -> c_int {
+    status(call("tm_team_create", || {
+        new_team(out, || {
+            let cfg = team_flags(workers, flags, virt_bytes, near_bytes)?;
+            Ok(tiermem::team::TeamRegion::new(cfg)?)
+        })
+    }))
+}
+
+fn name_arg<'a>(name: *const c_char) -> Result<&'a str, Failure> {
+    if name.is_null() {
+        return Err(Failure::invalid("name is NULL"));
+    }
+    // SAFETY: non-NULL and NUL-terminated (caller's contract).
+    unsafe { CStr::from_ptr(name) }
+        .to_str()
+        .map_err(|_| Failure::invalid("name is not UTF-8"))
+}
+
+/// `int tm_team_create_named(const char *name, size_t virt_bytes, size_t
+/// near_bytes, int ranks, int flags, tm_team **out)`: a named team region
+/// of `ranks` ranks for processes that already exist (MPI ranks on one
+/// node); the caller is rank 0, the others call `tm_team_attach`.
+///
+/// # Safety
+/// `name` is NULL or NUL-terminated; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn tm_team_create_named(
+    name: *const c_char,
+    virt_bytes: usize,
+    near_bytes: usize,
+    ranks: c_int,
+    flags: c_int,
+    out: *mut *mut tm_team,
+) -> c_int {
+    status(call("tm_team_create_named", || {
+        new_team(out, || {
+            let name = name_arg(name)?;
+            let cfg = team_flags(ranks, flags, virt_bytes, near_bytes)?;
+            Ok(tiermem::team::TeamRegion::create_named(name, cfg)?)
+        })
+    }))
+}
+
+/// `int tm_team_attach(const char *name, int rank, tm_team **out)`.
+///
+/// # Safety
+/// `name` is NULL or NUL-terminated; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn tm_team_attach(name: *const c_char, rank: c_int, out: *mut *mut tm_team) -> c_int {
+    status(call("tm_team_attach", || {
+        new_team(out, || {
+            let name = name_arg(name)?;
+            let rank = usize::try_from(rank).map_err(|_| Failure::invalid(format!("rank {rank}")))?;
+            Ok(tiermem::team::TeamRegion::attach(name, rank)?)
+        })
+    }))
+}
+
+fn team_ref<'a>(t: *const tm_team) -> Result<&'a tm_team, Failure> {
+    // SAFETY: NULL or a live handle (caller's contract).
+    unsafe { t.as_ref() }.ok_or_else(|| Failure::invalid("team is NULL"))
+}
+
+/// `void *tm_team_base(const tm_team *t)`: the region's address (the same
+/// in every member); NULL for NULL.
+///
+/// # Safety
+/// `t` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn tm_team_base(t: *const tm_team) -> *mut c_void {
+    call("tm_team_base", || Ok(team_ref(t)?.team.base() as *mut c_void)).unwrap_or(ptr::null_mut())
+}
+
+/// `size_t tm_team_size(const tm_team *t)`: bytes; 0 for NULL.
+///
+/// # Safety
+/// `t` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn tm_team_size(t: *const tm_team) -> usize {
+    call("tm_team_size", || Ok(team_ref(t)?.team.len())).unwrap_or(0)
+}
+
+/// `int tm_team_rank(const tm_team *t)`: this process's rank.
+///
+/// # Safety
+/// `t` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn tm_team_rank(t: *const tm_team) -> c_int {
+    call("tm_team_rank", || Ok(team_ref(t)?.team.rank() as c_int)).unwrap_or_else(|e| e)
+}
+
+/// `int tm_team_sync(tm_team *t)`: barrier among the ranks of a named
+/// team; TM_EWORKER if a rank died.
+///
+/// # Safety
+/// `t` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn tm_team_sync(t: *mut tm_team) -> c_int {
+    status(call("tm_team_sync", || Ok(team_ref(t)?.team.barrier()?)))
+}
+
+struct RunArg(*mut c_void);
+// SAFETY: the pointer is handed to the caller's function in each worker;
+// sharing it is the caller's contract (documented in the header).
+unsafe impl Sync for RunArg {}
+
+impl RunArg {
+    // A method, so that closures capture the whole (Sync) wrapper.
+    fn get(&self) -> *mut c_void {
+        self.0
+    }
+}
+
+/// `int tm_team_run(tm_team *t, int kind, tm_team_fn fn, void *arg)`:
+/// runs `fn(worker, arg)` on every worker (processes or threads) and waits.
+/// TM_EWORKER if a worker returned non-zero, crashed or was killed.
+///
+/// # Safety
+/// `t` is NULL or a live handle from `tm_team_create`; `fn` is NULL or a
+/// function safe to call concurrently in every worker with `arg`.
+#[no_mangle]
+pub unsafe extern "C" fn tm_team_run(t: *mut tm_team, kind: c_int, f: tm_team_fn, arg: *mut c_void) -> c_int {
+    status(call("tm_team_run", || {
+        let team = &team_ref(t)?.team;
+        let f = f.ok_or_else(|| Failure::invalid("fn is NULL"))?;
+        let kind = match kind {
+            TM_TEAM_PROCESSES => tiermem::team::TeamKind::Processes,
+            TM_TEAM_THREADS => tiermem::team::TeamKind::Threads,
+            k => return Err(Failure::invalid(format!("kind {k}"))),
+        };
+        let arg = RunArg(arg);
+        team.run(kind, |w| {
+            let mut handle = tm_team_worker {
+                worker: w as *const tiermem::team::Worker<'_> as *const c_void,
+            };
+            // SAFETY: the caller's contract on fn and arg; the handle lives
+            // for the call.
+            let rc = unsafe { f(&mut handle, arg.get()) };
+            if rc == 0 {
+                Ok(())
+            } else {
+                Err(tiermem::Error::Usage(format!(
+                    "the worker function returned {rc}"
+                )))
+            }
+        })?;
+        Ok(())
+    }))
+}
+
+fn worker_ref<'a>(w: *const tm_team_worker) -> Result<&'a tiermem::team::Worker<'a>, Failure> {
+    // SAFETY: NULL or the handle tm_team_run passed to the worker function,
+    // whose `worker` points to the live Worker for the call's duration.
+    let h = unsafe { w.as_ref() }.ok_or_else(|| Failure::invalid("worker is NULL"))?;
+    // SAFETY: as above.
+    Ok(unsafe { &*(h.worker as *const tiermem::team::Worker<'a>) })
+}
+
+/// `int tm_team_worker_rank(const tm_team_worker *w)`.
+///
+/// # Safety
+/// `w` is NULL or the handle passed to the running worker function.
+#[no_mangle]
+pub unsafe extern "C" fn tm_team_worker_rank(w: *const tm_team_worker) -> c_int {
+    call("tm_team_worker_rank", || Ok(worker_ref(w)?.rank() as c_int)).unwrap_or_else(|e| e)
+}
+
+/// `int tm_team_worker_count(const tm_team_worker *w)`.
+///
+/// # Safety
+/// As `tm_team_worker_rank`.
+#[no_mangle]
+pub unsafe extern "C" fn tm_team_worker_count(w: *const tm_team_worker) -> c_int {
+    call("tm_team_worker_count", || Ok(worker_ref(w)?.workers() as c_int)).unwrap_or_else(|e| e)
+}
+
+/// `void *tm_team_worker_base(const tm_team_worker *w)`.
+///
+/// # Safety
+/// As `tm_team_worker_rank`.
+#[no_mangle]
+pub unsafe extern "C" fn tm_team_worker_base(w: *const tm_team_worker) -> *mut c_void {
+    call("tm_team_worker_base", || Ok(worker_ref(w)?.base() as *mut c_void)).unwrap_or(ptr::null_mut())
+}
+
+/// `int tm_team_barrier(tm_team_worker *w)`: waits for every worker;
+/// TM_EWORKER if one died.
+///
+/// # Safety
+/// As `tm_team_worker_rank`.
+#[no_mangle]
+pub unsafe extern "C" fn tm_team_barrier(w: *mut tm_team_worker) -> c_int {
+    status(call("tm_team_barrier", || Ok(worker_ref(w)?.barrier()?)))
+}
+
+/// `int tm_team_stats(const tm_team *t, struct tm_team_stats *out)`.
+///
+/// # Safety
+/// `t` is NULL or a live handle; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn tm_team_stats(t: *const tm_team, out: *mut tm_team_stats) -> c_int {
+    status(call("tm_team_stats", || {
+        let team = &team_ref(t)?.team;
+        if out.is_null() {
+            return Err(Failure::invalid("out is NULL"));
+        }
+        let s = team.stats().total();
+        let v = tm_team_stats {
+            missing_faults: s.missing_faults,
+            minor_faults: s.minor_faults,
+            evictions: s.evictions,
+            evict_calls: s.evict_calls,
+            bytes_in: s.bytes_in,
+            bytes_out: s.bytes_out,
+            victims_unmapped: s.victims_unmapped,
+            victims_self: s.victims_self,
+            victims_other: s.victims_other,
+            victims_many: s.victims_many,
+        };
+        // SAFETY: out is non-NULL and writable (caller's contract).
+        unsafe { out.write(v) };
+        Ok(())
+    }))
+}
+
+/// `int tm_team_destroy(tm_team *t)`: leaves (attached) or removes
+/// (creator) the team region. NULL is a no-op.
+///
+/// # Safety
+/// `t` is NULL or a live handle not used by anyone during or after.
+#[no_mangle]
+pub unsafe extern "C" fn tm_team_destroy(t: *mut tm_team) -> c_int {
+    if t.is_null() {
+        return TM_OK;
+    }
+    status(call("tm_team_destroy", || {
+        // SAFETY: a live handle from new_team (a leaked Box), given up here.
+        drop(unsafe { Box::from_raw(t) });
+        Ok(())
+    }))
 }

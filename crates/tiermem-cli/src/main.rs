@@ -10,6 +10,7 @@ use tiermem_workloads::kernel_swap::SwapKind;
 use tiermem_workloads::modes::{self, BenchSpec, Launcher, ModeSpec, Placement};
 use tiermem_workloads::report::write_json;
 use tiermem_workloads::stencil::StencilParams;
+use tiermem_workloads::team_stencil::TeamMode;
 
 #[derive(Parser)]
 #[command(
@@ -47,6 +48,9 @@ enum Bench {
     Dirty(DirtyArgs),
     /// Random read-modify-write updates (GUPS-style) per policy and movers.
     Random(RandomArgs),
+    /// Team mode: evicting pages only the evicting worker maps, workers as
+    /// threads (one page table) vs processes (a page table each).
+    TeamEvict(TeamEvictArgs),
     /// (internal) the kernel-swap child of `bench stencil`.
     #[command(hide = true)]
     StencilChild {
@@ -109,6 +113,16 @@ struct DirtyArgs {
 }
 
 #[derive(Args)]
+struct TeamEvictArgs {
+    /// Pages per eviction call, comma-separated.
+    #[arg(long, default_value = "1,64")]
+    evict_batch: String,
+    /// Write the results as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+#[derive(Args)]
 struct RandomArgs {
     /// Table size (a power of two).
     #[arg(long, default_value = "512M", value_parser = parse_size)]
@@ -158,9 +172,16 @@ struct StencilArgs {
     #[arg(long, default_value = "4K")]
     page_size: String,
     /// Modes, comma-separated: none, sync, prefetch (sync faults + mover
-    /// threads), kernel-swap.
+    /// threads), kernel-swap; team modes (partially separated page
+    /// tables): regular (workers are threads: one page table), pspt
+    /// (workers are processes: a page table each), team-none (pspt with
+    /// everything near), each optionally +prefetch (read-ahead) and/or
+    /// +sharer (sharer-aware replacement), e.g. regular,pspt,pspt+prefetch.
     #[arg(long, default_value = "none,sync,prefetch,kernel-swap")]
     modes: String,
+    /// Pages filled per missing fault in the team modes with +prefetch.
+    #[arg(long, default_value_t = 16)]
+    readahead: usize,
     /// Mover threads for the prefetch mode.
     #[arg(long, default_value_t = 1)]
     movers: usize,
@@ -219,6 +240,7 @@ fn main() {
         Cmd::Bench(Bench::Stencil(a)) => bench_stencil(*a),
         Cmd::Bench(Bench::Dirty(a)) => bench_dirty(a),
         Cmd::Bench(Bench::Random(a)) => bench_random(a),
+        Cmd::Bench(Bench::TeamEvict(a)) => bench_team_evict(a),
         Cmd::Bench(Bench::StencilChild { params }) => stencil_child(&params),
     };
     if let Err(e) = r {
@@ -506,11 +528,14 @@ fn bench_stencil(a: StencilArgs) -> Result<(), String> {
                 }
             }
             "kernel-swap" => modes_v.push(ModeSpec::KernelSwap { swap: swap.clone() }),
-            other => {
-                return Err(format!(
-                    "unknown mode {other:?} (none, sync, prefetch, kernel-swap)"
-                ))
-            }
+            other => match TeamMode::parse(other, a.readahead) {
+                Some(t) => modes_v.push(ModeSpec::Team(t)),
+                None => {
+                    return Err(format!(
+                        "unknown mode {other:?} (none, sync, prefetch, kernel-swap; team modes: regular, pspt, team-none, each with +prefetch and/or +sharer)"
+                    ))
+                }
+            },
         }
     }
     let spec = BenchSpec {
@@ -618,6 +643,70 @@ fn bench_random(a: RandomArgs) -> Result<(), String> {
         return Err("a run failed verification".into());
     }
     Ok(())
+}
+
+fn bench_team_evict(a: TeamEvictArgs) -> Result<(), String> {
+    use tiermem::team::TeamKind;
+    use tiermem_workloads::team_stencil::evict_own_pages;
+    let batches = list(&a.evict_batch, "batch", |x| {
+        x.parse::<usize>().ok().filter(|&b| b > 0)
+    })?;
+    let n = tiermem_sys::thread::online_cpus();
+    if n < 2 {
+        return Err("needs 2 CPUs: one evicting worker, one busy worker".into());
+    }
+    let cpus = vec![0, 1];
+    eprintln!("bench team-evict: worker 0 (CPU 0) evicts pages only it maps; worker 1 (CPU 1) stays busy on its own pages");
+    let mut runs = Vec::new();
+    for &b in &batches {
+        for kind in [TeamKind::Threads, TeamKind::Processes] {
+            let r = evict_own_pages(kind, b, &cpus)?;
+            eprintln!(
+                "[{} batch {b}] {} evictions, {:.3} IPIs/page",
+                r.mode, r.evictions, r.ipis_per_eviction
+            );
+            runs.push(r);
+        }
+    }
+    let mut t = tiermem_workloads::report::Table::new(&[
+        "mode",
+        "batch",
+        "evicted pages",
+        "of them shared",
+        "TLB IPIs/page",
+        "unmap us/page",
+        "evict us/page",
+    ]);
+    for r in &runs {
+        t.row(vec![
+            r.mode.clone(),
+            r.evict_batch.to_string(),
+            r.evictions.to_string(),
+            r.victims_shared.to_string(),
+            format!("{:.3}", r.ipis_per_eviction),
+            format!("{:.2}", r.unmap_ns_per_page / 1e3),
+            format!("{:.2}", r.evict_ns_per_page / 1e3),
+        ]);
+    }
+    print!("{}", t.render());
+    println!("regular: workers are threads of one process (one page table); pspt: processes (a page table each); CPUs: worker 0 on 0, worker 1 on 1");
+    #[derive(serde::Serialize)]
+    struct Out {
+        benchmark: &'static str,
+        machine: tiermem_workloads::report::Machine,
+        runs: Vec<tiermem_workloads::team_stencil::OwnEviction>,
+    }
+    let out = Out {
+        benchmark: "team-evict",
+        machine: tiermem_workloads::report::Machine::collect(),
+        runs,
+    };
+    save(
+        &out,
+        &a.json,
+        &None,
+        |_: &Out, _: &std::path::Path| Ok(Vec::new()),
+    )
 }
 
 fn stencil_child(params: &str) -> Result<(), String> {

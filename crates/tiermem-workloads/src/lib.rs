@@ -18,6 +18,8 @@ pub mod faults;
 pub mod kernel_swap;
 pub mod modes;
 pub mod plot;
+pub mod pspt_model;
 pub mod random;
 pub mod report;
 pub mod stencil;
+pub mod team_stencil;

@@ -48,6 +48,8 @@ pub enum ModeSpec {
         /// How movers install pages.
         install: InstallMethod,
     },
+    /// A team region: workers as threads (`regular`) or processes (`pspt`).
+    Team(crate::team_stencil::TeamMode),
     /// Linux swap under a memory cgroup.
     KernelSwap {
         /// zram or swap file.
@@ -61,6 +63,7 @@ impl ModeSpec {
         match self {
             ModeSpec::None => "none".into(),
             ModeSpec::Tiered { name, .. } => name.clone(),
+            ModeSpec::Team(m) => m.name.clone(),
             ModeSpec::KernelSwap { .. } => "kernel-swap".into(),
         }
     }
@@ -338,8 +341,22 @@ pub fn run_all(spec: &BenchSpec, progress: &mut dyn FnMut(&str)) -> StencilResul
         .iter()
         .map(|&t| (t, mean_of(&results, "none", t, |o| o.seconds)))
         .collect();
-    for o in results.iter_mut().filter(|o| o.mode != "none") {
-        let none = nones.iter().find(|(t, _)| *t == o.threads).and_then(|(_, v)| *v);
+    let team_nones: Vec<(usize, Option<f64>)> = spec
+        .thread_counts
+        .iter()
+        .map(|&t| (t, mean_of(&results, "team-none", t, |o| o.seconds)))
+        .collect();
+    for o in results
+        .iter_mut()
+        .filter(|o| o.mode != "none" && o.mode != "team-none")
+    {
+        // Team modes run the same kernel as team-none: compare with it.
+        let base = if o.team.is_some() && team_nones.iter().any(|(t, v)| *t == o.threads && v.is_some()) {
+            &team_nones
+        } else {
+            &nones
+        };
+        let none = base.iter().find(|(t, _)| *t == o.threads).and_then(|(_, v)| *v);
         if let Some(base) = none {
             o.overhead_vs_none = Some(o.seconds / base - 1.0);
         }
@@ -419,6 +436,19 @@ fn run_mode(
                 c.movers = 0;
             }
             run_tiered(name, c, params, progress).map_err(|e| e.to_string())
+        }
+        ModeSpec::Team(m) => {
+            if spec.base.page_size != PageSize::Base4K {
+                return Err("team modes use 4 KiB pages".to_owned());
+            }
+            crate::team_stencil::run(
+                m,
+                spec.virt,
+                spec.near,
+                spec.base.evict_batch_pages,
+                params,
+                progress,
+            )
         }
         ModeSpec::KernelSwap { swap } => {
             if spec.base.page_size != PageSize::Base4K {
@@ -542,6 +572,7 @@ pub fn table(r: &StencilResult) -> String {
             }
         }
     }
+    s += &team_table(r);
     s += &format!(
         "checksums {}\n",
         if r.checksums_match {
@@ -577,6 +608,70 @@ pub fn table(r: &StencilResult) -> String {
                 o.eviction_pauses
             );
         }
+    }
+    s
+}
+
+/// Team modes: what partially separated page tables change per fault and
+/// per eviction.
+fn team_table(r: &StencilResult) -> String {
+    let runs: Vec<&StencilOutcome> = r.results.iter().filter(|o| o.team.is_some()).collect();
+    if runs.is_empty() {
+        return String::new();
+    }
+    let mut t = Table::new(&[
+        "team mode",
+        "thr",
+        "workers",
+        "seconds",
+        "faults (minor)",
+        "evictions",
+        "TLB IPIs/evicted page",
+        "evict us/page",
+        "fault us",
+        "victims none/self/other/many",
+        "faults per worker",
+    ]);
+    for o in runs {
+        let d = o.team.as_ref().expect("filtered");
+        t.row(vec![
+            o.mode.clone(),
+            o.threads.to_string(),
+            d.workers_are.clone(),
+            format!("{:.2}", o.seconds),
+            format!("{} ({})", o.faults, d.minor_faults),
+            o.evictions.to_string(),
+            format!("{:.3}", d.ipis_per_eviction),
+            format!("{:.2}", d.evict_ns_per_page / 1e3),
+            format!("{:.2}", d.ns_per_fault / 1e3),
+            format!(
+                "{}/{}/{}/{}",
+                d.victims[0], d.victims[1], d.victims[2], d.victims[3]
+            ),
+            format!("{:?}", o.faults_per_thread),
+        ]);
+    }
+    let mut s = String::from("\n");
+    s += &t.render();
+    for &th in &thread_counts(r) {
+        if let (Some(reg), Some(ps)) = (
+            mean_of(&r.results, "regular", th, |o| o.seconds),
+            mean_of(&r.results, "pspt", th, |o| o.seconds),
+        ) {
+            s += &format!("{th} workers: pspt is {:.2}x faster than regular\n", reg / ps);
+        }
+        if let (Some(reg), Some(ps)) = (
+            mean_of(&r.results, "regular", th, |o| o.seconds),
+            mean_of(&r.results, "pspt+sharer", th, |o| o.seconds),
+        ) {
+            s += &format!(
+                "{th} workers: pspt+sharer is {:.2}x faster than regular\n",
+                reg / ps
+            );
+        }
+    }
+    if let Some(m) = crate::pspt_model::fit(&r.results) {
+        s += &crate::pspt_model::table(&m);
     }
     s
 }
@@ -678,6 +773,34 @@ pub fn plot(r: &StencilResult, path: &std::path::Path) -> Result<Vec<PathBuf>, S
             "seconds (all threads)",
             &segs,
         )?;
+        out.push(p);
+    }
+    // Team modes: the cost of one fault by category (Fig. 6 per fault),
+    // and the calibrated model next to the paper's Fig. 7.
+    let mut per_fault = Vec::new();
+    for o in r.results.iter().filter(|o| o.team.is_some() && o.faults > 0) {
+        let bar = format!("{} {}w", o.mode, o.threads);
+        for (cat, ns) in &o.cost_ns {
+            per_fault.push(Segment {
+                bar: bar.clone(),
+                layer: cat.clone(),
+                value: *ns as f64 / o.faults as f64 / 1e3,
+            });
+        }
+    }
+    if !per_fault.is_empty() {
+        let p = sibling("fault-costs");
+        crate::plot::stacked_bars(
+            &p,
+            "cost of one fault by category, team modes (paper 1, Fig. 6)",
+            "microseconds per fault",
+            &per_fault,
+        )?;
+        out.push(p);
+    }
+    if let Some(m) = crate::pspt_model::fit(&r.results) {
+        let p = sibling("model");
+        crate::pspt_model::plot(&m, &p)?;
         out.push(p);
     }
     Ok(out)

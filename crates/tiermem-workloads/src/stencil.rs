@@ -123,9 +123,36 @@ pub struct StencilOutcome {
     pub lower_bound_seconds: Option<f64>,
     /// Runtime over the lower bound.
     pub vs_lower_bound: Option<f64>,
+    /// Team modes (regular / pspt): sharing and eviction details.
+    pub team: Option<TeamDetail>,
 }
 
-fn init_value(i: usize, j: usize) -> f64 {
+/// What team modes measure beyond the common fields (timed part only).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct TeamDetail {
+    /// `processes` (pspt) or `threads` (regular).
+    pub workers_are: String,
+    /// Missing faults (fills) and minor faults (mapping a near page in one
+    /// more worker).
+    pub missing_faults: u64,
+    /// See `missing_faults`.
+    pub minor_faults: u64,
+    /// Evicted pages by who mapped them: nobody, the evicting worker only,
+    /// one other worker, several.
+    pub victims: [u64; 4],
+    /// TLB-shootdown IPIs (machine-wide) per evicted page.
+    pub ipis_per_eviction: f64,
+    /// Time spent evicting per evicted page (splice, punch, splice), ns.
+    pub evict_ns_per_page: f64,
+    /// Fault-handler time per fault, ns.
+    pub ns_per_fault: f64,
+    /// Replacement policy, eviction batch, read-ahead.
+    pub evict_batch: usize,
+    /// Pages filled per missing fault.
+    pub readahead: usize,
+}
+
+pub(crate) fn init_value(i: usize, j: usize) -> f64 {
     // Deterministic, incompressible-looking values in [0, 1): zram must not
     // get an unrealistically easy ride from constant pages.
     let mut x = (i as u64) << 32 | j as u64;
@@ -243,13 +270,20 @@ fn sweep(src: &[f64], dst: &mut [f64], n: usize, w: &Workers) {
             let up = &src[(i - 1) * n..i * n];
             let mid = &src[i * n..(i + 1) * n];
             let dn = &src[(i + 1) * n..(i + 2) * n];
-            for j in 1..n - 1 {
-                out[j] = C0 * mid[j]
-                    + C1 * (up[j] + dn[j] + mid[j - 1] + mid[j + 1])
-                    + C2 * (up[j - 1] + up[j + 1] + dn[j - 1] + dn[j + 1]);
-            }
+            row_kernel(up, mid, dn, out);
         }
     });
+}
+
+/// One output row from the rows above, at and below it (all `n` long);
+/// the first and last element of `out` are boundary and left alone.
+pub(crate) fn row_kernel(up: &[f64], mid: &[f64], dn: &[f64], out: &mut [f64]) {
+    let n = out.len();
+    for j in 1..n - 1 {
+        out[j] = C0 * mid[j]
+            + C1 * (up[j] + dn[j] + mid[j - 1] + mid[j + 1])
+            + C2 * (up[j - 1] + up[j + 1] + dn[j - 1] + dn[j + 1]);
+    }
 }
 
 /// Runs `iters` sweeps, alternating the grids; calls `each(iter, seconds)`.

@@ -45,7 +45,11 @@ pub(crate) const NSTAT: usize = 32;
 const STATS: usize = PIDS + 64;
 /// Words of scratch space for the application (results, flags).
 pub const SCRATCH_WORDS: usize = 4096;
-const SCRATCH: usize = STATS + 64 * NSTAT;
+/// Snapshots of the statistics ([`MARKS`] copies of the stats area).
+const MARKS_AT: usize = STATS + 64 * NSTAT;
+/// Statistics snapshots a worker can take.
+pub const MARKS: usize = 2;
+const SCRATCH: usize = MARKS_AT + MARKS * 64 * NSTAT;
 const PAGES: usize = SCRATCH + SCRATCH_WORDS;
 
 /// Statistic slots.
@@ -162,6 +166,19 @@ impl<'a> Ctl<'a> {
     }
     pub(crate) fn stat_at(&self, rank: usize, slot: usize) -> &AtomicU64 {
         &self.w[STATS + rank * NSTAT + slot]
+    }
+    /// Statistic `slot` of `rank`, live (`mark` None) or as snapshotted.
+    pub(crate) fn stat_in(&self, mark: Option<usize>, rank: usize, slot: usize) -> u64 {
+        let base = mark.map_or(STATS, |m| MARKS_AT + m * 64 * NSTAT);
+        self.w[base + rank * NSTAT + slot].load(Ordering::Relaxed)
+    }
+    /// Copies the live statistics into snapshot `mark`.
+    pub(crate) fn snapshot(&self, mark: usize) {
+        let to = MARKS_AT + mark * 64 * NSTAT;
+        for k in 0..64 * NSTAT {
+            let v = self.w[STATS + k].load(Ordering::Relaxed);
+            self.w[to + k].store(v, Ordering::Relaxed);
+        }
     }
     pub(crate) fn add(&self, rank: usize, s: Stat, v: u64) {
         self.stat(rank, s).fetch_add(v, Ordering::Relaxed);

@@ -335,7 +335,7 @@ impl Member {
             if self.evict_some(ctl, rank, want.max(batch), timer) == 0 {
                 // Every candidate is busy in another member's hands.
                 backoff(&mut spins);
-                if spins % 1024 == 0 && ctl.get(H_ABORT) != 0 {
+                if spins % 8192 == 0 && ctl.get(H_ABORT) != 0 {
                     if !self.host {
                         process::exit_now(EXIT_ABORTED);
                     }
@@ -368,7 +368,7 @@ impl Member {
                 return;
             }
             backoff(&mut spins);
-            if spins % 4096 == 0 && cur != 0 && self.owner_dead(ctl, cur as usize - 1) {
+            if spins % 8192 == 0 && cur != 0 && self.owner_dead(ctl, cur as usize - 1) {
                 // The holder died inside the list: the team is over; take
                 // the lock so that the host can still read what is left.
                 if !self.host {
@@ -395,7 +395,7 @@ impl Member {
     /// Waits for a busy page; false if its owner died (the page is lost).
     fn wait_busy(&self, ctl: &Ctl<'_>, i: usize, w: u64, spins: &mut u32) -> bool {
         backoff(spins);
-        if *spins % 1024 == 0 {
+        if *spins % 8192 == 0 {
             if ctl.get(H_ABORT) != 0 && !self.host {
                 process::exit_now(EXIT_ABORTED);
             }
@@ -426,7 +426,9 @@ impl Member {
         let avail = (ctl.get(H_RING_TAIL) - head) as usize;
         let sharer_aware = ctl.get(H_POLICY) == TeamPolicy::SharerAware as u64;
         let window = if sharer_aware {
-            (ctl.get(H_WINDOW) as usize).max(want)
+            // A few candidates per victim find the evicting member's own
+            // pages; scanning more only lengthens the critical section.
+            (8 * want).max(16).min(ctl.get(H_WINDOW) as usize).max(2 * want)
         } else {
             want + 16
         }
@@ -442,9 +444,13 @@ impl Member {
             *o = k as u16;
         }
         if sharer_aware {
+            // Members other than this one that map the page: evicting it
+            // interrupts exactly those (pages only this member maps cost
+            // no remote shootdown).
+            let me = ctl::sharer_bit(rank);
             let key = |k: u16| {
                 let w = ctl.page(entries[k as usize] as usize).load(Ordering::Relaxed);
-                ctl::sharers(w).count_ones()
+                ctl::sharers(w & !me).count_ones()
             };
             order[..window].sort_by_key(|&k| (key(k), k));
         }
@@ -560,7 +566,7 @@ impl Member {
             return 0;
         }
         timer.lap(Cost::Transfer);
-        let me = ctl::sharer_bit(rank) >> 10;
+        let me = ctl::sharers(ctl::sharer_bit(rank));
         for (k, &w) in words.iter().enumerate() {
             let s = ctl::sharers(w);
             let class = if s == 0 {
@@ -610,13 +616,16 @@ fn retry(
     Ok(())
 }
 
-/// Spin, then yield, then sleep: waits in the fault path never burn a CPU
-/// that the member they wait for may need (2 vCPUs here).
+/// Spin, then yield, then sleep. The locks are held for microseconds by a
+/// member running on another CPU, so spinning is right at first; a sleep
+/// (which costs tens of microseconds of wake-up latency on these VMs) only
+/// once the holder seems descheduled, so waits never burn a CPU that the
+/// holder needs.
 fn backoff(spins: &mut u32) {
     *spins = spins.wrapping_add(1);
-    if *spins < 64 {
+    if *spins < 4096 {
         std::hint::spin_loop();
-    } else if *spins < 256 {
+    } else if *spins < 8192 {
         std::thread::yield_now();
     } else {
         std::thread::sleep(Duration::from_micros(20));

@@ -34,7 +34,7 @@
 mod ctl;
 mod member;
 
-pub use ctl::{MAX_MEMBERS, SCRATCH_WORDS};
+pub use ctl::{MARKS, MAX_MEMBERS, SCRATCH_WORDS};
 pub(crate) use member::handle_fault;
 pub use member::{set_thread_rank, EXIT_ABORTED};
 
@@ -61,9 +61,10 @@ pub(crate) const PID_FINISHED: u64 = 1 << 63;
 pub enum TeamPolicy {
     /// Oldest fill first.
     Fifo = 0,
-    /// Fewest sharers first among the oldest `sharer_window` pages, then
-    /// oldest (follow-up CMCP work): an eviction then disturbs the fewest
-    /// workers.
+    /// Among the oldest `sharer_window` pages, those mapped by the fewest
+    /// members other than the evicting one first, then oldest (after the
+    /// follow-up CMCP work): an eviction then interrupts the fewest other
+    /// workers, none when the page is the evicting worker's own.
     SharerAware = 1,
 }
 
@@ -128,7 +129,7 @@ impl TeamConfig {
             policy: TeamPolicy::Fifo,
             evict_batch_pages: 64,
             readahead_pages: 1,
-            sharer_window: 64,
+            sharer_window: 256,
         }
     }
 
@@ -257,7 +258,8 @@ impl MemberStats {
             .map(|c| (c.name().to_owned(), self.cost_ns[*c as usize]))
             .collect()
     }
-    fn add(&mut self, o: &MemberStats) {
+    /// Adds `o`'s counters to these.
+    pub fn add(&mut self, o: &MemberStats) {
         let MemberStats {
             missing_faults,
             zero_fills,
@@ -389,6 +391,13 @@ impl Worker<'_> {
     /// The region's base address (the same in every worker).
     pub fn base(&self) -> usize {
         self.member.view.data_map.addr()
+    }
+    /// Snapshots every member's statistics as mark `k` (`0..MARKS`), read
+    /// later with [`TeamRegion::stats_at_mark`]: how a worker brackets the
+    /// timed part of a run between barriers.
+    pub fn mark(&self, k: usize) {
+        assert!(k < MARKS, "mark {k} out of 0..{MARKS}");
+        self.member.view.ctl().snapshot(k);
     }
 }
 
@@ -724,16 +733,24 @@ impl TeamRegion {
 
     /// Current statistics.
     pub fn stats(&self) -> TeamStats {
+        self.read_stats(None)
+    }
+
+    /// The statistics as a worker snapshotted them with [`Worker::mark`].
+    pub fn stats_at_mark(&self, k: usize) -> TeamStats {
+        assert!(k < MARKS, "mark {k} out of 0..{MARKS}");
+        self.read_stats(Some(k))
+    }
+
+    fn read_stats(&self, mark: Option<usize>) -> TeamStats {
         let ctl = self.member.view.ctl();
         let members = self.config.workers + usize::from(!self.in_party);
         let members = (0..members.min(MAX_MEMBERS))
             .map(|r| {
-                let g = |s: Stat| ctl.stat(r, s).load(Ordering::Relaxed);
+                let g = |s: Stat| ctl.stat_in(mark, r, s as usize);
                 let mut cost_ns = [0; 5];
                 for (k, c) in cost_ns.iter_mut().enumerate() {
-                    *c = ctl
-                        .stat_at(r, Stat::CostBase as usize + k)
-                        .load(Ordering::Relaxed);
+                    *c = ctl.stat_in(mark, r, Stat::CostBase as usize + k);
                 }
                 MemberStats {
                     missing_faults: g(Stat::MissingFaults),
