@@ -85,6 +85,12 @@ pub fn fit(results: &[StencilOutcome]) -> Option<Model> {
     let find = |m: &str| results.iter().find(|o| o.mode == m && o.threads == 2);
     let reg = find("regular")?;
     let ps = find("pspt+sharer").or_else(|| find("pspt"))?;
+    // The model counts one IPI per remote sharer of each evicted page:
+    // paper 1's setting of one page per eviction. Batched evictions share
+    // one flush among many pages, which it does not describe.
+    if reg.team.as_ref()?.evict_batch != 1 || ps.team.as_ref()?.evict_batch != 1 {
+        return None;
+    }
     let (fr, ir, rr, er) = per_fault(reg)?;
     let (fp, ip, _, _) = per_fault(ps)?;
     if ir <= ip {
@@ -227,6 +233,7 @@ mod tests {
             evictions: faults,
             tlb_shootdowns: ipis,
             team: Some(TeamDetail {
+                evict_batch: 1,
                 ns_per_fault,
                 ipis_per_eviction: ipis as f64 / faults as f64,
                 victims,
