@@ -50,6 +50,12 @@ impl AsFd for Memfd {
     }
 }
 
+impl From<Memfd> for OwnedFd {
+    fn from(m: Memfd) -> OwnedFd {
+        m.fd
+    }
+}
+
 /// `ftruncate(fd, len)`.
 pub fn set_len(fd: BorrowedFd<'_>, len: u64) -> Result<(), Errno> {
     // SAFETY: plain syscall on a borrowed, open descriptor.

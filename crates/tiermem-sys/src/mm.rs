@@ -97,6 +97,8 @@ pub struct MapOptions {
     pub dontfork: bool,
     /// Align the start to this many bytes (a power of two; 0 = natural).
     pub align: usize,
+    /// Map read-only (`PROT_READ`); writes raise SIGSEGV.
+    pub read_only: bool,
 }
 
 /// Non-destructive `madvise` advice.
@@ -234,8 +236,13 @@ impl Mapping {
         }
         let raw_fd = fd.map_or(-1, |f| f.as_raw_fd());
         let align = opts.align.max(page_size);
-        let addr = if align > page_size && fd.is_none() {
-            Self::map_aligned(len, align, flags, opts.huge.is_some())?
+        let prot = if opts.read_only {
+            libc::PROT_READ
+        } else {
+            libc::PROT_READ | libc::PROT_WRITE
+        };
+        let addr = if align > page_size {
+            Self::map_aligned(len, align, flags, prot, raw_fd, offset)?
         } else {
             // SAFETY: a fresh mapping at a kernel-chosen address touches no
             // existing memory; the result is checked below.
@@ -243,7 +250,7 @@ impl Mapping {
                 libc::mmap(
                     std::ptr::null_mut(),
                     len,
-                    libc::PROT_READ | libc::PROT_WRITE,
+                    prot,
                     flags,
                     raw_fd,
                     offset as libc::off_t,
@@ -272,7 +279,14 @@ impl Mapping {
 
     /// Reserves `len + align` bytes of address space with PROT_NONE, then maps
     /// the aligned part over it with MAP_FIXED and trims the rest.
-    fn map_aligned(len: usize, align: usize, flags: libc::c_int, huge: bool) -> Result<*mut u8, MmError> {
+    fn map_aligned(
+        len: usize,
+        align: usize,
+        flags: libc::c_int,
+        prot: libc::c_int,
+        raw_fd: libc::c_int,
+        offset: u64,
+    ) -> Result<*mut u8, MmError> {
         let span = len + align;
         // SAFETY: a fresh PROT_NONE reservation at a kernel-chosen address.
         let res = unsafe {
@@ -300,10 +314,10 @@ impl Mapping {
             libc::mmap(
                 start as *mut libc::c_void,
                 len,
-                libc::PROT_READ | libc::PROT_WRITE,
+                prot,
                 flags | libc::MAP_FIXED,
-                -1,
-                0,
+                raw_fd,
+                offset as libc::off_t,
             )
         };
         let errno = Errno::last();
@@ -321,7 +335,6 @@ impl Mapping {
         if p == libc::MAP_FAILED {
             // SAFETY: the middle of our own reservation.
             unsafe { libc::munmap(start as *mut libc::c_void, len) };
-            let _ = huge;
             return Err(MmError::Map { len, errno });
         }
         Ok(p as *mut u8)
@@ -546,6 +559,75 @@ impl Mapping {
     }
 }
 
+impl Mapping {
+    /// Moves the pages of `len` bytes at `offset` over `dst` at `dst_offset`
+    /// in one `mremap(MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP)`.
+    ///
+    /// Whatever `dst` mapped there is unmapped and replaced by this
+    /// mapping's pages (and protection) under the address-space lock, so a
+    /// concurrent reader of `dst` sees either the old or the new page, never
+    /// a hole; one TLB flush covers the whole range. This mapping keeps its
+    /// range (`DONTUNMAP`): its pages are gone and read back as zeros, so no
+    /// hole appears that another `mmap` could take. Ranges moved out of one
+    /// anonymous mapping into adjacent places of `dst` merge into one VMA
+    /// again, because they keep their linear page offsets.
+    ///
+    /// The bytes `dst` shows change to this mapping's bytes; callers use it
+    /// where both hold the same data (the overshadow switch), so references
+    /// into `dst` stay valid and see no change of contents. Kernel 5.13 or
+    /// later (`DONTUNMAP` of any private anonymous mapping).
+    pub fn move_pages_to(
+        &self,
+        offset: usize,
+        len: usize,
+        dst: &Mapping,
+        dst_offset: usize,
+    ) -> Result<(), MmError> {
+        self.check_range(offset, len);
+        dst.check_range(dst_offset, len);
+        // SAFETY: both ranges are inside mappings we own, so MREMAP_FIXED
+        // replaces only pages of `dst` (never memory of someone else) and
+        // DONTUNMAP leaves our own range mapped; the contents `dst` shows
+        // change only to equal bytes (caller's protocol, see above).
+        let p = unsafe {
+            libc::mremap(
+                self.as_ptr().add(offset).cast(),
+                len,
+                len,
+                libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED | crate::uapi::MREMAP_DONTUNMAP,
+                dst.as_ptr().add(dst_offset).cast::<libc::c_void>(),
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(MmError::Remap {
+                new_len: len,
+                errno: Errno::last(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Faults in a range for writing (`MADV_POPULATE_WRITE`, kernel 5.14):
+    /// one call instead of one page fault per page.
+    pub fn populate_write(&self, offset: usize, len: usize) -> Result<(), MmError> {
+        self.check_range(offset, len);
+        // SAFETY: the range is inside our mapping; populating changes no
+        // contents (missing pages read as zeros before and after).
+        let r = unsafe {
+            libc::madvise(
+                self.as_ptr().add(offset).cast(),
+                len,
+                crate::uapi::MADV_POPULATE_WRITE,
+            )
+        };
+        check(r).map(|_| ()).map_err(|errno| MmError::Advise {
+            advice: Advice::WillNeed,
+            len,
+            errno,
+        })
+    }
+}
+
 impl Drop for Mapping {
     fn drop(&mut self) {
         if let Some(g) = self.dontfork_generation {
@@ -733,6 +815,49 @@ mod tests {
         assert_eq!(m.len(), 16384);
         assert_eq!(m.user_slice_mut::<u8>(&mut user)[8191], 3);
         assert_eq!(m.user_slice_mut::<u8>(&mut user)[8192], 0);
+    }
+
+    fn vma_count() -> usize {
+        std::fs::read_to_string("/proc/self/maps")
+            .unwrap()
+            .lines()
+            .count()
+    }
+
+    #[test]
+    fn moved_pages_replace_a_read_only_view_and_merge() {
+        use crate::memfd::Memfd;
+        let len = 1 << 20;
+        let fd = Memfd::create("move", false).unwrap();
+        fd.set_len(len as u64).unwrap();
+        let (far, _) = Mapping::shared(fd.as_fd(), 0, len, 4096, &MapOptions::default()).unwrap();
+        far.fill(0, len, 0x5a);
+        let ro = MapOptions {
+            read_only: true,
+            align: 2 << 20,
+            ..Default::default()
+        };
+        let (view, _) = Mapping::shared(fd.as_fd(), 0, len, 4096, &ro).unwrap();
+        assert_eq!(view.addr() % (2 << 20), 0);
+        let (near, _) = Mapping::anonymous(len, &MapOptions::default()).unwrap();
+        let before = vma_count();
+        for k in 0..4 {
+            let off = k * (len / 4);
+            near.populate_write(off, len / 4).unwrap();
+            near.copy_in(off, far.range(off, len / 4));
+            near.move_pages_to(off, len / 4, &view, off).unwrap();
+        }
+        assert!(view.range(0, len).same_bytes(far.range(0, len)));
+        // The moved pieces merged into one VMA; the near range stays mapped
+        // (zeros), the far view was replaced.
+        assert!(vma_count() <= before, "{} > {before}", vma_count());
+        assert!(near.range(0, 4096).is_zero());
+        view.fill(0, 4096, 1); // writable now: the pages are the near copies
+        assert!(far.range(0, 1).same_bytes(MemRange::from_bytes(&[0x5a])));
+        assert!(matches!(
+            near.move_pages_to(0, 4096, &view, 4096 * 3 + 1),
+            Err(MmError::Remap { .. })
+        ));
     }
 
     #[test]

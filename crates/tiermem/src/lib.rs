@@ -28,6 +28,10 @@
 //! - [`policy`]: replacement policies behind one trait;
 //! - [`stats`]: statistics (faults, bytes, costs, latency, per thread);
 //! - [`global`]: the process-wide region behind `tm_malloc_global`;
+//! - [`far`]: far memory tiermem can map twice (memfd allocations, file
+//!   ranges);
+//! - [`overshadow`]: paper 2's Overshadow: read far memory at once, switch
+//!   each page to its near copy when copied;
 //! - `engine` (private): fault resolution, fill and eviction, in-context
 //!   (SIGBUS) and handler-thread designs; `page` (private): page states.
 //!
@@ -39,7 +43,9 @@
 pub mod config;
 mod engine;
 pub mod error;
+pub mod far;
 pub mod global;
+pub mod overshadow;
 mod page;
 pub mod policy;
 pub mod region;
