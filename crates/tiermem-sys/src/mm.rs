@@ -114,6 +114,8 @@ pub enum Advice {
     HugePage,
     /// `MADV_WILLNEED`
     WillNeed,
+    /// `MADV_RANDOM`: no readahead on faults of a file mapping
+    Random,
     /// `MADV_DONTNEED` (destructive; see [`Mapping::discard`])
     DontNeed,
     /// `MADV_REMOVE` (destructive; punches a hole in shared memory)
@@ -128,6 +130,7 @@ impl Advice {
             Advice::NoHugePage => libc::MADV_NOHUGEPAGE,
             Advice::HugePage => libc::MADV_HUGEPAGE,
             Advice::WillNeed => libc::MADV_WILLNEED,
+            Advice::Random => libc::MADV_RANDOM,
             Advice::DontNeed => libc::MADV_DONTNEED,
             Advice::Remove => libc::MADV_REMOVE,
         }
@@ -166,6 +169,8 @@ pub struct Mapping {
     /// range. A forked child does not have the range, so it must not unmap
     /// whatever the child may have mapped there since.
     dontfork_generation: Option<u64>,
+    /// `MAP_SHARED` of a file: dropping its page-table entries loses nothing.
+    shared: bool,
 }
 
 // SAFETY: a Mapping is an address range plus metadata; all accesses go through
@@ -269,6 +274,7 @@ impl Mapping {
             len,
             page_size,
             dontfork_generation: None,
+            shared: fd.is_some() && flags & libc::MAP_SHARED != 0,
         };
         if opts.dontfork {
             map.advise(0, len, Advice::DontFork)?;
@@ -607,6 +613,16 @@ impl Mapping {
         Ok(())
     }
 
+    /// Drops the page-table entries of a shared file mapping
+    /// (`MADV_DONTNEED`): the data stays in the file (and page cache) and
+    /// faults back in on the next access, but the pages are no longer
+    /// mapped here, so `posix_fadvise(DONTNEED)` can drop them from the
+    /// cache. Panics on a private mapping, where this would lose data.
+    pub fn unmap_shared_pages(&self, offset: usize, len: usize) -> Result<(), MmError> {
+        assert!(self.shared, "unmap_shared_pages on a private mapping");
+        self.madvise(offset, len, Advice::DontNeed)
+    }
+
     /// Faults in a range for writing (`MADV_POPULATE_WRITE`, kernel 5.14):
     /// one call instead of one page fault per page.
     pub fn populate_write(&self, offset: usize, len: usize) -> Result<(), MmError> {
@@ -852,6 +868,11 @@ mod tests {
         // (zeros), the far view was replaced.
         assert!(vma_count() <= before, "{} > {before}", vma_count());
         assert!(near.range(0, 4096).is_zero());
+        far.unmap_shared_pages(0, len).unwrap();
+        assert!(
+            far.range(0, 1).same_bytes(MemRange::from_bytes(&[0x5a])),
+            "data stays in the file"
+        );
         view.fill(0, 4096, 1); // writable now: the pages are the near copies
         assert!(far.range(0, 1).same_bytes(MemRange::from_bytes(&[0x5a])));
         assert!(matches!(

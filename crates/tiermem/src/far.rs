@@ -221,6 +221,13 @@ impl FarMemory {
         self.map.user_atomics(&self.user)
     }
 
+    /// Drops this mapping's page-table entries (the data stays in the
+    /// memfd or file) so that a file's pages can leave the page cache
+    /// (see `tiermem_sys::file::drop_cache`).
+    pub fn unmap_pages(&self) -> Result<(), Error> {
+        Ok(self.map.unmap_shared_pages(0, self.map.len())?)
+    }
+
     /// Copies `src` in at `offset`.
     pub fn write_bytes(&self, offset: usize, src: &[u8]) {
         self.map.write_bytes(offset, src)
