@@ -172,6 +172,37 @@ pub fn drop_cache(fd: BorrowedFd<'_>) -> Result<(), Errno> {
     Ok(())
 }
 
+/// Turns readahead off for reads through this open file description
+/// (`posix_fadvise(POSIX_FADV_RANDOM)`): a `pread` reads what it asks for.
+pub fn no_readahead(fd: BorrowedFd<'_>) -> Result<(), Errno> {
+    // SAFETY: plain syscall on a borrowed, open descriptor; posix_fadvise
+    // returns the error instead of setting errno.
+    let r = unsafe { libc::posix_fadvise(fd.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) };
+    if r != 0 {
+        return Err(Errno(r));
+    }
+    Ok(())
+}
+
+/// Starts reading `[offset, offset + len)` of a file into the page cache
+/// without waiting (`posix_fadvise(POSIX_FADV_WILLNEED)`).
+pub fn will_need(fd: BorrowedFd<'_>, offset: u64, len: u64) -> Result<(), Errno> {
+    // SAFETY: plain syscall on a borrowed, open descriptor; posix_fadvise
+    // returns the error instead of setting errno.
+    let r = unsafe {
+        libc::posix_fadvise(
+            fd.as_raw_fd(),
+            offset as libc::off_t,
+            len as libc::off_t,
+            libc::POSIX_FADV_WILLNEED,
+        )
+    };
+    if r != 0 {
+        return Err(Errno(r));
+    }
+    Ok(())
+}
+
 /// Pages of `[offset, offset + len)` of a file that are in the page cache
 /// (`mincore` over a temporary read-only mapping).
 pub fn cached_pages(fd: BorrowedFd<'_>, offset: u64, len: usize) -> Result<usize, Errno> {
@@ -245,6 +276,15 @@ mod tests {
         assert!(cached_pages(f.as_fd(), 0, 1 << 20).unwrap() > 0);
         drop_cache(f.as_fd()).unwrap();
         assert_eq!(cached_pages(f.as_fd(), 0, 1 << 20).unwrap(), 0);
+        no_readahead(f.as_fd()).unwrap();
+        assert_eq!(m.pread(f.as_fd(), 0, 4096, 0).unwrap(), 4096);
+        assert_eq!(cached_pages(f.as_fd(), 0, 1 << 20).unwrap(), 1, "no readahead");
+        will_need(f.as_fd(), 0, 1 << 20).unwrap();
+        let t = std::time::Instant::now();
+        while cached_pages(f.as_fd(), 0, 1 << 20).unwrap() < 256 {
+            assert!(t.elapsed().as_secs() < 5, "WILLNEED reads the range");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         std::fs::remove_dir_all(d).unwrap();
     }
 

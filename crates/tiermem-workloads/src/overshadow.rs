@@ -472,6 +472,8 @@ pub fn table(r: &OvershadowResult) -> String {
         "method",
         "first access us",
         "all read us",
+        "min first",
+        "min all",
         "first/copy",
         "all/copy",
         "setup us",
@@ -485,6 +487,13 @@ pub fn table(r: &OvershadowResult) -> String {
             continue;
         };
         let first = median_value(&r.results, size, far, method, |x| x.first_access_us).unwrap_or(f64::NAN);
+        let min = |k: fn(&Record) -> f64| {
+            r.results
+                .iter()
+                .filter(|x| x.size_bytes == size && &x.far == far && &x.method == method)
+                .map(k)
+                .fold(f64::INFINITY, f64::min)
+        };
         let copy_first = median_value(&r.results, size, far, "copy", |x| x.first_access_us);
         let copy_total = median_value(&r.results, size, far, "copy", |x| x.total_us);
         let ratio = |v: f64, c: Option<f64>| c.map_or("-".into(), |c| format!("{:.3}", v / c));
@@ -498,6 +507,8 @@ pub fn table(r: &OvershadowResult) -> String {
             method.clone(),
             format!("{first:.1}"),
             format!("{:.1}", m.total_us),
+            format!("{:.1}", min(|x| x.first_access_us)),
+            format!("{:.1}", min(|x| x.total_us)),
             ratio(first, copy_first),
             ratio(m.total_us, copy_total),
             format!("{:.1}", m.setup_us),

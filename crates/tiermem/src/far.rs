@@ -25,7 +25,7 @@
 //! ```
 
 use crate::Error;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, RwLock};
@@ -58,6 +58,18 @@ impl FarKind {
 pub(crate) struct Backing {
     pub(crate) fd: OwnedFd,
     pub(crate) kind: FarKind,
+    /// For files: a second open file description without readahead, for
+    /// the movers. Their reads then fetch exactly their chunk, so a reader
+    /// of an overshadow's first page does not wait for a readahead window
+    /// of the device's size (8 MiB here) started by the mover's first read.
+    pub(crate) mover_fd: Option<OwnedFd>,
+}
+
+impl Backing {
+    /// The descriptor movers read from.
+    pub(crate) fn mover_fd(&self) -> BorrowedFd<'_> {
+        self.mover_fd.as_ref().unwrap_or(&self.fd).as_fd()
+    }
 }
 
 /// Where an address of far memory comes from.
@@ -175,7 +187,15 @@ impl FarMemory {
     }
 
     fn register(map: Mapping, user: UserAccess, fd: OwnedFd, kind: FarKind, fd_offset: u64) -> FarMemory {
-        let backing = Arc::new(Backing { fd, kind });
+        let mover_fd = (kind == FarKind::File)
+            .then(|| {
+                // Best effort: without it the movers share the readahead.
+                let f = std::fs::File::open(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()?;
+                tiermem_sys::file::no_readahead(f.as_fd()).ok()?;
+                Some(OwnedFd::from(f))
+            })
+            .flatten();
+        let backing = Arc::new(Backing { fd, kind, mover_fd });
         REGISTRY.write().unwrap_or_else(|p| p.into_inner()).push(Entry {
             addr: map.addr(),
             len: map.len(),
@@ -278,6 +298,7 @@ mod tests {
             0x0707_0707_0707_0707
         );
         assert_eq!(lookup(f.addr(), 8192).unwrap().fd_offset, 4096);
+        assert!(f.backing.mover_fd.is_some(), "files get a mover descriptor");
         for (off, len) in [(0, 20480), (100, 4096), (0, 0), (0, 100)] {
             let e = FarMemory::map_file(&p, off, len, false).unwrap_err();
             assert!(matches!(e, Error::Usage(_)), "{off}+{len}: {e}");

@@ -275,6 +275,13 @@ impl Job {
                 };
                 let (map, user) =
                     Mapping::shared(source.backing.fd.as_fd(), source.fd_offset, size, page, &o)?;
+                if source.backing.kind == far::FarKind::File {
+                    // The mover streams the file; a read of `to` that gets
+                    // ahead of it fetches its own page only, not the
+                    // device's read-around window (8 MiB here: milliseconds
+                    // before the first byte). Best effort.
+                    let _ = map.advise(0, size, Advice::Random);
+                }
                 Some(View { map, user })
             }
         };
@@ -425,14 +432,34 @@ impl Job {
     }
 
     /// Copies claimed pages `first..first + n` from far into staging.
-    fn copy_run(&self, first: usize, n: usize) -> Result<(), Errno> {
+    /// `ahead`: pages `(first, count)` the mover copies next; for a file,
+    /// their read is started now, so that the device works on the next
+    /// chunk while this one is copied and switched (two reads in flight
+    /// instead of one synchronous read per chunk).
+    fn copy_run(&self, first: usize, n: usize, ahead: Option<(usize, usize)>) -> Result<(), Errno> {
         let (off, len) = (first * self.page, n * self.page);
         let link_done = self.reserve_link(len);
         // One call faults the near pages in, instead of one fault per page
         // inside pread; best effort (pread faults what is left).
         let _ = self.staging.populate_write(off, len);
-        let fd = self.source.backing.fd.as_fd();
+        let fd = self.source.backing.mover_fd();
         let mut done = 0;
+        let file = self.source.backing.kind == far::FarKind::File;
+        if first == 0 && file {
+            // The program's first access wants page 0; a read of the whole
+            // first chunk would keep that page locked until all of it came
+            // from the device. Read page 0 alone first.
+            done = self
+                .staging
+                .pread(fd, off, self.page, self.source.fd_offset + off as u64)?;
+        }
+        if let (true, Some((a, k))) = (file, ahead) {
+            let start = if first == 0 { self.page } else { a * self.page };
+            let end = (a + k) * self.page;
+            // Best effort: without it the next read is synchronous.
+            let _ =
+                tiermem_sys::file::will_need(fd, self.source.fd_offset + start as u64, (end - start) as u64);
+        }
         while done < len {
             let got = self.staging.pread(
                 fd,
@@ -516,12 +543,11 @@ impl Job {
     /// Counts `n` pages copied; the copier of the last one runs the
     /// whole-region switch.
     fn settle(&self, n: usize) {
-        let settled = self.settled.fetch_add(n, Ordering::AcqRel) + n;
-        if settled == self.pages {
-            self.copied_ns.store(self.elapsed_ns(), Ordering::Relaxed);
-            if self.mode == Mode::Overshadow(Switch::Whole) && !self.cancel.load(Ordering::Relaxed) {
-                self.switch_all_copied();
-            }
+        if self.count_copied(n)
+            && self.mode == Mode::Overshadow(Switch::Whole)
+            && !self.cancel.load(Ordering::Relaxed)
+        {
+            self.switch_all_copied();
         }
     }
 
@@ -542,8 +568,8 @@ impl Job {
     }
 
     /// Copies (and, per mode, switches) claimed pages `first..first + n`.
-    fn process_run(&self, first: usize, n: usize) {
-        if let Err(e) = self.copy_run(first, n) {
+    fn process_run(&self, first: usize, n: usize, ahead: Option<(usize, usize)>) {
+        if let Err(e) = self.copy_run(first, n, ahead) {
             self.fail(first, n, 1, e);
             return;
         }
@@ -553,28 +579,28 @@ impl Job {
                 self.settle(n);
             }
             Mode::Overshadow(Switch::PerPage) | Mode::Copy => {
-                // The copy is settled before the switch is published, so
-                // `copied_ns` precedes `done_ns`.
-                self.settled.fetch_add(n, Ordering::AcqRel);
+                let _ = self.count_copied(n);
                 if let Err(e) = self.switch_run(first, n) {
                     self.fail(first, n, 2, e);
-                    return;
-                }
-                if self.settled.load(Ordering::Acquire) == self.pages {
-                    let _ = self.copied_ns.compare_exchange(
-                        0,
-                        self.elapsed_ns(),
-                        Ordering::Relaxed,
-                        Ordering::Relaxed,
-                    );
                 }
             }
         }
     }
 
+    /// Counts `n` more pages copied (before they are switched, so that
+    /// `copy_seconds` is set when `wait` returns); true for the last ones.
+    fn count_copied(&self, n: usize) -> bool {
+        let last = self.settled.fetch_add(n, Ordering::AcqRel) + n == self.pages;
+        if last {
+            self.copied_ns.store(self.elapsed_ns(), Ordering::Relaxed);
+        }
+        last
+    }
+
     /// A mover's share: one chunk, split into runs of pages still far.
     fn move_chunk(&self, first: usize, n: usize) {
         let end = first + n;
+        let mut ahead = (end < self.pages).then(|| (end, self.chunk_pages(end)));
         let mut i = first;
         while i < end {
             let run = self.claim_run(i, end, FAR);
@@ -582,7 +608,7 @@ impl Job {
                 i += 1; // taken by a write fault
                 continue;
             }
-            self.process_run(i, run);
+            self.process_run(i, run, ahead.take());
             i += run;
         }
         self.chunks.fetch_add(1, Ordering::Relaxed);
@@ -621,11 +647,11 @@ impl Job {
                     if n > 0 {
                         self.forced_pages.fetch_add(n as u64, Ordering::Relaxed);
                         // Whole-region switch: this run switches now, alone.
-                        if let Err(e) = self.copy_run(i, n) {
+                        if let Err(e) = self.copy_run(i, n, None) {
                             self.fail(i, n, 1, e);
                             return false;
                         }
-                        self.settled.fetch_add(n, Ordering::AcqRel);
+                        let _ = self.count_copied(n);
                         if let Err(e) = self.switch_run(i, n) {
                             self.fail(i, n, 2, e);
                             return false;
