@@ -1014,9 +1014,16 @@ impl Drop for Overshadow {
 /// and link emulation as an overshadow, and returns when it is done. The
 /// result's [`Overshadow::to`] is the near buffer.
 pub fn copy_to_near(from: usize, size: usize, opts: &Options) -> Result<Overshadow, Error> {
-    let c = Overshadow::start(from, size, opts, Mode::Copy)?;
+    let c = start_copy_to_near(from, size, opts)?;
     c.wait()?;
     Ok(c)
+}
+
+/// [`copy_to_near`] without waiting: the copy is done when
+/// [`Overshadow::test`] says so; reading the buffer before is reading
+/// zeros or partial data.
+pub fn start_copy_to_near(from: usize, size: usize, opts: &Options) -> Result<Overshadow, Error> {
+    Overshadow::start(from, size, opts, Mode::Copy)
 }
 
 /// Serves a write fault at `addr` if it lies in an overshadow's `to`.
