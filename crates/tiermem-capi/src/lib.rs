@@ -1082,16 +1082,13 @@ pub extern "C" fn tm_far_free(p: *mut c_void) -> c_int {
         return TM_OK;
     }
     status(call("tm_far_free", || {
+        // Taken out under the lock, dropped after it.
         let f = lock(&FARS).remove(&(p as usize));
-        match f {
-            Some(f) => {
-                drop(f);
-                Ok(())
-            }
-            None => Err(Failure::invalid(format!(
+        f.map(drop).ok_or_else(|| {
+            Failure::invalid(format!(
                 "{p:p} was not returned by tm_far_alloc or tm_far_map_file (or was freed already)"
-            ))),
-        }
+            ))
+        })
     }))
 }
 
@@ -1164,12 +1161,15 @@ unsafe fn overshadow_create(
     }))
 }
 
+fn unknown_to(to: *mut c_void) -> Failure {
+    Failure::invalid(format!(
+        "{to:p} is not the `to` of a live overshadow (destroyed already, or never created)"
+    ))
+}
+
 fn overshadow_of(to: *mut c_void) -> Result<Arc<Overshadow>, Failure> {
-    lock(&OVERSHADOWS).get(&(to as usize)).cloned().ok_or_else(|| {
-        Failure::invalid(format!(
-            "{to:p} is not the `to` of a live overshadow (destroyed already, or never created)"
-        ))
-    })
+    let os = lock(&OVERSHADOWS).get(&(to as usize)).cloned();
+    os.ok_or_else(|| unknown_to(to))
 }
 
 /// `int tm_overshadow_wait(void *to)`: waits until every page is near.
@@ -1193,14 +1193,10 @@ pub extern "C" fn tm_overshadow_test(to: *mut c_void) -> c_int {
 #[no_mangle]
 pub extern "C" fn tm_overshadow_destroy(to: *mut c_void) -> c_int {
     status(call("tm_overshadow_destroy", || {
+        // Taken out under the lock, destroyed after it (destroy waits for
+        // the mover's current chunk).
         let os = lock(&OVERSHADOWS).remove(&(to as usize));
-        match os {
-            Some(os) => {
-                drop(os);
-                Ok(())
-            }
-            None => Err(overshadow_of(to).map(drop).unwrap_err()),
-        }
+        os.map(drop).ok_or_else(|| unknown_to(to))
     }))
 }
 

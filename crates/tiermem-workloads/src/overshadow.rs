@@ -38,8 +38,9 @@ pub const METHODS: &[&str] = &["naive", "copy", "overshadow-whole", "overshadow-
 /// The kinds of far memory.
 pub const FARS: &[&str] = &["memory", "file", "link"];
 
-/// Points recorded per access curve (besides the first access).
-const CURVE_POINTS: usize = 256;
+/// Points recorded per access curve (besides the first access): enough for
+/// the plots, small enough for the JSON of hundreds of runs.
+const CURVE_POINTS: usize = 64;
 
 /// What to run.
 #[derive(Clone, Debug, Serialize)]
@@ -169,6 +170,11 @@ fn spin_for(d: Duration) {
     }
 }
 
+/// Microseconds since `t0`, to 0.1 us (shorter JSON).
+fn us_since(t0: Instant) -> f64 {
+    (t0.elapsed().as_secs_f64() * 1e7).round() / 10.0
+}
+
 /// Reads `words` from the start; `far_page(p)` says whether page `p` is
 /// still far (then the emulated link cost is paid first, if any).
 /// Returns (sum, first access us, curve), times from `t0`.
@@ -194,14 +200,14 @@ fn read_all(
         let w = &words[p * per_page..(p + 1) * per_page];
         sum = sum.wrapping_add(w[0].load(Relaxed));
         if p == 0 {
-            first = t0.elapsed().as_secs_f64() * 1e6;
+            first = us_since(t0);
             curve.push((8, first));
         }
         for x in &w[1..] {
             sum = sum.wrapping_add(x.load(Relaxed));
         }
         if (p + 1) % every == 0 || p + 1 == pages {
-            curve.push((((p + 1) * 4096) as u64, t0.elapsed().as_secs_f64() * 1e6));
+            curve.push((((p + 1) * 4096) as u64, us_since(t0)));
         }
     }
     (sum, first, curve)
