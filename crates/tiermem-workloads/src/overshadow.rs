@@ -213,20 +213,14 @@ fn read_all(
     (sum, first, curve)
 }
 
-/// Touches and frees `size` bytes of near memory (huge pages where
-/// possible), so that the run's near copy gets memory the host has backed.
+/// Touches and frees `size` bytes of near memory, so that the run's near copy gets memory the host has backed.
 /// This VM hands memory freed by the guest back to the host within about a
 /// second, and touching it again then costs ~14 us per 4 KiB page: without
 /// this, the run after a slow one (naive over the file or the link) would
 /// pay seconds that have nothing to do with its method.
 fn warm_near(size: usize) {
-    use tiermem_sys::mm::{Advice, MapOptions, Mapping};
-    let opts = MapOptions {
-        align: 2 << 20,
-        ..Default::default()
-    };
-    if let Ok((m, _)) = Mapping::anonymous(size.next_multiple_of(2 << 20), &opts) {
-        let _ = m.advise(0, m.len(), Advice::HugePage);
+    use tiermem_sys::mm::{MapOptions, Mapping};
+    if let Ok((m, _)) = Mapping::anonymous(size, &MapOptions::default()) {
         let _ = m.populate_write(0, m.len());
     }
 }
