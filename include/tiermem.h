@@ -461,7 +461,9 @@ tm_decl_export int tm_overshadow_test(void *to) tm_attr_noexcept;
 
 /* Ends the overshadow at to, at any time (a copy in progress stops after
  * its current chunk), and unmaps to. Returns TM_OK or TM_EINVAL (unknown
- * to, or destroyed already). */
+ * to, or destroyed already). If another thread is inside
+ * tm_overshadow_wait(to) meanwhile, to stays mapped until that wait
+ * returns (when the copy ends). */
 tm_decl_export int tm_overshadow_destroy(void *to) tm_attr_noexcept;
 
 #ifdef __cplusplus

@@ -416,6 +416,7 @@ impl Job {
     }
 
     fn has_chunks(&self) -> bool {
+        // Relaxed: a hint; claim_chunk and the page states decide.
         self.cursor.load(Ordering::Relaxed) < self.pages && !self.cancel.load(Ordering::Relaxed)
     }
 
@@ -495,11 +496,14 @@ impl Job {
                     tiermem_sys::mm::MmError::Remap { errno, .. } => errno,
                     _ => Errno(libc::EINVAL),
                 })?;
+            // Relaxed: statistics.
             self.switch_ns
                 .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
             self.switches.fetch_add(1, Ordering::Relaxed);
         }
         self.publish(first, n, NEAR);
+        // AcqRel: the thread that counts the last page sees every other
+        // publish before it finishes the job.
         let near = self.near.fetch_add(n, Ordering::AcqRel) + n;
         if near == self.pages {
             self.finish(DONE);
@@ -520,6 +524,7 @@ impl Job {
     }
 
     fn finish(&self, how: u32) {
+        // Relaxed: a statistic, read after `done` (Release below).
         self.done_ns.store(self.elapsed_ns(), Ordering::Relaxed);
         // Release: `wait` returning sees every page published before.
         if self
@@ -532,6 +537,8 @@ impl Job {
     }
 
     fn fail(&self, first: usize, n: usize, op: u8, errno: Errno) {
+        // The first failure wins; `error` reads both after `done` says
+        // BROKEN, which `finish` below publishes with Release.
         if self
             .error_op
             .compare_exchange(0, op, Ordering::AcqRel, Ordering::Relaxed)
@@ -627,6 +634,8 @@ impl Job {
                 backoff.snooze();
                 continue;
             }
+            // SeqCst: Dekker with `publish` (state store, then waiters
+            // load): either we see the new state or it sees us waiting.
             let seq = self.changed.load(Ordering::SeqCst);
             self.page_waiters.fetch_add(1, Ordering::SeqCst);
             if self.states[i].load(Ordering::SeqCst) == CLAIMED {
@@ -681,13 +690,12 @@ impl Job {
 
     /// A forced copy may have been the last one of a whole-region switch.
     fn after_forced_settle(&self) {
-        if self.settled.load(Ordering::Acquire) == self.pages {
-            let _ =
-                self.copied_ns
-                    .compare_exchange(0, self.elapsed_ns(), Ordering::Relaxed, Ordering::Relaxed);
-            if self.mode == Mode::Overshadow(Switch::Whole) {
-                self.switch_all_copied();
-            }
+        // Acquire: pairs with the AcqRel count of the other copiers, whose
+        // COPIED pages the switch then moves. Two threads may both see the
+        // last count and switch: claim_run gives each page to one of them.
+        if self.settled.load(Ordering::Acquire) == self.pages && self.mode == Mode::Overshadow(Switch::Whole)
+        {
+            self.switch_all_copied();
         }
     }
 
@@ -723,6 +731,7 @@ impl Job {
     }
 
     fn stats(&self) -> OvershadowStats {
+        // Relaxed: statistics, exact once `wait` returned.
         let secs = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64 * 1e-9;
         OvershadowStats {
             chunks: self.chunks.load(Ordering::Relaxed),
@@ -833,6 +842,8 @@ fn engine() -> Result<&'static Engine, Error> {
 
 fn mover_loop(e: &'static Engine) {
     loop {
+        // Acquire: a job submitted before this load is in the queue we lock
+        // next; one submitted after changes `work` and the futex returns.
         let seq = e.work.load(Ordering::Acquire);
         let job = {
             let mut q = e.queue.lock().unwrap_or_else(|p| p.into_inner());
@@ -849,6 +860,7 @@ fn mover_loop(e: &'static Engine) {
             picked
         };
         let Some(job) = job else {
+            // SeqCst: Dekker with `submit` (work bump, then idle load).
             e.idle.fetch_add(1, Ordering::SeqCst);
             futex_wait(&e.work, seq, None);
             e.idle.fetch_sub(1, Ordering::SeqCst);
@@ -857,6 +869,7 @@ fn mover_loop(e: &'static Engine) {
         if let Some((first, n)) = job.claim_chunk() {
             job.move_chunk(first, n);
         }
+        // Release: `withdraw` (Acquire) sees the chunk's pages published.
         job.active.fetch_sub(1, Ordering::AcqRel);
     }
 }
@@ -867,6 +880,7 @@ impl Engine {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push_back(job);
+        // SeqCst: Dekker with the idle mover (idle bump, then work load).
         self.work.fetch_add(1, Ordering::SeqCst);
         if self.idle.load(Ordering::SeqCst) > 0 {
             futex_wake(&self.work, 1);
