@@ -265,3 +265,25 @@ fn misuse_is_an_error() {
     drop(far);
     assert!(usage(Overshadow::create(addr, 4096, &o)).contains("not far memory"));
 }
+
+#[test]
+fn a_failed_copy_is_reported_by_wait() {
+    let _s = serial();
+    let path = std::env::temp_dir().join(format!("tiermem-os-trunc-{}", std::process::id()));
+    let len = 8 << 20;
+    std::fs::write(&path, vec![3u8; len]).unwrap();
+    let far = FarMemory::map_file(&path, 0, len, false).unwrap();
+    let os = Overshadow::create(far.addr(), len, &slow(len, 200.0, Switch::PerPage)).unwrap();
+    // The file shrinks under the copy: the mover's reads come back short.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    let e = os.wait().unwrap_err();
+    assert_eq!(e.code(), tiermem::ErrorCode::Io, "{e}");
+    assert!(os.test(), "a failed copy counts as finished");
+    drop((os, far));
+    std::fs::remove_file(path).unwrap();
+}
