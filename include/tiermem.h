@@ -478,6 +478,77 @@ tm_decl_export int tm_team_stats(const tm_team *t, struct tm_team_stats *out) tm
 /* Leaves the team; the creator also removes it. NULL is a no-op. */
 tm_decl_export int tm_team_destroy(tm_team *t) tm_attr_noexcept;
 
+/* ------------------------------------------------------------------------
+ * Far memory and Overshadow (paper 2: Hori et al., "Overshadow")
+ *
+ * Far memory that tiermem can map a second time: tm_far_alloc (a memfd of
+ * its own, as fast as near memory on this machine) or a page-aligned range
+ * of a file (slow while its pages are not in the page cache).
+ *
+ * tm_overshadow_create maps the far range a second time at *to and starts
+ * a copy into near memory on tiermem's mover thread. *to is readable at
+ * once and shows the far bytes; each chunk of pages switches to its near
+ * copy atomically when its copy is done (one mremap, one TLB flush per
+ * chunk; readers never see a torn page). A write to a page that has not
+ * switched yet copies and switches that page first (or waits while the
+ * mover copies it) and is never lost; writes go to the near copy only,
+ * never to `from`. After tm_overshadow_wait every page is near.
+ * tm_overshadow_destroy is safe at any time, also during the copy, and
+ * unmaps *to. Several overshadows may be in flight.
+ * --------------------------------------------------------------------- */
+
+/* tm_overshadow_create_ex flags: switch each chunk as soon as it is copied
+ * (default; what tm_overshadow_create does). */
+#define TM_OVERSHADOW_PER_PAGE 0
+/* tm_overshadow_create_ex flags: switch all pages after the whole copy
+ * (the paper's first prototype, for comparison). */
+#define TM_OVERSHADOW_WHOLE 1
+
+/* size bytes (rounded up to whole pages) of zeroed far memory; NULL on
+ * failure (size 0: TM_EINVAL in tm_last_error). Free with tm_far_free. */
+tm_decl_nodiscard tm_decl_export void *tm_far_alloc(size_t size) tm_attr_noexcept;
+
+/* Maps len bytes of the file at path from offset (offset and len multiples
+ * of the page size, the range inside the file) as far memory, read-write
+ * if writable is non-zero, and stores the address in *out (NULL on
+ * failure). Returns TM_OK or TM_EINVAL. Unmap with tm_far_free. */
+tm_decl_export int tm_far_map_file(const char *path, uint64_t offset, size_t len, int writable,
+                                   void **out) tm_attr_noexcept;
+
+/* Frees a tm_far_alloc allocation or unmaps a tm_far_map_file range;
+ * overshadows of it stay valid. NULL is a no-op returning TM_OK; any other
+ * pointer tiermem did not return, or one freed already, is TM_EINVAL. */
+tm_decl_export int tm_far_free(void *ptr) tm_attr_noexcept;
+
+/* Overshadows size bytes of far memory at from (page aligned, inside one
+ * tm_far_alloc / tm_far_map_file range) with per-page switch and stores
+ * the near address in *to (NULL on failure). Returns TM_OK or TM_EINVAL
+ * (NULL to, size 0, unaligned, not far memory tiermem can map twice),
+ * TM_ENOMEM. */
+tm_decl_export int tm_overshadow_create(const void *from, size_t size, void **to) tm_attr_noexcept;
+
+/* As tm_overshadow_create, with flags TM_OVERSHADOW_PER_PAGE or
+ * TM_OVERSHADOW_WHOLE (anything else: TM_EINVAL). */
+tm_decl_export int tm_overshadow_create_ex(const void *from, size_t size, int flags,
+                                           void **to) tm_attr_noexcept;
+
+/* Waits until every page of the overshadow at to is near. Returns TM_OK,
+ * TM_EIO (reading the far memory failed), or TM_EINVAL (to is not the
+ * address of a live overshadow). */
+tm_decl_export int tm_overshadow_wait(void *to) tm_attr_noexcept;
+
+/* Never blocks: 1 if every page is near (or the copy failed, which
+ * tm_overshadow_wait reports), 0 while copying, TM_EINVAL for an unknown
+ * to. */
+tm_decl_export int tm_overshadow_test(void *to) tm_attr_noexcept;
+
+/* Ends the overshadow at to, at any time (a copy in progress stops after
+ * its current chunk), and unmaps to. Returns TM_OK or TM_EINVAL (unknown
+ * to, or destroyed already). If another thread is inside
+ * tm_overshadow_wait(to) meanwhile, to stays mapped until that wait
+ * returns (when the copy ends). */
+tm_decl_export int tm_overshadow_destroy(void *to) tm_attr_noexcept;
+
 #ifdef __cplusplus
 }
 #endif

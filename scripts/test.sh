@@ -34,5 +34,7 @@ target/release/tiermem info >/dev/null
 target/release/tiermem bench faults --pages 256 --rounds 1 --json target/smoke-faults.json >/dev/null
 target/release/tiermem bench stencil --virt 64M --near 32M --iters 2 --modes none,sync \
     --json target/smoke-stencil.json >/dev/null
+target/release/tiermem bench overshadow --sizes 1M --rounds-small 1 --fars memory,link \
+    --json target/smoke-overshadow.json --plot target/smoke-overshadow.svg >/dev/null
 echo
 echo "all tests passed"

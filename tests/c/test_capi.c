@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <tiermem.h>
 
@@ -508,6 +509,102 @@ static void test_team(void) {
   CHECK(tm_team_attach("no-such-team", 1, &t) == TM_EINVAL, "attach to nothing");
   CHECK(tm_team_attach(NULL, 1, &t) == TM_EINVAL, "NULL name");
   CHECK(tm_team_barrier(NULL) == TM_EINVAL && tm_team_sync(NULL) == TM_EINVAL, "NULL handles");
+/* Overshadow (paper 2): readable at once, a reader thread during the copy,
+ * writes during the copy, both switch modes, a file range, misuse. */
+struct os_reader {
+  const volatile uint64_t *to;
+  size_t words;
+  int bad;
+};
+
+static void *os_read(void *arg) {
+  struct os_reader *r = arg;
+  for (int pass = 0; pass < 3; pass++)
+    for (size_t i = 0; i < r->words; i++) {
+      uint64_t v = r->to[i];
+      /* Words at multiples of 4099 are being written concurrently. */
+      if (v != mix(i) && !(i % 4099 == 0 && v == ~mix(i))) r->bad++;
+    }
+  return NULL;
+}
+
+static void test_overshadow(void) {
+  const size_t len = 8 * MiB, words = len / 8;
+  uint64_t *far = tm_far_alloc(len);
+  CHECK(far != NULL, "tm_far_alloc");
+  if (far == NULL) return;
+  for (size_t i = 0; i < words; i++) far[i] = mix(i);
+
+  for (int flags = TM_OVERSHADOW_PER_PAGE; flags <= TM_OVERSHADOW_WHOLE; flags++) {
+    void *to = NULL;
+    int rc = tm_overshadow_create_ex(far, len, flags, &to);
+    CHECK(rc == TM_OK && to != NULL, "create_ex(%d) returned %d", flags, rc);
+    if (to == NULL) continue;
+    volatile uint64_t *t = to;
+    CHECK(t[12345] == mix(12345), "readable at once");
+    struct os_reader rd = {t, words, 0};
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, os_read, &rd) == 0, "pthread_create");
+    for (size_t i = 0; i < words; i += 4099) t[i] = ~mix(i); /* writes during the copy */
+    pthread_join(th, NULL);
+    CHECK(rd.bad == 0, "reader saw %d wrong words", rd.bad);
+    int test = tm_overshadow_test(to);
+    CHECK(test == 0 || test == 1, "test returned %d", test);
+    CHECK(tm_overshadow_wait(to) == TM_OK, "wait");
+    CHECK(tm_overshadow_test(to) == 1, "done after wait");
+    size_t wrong = 0;
+    for (size_t i = 0; i < words; i++)
+      if (t[i] != (i % 4099 == 0 ? ~mix(i) : mix(i))) wrong++;
+    CHECK(wrong == 0, "flags %d: %zu words wrong after wait", flags, wrong);
+    CHECK(far[4099] == mix(4099), "from is never written");
+    CHECK(tm_overshadow_destroy(to) == TM_OK, "destroy");
+    CHECK(tm_overshadow_destroy(to) == TM_EINVAL, "double destroy");
+    CHECK(tm_overshadow_wait(to) == TM_EINVAL, "wait after destroy");
+    CHECK(tm_overshadow_test(to) == TM_EINVAL, "test after destroy");
+  }
+
+  /* Destroy during the copy. */
+  void *to = NULL;
+  CHECK(tm_overshadow_create(far, len, &to) == TM_OK, "create");
+  CHECK(tm_overshadow_destroy(to) == TM_OK, "destroy during the copy");
+
+  /* Misuse. */
+  to = (void *)1;
+  CHECK(tm_overshadow_create(far, 0, &to) == TM_EINVAL && to == NULL, "size 0");
+  CHECK(tm_overshadow_create((char *)far + 8, PAGE, &to) == TM_EINVAL, "unaligned from");
+  CHECK(tm_overshadow_create(far, PAGE + 1, &to) == TM_EINVAL, "unaligned size");
+  CHECK(tm_overshadow_create(far, 2 * len, &to) == TM_EINVAL, "beyond the allocation");
+  CHECK(tm_overshadow_create_ex(far, PAGE, 5, &to) == TM_EINVAL, "bad flags");
+  CHECK(tm_overshadow_create(far, PAGE, NULL) == TM_EINVAL, "NULL to");
+  static char not_far[2 * 4096];
+  void *aligned = (void *)(((uintptr_t)not_far + PAGE - 1) & ~(uintptr_t)(PAGE - 1));
+  CHECK(tm_overshadow_create(aligned, PAGE, &to) == TM_EINVAL, "not far memory");
+  CHECK(strstr(tm_last_error(), "not far memory") != NULL, "message says why");
+  CHECK(tm_overshadow_destroy(far) == TM_EINVAL, "unknown to");
+  CHECK(tm_far_free(far) == TM_OK, "far free");
+  CHECK(tm_far_free(far) == TM_EINVAL, "double far free");
+
+  /* A file range. */
+  char path[] = "/tmp/tiermem-ctest-XXXXXX";
+  int fd = mkstemp(path);
+  CHECK(fd >= 0, "mkstemp");
+  if (fd < 0) return;
+  FILE *f = fdopen(fd, "w");
+  for (uint64_t i = 0; i < 3 * PAGE / 8; i++) fwrite(&i, 8, 1, f);
+  fclose(f);
+  void *fr = NULL;
+  CHECK(tm_far_map_file(path, PAGE, 2 * PAGE, 0, &fr) == TM_OK, "map file");
+  CHECK(tm_far_map_file(path, PAGE, 4 * PAGE, 0, &to) == TM_EINVAL, "beyond the file");
+  CHECK(tm_far_map_file(NULL, 0, PAGE, 0, &to) == TM_EINVAL, "NULL path");
+  if (fr != NULL) {
+    CHECK(tm_overshadow_create(fr, 2 * PAGE, &to) == TM_OK, "overshadow a file");
+    CHECK(tm_overshadow_wait(to) == TM_OK, "wait");
+    CHECK(((uint64_t *)to)[1] == PAGE / 8 + 1, "file bytes at to");
+    CHECK(tm_far_free(fr) == TM_OK, "unmap the file first");
+    CHECK(((uint64_t *)to)[2] == PAGE / 8 + 2, "to outlives from");
+    CHECK(tm_overshadow_destroy(to) == TM_OK, "destroy");
+  }
+  unlink(path);
 }
 
 int main(void) {
@@ -526,6 +623,7 @@ int main(void) {
   test_movers_prefetch_advice();
   test_global();
   test_team();
+  test_overshadow();
 
   printf("test_capi: %d checks, %d failed\n", checks, failures);
   return failures == 0 ? 0 : 1;

@@ -44,13 +44,17 @@
 
 use std::any::Any;
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::ffi::{c_char, c_int, c_void, CStr, CString, OsStr};
 use std::mem::{offset_of, size_of};
 use std::os::unix::ffi::OsStrExt;
 use std::panic::{self, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::ptr;
+use std::sync::{Arc, Mutex};
 
+use tiermem::far::FarMemory;
+use tiermem::overshadow::{Options as OvershadowOptions, Overshadow, Switch};
 use tiermem::stats::Cost;
 use tiermem::{
     Advice, Config, DirtyTracking, ErrorCode, FarStoreConfig, FaultPath, InstallMethod, PageSize, PolicyKind,
@@ -138,6 +142,11 @@ pub const TM_ADVICE_DONTNEED: c_int = 4;
 pub const TM_FAULT_IN_CONTEXT: i32 = 0;
 /// `fault_path`: faults served by handler threads.
 pub const TM_FAULT_HANDLER_THREAD: i32 = 1;
+/// `tm_overshadow_create_ex` flags: switch each chunk of pages to its near
+/// copy as soon as it is copied (default).
+pub const TM_OVERSHADOW_PER_PAGE: c_int = 0;
+/// `tm_overshadow_create_ex` flags: switch all pages after the whole copy.
+pub const TM_OVERSHADOW_WHOLE: c_int = 1;
 /// `dirty_tracking`: write-protect faults (default).
 pub const TM_DIRTY_WP_FAULT: i32 = 0;
 /// `dirty_tracking`: `UFFD_FEATURE_WP_ASYNC` plus `PAGEMAP_SCAN`.
@@ -1011,6 +1020,189 @@ pub unsafe extern "C" fn tm_free_global(ptr: *mut c_void) -> c_int {
     }))
 }
 
+// ---------------------------------------------------------------------------
+// Far memory and Overshadow (paper 2)
+// ---------------------------------------------------------------------------
+
+/// Far allocations handed out to C, by address.
+static FARS: Mutex<BTreeMap<usize, FarMemory>> = Mutex::new(BTreeMap::new());
+/// Overshadows handed out to C, by `to`. An `Arc` so that `wait` does not
+/// hold the lock.
+static OVERSHADOWS: Mutex<BTreeMap<usize, Arc<Overshadow>>> = Mutex::new(BTreeMap::new());
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn keep_far(f: FarMemory) -> *mut c_void {
+    let p = f.as_ptr().cast::<c_void>();
+    lock(&FARS).insert(p as usize, f);
+    p
+}
+
+/// `void *tm_far_alloc(size_t size)`: `size` bytes (rounded up to pages)
+/// of zeroed far memory that tiermem can overshadow; NULL on failure.
+#[no_mangle]
+pub extern "C" fn tm_far_alloc(size: usize) -> *mut c_void {
+    call("tm_far_alloc", || Ok(keep_far(FarMemory::alloc(size)?))).unwrap_or(ptr::null_mut())
+}
+
+/// `int tm_far_map_file(const char *path, uint64_t offset, size_t len, int
+/// writable, void **out)`: maps a page-aligned range of a file as far
+/// memory.
+///
+/// # Safety
+/// `path` is NULL or a NUL-terminated string; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn tm_far_map_file(
+    path: *const c_char,
+    offset: u64,
+    len: usize,
+    writable: c_int,
+    out: *mut *mut c_void,
+) -> c_int {
+    status(call("tm_far_map_file", || {
+        if path.is_null() || out.is_null() {
+            return Err(Failure::invalid("path and out must not be NULL"));
+        }
+        // SAFETY: caller's contract: out is writable.
+        unsafe { *out = ptr::null_mut() };
+        // SAFETY: caller's contract: a NUL-terminated string.
+        let path = PathBuf::from(OsStr::from_bytes(unsafe { CStr::from_ptr(path) }.to_bytes()));
+        let f = FarMemory::map_file(&path, offset, len, writable != 0)?;
+        // SAFETY: as above.
+        unsafe { *out = keep_far(f) };
+        Ok(())
+    }))
+}
+
+/// `int tm_far_free(void *ptr)`: frees far memory from `tm_far_alloc` or
+/// unmaps a `tm_far_map_file` range. Overshadows of it stay valid. NULL is
+/// a no-op; any other pointer is `TM_EINVAL`.
+#[no_mangle]
+pub extern "C" fn tm_far_free(p: *mut c_void) -> c_int {
+    if p.is_null() {
+        return TM_OK;
+    }
+    status(call("tm_far_free", || {
+        // Taken out under the lock, dropped after it.
+        let f = lock(&FARS).remove(&(p as usize));
+        f.map(drop).ok_or_else(|| {
+            Failure::invalid(format!(
+                "{p:p} was not returned by tm_far_alloc or tm_far_map_file (or was freed already)"
+            ))
+        })
+    }))
+}
+
+/// `int tm_overshadow_create(const void *from, size_t size, void **to)`:
+/// paper 2's `overshadow_create` with per-page switch.
+///
+/// # Safety
+/// `to` is NULL or writable; `from` is looked up, never dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn tm_overshadow_create(
+    from: *const c_void,
+    size: usize,
+    to: *mut *mut c_void,
+) -> c_int {
+    // SAFETY: forwarded caller's contract.
+    unsafe { overshadow_create("tm_overshadow_create", from, size, TM_OVERSHADOW_PER_PAGE, to) }
+}
+
+/// `int tm_overshadow_create_ex(const void *from, size_t size, int flags,
+/// void **to)`: as `tm_overshadow_create`, with `TM_OVERSHADOW_PER_PAGE`
+/// or `TM_OVERSHADOW_WHOLE`.
+///
+/// # Safety
+/// As [`tm_overshadow_create`].
+#[no_mangle]
+pub unsafe extern "C" fn tm_overshadow_create_ex(
+    from: *const c_void,
+    size: usize,
+    flags: c_int,
+    to: *mut *mut c_void,
+) -> c_int {
+    // SAFETY: forwarded caller's contract.
+    unsafe { overshadow_create("tm_overshadow_create_ex", from, size, flags, to) }
+}
+
+/// # Safety
+/// `to` is NULL or writable.
+unsafe fn overshadow_create(
+    func: &str,
+    from: *const c_void,
+    size: usize,
+    flags: c_int,
+    to: *mut *mut c_void,
+) -> c_int {
+    status(call(func, || {
+        if to.is_null() {
+            return Err(Failure::invalid("to must not be NULL"));
+        }
+        // SAFETY: caller's contract: to is writable.
+        unsafe { *to = ptr::null_mut() };
+        let switch = match flags {
+            TM_OVERSHADOW_PER_PAGE => Switch::PerPage,
+            TM_OVERSHADOW_WHOLE => Switch::Whole,
+            v => {
+                return Err(Failure::invalid(format!(
+                    "flags = {v}: expected TM_OVERSHADOW_PER_PAGE or TM_OVERSHADOW_WHOLE"
+                )))
+            }
+        };
+        let opts = OvershadowOptions {
+            switch,
+            ..Default::default()
+        };
+        let os = Overshadow::create(from as usize, size, &opts)?;
+        let p = os.as_ptr().cast::<c_void>();
+        lock(&OVERSHADOWS).insert(p as usize, Arc::new(os));
+        // SAFETY: as above.
+        unsafe { *to = p };
+        Ok(())
+    }))
+}
+
+fn unknown_to(to: *mut c_void) -> Failure {
+    Failure::invalid(format!(
+        "{to:p} is not the `to` of a live overshadow (destroyed already, or never created)"
+    ))
+}
+
+fn overshadow_of(to: *mut c_void) -> Result<Arc<Overshadow>, Failure> {
+    let os = lock(&OVERSHADOWS).get(&(to as usize)).cloned();
+    os.ok_or_else(|| unknown_to(to))
+}
+
+/// `int tm_overshadow_wait(void *to)`: waits until every page is near.
+#[no_mangle]
+pub extern "C" fn tm_overshadow_wait(to: *mut c_void) -> c_int {
+    status(call("tm_overshadow_wait", || Ok(overshadow_of(to)?.wait()?)))
+}
+
+/// `int tm_overshadow_test(void *to)`: 1 if every page is near (or the copy
+/// failed: `tm_overshadow_wait` says how), 0 while copying; never blocks.
+#[no_mangle]
+pub extern "C" fn tm_overshadow_test(to: *mut c_void) -> c_int {
+    call("tm_overshadow_test", || {
+        Ok(c_int::from(overshadow_of(to)?.test()))
+    })
+    .unwrap_or_else(|c| c)
+}
+
+/// `int tm_overshadow_destroy(void *to)`: ends an overshadow at any time
+/// (a copy in progress stops after its current chunk) and unmaps `to`.
+#[no_mangle]
+pub extern "C" fn tm_overshadow_destroy(to: *mut c_void) -> c_int {
+    status(call("tm_overshadow_destroy", || {
+        // Taken out under the lock, destroyed after it (destroy waits for
+        // the mover's current chunk).
+        let os = lock(&OVERSHADOWS).remove(&(to as usize));
+        os.map(drop).ok_or_else(|| unknown_to(to))
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1439,6 +1631,62 @@ mod tests {
         assert!(last_error().contains("not allocated by tm_malloc_global"));
     }
 
+    #[test]
+    fn overshadow_through_the_c_api() {
+        let far = tm_far_alloc(3 * PAGE as usize);
+        assert!(!far.is_null(), "{}", last_error());
+        let words = far.cast::<u64>();
+        // SAFETY: far maps 3 pages read-write.
+        unsafe { words.add(700).write(77) };
+        let mut to: *mut c_void = ptr::null_mut();
+        // SAFETY: to is writable.
+        let rc = unsafe { tm_overshadow_create(far, 3 * PAGE as usize, &mut to) };
+        assert_eq!(rc, TM_OK);
+        // SAFETY: to maps 3 pages, readable at once; a write waits.
+        unsafe {
+            assert_eq!(to.cast::<u64>().add(700).read_volatile(), 77);
+            to.cast::<u64>().add(1).write_volatile(5);
+        }
+        assert_eq!(tm_overshadow_wait(to), TM_OK);
+        assert_eq!(tm_overshadow_test(to), 1);
+        // SAFETY: as above; from is unchanged by writes to `to`.
+        unsafe {
+            assert_eq!(to.cast::<u64>().add(1).read_volatile(), 5);
+            assert_eq!(words.add(1).read(), 0);
+        }
+        assert_eq!(tm_overshadow_destroy(to), TM_OK);
+        assert_eq!(tm_overshadow_destroy(to), TM_EINVAL, "double destroy");
+        assert!(last_error().contains("not the `to` of a live overshadow"));
+        assert_eq!(tm_overshadow_test(to), TM_EINVAL);
+        assert_eq!(tm_overshadow_wait(ptr::null_mut()), TM_EINVAL);
+        // SAFETY: NULL out pointer is refused before any write.
+        let rc = unsafe { tm_overshadow_create(far, 4096, ptr::null_mut()) };
+        assert_eq!(rc, TM_EINVAL);
+        // SAFETY: to is writable.
+        unsafe {
+            assert_eq!(tm_overshadow_create_ex(far, 4096, 9, &mut to), TM_EINVAL);
+            assert!(to.is_null());
+            assert_eq!(tm_overshadow_create(far, 0, &mut to), TM_EINVAL);
+            assert_eq!(
+                tm_overshadow_create(far.cast::<u8>().add(1).cast(), 4096, &mut to),
+                TM_EINVAL
+            );
+            let stack = [0u8; 8];
+            let page = (stack.as_ptr() as usize & !4095) as *const c_void;
+            assert_eq!(tm_overshadow_create(page, 4096, &mut to), TM_EINVAL);
+            assert!(last_error().contains("not far memory"));
+        }
+        assert_eq!(tm_far_free(far), TM_OK);
+        assert_eq!(tm_far_free(far), TM_EINVAL, "double free");
+        assert_eq!(tm_far_free(ptr::null_mut()), TM_OK);
+        let mut out: *mut c_void = ptr::dangling_mut();
+        let path = CString::new("/nonexistent/far").unwrap();
+        // SAFETY: valid string and out pointer.
+        let rc = unsafe { tm_far_map_file(path.as_ptr(), 0, 4096, 0, &mut out) };
+        assert_eq!(rc, TM_EINVAL);
+        assert!(out.is_null());
+    }
+
     /// The header and this crate must agree on every number and on the
     /// layout of both structs.
     #[test]
@@ -1491,6 +1739,8 @@ mod tests {
             ("TM_TEAM_PIN", TM_TEAM_PIN),
             ("TM_TEAM_PROCESSES", TM_TEAM_PROCESSES),
             ("TM_TEAM_THREADS", TM_TEAM_THREADS),
+            ("TM_OVERSHADOW_PER_PAGE", TM_OVERSHADOW_PER_PAGE),
+            ("TM_OVERSHADOW_WHOLE", TM_OVERSHADOW_WHOLE),
         ];
         for (name, value) in expected {
             assert_eq!(defines.get(*name), Some(&i64::from(*value)), "{name}");

@@ -158,6 +158,82 @@ impl Drop for FarFile {
     }
 }
 
+/// Writes a file's dirty pages back and drops its pages from the page
+/// cache (`fdatasync`, then `posix_fadvise(POSIX_FADV_DONTNEED)` over the
+/// whole file), so that the next reads come from the device.
+pub fn drop_cache(fd: BorrowedFd<'_>) -> Result<(), Errno> {
+    // SAFETY: plain syscall on a borrowed, open descriptor.
+    check(unsafe { libc::fdatasync(fd.as_raw_fd()) })?;
+    // SAFETY: as above; posix_fadvise returns the error instead of setting errno.
+    let r = unsafe { libc::posix_fadvise(fd.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    if r != 0 {
+        return Err(Errno(r));
+    }
+    Ok(())
+}
+
+/// Turns readahead off for reads through this open file description
+/// (`posix_fadvise(POSIX_FADV_RANDOM)`): a `pread` reads what it asks for.
+pub fn no_readahead(fd: BorrowedFd<'_>) -> Result<(), Errno> {
+    // SAFETY: plain syscall on a borrowed, open descriptor; posix_fadvise
+    // returns the error instead of setting errno.
+    let r = unsafe { libc::posix_fadvise(fd.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) };
+    if r != 0 {
+        return Err(Errno(r));
+    }
+    Ok(())
+}
+
+/// Starts reading `[offset, offset + len)` of a file into the page cache
+/// without waiting (`posix_fadvise(POSIX_FADV_WILLNEED)`).
+pub fn will_need(fd: BorrowedFd<'_>, offset: u64, len: u64) -> Result<(), Errno> {
+    // SAFETY: plain syscall on a borrowed, open descriptor; posix_fadvise
+    // returns the error instead of setting errno.
+    let r = unsafe {
+        libc::posix_fadvise(
+            fd.as_raw_fd(),
+            offset as libc::off_t,
+            len as libc::off_t,
+            libc::POSIX_FADV_WILLNEED,
+        )
+    };
+    if r != 0 {
+        return Err(Errno(r));
+    }
+    Ok(())
+}
+
+/// Pages of `[offset, offset + len)` of a file that are in the page cache
+/// (`mincore` over a temporary read-only mapping).
+pub fn cached_pages(fd: BorrowedFd<'_>, offset: u64, len: usize) -> Result<usize, Errno> {
+    let page = crate::mm::base_page_size();
+    let n = len.div_ceil(page);
+    // SAFETY: a fresh read-only shared mapping at a kernel-chosen address.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            n * page,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            fd.as_raw_fd(),
+            offset as libc::off_t,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(Errno::last());
+    }
+    let mut vec = vec![0u8; n];
+    // SAFETY: p maps n pages; vec has one byte per page.
+    let r = unsafe { libc::mincore(p, n * page, vec.as_mut_ptr()) };
+    let e = Errno::last();
+    // SAFETY: unmapping the mapping made above, which nothing references.
+    unsafe { libc::munmap(p, n * page) };
+    if r != 0 {
+        return Err(e);
+    }
+    Ok(vec.iter().filter(|&&b| b & 1 != 0).count())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -184,6 +260,31 @@ mod tests {
         ));
         drop(f);
         assert!(!p.exists());
+        std::fs::remove_dir_all(d).unwrap();
+    }
+
+    #[test]
+    fn dropped_cache_is_not_resident() {
+        let d = tmpdir("cache");
+        let f = FarFile::create(&d, false).unwrap();
+        let (m, _) = {
+            crate::memfd::set_len(f.as_fd(), 1 << 20).unwrap();
+            crate::mm::Mapping::anonymous(1 << 20, &Default::default()).unwrap()
+        };
+        m.fill(0, 1 << 20, 3);
+        m.pwrite(f.as_fd(), 0, 1 << 20, 0).unwrap();
+        assert!(cached_pages(f.as_fd(), 0, 1 << 20).unwrap() > 0);
+        drop_cache(f.as_fd()).unwrap();
+        assert_eq!(cached_pages(f.as_fd(), 0, 1 << 20).unwrap(), 0);
+        no_readahead(f.as_fd()).unwrap();
+        assert_eq!(m.pread(f.as_fd(), 0, 4096, 0).unwrap(), 4096);
+        assert_eq!(cached_pages(f.as_fd(), 0, 1 << 20).unwrap(), 1, "no readahead");
+        will_need(f.as_fd(), 0, 1 << 20).unwrap();
+        let t = std::time::Instant::now();
+        while cached_pages(f.as_fd(), 0, 1 << 20).unwrap() < 256 {
+            assert!(t.elapsed().as_secs() < 5, "WILLNEED reads the range");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         std::fs::remove_dir_all(d).unwrap();
     }
 

@@ -97,6 +97,8 @@ pub struct MapOptions {
     pub dontfork: bool,
     /// Align the start to this many bytes (a power of two; 0 = natural).
     pub align: usize,
+    /// Map read-only (`PROT_READ`); writes raise SIGSEGV.
+    pub read_only: bool,
 }
 
 /// Non-destructive `madvise` advice.
@@ -112,6 +114,8 @@ pub enum Advice {
     HugePage,
     /// `MADV_WILLNEED`
     WillNeed,
+    /// `MADV_RANDOM`: no readahead on faults of a file mapping
+    Random,
     /// `MADV_DONTNEED` (destructive; see [`Mapping::discard`])
     DontNeed,
     /// `MADV_REMOVE` (destructive; punches a hole in shared memory)
@@ -126,6 +130,7 @@ impl Advice {
             Advice::NoHugePage => libc::MADV_NOHUGEPAGE,
             Advice::HugePage => libc::MADV_HUGEPAGE,
             Advice::WillNeed => libc::MADV_WILLNEED,
+            Advice::Random => libc::MADV_RANDOM,
             Advice::DontNeed => libc::MADV_DONTNEED,
             Advice::Remove => libc::MADV_REMOVE,
         }
@@ -164,6 +169,8 @@ pub struct Mapping {
     /// range. A forked child does not have the range, so it must not unmap
     /// whatever the child may have mapped there since.
     dontfork_generation: Option<u64>,
+    /// `MAP_SHARED` of a file: dropping its page-table entries loses nothing.
+    shared: bool,
 }
 
 // SAFETY: a Mapping is an address range plus metadata; all accesses go through
@@ -261,6 +268,7 @@ impl Mapping {
             len,
             page_size,
             dontfork_generation: None,
+            shared: true,
         };
         let user = UserAccess { addr };
         Ok((map, user))
@@ -285,8 +293,13 @@ impl Mapping {
         }
         let raw_fd = fd.map_or(-1, |f| f.as_raw_fd());
         let align = opts.align.max(page_size);
-        let addr = if align > page_size && fd.is_none() {
-            Self::map_aligned(len, align, flags, opts.huge.is_some())?
+        let prot = if opts.read_only {
+            libc::PROT_READ
+        } else {
+            libc::PROT_READ | libc::PROT_WRITE
+        };
+        let addr = if align > page_size {
+            Self::map_aligned(len, align, flags, prot, raw_fd, offset)?
         } else {
             // SAFETY: a fresh mapping at a kernel-chosen address touches no
             // existing memory; the result is checked below.
@@ -294,7 +307,7 @@ impl Mapping {
                 libc::mmap(
                     std::ptr::null_mut(),
                     len,
-                    libc::PROT_READ | libc::PROT_WRITE,
+                    prot,
                     flags,
                     raw_fd,
                     offset as libc::off_t,
@@ -313,6 +326,7 @@ impl Mapping {
             len,
             page_size,
             dontfork_generation: None,
+            shared: fd.is_some() && flags & libc::MAP_SHARED != 0,
         };
         if opts.dontfork {
             map.advise(0, len, Advice::DontFork)?;
@@ -323,7 +337,14 @@ impl Mapping {
 
     /// Reserves `len + align` bytes of address space with PROT_NONE, then maps
     /// the aligned part over it with MAP_FIXED and trims the rest.
-    fn map_aligned(len: usize, align: usize, flags: libc::c_int, huge: bool) -> Result<*mut u8, MmError> {
+    fn map_aligned(
+        len: usize,
+        align: usize,
+        flags: libc::c_int,
+        prot: libc::c_int,
+        raw_fd: libc::c_int,
+        offset: u64,
+    ) -> Result<*mut u8, MmError> {
         let span = len + align;
         // SAFETY: a fresh PROT_NONE reservation at a kernel-chosen address.
         let res = unsafe {
@@ -351,10 +372,10 @@ impl Mapping {
             libc::mmap(
                 start as *mut libc::c_void,
                 len,
-                libc::PROT_READ | libc::PROT_WRITE,
+                prot,
                 flags | libc::MAP_FIXED,
-                -1,
-                0,
+                raw_fd,
+                offset as libc::off_t,
             )
         };
         let errno = Errno::last();
@@ -372,7 +393,6 @@ impl Mapping {
         if p == libc::MAP_FAILED {
             // SAFETY: the middle of our own reservation.
             unsafe { libc::munmap(start as *mut libc::c_void, len) };
-            let _ = huge;
             return Err(MmError::Map { len, errno });
         }
         Ok(p as *mut u8)
@@ -597,6 +617,85 @@ impl Mapping {
     }
 }
 
+impl Mapping {
+    /// Moves the pages of `len` bytes at `offset` over `dst` at `dst_offset`
+    /// in one `mremap(MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP)`.
+    ///
+    /// Whatever `dst` mapped there is unmapped and replaced by this
+    /// mapping's pages (and protection) under the address-space lock, so a
+    /// concurrent reader of `dst` sees either the old or the new page, never
+    /// a hole; one TLB flush covers the whole range. This mapping keeps its
+    /// range (`DONTUNMAP`): its pages are gone and read back as zeros, so no
+    /// hole appears that another `mmap` could take. Ranges moved out of one
+    /// anonymous mapping into adjacent places of `dst` merge into one VMA
+    /// again, because they keep their linear page offsets.
+    ///
+    /// The bytes `dst` shows change to this mapping's bytes; callers use it
+    /// where both hold the same data (the overshadow switch), so references
+    /// into `dst` stay valid and see no change of contents. Kernel 5.13 or
+    /// later (`DONTUNMAP` of any private anonymous mapping).
+    pub fn move_pages_to(
+        &self,
+        offset: usize,
+        len: usize,
+        dst: &Mapping,
+        dst_offset: usize,
+    ) -> Result<(), MmError> {
+        self.check_range(offset, len);
+        dst.check_range(dst_offset, len);
+        // SAFETY: both ranges are inside mappings we own, so MREMAP_FIXED
+        // replaces only pages of `dst` (never memory of someone else) and
+        // DONTUNMAP leaves our own range mapped; the contents `dst` shows
+        // change only to equal bytes (caller's protocol, see above).
+        let p = unsafe {
+            libc::mremap(
+                self.as_ptr().add(offset).cast(),
+                len,
+                len,
+                libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED | crate::uapi::MREMAP_DONTUNMAP,
+                dst.as_ptr().add(dst_offset).cast::<libc::c_void>(),
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(MmError::Remap {
+                new_len: len,
+                errno: Errno::last(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Drops the page-table entries of a shared file mapping
+    /// (`MADV_DONTNEED`): the data stays in the file (and page cache) and
+    /// faults back in on the next access, but the pages are no longer
+    /// mapped here, so `posix_fadvise(DONTNEED)` can drop them from the
+    /// cache. Panics on a private mapping, where this would lose data.
+    pub fn unmap_shared_pages(&self, offset: usize, len: usize) -> Result<(), MmError> {
+        assert!(self.shared, "unmap_shared_pages on a private mapping");
+        self.madvise(offset, len, Advice::DontNeed)
+    }
+
+    /// Faults in a range for writing (`MADV_POPULATE_WRITE`, kernel 5.14):
+    /// one call instead of one page fault per page.
+    pub fn populate_write(&self, offset: usize, len: usize) -> Result<(), MmError> {
+        self.check_range(offset, len);
+        // SAFETY: the range is inside our mapping; populating changes no
+        // contents (missing pages read as zeros before and after).
+        let r = unsafe {
+            libc::madvise(
+                self.as_ptr().add(offset).cast(),
+                len,
+                crate::uapi::MADV_POPULATE_WRITE,
+            )
+        };
+        check(r).map(|_| ()).map_err(|errno| MmError::Advise {
+            advice: Advice::WillNeed,
+            len,
+            errno,
+        })
+    }
+}
+
 impl Drop for Mapping {
     fn drop(&mut self) {
         if let Some(g) = self.dontfork_generation {
@@ -784,6 +883,62 @@ mod tests {
         assert_eq!(m.len(), 16384);
         assert_eq!(m.user_slice_mut::<u8>(&mut user)[8191], 3);
         assert_eq!(m.user_slice_mut::<u8>(&mut user)[8192], 0);
+    }
+
+    /// VMAs of this process that overlap `[addr, addr + len)` (other tests
+    /// map and unmap meanwhile: count only our range).
+    fn vmas_in(addr: usize, len: usize) -> usize {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        maps.lines()
+            .filter_map(|l| {
+                let (a, b) = l.split(' ').next()?.split_once('-')?;
+                Some((
+                    usize::from_str_radix(a, 16).ok()?,
+                    usize::from_str_radix(b, 16).ok()?,
+                ))
+            })
+            .filter(|&(a, b)| a < addr + len && b > addr)
+            .count()
+    }
+
+    #[test]
+    fn moved_pages_replace_a_read_only_view_and_merge() {
+        use crate::memfd::Memfd;
+        let len = 1 << 20;
+        let fd = Memfd::create("move", false).unwrap();
+        fd.set_len(len as u64).unwrap();
+        let (far, _) = Mapping::shared(fd.as_fd(), 0, len, 4096, &MapOptions::default()).unwrap();
+        far.fill(0, len, 0x5a);
+        let ro = MapOptions {
+            read_only: true,
+            align: 2 << 20,
+            ..Default::default()
+        };
+        let (view, _) = Mapping::shared(fd.as_fd(), 0, len, 4096, &ro).unwrap();
+        assert_eq!(view.addr() % (2 << 20), 0);
+        let (near, _) = Mapping::anonymous(len, &MapOptions::default()).unwrap();
+        for k in 0..4 {
+            let off = k * (len / 4);
+            near.populate_write(off, len / 4).unwrap();
+            near.copy_in(off, far.range(off, len / 4));
+            near.move_pages_to(off, len / 4, &view, off).unwrap();
+        }
+        assert!(view.range(0, len).same_bytes(far.range(0, len)));
+        // The moved pieces merged into one VMA; the near range stays mapped
+        // (zeros), the far view was replaced.
+        assert_eq!(vmas_in(view.addr(), len), 1, "moved pieces merged");
+        assert!(near.range(0, 4096).is_zero());
+        far.unmap_shared_pages(0, len).unwrap();
+        assert!(
+            far.range(0, 1).same_bytes(MemRange::from_bytes(&[0x5a])),
+            "data stays in the file"
+        );
+        view.fill(0, 4096, 1); // writable now: the pages are the near copies
+        assert!(far.range(0, 1).same_bytes(MemRange::from_bytes(&[0x5a])));
+        assert!(matches!(
+            near.move_pages_to(0, 4096, &view, 4096 * 3 + 1),
+            Err(MmError::Remap { .. })
+        ));
     }
 
     #[test]

@@ -196,6 +196,11 @@ pub const MAP_HUGE_SHIFT: i32 = 26;
 pub const MAP_HUGE_2MB: i32 = 21 << MAP_HUGE_SHIFT;
 pub const MAP_HUGE_1GB: i32 = 30 << MAP_HUGE_SHIFT;
 
+/// `mremap` flag: move the pages but keep the old range mapped (5.7).
+pub const MREMAP_DONTUNMAP: libc::c_int = 4;
+/// `madvise` advice: populate a range writable (5.14).
+pub const MADV_POPULATE_WRITE: libc::c_int = 23;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,6 +8,9 @@
 //!   `kernel-swap`) and reporting it;
 //! - [`kernel_swap`]: the Linux baseline: a memory cgroup limited to the
 //!   near budget with swap on zram or a swap file, set up and removed again;
+//! - [`overshadow`]: paper 2's experiment: reading far memory with naive
+//!   access, copy-then-access, and overshadow (whole-region and per-page
+//!   switch) over memory, a cold file, and an emulated slow link;
 //! - [`random`]: random read-modify-write updates, where prefetch and
 //!   policies cannot help;
 //! - [`report`]: machine description, tables, JSON;
@@ -17,6 +20,7 @@ pub mod dirty;
 pub mod faults;
 pub mod kernel_swap;
 pub mod modes;
+pub mod overshadow;
 pub mod plot;
 pub mod pspt_model;
 pub mod random;

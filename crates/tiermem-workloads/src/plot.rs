@@ -254,6 +254,66 @@ pub fn stacked_bars(path: &Path, title: &str, y_label: &str, segs: &[Segment]) -
     Ok(())
 }
 
+/// One line of a line chart: points `(x, y)` in drawing order.
+#[derive(Clone, Debug)]
+pub struct Line {
+    /// Legend.
+    pub name: String,
+    /// Points.
+    pub points: Vec<(f64, f64)>,
+}
+
+/// Draws lines to `path` (SVG), linear axes from zero, legend lower right.
+pub fn lines(path: &Path, title: &str, x_label: &str, y_label: &str, lines: &[Line]) -> Result<(), String> {
+    let xmax = lines
+        .iter()
+        .flat_map(|l| l.points.iter().map(|p| p.0))
+        .fold(0.0f64, f64::max)
+        .max(1e-9)
+        * 1.02;
+    let ymax = lines
+        .iter()
+        .flat_map(|l| l.points.iter().map(|p| p.1))
+        .fold(0.0f64, f64::max)
+        .max(1e-9)
+        * 1.05;
+    if lines.iter().all(|l| l.points.is_empty()) {
+        return Err("nothing to plot".into());
+    }
+    let root = SVGBackend::new(path, (820, 520)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 18))
+        .margin(14)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0..xmax, 0.0..ymax)
+        .map_err(|e| e.to_string())?;
+    chart
+        .configure_mesh()
+        .x_desc(x_label)
+        .y_desc(y_label)
+        .draw()
+        .map_err(|e| e.to_string())?;
+    for (k, l) in lines.iter().enumerate() {
+        let color = COLORS[k % COLORS.len()];
+        chart
+            .draw_series(LineSeries::new(l.points.iter().copied(), color.stroke_width(2)))
+            .map_err(|e| e.to_string())?
+            .label(l.name.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2)));
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::LowerRight)
+        .draw()
+        .map_err(|e| e.to_string())?;
+    root.present().map_err(|e| e.to_string())?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -30,6 +30,10 @@
 //! - [`global`]: the process-wide region behind `tm_malloc_global`;
 //! - [`team`]: one region shared by worker processes, a page table each
 //!   (partially separated page tables);
+//! - [`far`]: far memory tiermem can map twice (memfd allocations, file
+//!   ranges);
+//! - [`overshadow`]: paper 2's Overshadow: read far memory at once, switch
+//!   each page to its near copy when copied;
 //! - `engine` (private): fault resolution, fill and eviction, in-context
 //!   (SIGBUS) and handler-thread designs; `page` (private): page states.
 //!
@@ -41,7 +45,9 @@
 pub mod config;
 mod engine;
 pub mod error;
+pub mod far;
 pub mod global;
+pub mod overshadow;
 mod page;
 pub mod policy;
 pub mod region;

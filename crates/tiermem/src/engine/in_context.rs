@@ -5,7 +5,8 @@
 //! A process-wide registry maps addresses to regions for the handler. The
 //! same registry serves SIGSEGV for the `wp-async` freeze: a write to a run
 //! being evicted hits a read-only range, and the writer waits for the page
-//! instead of crashing.
+//! instead of crashing; and a write to an overshadow page that has not
+//! switched to near memory yet copies and switches that page first.
 //!
 //! Async-signal safety: the handler takes the registry's read lock (only
 //! region creation and destruction write it, and they never touch region
@@ -121,7 +122,17 @@ fn on_sigbus(f: &SignalFault) -> Disposition {
     }
 }
 
-fn on_sigsegv(f: &SignalFault) -> Disposition {
+/// The process's SIGSEGV callback: a write to an overshadow page that has
+/// not switched yet (see [`crate::overshadow`]), or a write to a run that a
+/// region froze for eviction.
+pub(crate) fn on_sigsegv(f: &SignalFault) -> Disposition {
+    if let Some(ok) = crate::overshadow::serve_write_fault(f.addr) {
+        return if ok && !repeated(f.addr) {
+            Disposition::Retry
+        } else {
+            Disposition::Forward
+        };
+    }
     let Some(core) = lookup(f.addr) else {
         return Disposition::Forward;
     };
