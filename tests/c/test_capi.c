@@ -509,6 +509,8 @@ static void test_team(void) {
   CHECK(tm_team_attach("no-such-team", 1, &t) == TM_EINVAL, "attach to nothing");
   CHECK(tm_team_attach(NULL, 1, &t) == TM_EINVAL, "NULL name");
   CHECK(tm_team_barrier(NULL) == TM_EINVAL && tm_team_sync(NULL) == TM_EINVAL, "NULL handles");
+}
+
 /* Overshadow (paper 2): readable at once, a reader thread during the copy,
  * writes during the copy, both switch modes, a file range, misuse. */
 struct os_reader {
