@@ -50,6 +50,36 @@ pub(crate) struct View {
 }
 
 impl View {
+    /// Maps the region file (at `at`, or where the kernel likes) and the
+    /// far file beside a mapped control block.
+    pub(crate) fn map(
+        ctl_map: Mapping,
+        ctl_user: UserAccess,
+        data: File,
+        far: File,
+        npages: usize,
+        at: Option<usize>,
+    ) -> Result<(View, UserAccess), tiermem_sys::mm::MmError> {
+        let page = tiermem_sys::mm::base_page_size();
+        let len = npages * page;
+        let (data_map, data_user) = match at {
+            Some(addr) => Mapping::shared_at(data.as_fd(), 0, len, page, addr)?,
+            None => Mapping::shared(data.as_fd(), 0, len, page, &MapOptions::default())?,
+        };
+        let (far_map, _) = Mapping::shared(far.as_fd(), 0, len, page, &MapOptions::default())?;
+        let view = View {
+            ctl_map,
+            ctl_user,
+            data,
+            data_map,
+            far,
+            far_map,
+            page,
+            npages,
+        };
+        Ok((view, data_user))
+    }
+
     pub(crate) fn ctl(&self) -> Ctl<'_> {
         Ctl::new(self.ctl_map.user_atomics(&self.ctl_user))
     }
@@ -161,11 +191,7 @@ impl Member {
     }
 
     fn lane(&self, rank: usize) -> &Lane {
-        let l = if self.lanes.len() > 1 {
-            &self.lanes[rank.min(self.lanes.len() - 1)]
-        } else {
-            &self.lanes[0]
-        };
+        let l = &self.lanes[rank.min(self.lanes.len() - 1)];
         let mut spins = 0u32;
         while l
             .busy
@@ -226,17 +252,13 @@ impl Member {
     /// A minor fault: the page is near, map it here too.
     fn map_resident(&self, ctl: &Ctl<'_>, i: usize, w: u64, rank: usize, timer: &mut FaultTimer) -> bool {
         let ps = self.view.page;
-        let r = self.uffd.continue_(&self.reg, i * ps, ps, false, false);
+        let mapped = self.uffd.continue_(&self.reg, i * ps, ps, false, false).is_ok();
         timer.lap(Cost::Pte);
-        ctl.page(i).store(w | ctl::sharer_bit(rank), Ordering::Release);
-        ctl.add(rank, Stat::MinorFaults, 1);
-        match r {
-            Ok(_) => true,
-            Err(_) => {
-                ctl.add(rank, Stat::Errors, 1);
-                false
-            }
-        }
+        // Only a mapping that exists makes this member a sharer.
+        let sharer = if mapped { ctl::sharer_bit(rank) } else { 0 };
+        ctl.page(i).store(w | sharer, Ordering::Release);
+        ctl.add(rank, if mapped { Stat::MinorFaults } else { Stat::Errors }, 1);
+        mapped
     }
 
     /// A missing fault: make room, then fill page `i` (and the following
@@ -418,8 +440,8 @@ impl Member {
     fn evict_some(&self, ctl: &Ctl<'_>, rank: usize, want: usize, timer: &mut FaultTimer) -> usize {
         let start = std::time::Instant::now();
         let mut entries = [0u64; MAX_WINDOW];
-        let mut victims = [0u64; MAX_WINDOW];
-        let mut words = [0u64; MAX_WINDOW];
+        // (page, its word when locked), sorted by page below.
+        let mut victims = [(0u64, 0u64); MAX_WINDOW];
         let want = want.min(MAX_WINDOW);
         self.lock_list(ctl, rank);
         let head = ctl.get(H_RING_HEAD);
@@ -471,8 +493,7 @@ impl Member {
                 .is_ok()
             {
                 taken[k as usize] = true;
-                victims[nv] = p as u64;
-                words[nv] = w;
+                victims[nv] = (p as u64, w);
                 nv += 1;
             }
         }
@@ -490,17 +511,12 @@ impl Member {
         if nv == 0 {
             return 0;
         }
-        // Sort victims (with their words) by page for contiguous runs.
-        let mut idx = [0u16; MAX_WINDOW];
-        for (k, x) in idx[..nv].iter_mut().enumerate() {
-            *x = k as u16;
-        }
-        idx[..nv].sort_by_key(|&k| victims[k as usize]);
-        let mut sorted = [0u64; MAX_WINDOW];
-        let mut sorted_w = [0u64; MAX_WINDOW];
-        for (j, &k) in idx[..nv].iter().enumerate() {
-            sorted[j] = victims[k as usize];
-            sorted_w[j] = words[k as usize];
+        // By page, so that neighbours form runs (one punch each).
+        let victims = &mut victims[..nv];
+        victims.sort_unstable_by_key(|v| v.0);
+        let mut words = [0u64; MAX_WINDOW];
+        for (w, v) in words.iter_mut().zip(victims.iter()) {
+            *w = v.1;
         }
         let lane = self.lane(rank);
         let max_run = (lane.pipe.capacity() / self.view.page).max(1);
@@ -508,10 +524,10 @@ impl Member {
         let mut a = 0;
         while a < nv {
             let mut b = a + 1;
-            while b < nv && b - a < max_run && sorted[b] == sorted[b - 1] + 1 {
+            while b < nv && b - a < max_run && victims[b].0 == victims[b - 1].0 + 1 {
                 b += 1;
             }
-            evicted += self.evict_run(ctl, rank, lane, sorted[a] as usize, &sorted_w[a..b], timer);
+            evicted += self.evict_run(ctl, rank, lane, victims[a].0 as usize, &words[a..b], timer);
             a = b;
         }
         lane.busy.store(false, Ordering::Release);
@@ -539,30 +555,43 @@ impl Member {
         if lane.pipe.fill_from(&data, off, bytes).is_err() {
             // Nothing changed yet: the pages stay near.
             lane.pipe.clear();
-            self.keep(ctl, rank, first, words);
+            self.keep(ctl, rank, first, words, None);
             return 0;
         }
         timer.lap(Cost::Transfer);
         if tiermem_sys::memfd::punch_hole(data, off, bytes as u64).is_err() {
             lane.pipe.clear();
-            self.keep(ctl, rank, first, words);
+            self.keep(ctl, rank, first, words, None);
             return 0;
         }
         timer.lap(Cost::Tlb);
         if lane.pipe.drain_to(&self.view.far.as_fd(), off, bytes).is_err() {
             // The far file is full or failing: put the bytes back (the pages
-            // are unmapped everywhere now, so a copy fills them again).
+            // are unmapped everywhere now, so a copy fills them again, mapped
+            // here only).
             let mut done = 0;
             while done < bytes {
                 let chunk = (bytes - done).min(lane.bounce.len());
                 let got = lane.pipe.read_into(&lane.bounce, chunk);
-                if got == 0 {
+                if got == 0
+                    || self
+                        .copy_all(first * ps + done, lane.bounce.range(0, got))
+                        .is_err()
+                {
                     break;
                 }
-                let _ = self.copy_all(first * ps + done, lane.bounce.range(0, got));
                 done += got;
             }
-            self.keep(ctl, rank, first, words);
+            lane.pipe.clear();
+            let restored = done / ps;
+            let mine = ctl::sharer_bit(rank);
+            self.keep(ctl, rank, first, &words[..restored], Some(mine));
+            // Bytes that could not be put back are gone: say so on access
+            // (SIGBUS) rather than return stale far contents.
+            for k in restored..n {
+                ctl.page(first + k).store(Where::Lost as u64, Ordering::Release);
+            }
+            ctl.w[H_RESIDENT].fetch_sub((n - restored) as u64, Ordering::AcqRel);
             return 0;
         }
         timer.lap(Cost::Transfer);
@@ -589,13 +618,16 @@ impl Member {
         n
     }
 
-    /// An eviction that could not complete: the pages stay near (mapped in
-    /// this process only if they had to be copied back), back on the list.
-    fn keep(&self, ctl: &Ctl<'_>, rank: usize, first: usize, words: &[u64]) {
+    /// An eviction that could not complete: the pages stay near, back on
+    /// the list, with their sharers, or `sharers` if they were copied back
+    /// (then only this member maps them).
+    fn keep(&self, ctl: &Ctl<'_>, rank: usize, first: usize, words: &[u64], sharers: Option<u64>) {
         ctl.add(rank, Stat::Errors, 1);
         self.push_ring(ctl, rank, first, words.len());
         for (k, &w) in words.iter().enumerate() {
-            ctl.page(first + k).store(ctl::unbusy(w), Ordering::Release);
+            let w = ctl::unbusy(w);
+            let w = sharers.map_or(w, |s| ctl::with_where(0, Where::Resident) | s);
+            ctl.page(first + k).store(w, Ordering::Release);
         }
     }
 }

@@ -260,6 +260,18 @@ impl MemberStats {
     }
     /// Adds `o`'s counters to these.
     pub fn add(&mut self, o: &MemberStats) {
+        self.combine(o, u64::wrapping_add);
+    }
+
+    /// `self - earlier`, counter by counter.
+    pub fn since(&self, earlier: &MemberStats) -> MemberStats {
+        let mut d = self.clone();
+        d.combine(earlier, u64::wrapping_sub);
+        d
+    }
+
+    /// Applies `f(mine, theirs)` to every counter (one list of fields).
+    fn combine(&mut self, o: &MemberStats, f: fn(u64, u64) -> u64) {
         let MemberStats {
             missing_faults,
             zero_fills,
@@ -279,57 +291,30 @@ impl MemberStats {
             evict_ns,
             errors,
         } = o;
-        self.missing_faults += missing_faults;
-        self.zero_fills += zero_fills;
-        self.minor_faults += minor_faults;
-        self.evictions += evictions;
-        self.evict_calls += evict_calls;
-        self.bytes_in += bytes_in;
-        self.bytes_out += bytes_out;
-        for (a, b) in self.cost_ns.iter_mut().zip(cost_ns) {
-            *a += b;
-        }
-        self.fault_ns += fault_ns;
-        self.victims_unmapped += victims_unmapped;
-        self.victims_self += victims_self;
-        self.victims_other += victims_other;
-        self.victims_many += victims_many;
-        self.victim_remote_sharers += victim_remote_sharers;
-        self.readahead_pages += readahead_pages;
-        self.evict_ns += evict_ns;
-        self.errors += errors;
-    }
-    /// `self - earlier`, counter by counter.
-    pub fn since(&self, earlier: &MemberStats) -> MemberStats {
-        let mut neg = earlier.clone();
-        for v in neg.fields_mut() {
-            *v = v.wrapping_neg();
-        }
-        let mut d = self.clone();
-        d.add(&neg);
-        d
-    }
-    fn fields_mut(&mut self) -> Vec<&mut u64> {
-        let mut v = vec![
-            &mut self.missing_faults,
-            &mut self.zero_fills,
-            &mut self.minor_faults,
-            &mut self.evictions,
-            &mut self.evict_calls,
-            &mut self.bytes_in,
-            &mut self.bytes_out,
-            &mut self.fault_ns,
-            &mut self.victims_unmapped,
-            &mut self.victims_self,
-            &mut self.victims_other,
-            &mut self.victims_many,
-            &mut self.victim_remote_sharers,
-            &mut self.readahead_pages,
-            &mut self.evict_ns,
-            &mut self.errors,
+        let pairs = [
+            (&mut self.missing_faults, missing_faults),
+            (&mut self.zero_fills, zero_fills),
+            (&mut self.minor_faults, minor_faults),
+            (&mut self.evictions, evictions),
+            (&mut self.evict_calls, evict_calls),
+            (&mut self.bytes_in, bytes_in),
+            (&mut self.bytes_out, bytes_out),
+            (&mut self.fault_ns, fault_ns),
+            (&mut self.victims_unmapped, victims_unmapped),
+            (&mut self.victims_self, victims_self),
+            (&mut self.victims_other, victims_other),
+            (&mut self.victims_many, victims_many),
+            (&mut self.victim_remote_sharers, victim_remote_sharers),
+            (&mut self.readahead_pages, readahead_pages),
+            (&mut self.evict_ns, evict_ns),
+            (&mut self.errors, errors),
         ];
-        v.extend(self.cost_ns.iter_mut());
-        v
+        for (a, b) in pairs {
+            *a = f(*a, *b);
+        }
+        for (a, b) in self.cost_ns.iter_mut().zip(cost_ns) {
+            *a = f(*a, *b);
+        }
     }
 }
 
@@ -563,19 +548,16 @@ impl TeamRegion {
         let far = sized(far, config.virt_bytes, "sizing the team far file").map_err(cleanup)?;
         let (ctl_map, ctl_user) = Mapping::shared(ctl_file.as_fd(), 0, ctl_bytes, ps, &MapOptions::default())
             .map_err(|e| cleanup(e.into()))?;
-        let (data_map, data_user) =
-            Mapping::shared(data.as_fd(), 0, config.virt_bytes, ps, &MapOptions::default())
-                .map_err(|e| cleanup(e.into()))?;
-        let (far_map, _) = Mapping::shared(far.as_fd(), 0, config.virt_bytes, ps, &MapOptions::default())
-            .map_err(|e| cleanup(e.into()))?;
+        let (view, data_user) =
+            View::map(ctl_map, ctl_user, data, far, npages, None).map_err(|e| cleanup(e.into()))?;
         {
-            let w = ctl_map.user_atomics(&ctl_user);
+            let w = view.ctl_map.user_atomics(&view.ctl_user);
             let set = |h: usize, v: u64| w[h].store(v, Ordering::Release);
             set(ctl::H_NPAGES, npages as u64);
             set(ctl::H_PAGE, ps as u64);
             set(ctl::H_BUDGET, (config.near_bytes / ps) as u64);
             set(ctl::H_WORKERS, config.workers as u64);
-            set(ctl::H_BASE, data_map.addr() as u64);
+            set(ctl::H_BASE, view.data_map.addr() as u64);
             set(ctl::H_BATCH, config.evict_batch_pages as u64);
             set(ctl::H_READAHEAD, config.readahead_pages as u64);
             set(ctl::H_POLICY, config.policy as u64);
@@ -584,19 +566,9 @@ impl TeamRegion {
             // Last: attachers wait for the magic.
             set(ctl::H_MAGIC, ctl::MAGIC);
         }
-        let view = Arc::new(View {
-            ctl_map,
-            ctl_user,
-            data,
-            data_map,
-            far,
-            far_map,
-            page: ps,
-            npages,
-        });
         let host_rank = rank.unwrap_or(config.workers);
         // The host has a lane per rank, for threads mode.
-        let member = Member::join(view, host_rank, true, config.workers + 1).map_err(cleanup)?;
+        let member = Member::join(Arc::new(view), host_rank, true, config.workers + 1).map_err(cleanup)?;
         Ok(TeamRegion {
             member,
             user: data_user,
@@ -644,28 +616,17 @@ impl TeamRegion {
         let mut config = TeamConfig::new(npages * ps, get(ctl::H_BUDGET) * ps, workers);
         config.evict_batch_pages = get(ctl::H_BATCH);
         config.readahead_pages = get(ctl::H_READAHEAD);
-        config.policy = if get(ctl::H_POLICY) == 1 {
+        config.policy = if get(ctl::H_POLICY) == TeamPolicy::SharerAware as usize {
             TeamPolicy::SharerAware
         } else {
             TeamPolicy::Fifo
         };
-        let (data_map, data_user) = Mapping::shared_at(data.as_fd(), 0, npages * ps, ps, base).map_err(|e| {
+        let (view, data_user) = View::map(ctl_map, ctl_user, data, far, npages, Some(base)).map_err(|e| {
             Error::Usage(format!(
                 "team {name:?} lives at {base:#x} in its creator, which is taken in this process ({e}); attach before mapping much else"
             ))
         })?;
-        let (far_map, _) = Mapping::shared(far.as_fd(), 0, npages * ps, ps, &MapOptions::default())?;
-        let view = Arc::new(View {
-            ctl_map,
-            ctl_user,
-            data,
-            data_map,
-            far,
-            far_map,
-            page: ps,
-            npages,
-        });
-        let member = Member::join(view, rank, false, 1)?;
+        let member = Member::join(Arc::new(view), rank, false, 1)?;
         Ok(TeamRegion {
             member,
             user: data_user,
