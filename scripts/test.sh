@@ -34,6 +34,9 @@ target/release/tiermem info >/dev/null
 target/release/tiermem bench faults --pages 256 --rounds 1 --json target/smoke-faults.json >/dev/null
 target/release/tiermem bench stencil --virt 64M --near 32M --iters 2 --modes none,sync \
     --json target/smoke-stencil.json >/dev/null
+target/release/tiermem bench stencil --virt 16M --near 8M --threads 2 --iters 2 --evict-batch 1 \
+    --modes team-none,regular,pspt+sharer --json target/smoke-team.json --plot target/smoke-team.svg >/dev/null
+target/release/tiermem bench team-evict --evict-batch 64 --json target/smoke-team-evict.json >/dev/null
 target/release/tiermem bench overshadow --sizes 1M --rounds-small 1 --fars memory,link \
     --json target/smoke-overshadow.json --plot target/smoke-overshadow.svg >/dev/null
 echo
