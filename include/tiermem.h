@@ -148,6 +148,12 @@ extern "C" {
  * FIFO on a sweep twice the budget). */
 #define TM_POLICY_SCAN 2
 
+/* tm_config.page_size_bytes: 2 MiB transparent huge pages. Each 2 MiB block
+ * is filled with 512 small pages at once and then collapsed into one huge
+ * page (MADV_COLLAPSE); a block the kernel cannot collapse stays on small
+ * pages (correct, slower to translate). */
+#define TM_PAGE_THP 2097153
+
 /* tm_config.install: movers install pages with UFFDIO_COPY from the far
  * store; default. */
 #define TM_INSTALL_COPY 0
@@ -201,8 +207,9 @@ struct tm_config {
   uint64_t near_bytes;        /* near-memory budget in bytes: at most this much is resident
                                  at once; at least 4 pages unless >= virt_bytes. No default
                                  (an argument of tm_config_init). */
-  uint64_t page_size_bytes;   /* page size in bytes: 4096 (default) or 2097152 (2 MiB pages
-                                 from the hugetlbfs pool; reserve them first). */
+  uint64_t page_size_bytes;   /* page size in bytes: 4096 (default), 2097152 (2 MiB pages
+                                 from the hugetlbfs pool; reserve them first) or
+                                 TM_PAGE_THP (2 MiB transparent huge pages, no pool). */
   int32_t far_kind;           /* where evicted pages go: TM_FAR_MEMORY (default) or
                                  TM_FAR_FILE. */
   uint32_t reserved1;         /* padding; must be 0 (tm_config_init sets it). */
@@ -397,6 +404,49 @@ tm_decl_nodiscard tm_decl_export void *tm_malloc_global(size_t size) tm_attr_noe
  * TM_EINVAL (detected: the pointer is checked, never dereferenced); before
  * the first tm_malloc_global every non-NULL pointer is. */
 tm_decl_export int tm_free_global(void *ptr) tm_attr_noexcept;
+
+/* ------------------------------------------------------------------------
+ * Segments and huge page pools (docs/hugepages.md)
+ *
+ * A segment is one contiguous range on 1 GiB pages (two-level page walks,
+ * one TLB entry per gigabyte), populated and locked when created and never
+ * tiered or remapped: the application takes no page faults on it. When
+ * the 1 GiB pool is short it falls back to 2 MiB pages with a warning on
+ * stderr, unless TM_SEGMENT_NO_FALLBACK; when the pools are too small the
+ * error (TM_EHUGEPAGES, tm_last_error) names the command that fixes it.
+ *
+ *     tm_segment *s;
+ *     if (tm_segment_create(1ul << 30, 0, &s) == TM_OK) {
+ *         uint64_t *table = tm_segment_base(s);
+ *         ...
+ *         tm_segment_destroy(s);
+ *     }
+ * --------------------------------------------------------------------- */
+
+/* tm_segment_create flags */
+#define TM_SEGMENT_2M 1          /* 2 MiB pages instead of 1 GiB */
+#define TM_SEGMENT_NO_FALLBACK 2 /* fail rather than fall back to 2 MiB pages */
+
+typedef struct tm_segment tm_segment;
+
+/* A segment of `bytes` (rounded up to whole pages; 0 is TM_EINVAL). */
+tm_decl_nodiscard tm_decl_export int tm_segment_create(size_t bytes, int flags, tm_segment **out) tm_attr_noexcept;
+/* Its start (aligned to its page size), size, and page size in bytes
+ * (1073741824 or 2097152); NULL/0 for a NULL handle. */
+tm_decl_export void *tm_segment_base(const tm_segment *s) tm_attr_noexcept;
+tm_decl_export size_t tm_segment_size(const tm_segment *s) tm_attr_noexcept;
+tm_decl_export size_t tm_segment_page_size(const tm_segment *s) tm_attr_noexcept;
+/* Unmaps it and returns its pages to the pool. NULL is a no-op. */
+tm_decl_export int tm_segment_destroy(tm_segment *s) tm_attr_noexcept;
+
+/* Makes `pages` huge pages of `page_size` bytes (2097152 or 1073741824)
+ * available in addition to those in use, growing the pool (needs root;
+ * TM_EPERM otherwise). Stores the pages then available in *available (may
+ * be NULL); fewer than asked is TM_EHUGEPAGES (memory fragmented). The
+ * static pool of paper 3: call it at start-up, or set
+ * TIERMEM_HUGEPAGES=2M:512,1G:2 for the process-wide region. */
+tm_decl_nodiscard tm_decl_export int tm_hugepages_reserve(size_t page_size, uint64_t pages,
+                                                          uint64_t *available) tm_attr_noexcept;
 
 /* ------------------------------------------------------------------------
  * Team regions: partially separated page tables (docs/team.md)

@@ -64,12 +64,14 @@ done
 build test_header-shared "$cxx" "${cxxflags[@]}" tests/c/test_header.cpp -L"$lib" -ltiermem \
   -o "$out/test_header-shared"
 
+# A hang is a failure, not a stuck CI job: each program gets 5 minutes
+# (they take seconds).
 for name in "${built[@]}"; do
   echo "== $name"
   status=0
   case $name in
-  *-shared) LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$out/$name" || status=$? ;;
-  *) "$out/$name" || status=$? ;;
+  *-shared) LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} timeout -k 10 300 "$out/$name" || status=$? ;;
+  *) timeout -k 10 300 "$out/$name" || status=$? ;;
   esac
   report "$name" "$status"
 done

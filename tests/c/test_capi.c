@@ -609,6 +609,89 @@ static void test_overshadow(void) {
   unlink(path);
 }
 
+static long read_pool(const char *path) {
+  FILE *f = fopen(path, "r");
+  long v = -1;
+  if (f != NULL) {
+    if (fscanf(f, "%ld", &v) != 1) v = -1;
+    fclose(f);
+  }
+  return v;
+}
+
+static void write_pool(const char *path, long v) {
+  FILE *f = fopen(path, "w");
+  if (f != NULL) {
+    fprintf(f, "%ld\n", v);
+    fclose(f);
+  }
+}
+
+static void test_segments_and_thp(void) {
+  /* A tiered region on transparent huge pages. */
+  struct tm_config c;
+  tm_config_init(&c, 32 * MiB, 8 * MiB);
+  c.page_size_bytes = TM_PAGE_THP;
+  tm_region *r = NULL;
+  int rc = tm_region_create(&c, &r);
+  if (rc != TM_OK) {
+    CHECK(strstr(tm_last_error(), "transparent") != NULL, "THP region: %d", rc);
+  } else {
+    uint64_t *w = tm_region_base(r);
+    size_t n = tm_region_size(r) / 8;
+    for (size_t i = 0; i < n; i++) w[i] = mix(i);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += w[i] != mix(i);
+    CHECK(bad == 0, "%zu words wrong on THP pages", bad);
+    struct tm_stats s = stats_of(r);
+    CHECK(s.evictions > 0 && s.bytes_in % (2 * MiB) == 0, "THP moves 2 MiB blocks");
+    CHECK(tm_region_destroy(r) == TM_OK, "destroy THP region");
+  }
+
+  /* Segments: bad input. */
+  tm_segment *seg = (tm_segment *)1;
+  CHECK(tm_segment_create(0, 0, &seg) == TM_EINVAL && seg == NULL, "zero-byte segment");
+  CHECK(tm_segment_create(MiB, 64, &seg) == TM_EINVAL, "unknown flag");
+  CHECK(tm_segment_create(MiB, 0, NULL) == TM_EINVAL, "NULL out");
+  CHECK(tm_segment_base(NULL) == NULL && tm_segment_size(NULL) == 0, "NULL handle");
+  CHECK(tm_segment_destroy(NULL) == TM_OK, "destroy NULL");
+  CHECK(tm_hugepages_reserve(4096, 1, NULL) == TM_EINVAL, "4 KiB is no pool");
+
+  /* No 1 GiB pages and no fallback: the error names the fix. */
+  const char *pool1g = "/sys/kernel/mm/hugepages/hugepages-1048576kB/nr_hugepages";
+  const char *pool2m = "/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages";
+  if (read_pool(pool1g) == 0) {
+    rc = tm_segment_create(1 << 30, TM_SEGMENT_NO_FALLBACK, &seg);
+    CHECK(rc == TM_EHUGEPAGES, "empty 1 GiB pool: %d", rc);
+    CHECK(strstr(tm_last_error(), "tiermem hugepages reserve 1G:1") != NULL, "names the command");
+  }
+
+  /* A 2 MiB segment from a pool reserved here (root), restored after. */
+  long before = read_pool(pool2m);
+  uint64_t avail = 0;
+  rc = tm_hugepages_reserve(2 * MiB, 2, &avail);
+  if (rc == TM_EPERM) {
+    printf("test_capi: segment checks skipped (not root)\n");
+    return;
+  }
+  CHECK(rc == TM_OK && avail >= 2, "reserve 2M:2: %d, %llu available", rc, (unsigned long long)avail);
+  if (rc == TM_OK) {
+    rc = tm_segment_create(3 * MiB, TM_SEGMENT_2M, &seg);
+    CHECK(rc == TM_OK, "2 MiB segment: %d", rc);
+    if (rc == TM_OK) {
+      CHECK(tm_segment_size(seg) == 4 * MiB, "rounded up to whole pages");
+      CHECK(tm_segment_page_size(seg) == 2 * MiB, "page size");
+      CHECK(((uintptr_t)tm_segment_base(seg) & (2 * MiB - 1)) == 0, "aligned");
+      uint64_t *w = tm_segment_base(seg);
+      w[0] = 1;
+      w[4 * MiB / 8 - 1] = 2;
+      CHECK(w[0] + w[4 * MiB / 8 - 1] == 3, "segment memory works");
+      CHECK(tm_segment_destroy(seg) == TM_OK, "destroy segment");
+    }
+  }
+  if (before >= 0) write_pool(pool2m, before);
+}
+
 int main(void) {
   /* The global region reads its configuration at first use. */
   if (setenv("TIERMEM_FAR", "64M", 1) != 0 || setenv("TIERMEM_NEAR", "16M", 1) != 0) {
@@ -626,6 +709,7 @@ int main(void) {
   test_global();
   test_team();
   test_overshadow();
+  test_segments_and_thp();
 
   printf("test_capi: %d checks, %d failed\n", checks, failures);
   return failures == 0 ? 0 : 1;

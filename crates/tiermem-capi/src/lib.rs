@@ -54,11 +54,12 @@ use std::ptr;
 use std::sync::{Arc, Mutex};
 
 use tiermem::far::FarMemory;
+use tiermem::hugepages::HugePageSize;
 use tiermem::overshadow::{Options as OvershadowOptions, Overshadow, Switch};
 use tiermem::stats::Cost;
 use tiermem::{
     Advice, Config, DirtyTracking, ErrorCode, FarStoreConfig, FaultPath, InstallMethod, PageSize, PolicyKind,
-    Region, RegionStats,
+    Region, RegionStats, Segment, SegmentConfig,
 };
 
 // ---------------------------------------------------------------------------
@@ -113,6 +114,12 @@ pub const TM_EPERM: c_int = ErrorCode::Permission as c_int;
 pub const TM_EINTERNAL: c_int = ErrorCode::Internal as c_int;
 /// A team worker failed (error, crash or kill); the team stopped.
 pub const TM_EWORKER: c_int = ErrorCode::WorkerFailed as c_int;
+/// `tm_config.page_size_bytes`: 2 MiB transparent huge pages.
+pub const TM_PAGE_THP: u64 = (2 << 20) + 1;
+/// `tm_segment_create`: 2 MiB pages instead of 1 GiB.
+pub const TM_SEGMENT_2M: c_int = 1;
+/// `tm_segment_create`: fail rather than fall back to 2 MiB pages.
+pub const TM_SEGMENT_NO_FALLBACK: c_int = 2;
 
 /// `far_kind`: a memory pool in this process (default).
 pub const TM_FAR_MEMORY: i32 = 0;
@@ -405,7 +412,10 @@ impl tm_config {
             reserved0: 0,
             virt_bytes: c.virt_bytes,
             near_bytes: c.near_bytes,
-            page_size_bytes: c.page_size.bytes() as u64,
+            page_size_bytes: match c.page_size {
+                PageSize::Thp2M => TM_PAGE_THP,
+                p => p.bytes() as u64,
+            },
             far_kind: match c.far {
                 FarStoreConfig::Memory => TM_FAR_MEMORY,
                 FarStoreConfig::File { .. } => TM_FAR_FILE,
@@ -530,12 +540,14 @@ unsafe fn config_from_c(c: &tm_config) -> Result<Config, Failure> {
         ));
     }
     let mut config = Config::new(c.virt_bytes, c.near_bytes);
-    config.page_size = PageSize::from_bytes(c.page_size_bytes).ok_or_else(|| {
-        Failure::invalid(format!(
-            "page_size_bytes = {}: expected 4096 or 2097152",
-            c.page_size_bytes
-        ))
-    })?;
+    config.page_size = match c.page_size_bytes {
+        TM_PAGE_THP => PageSize::Thp2M,
+        b => PageSize::from_bytes(b).ok_or_else(|| {
+            Failure::invalid(format!(
+                "page_size_bytes = {b}: expected 4096, 2097152 or TM_PAGE_THP"
+            ))
+        })?,
+    };
     let direct = flag("far_direct", c.far_direct)?;
     config.far = match c.far_kind {
         TM_FAR_MEMORY => {
@@ -1203,6 +1215,133 @@ pub extern "C" fn tm_overshadow_destroy(to: *mut c_void) -> c_int {
     }))
 }
 
+// ---------------------------------------------------------------------------
+// Segments and huge page pools
+// ---------------------------------------------------------------------------
+
+/// `tm_segment`: a segment (opaque to C).
+#[allow(non_camel_case_types)]
+pub struct tm_segment {
+    segment: Segment,
+}
+
+/// `int tm_segment_create(size_t bytes, int flags, tm_segment **out)`: a
+/// populated, locked range on 1 GiB pages (or 2 MiB: `TM_SEGMENT_2M`, or
+/// the fallback unless `TM_SEGMENT_NO_FALLBACK`).
+///
+/// # Safety
+/// `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn tm_segment_create(bytes: usize, flags: c_int, out: *mut *mut tm_segment) -> c_int {
+    status(call("tm_segment_create", || {
+        if out.is_null() {
+            return Err(Failure::invalid("out is NULL"));
+        }
+        // SAFETY: out is non-NULL and writable (caller's contract).
+        unsafe { out.write(ptr::null_mut()) };
+        if flags & !(TM_SEGMENT_2M | TM_SEGMENT_NO_FALLBACK) != 0 {
+            return Err(Failure::invalid(format!("unknown flags {flags:#x}")));
+        }
+        let mut config = SegmentConfig::new(bytes);
+        if flags & TM_SEGMENT_2M != 0 {
+            config.page = HugePageSize::Size2M;
+        }
+        config.fallback = flags & TM_SEGMENT_NO_FALLBACK == 0;
+        let segment = Segment::with_config(&config)?;
+        let handle = Box::into_raw(Box::new(tm_segment { segment }));
+        // SAFETY: as above.
+        unsafe { out.write(handle) };
+        Ok(())
+    }))
+}
+
+/// The segment behind a handle, or `TM_EINVAL` for NULL.
+///
+/// # Safety
+/// `s` is NULL or a live handle from [`tm_segment_create`].
+unsafe fn segment<'a>(s: *const tm_segment) -> Result<&'a Segment, Failure> {
+    // SAFETY: a non-NULL s is a live handle (caller's contract), a leaked
+    // Box valid until tm_segment_destroy; it is only read here.
+    unsafe { s.as_ref() }
+        .map(|h| &h.segment)
+        .ok_or_else(|| Failure::invalid("segment handle is NULL"))
+}
+
+/// `void *tm_segment_base(const tm_segment *s)`; NULL for NULL.
+///
+/// # Safety
+/// `s` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn tm_segment_base(s: *const tm_segment) -> *mut c_void {
+    // SAFETY: forwarded caller's contract.
+    call("tm_segment_base", || Ok(unsafe { segment(s) }?.as_ptr().cast())).unwrap_or(ptr::null_mut())
+}
+
+/// `size_t tm_segment_size(const tm_segment *s)`; 0 for NULL.
+///
+/// # Safety
+/// `s` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn tm_segment_size(s: *const tm_segment) -> usize {
+    // SAFETY: forwarded caller's contract.
+    call("tm_segment_size", || Ok(unsafe { segment(s) }?.len())).unwrap_or(0)
+}
+
+/// `size_t tm_segment_page_size(const tm_segment *s)`; 0 for NULL.
+///
+/// # Safety
+/// `s` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn tm_segment_page_size(s: *const tm_segment) -> usize {
+    call("tm_segment_page_size", || {
+        // SAFETY: forwarded caller's contract.
+        Ok(unsafe { segment(s) }?.page_size().bytes())
+    })
+    .unwrap_or(0)
+}
+
+/// `int tm_segment_destroy(tm_segment *s)`: unmaps it. NULL is a no-op.
+///
+/// # Safety
+/// `s` is NULL or a live handle that no one uses during or after the call.
+#[no_mangle]
+pub unsafe extern "C" fn tm_segment_destroy(s: *mut tm_segment) -> c_int {
+    if s.is_null() {
+        return TM_OK;
+    }
+    status(call("tm_segment_destroy", || {
+        // SAFETY: a live handle (a leaked Box) the caller gives up here.
+        drop(unsafe { Box::from_raw(s) });
+        Ok(())
+    }))
+}
+
+/// `int tm_hugepages_reserve(size_t page_size, uint64_t pages, uint64_t
+/// *available)`: grows a pool so that `pages` pages are available.
+///
+/// # Safety
+/// `available` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn tm_hugepages_reserve(page_size: usize, pages: u64, available: *mut u64) -> c_int {
+    status(call("tm_hugepages_reserve", || {
+        let size = HugePageSize::from_bytes(page_size).ok_or_else(|| {
+            Failure::invalid(format!("page_size = {page_size}: expected 2097152 or 1073741824"))
+        })?;
+        let change = tiermem::hugepages::reserve(&tiermem::hugepages::PoolRequest { size, pages })?;
+        if !available.is_null() {
+            // SAFETY: non-NULL and writable (caller's contract).
+            unsafe { available.write(change.after.available()) };
+        }
+        if change.after.available() < pages {
+            return Err(Failure {
+                code: TM_EHUGEPAGES,
+                message: change.to_string(),
+            });
+        }
+        Ok(())
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1725,6 +1864,8 @@ mod tests {
             ("TM_POLICY_SCAN", TM_POLICY_SCAN),
             ("TM_INSTALL_COPY", TM_INSTALL_COPY),
             ("TM_INSTALL_MOVE", TM_INSTALL_MOVE),
+            ("TM_SEGMENT_2M", TM_SEGMENT_2M),
+            ("TM_SEGMENT_NO_FALLBACK", TM_SEGMENT_NO_FALLBACK),
             ("TM_ADVICE_NORMAL", TM_ADVICE_NORMAL),
             ("TM_ADVICE_SEQUENTIAL", TM_ADVICE_SEQUENTIAL),
             ("TM_ADVICE_RANDOM", TM_ADVICE_RANDOM),
@@ -1745,9 +1886,10 @@ mod tests {
         for (name, value) in expected {
             assert_eq!(defines.get(*name), Some(&i64::from(*value)), "{name}");
         }
+        assert_eq!(defines.get("TM_PAGE_THP"), Some(&(TM_PAGE_THP as i64)));
         assert_eq!(
             defines.len(),
-            expected.len(),
+            expected.len() + 1,
             "numeric macros in the header without a Rust twin: {defines:?}"
         );
         assert_eq!(TIERMEM_VERSION, tm_version());

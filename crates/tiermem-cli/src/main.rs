@@ -33,9 +33,39 @@ enum Cmd {
     },
     /// The TIERMEM_* environment variables (Markdown table).
     Env,
+    /// Huge page pools: show the 2 MiB and 1 GiB pools (default), or
+    /// reserve and release pages (as root), reporting what the kernel gave.
+    Hugepages {
+        #[command(subcommand)]
+        action: Option<HugeAction>,
+    },
     /// Benchmarks.
     #[command(subcommand)]
     Bench(Bench),
+}
+
+#[derive(Subcommand)]
+enum HugeAction {
+    /// Show both pools and the THP setting.
+    Show {
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Make SIZE:PAGES pages available (free and unpromised) in addition to
+    /// those in use, e.g. `reserve 2M:512 1G:2`.
+    Reserve {
+        /// SIZE:PAGES, SIZE 2M or 1G.
+        #[arg(required = true)]
+        requests: Vec<String>,
+    },
+    /// Give free pages back to the kernel: `release 2M:256`, or `release 1G`
+    /// for all free ones of a size. Pages in use stay.
+    Release {
+        /// SIZE or SIZE:PAGES.
+        #[arg(required = true)]
+        sizes: Vec<String>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -171,7 +201,7 @@ struct StencilArgs {
     /// Iterations (paper 1: 25).
     #[arg(long, default_value_t = 25)]
     iters: usize,
-    /// Page size: 4K or 2M (hugetlbfs).
+    /// Page size: 4K, 2M (hugetlbfs) or THP (transparent huge pages).
     #[arg(long, default_value = "4K")]
     page_size: String,
     /// Modes, comma-separated: none, sync, prefetch (sync faults + mover
@@ -285,6 +315,7 @@ fn main() {
             print!("{}", tiermem::config::env_reference_markdown());
             Ok(())
         }
+        Cmd::Hugepages { action } => hugepages(action.unwrap_or(HugeAction::Show { json: false })),
         Cmd::Bench(Bench::Faults(a)) => bench_faults(*a),
         Cmd::Bench(Bench::Stencil(a)) => bench_stencil(*a),
         Cmd::Bench(Bench::Dirty(a)) => bench_dirty(a),
@@ -315,6 +346,75 @@ fn progress_printer() -> impl FnMut(&str) {
             None => eprintln!("{line}"),
         }
     }
+}
+
+fn hugepages(action: HugeAction) -> Result<(), String> {
+    use tiermem::hugepages::{self, PoolRequest, SIZES};
+    let changes = match action {
+        HugeAction::Show { json } => {
+            let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+                .unwrap_or_else(|_| "unavailable".into());
+            if json {
+                let pools: Vec<_> = SIZES
+                    .iter()
+                    .map(|&s| {
+                        let p = hugepages::pool(s);
+                        serde_json::json!({"size": s.to_string(), "total": p.total, "free": p.free,
+                            "reserved": p.reserved, "surplus": p.surplus, "available": p.available()})
+                    })
+                    .collect();
+                let v = serde_json::json!({"pools": pools, "thp_enabled": thp.trim()});
+                println!("{}", serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?);
+            } else {
+                println!(
+                    "{:<5} {:>8} {:>8} {:>9} {:>8} {:>10} {:>12}",
+                    "size", "total", "free", "reserved", "surplus", "available", "available"
+                );
+                for s in SIZES {
+                    let p = hugepages::pool(s);
+                    println!(
+                        "{:<5} {:>8} {:>8} {:>9} {:>8} {:>10} {:>12}",
+                        s.to_string(),
+                        p.total,
+                        p.free,
+                        p.reserved,
+                        p.surplus,
+                        p.available(),
+                        format_size(p.available() * s.bytes() as u64)
+                    );
+                }
+                println!("transparent huge pages: {}", thp.trim());
+                println!("change with `tiermem hugepages reserve 2M:N 1G:N` / `release 2M[:N]` (as root)");
+            }
+            return Ok(());
+        }
+        HugeAction::Reserve { requests } => requests
+            .iter()
+            .map(|r| {
+                let req: PoolRequest = r.parse()?;
+                hugepages::reserve(&req).map_err(|e| e.to_string())
+            })
+            .collect::<Result<Vec<_>, String>>()?,
+        HugeAction::Release { sizes } => sizes
+            .iter()
+            .map(|r| {
+                let (size, pages) = match r.parse::<PoolRequest>() {
+                    Ok(req) => (req.size, Some(req.pages)),
+                    Err(_) => (format!("{r}:0").parse::<PoolRequest>()?.size, None),
+                };
+                hugepages::release(size, pages).map_err(|e| e.to_string())
+            })
+            .collect::<Result<Vec<_>, String>>()?,
+    };
+    let mut short = false;
+    for c in &changes {
+        println!("{c}");
+        short |= !c.complete();
+    }
+    if short {
+        return Err("the kernel did not give every page asked for (see above)".into());
+    }
+    Ok(())
 }
 
 fn info(json: bool) -> Result<(), String> {
@@ -469,7 +569,7 @@ fn bench_faults(a: FaultsArgs) -> Result<(), String> {
 }
 
 fn bench_stencil(a: StencilArgs) -> Result<(), String> {
-    let page_size = PageSize::from_bytes(parse_size(&a.page_size)?).ok_or("--page-size must be 4K or 2M")?;
+    let page_size = PageSize::parse(&a.page_size).ok_or("--page-size must be 4K, 2M or THP")?;
     let mut base = Config::new(a.virt, a.near);
     base.page_size = page_size;
     base.evict_batch_pages = a.evict_batch;

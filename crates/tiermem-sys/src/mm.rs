@@ -63,6 +63,14 @@ pub enum MmError {
         /// What the kernel said.
         errno: Errno,
     },
+    /// `mlock` failed.
+    #[error("mlock of {len} bytes failed: {errno}")]
+    Lock {
+        /// Length of the range.
+        len: usize,
+        /// What the kernel said.
+        errno: Errno,
+    },
     /// A length of zero or not a multiple of the page size.
     #[error("invalid length {len}: must be a non-zero multiple of {unit} bytes")]
     BadLength {
@@ -116,6 +124,11 @@ pub enum Advice {
     WillNeed,
     /// `MADV_RANDOM`: no readahead on faults of a file mapping
     Random,
+    /// `MADV_COLLAPSE` (kernel 6.1): replace the small pages of a fully
+    /// populated, aligned 2 MiB block by one transparent huge page, now.
+    /// Contents are unchanged; fails (EINVAL) if a pte is missing or
+    /// userfaultfd-write-protected, EAGAIN/ENOMEM if no huge page is free.
+    Collapse,
     /// `MADV_DONTNEED` (destructive; see [`Mapping::discard`])
     DontNeed,
     /// `MADV_REMOVE` (destructive; punches a hole in shared memory)
@@ -131,6 +144,7 @@ impl Advice {
             Advice::HugePage => libc::MADV_HUGEPAGE,
             Advice::WillNeed => libc::MADV_WILLNEED,
             Advice::Random => libc::MADV_RANDOM,
+            Advice::Collapse => libc::MADV_COLLAPSE,
             Advice::DontNeed => libc::MADV_DONTNEED,
             Advice::Remove => libc::MADV_REMOVE,
         }
@@ -675,6 +689,15 @@ impl Mapping {
         self.madvise(offset, len, Advice::DontNeed)
     }
 
+    /// Locks a range in memory (`mlock`): its pages are faulted in now and
+    /// never swapped out. The lock ends with the mapping.
+    pub fn lock(&self, offset: usize, len: usize) -> Result<(), MmError> {
+        self.check_range(offset, len);
+        // SAFETY: the range is inside our mapping; locking changes no contents.
+        let r = unsafe { libc::mlock(self.as_ptr().add(offset).cast(), len) };
+        check(r).map(|_| ()).map_err(|errno| MmError::Lock { len, errno })
+    }
+
     /// Faults in a range for writing (`MADV_POPULATE_WRITE`, kernel 5.14):
     /// one call instead of one page fault per page.
     pub fn populate_write(&self, offset: usize, len: usize) -> Result<(), MmError> {
@@ -844,6 +867,47 @@ mod tests {
         let (m, _) = Mapping::anonymous(4 << 20, &opts).unwrap();
         assert_eq!(m.addr() % (2 << 20), 0);
         m.fill(0, m.len(), 1);
+    }
+
+    #[test]
+    fn locked_mapping_is_resident() {
+        let (m, mut user) = Mapping::anonymous(64 << 10, &MapOptions::default()).unwrap();
+        m.lock(0, m.len())
+            .expect("mlock of 64 KiB (RLIMIT_MEMLOCK is at least that)");
+        m.user_slice_mut::<u64>(&mut user)[100] = 7;
+        assert_eq!(m.user_slice_mut::<u64>(&mut user)[100], 7);
+    }
+
+    /// Pages filled one by one collapse into one transparent huge page; a
+    /// block with a hole does not (when THP is not disabled outright).
+    #[test]
+    fn collapse_makes_a_full_block_huge() {
+        let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
+        if thp.contains("[never]") {
+            eprintln!("skipped: transparent huge pages are disabled ([never])");
+            return;
+        }
+        let block = 2 << 20;
+        let opts = MapOptions {
+            align: block,
+            ..Default::default()
+        };
+        let (m, mut user) = Mapping::anonymous(2 * block, &opts).unwrap();
+        m.advise(0, m.len(), Advice::NoHugePage).unwrap();
+        let words = m.user_slice_mut::<u64>(&mut user);
+        for (i, w) in words.iter_mut().enumerate() {
+            *w = i as u64;
+        }
+        m.advise(0, m.len(), Advice::HugePage).unwrap();
+        match m.advise(0, block, Advice::Collapse) {
+            Ok(()) => assert!(crate::pagemap::anon_huge_bytes(m.addr()).unwrap().unwrap() >= block as u64),
+            // No free huge page right now: nothing to check beyond the data.
+            Err(MmError::Advise { errno, .. })
+                if errno.raw() == libc::EAGAIN || errno.raw() == libc::ENOMEM => {}
+            Err(e) => panic!("collapse of a full block: {e}"),
+        }
+        let words = m.user_slice_mut::<u64>(&mut user);
+        assert!(words.iter().enumerate().all(|(i, &w)| w == i as u64));
     }
 
     #[test]

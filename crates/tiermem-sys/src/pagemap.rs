@@ -193,6 +193,30 @@ impl PagemapScanner {
     }
 }
 
+/// Bytes of the mapping containing `addr` that are backed by transparent
+/// huge pages (`AnonHugePages` in `/proc/self/smaps`); None if no mapping
+/// contains `addr`.
+pub fn anon_huge_bytes(addr: usize) -> std::io::Result<Option<u64>> {
+    let smaps = std::fs::read_to_string("/proc/self/smaps")?;
+    let mut inside = false;
+    for line in smaps.lines() {
+        let first = line.split_whitespace().next().unwrap_or("");
+        if let Some((a, b)) = first.split_once('-') {
+            if let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16)) {
+                inside = (a..b).contains(&addr);
+                continue;
+            }
+        }
+        if inside {
+            if let Some(kb) = line.strip_prefix("AnonHugePages:") {
+                let kb: u64 = kb.trim().trim_end_matches("kB").trim().parse().unwrap_or(0);
+                return Ok(Some(kb * 1024));
+            }
+        }
+    }
+    Ok(None)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

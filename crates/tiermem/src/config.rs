@@ -29,6 +29,12 @@ pub enum PageSize {
     /// 2 MiB pages from the hugetlbfs pool; data moves 2 MiB at a time.
     #[serde(rename = "2M")]
     Huge2M,
+    /// 2 MiB transparent huge pages: each 2 MiB block is filled with 512
+    /// small pages at once, then collapsed (`MADV_COLLAPSE`) into one huge
+    /// page; data moves 2 MiB at a time. No pool needed; a block the kernel
+    /// cannot collapse (no free huge page) stays mapped with small pages.
+    #[serde(rename = "THP")]
+    Thp2M,
 }
 
 impl PageSize {
@@ -36,10 +42,11 @@ impl PageSize {
     pub fn bytes(self) -> usize {
         match self {
             PageSize::Base4K => 4096,
-            PageSize::Huge2M => 2 << 20,
+            PageSize::Huge2M | PageSize::Thp2M => 2 << 20,
         }
     }
-    /// The page size of `bytes` bytes.
+    /// The hugetlbfs page size of `bytes` bytes (4 KiB or 2 MiB; THP has
+    /// no size of its own, see [`PageSize::parse`]).
     pub fn from_bytes(bytes: u64) -> Option<PageSize> {
         match bytes {
             4096 => Some(PageSize::Base4K),
@@ -47,11 +54,20 @@ impl PageSize {
             _ => None,
         }
     }
-    /// `4K` or `2M`.
+    /// `4K`, `2M` (hugetlbfs), `THP` (or `thp`, `2M-THP`): the names
+    /// [`PageSize::name`] prints, and sizes in bytes.
+    pub fn parse(s: &str) -> Option<PageSize> {
+        match s.trim().to_ascii_uppercase().as_str() {
+            "THP" | "2M-THP" | "2MTHP" => Some(PageSize::Thp2M),
+            other => PageSize::from_bytes(parse_size(other).ok()?),
+        }
+    }
+    /// `4K`, `2M` or `THP`.
     pub fn name(self) -> &'static str {
         match self {
             PageSize::Base4K => "4K",
             PageSize::Huge2M => "2M",
+            PageSize::Thp2M => "THP",
         }
     }
 }
@@ -219,6 +235,10 @@ pub struct Config {
     pub prefetch_max_pages: usize,
     /// How movers install pages.
     pub install: InstallMethod,
+    /// Huge pages to reserve once per process before the first region is
+    /// created (paper 3's static pool; needs root). Empty: those of
+    /// `TIERMEM_HUGEPAGES`, if set.
+    pub reserve_huge_pages: Vec<crate::hugepages::PoolRequest>,
 }
 
 impl Config {
@@ -240,6 +260,7 @@ impl Config {
             prefetch: true,
             prefetch_max_pages: 512,
             install: InstallMethod::Copy,
+            reserve_huge_pages: Vec::new(),
         }
     }
 
@@ -557,11 +578,21 @@ pub const ENV_OPTIONS: &[EnvOption] = &[
     },
     EnvOption {
         name: "TIERMEM_PAGE_SIZE",
-        unit: "4K or 2M",
+        unit: "4K, 2M or THP",
         default: "4K",
-        help: "Page size; 2M uses the hugetlbfs pool (reserve pages first).",
+        help: "Page size; 2M uses the hugetlbfs pool (reserve pages first), THP transparent huge pages.",
         apply: |c, v| {
-            c.page_size = PageSize::from_bytes(parse_size(v)?).ok_or("page size must be 4K or 2M")?;
+            c.page_size = PageSize::parse(v).ok_or("page size must be 4K, 2M or THP")?;
+            Ok(())
+        },
+    },
+    EnvOption {
+        name: "TIERMEM_HUGEPAGES",
+        unit: "SIZE:PAGES list (2M:512,1G:2)",
+        default: "(unset: no reservation)",
+        help: "Huge pages to reserve once at start-up, before the first region (a static pool; needs root).",
+        apply: |c, v| {
+            c.reserve_huge_pages = crate::hugepages::parse_requests(v)?;
             Ok(())
         },
     },

@@ -26,15 +26,18 @@ pub enum Error {
     /// The far store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// Not enough huge pages.
+    /// Not enough huge pages in the pool.
     #[error(
-        "{size} pages requested for a near budget of {need} pages, but the pool has {available} available; \
-         reserve more with `echo {suggest} > /proc/sys/vm/nr_hugepages` (as root) or \
-         `tiermem hugepages reserve 2M:{suggest}`"
+        "{need} huge pages of {size} needed for {purpose}, but the pool has {available} available; \
+         reserve more with `tiermem hugepages reserve {size}:{suggest}` (as root) or \
+         `echo {suggest} > {}`",
+        crate::hugepages::nr_path(size)
     )]
     HugePages {
-        /// Page size.
+        /// Page size ("2M" or "1G").
         size: &'static str,
+        /// What needs them ("a near budget", "a segment").
+        purpose: &'static str,
         /// Pages needed.
         need: u64,
         /// Pages available.
@@ -106,6 +109,9 @@ impl Error {
             Error::Store(_) => ErrorCode::Io,
             Error::HugePages { .. } => ErrorCode::HugePages,
             Error::Sys { errno, .. } if errno.raw() == libc::ENOMEM => ErrorCode::OutOfMemory,
+            Error::Sys { errno, .. } if errno.raw() == libc::EACCES || errno.raw() == libc::EPERM => {
+                ErrorCode::Permission
+            }
             Error::Sys { .. } | Error::Thread(_) => ErrorCode::Internal,
             Error::Team(_) => ErrorCode::WorkerFailed,
         }
@@ -163,11 +169,17 @@ mod tests {
         assert_eq!(e.code(), ErrorCode::InvalidArgument);
         let e = Error::HugePages {
             size: "2M",
+            purpose: "a near budget",
             need: 10,
             available: 0,
             suggest: 10,
         };
-        assert!(e.to_string().contains("nr_hugepages"));
+        let msg = e.to_string();
+        assert!(msg.contains("tiermem hugepages reserve 2M:10"), "{msg}");
+        assert!(
+            msg.contains("/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages"),
+            "{msg}"
+        );
         assert_eq!(e.code(), ErrorCode::HugePages);
     }
 }

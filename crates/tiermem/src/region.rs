@@ -14,7 +14,7 @@ use crate::Error;
 use serde::Serialize;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
-use tiermem_sys::hugetlb::{self, HugePageSize};
+use tiermem_sys::hugetlb::HugePageSize;
 use tiermem_sys::mm::{MapOptions, Mapping, UserAccess};
 use tiermem_sys::uffd::{Features, RegisterMode, Uffd, UffdOptions};
 
@@ -75,9 +75,21 @@ impl Region {
 
     fn create(config: Config, store: Option<Box<dyn FarStore>>) -> Result<Region, Error> {
         config.validate()?;
+        if let Err(e) = crate::hugepages::reserve_static(&config.reserve_huge_pages) {
+            eprintln!("tiermem: warning: {e}");
+        }
         let huge = config.page_size == PageSize::Huge2M;
+        let thp = config.page_size == PageSize::Thp2M;
         if huge {
             check_pool(&config)?;
+        }
+        if thp && !thp_available() {
+            return Err(Error::Usage(
+                "page size THP: transparent huge pages are disabled on this machine \
+                 (/sys/kernel/mm/transparent_hugepage/enabled is [never]); use 4K or 2M pages, \
+                 or `echo madvise > /sys/kernel/mm/transparent_hugepage/enabled` as root"
+                    .into(),
+            ));
         }
         let mut required = Features::PAGEFAULT_FLAG_WP;
         match config.fault_path {
@@ -101,10 +113,14 @@ impl Region {
                 huge: huge.then_some(HugePageSize::Size2M),
                 noreserve: true,
                 dontfork: true,
+                // THP blocks must be aligned to collapse.
+                align: if thp { 2 << 20 } else { 0 },
                 ..Default::default()
             },
         )?;
-        if !huge {
+        if thp {
+            mapping.advise(0, mapping.len(), tiermem_sys::mm::Advice::HugePage)?;
+        } else if !huge {
             // Tiering works on 4 KiB ptes; keep THP out of the range.
             mapping.advise(0, mapping.len(), tiermem_sys::mm::Advice::NoHugePage)?;
         }
@@ -377,21 +393,15 @@ impl std::fmt::Debug for Region {
     }
 }
 
+/// Whether transparent huge pages can be used (not `[never]`).
+fn thp_available() -> bool {
+    std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+        .map(|s| !s.contains("[never]"))
+        .unwrap_or(false)
+}
+
 fn check_pool(config: &Config) -> Result<(), Error> {
-    let need = config.near_pages() as u64;
-    let available = hugetlb::pool(HugePageSize::Size2M)
-        .map(|p| p.available())
-        .unwrap_or(0);
-    if available < need {
-        let total = hugetlb::pool(HugePageSize::Size2M).map(|p| p.total).unwrap_or(0);
-        return Err(Error::HugePages {
-            size: "2M",
-            need,
-            available,
-            suggest: total + (need - available),
-        });
-    }
-    Ok(())
+    crate::hugepages::check_available(HugePageSize::Size2M, config.near_pages() as u64, "a near budget")
 }
 
 /// Prefetches `[addr, addr+len)`, which must lie in one region of this

@@ -175,6 +175,8 @@ pub(crate) struct Stats {
     pub(crate) mover_evictions: AtomicU64,
     pub(crate) mover_fills: AtomicU64,
     pub(crate) eviction_pauses: AtomicU64,
+    pub(crate) thp_collapses: AtomicU64,
+    pub(crate) thp_collapse_failures: AtomicU64,
     cost_ns: [AtomicU64; 5],
     mover_cost_ns: [AtomicU64; 5],
     fault_ns: AtomicU64,
@@ -209,6 +211,8 @@ impl Stats {
             mover_evictions: AtomicU64::new(0),
             mover_fills: AtomicU64::new(0),
             eviction_pauses: AtomicU64::new(0),
+            thp_collapses: AtomicU64::new(0),
+            thp_collapse_failures: AtomicU64::new(0),
             cost_ns: Default::default(),
             mover_cost_ns: Default::default(),
             fault_ns: AtomicU64::new(0),
@@ -271,6 +275,8 @@ impl Stats {
             &self.mover_evictions,
             &self.mover_fills,
             &self.eviction_pauses,
+            &self.thp_collapses,
+            &self.thp_collapse_failures,
             &self.fault_ns,
         ] {
             a.store(0, Ordering::Relaxed);
@@ -337,6 +343,8 @@ impl Stats {
             mover_evictions: ld(&self.mover_evictions),
             mover_fills: ld(&self.mover_fills),
             eviction_pauses: ld(&self.eviction_pauses),
+            thp_collapses: ld(&self.thp_collapses),
+            thp_collapse_failures: ld(&self.thp_collapse_failures),
             prefetch: PrefetchStats::default(),
             faults_per_thread: self.threads.snapshot(),
             tlb_shootdowns_machine: tiermem_sys::interrupts::tlb_shootdowns()
@@ -440,6 +448,11 @@ pub struct RegionStats {
     /// Times movers paused asynchronous eviction because its runs were
     /// short (scattered victims: random access), leaving it to faults.
     pub eviction_pauses: u64,
+    /// THP regions: 2 MiB blocks collapsed into a huge page after a fill.
+    pub thp_collapses: u64,
+    /// THP regions: blocks left on small pages because the kernel could not
+    /// collapse them (no free huge page at that moment).
+    pub thp_collapse_failures: u64,
     /// Prefetch counters.
     pub prefetch: PrefetchStats,
     /// Faults per application thread.

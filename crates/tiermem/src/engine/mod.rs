@@ -190,6 +190,8 @@ pub(crate) struct RegionCore {
     reg: Registration,
     uffd: Uffd,
     pub(crate) config: Config,
+    /// Transparent huge pages: blocks are installed writable and collapsed.
+    thp: bool,
     page_bytes: usize,
     page_shift: u32,
     pub(crate) pages: PageTable,
@@ -232,11 +234,7 @@ impl RegionCore {
         let staging = if parts.store.needs_staging() {
             let slots = 2 * tiermem_sys::thread::online_cpus() + 2;
             Some(StagingPool::new(
-                if config.page_size == PageSize::Huge2M {
-                    slots.min(8)
-                } else {
-                    slots
-                },
+                if page_bytes > 4096 { slots.min(8) } else { slots },
                 page_bytes,
             )?)
         } else {
@@ -285,6 +283,7 @@ impl RegionCore {
             None
         };
         Ok(RegionCore {
+            thp: config.page_size == PageSize::Thp2M,
             budget_pages: budget,
             ring,
             page_shift: page_bytes.trailing_zeros(),
@@ -462,7 +461,9 @@ impl RegionCore {
         // state and the statistics therefore lag the application by
         // microseconds in that design.
         let dont_wake = server == Server::InContext;
-        let wp_on_install = !write;
+        // THP blocks are installed writable: write-protected small pages
+        // cannot collapse.
+        let wp_on_install = !write && !self.thp;
         let (installed, kind) = match w.state() {
             PageState::Untouched => {
                 // The shared zero page costs no memory, but only wp-async can
@@ -479,7 +480,7 @@ impl RegionCore {
                 // zeros in one atomic UFFDIO_COPY, write-protected for reads.
                 let zero_page = !write
                     && self.config.dirty_tracking == DirtyTracking::WpAsync
-                    && self.config.page_size != PageSize::Huge2M
+                    && self.config.page_size == PageSize::Base4K
                     && server == Server::InContext;
                 let r = if zero_page {
                     self.retry_again(|| self.uffd.zeropage(&self.reg, off, self.page_bytes, dont_wake))
@@ -523,16 +524,55 @@ impl RegionCore {
             self.resident.fetch_sub(1, Ordering::Relaxed);
             return self.poison(i, w, server);
         }
+        if self.thp {
+            self.collapse(off, 1);
+            timer.lap(Cost::Pte);
+        }
         // List the page before publishing it, so an evictor that pops it
         // finds it Busy and waits rather than missing it.
         self.policy().on_fill(i);
-        let next = if write { PageState::Dirty } else { PageState::Clean };
+        let next = self.filled_state(write, w);
         timer.lap(Cost::LockList);
         // Record before publishing: a page that is no longer Busy has its
         // fault counted (Region::settle relies on it).
         self.stats.record_fault(kind, tid, timer);
-        self.pages.unlock(i, PageWord::new(next, w.far_valid()));
+        self.pages.unlock(i, next);
         Outcome::Resolved
+    }
+
+    /// The state of a page just filled for a read or a write. A THP block
+    /// is mapped writable, so it counts as dirty until eviction finds it
+    /// still equal to its far copy (VERIFY).
+    fn filled_state(&self, write: bool, w: PageWord) -> PageWord {
+        if write {
+            PageWord::new(PageState::Dirty, w.far_valid())
+        } else if self.thp {
+            PageWord::new(PageState::Dirty, w.far_valid()).with_verify()
+        } else {
+            PageWord::new(PageState::Clean, w.far_valid())
+        }
+    }
+
+    /// Collapses the `n` freshly filled THP blocks from region offset `off`
+    /// into huge pages. A block the kernel cannot collapse (no free huge
+    /// page) keeps its small pages: correct, only slower to translate.
+    fn collapse(&self, off: usize, n: usize) {
+        for k in 0..n {
+            let ok = self
+                .mapping
+                .advise(
+                    off + k * self.page_bytes,
+                    self.page_bytes,
+                    tiermem_sys::mm::Advice::Collapse,
+                )
+                .is_ok();
+            let counter = if ok {
+                &self.stats.thp_collapses
+            } else {
+                &self.stats.thp_collapse_failures
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// UFFDIO_COPY of one page, retrying while the kernel says EAGAIN. A page
@@ -1419,7 +1459,7 @@ impl RegionCore {
                 let src = self.store.fetch(off as u64, len, staging);
                 timer.lap(Cost::Transfer);
                 match src {
-                    Ok(src) => self.copy_run(off, src, !write),
+                    Ok(src) => self.copy_run(off, src, !write && !self.thp),
                     Err(err) => {
                         // A prefetch is a hint: leave the pages in the far
                         // store; a demand fault will try again and report.
@@ -1428,8 +1468,11 @@ impl RegionCore {
                     }
                 }
             } else {
-                self.copy_run(off, self.zeros.range(0, len), !write)
+                self.copy_run(off, self.zeros.range(0, len), !write && !self.thp)
             };
+            if installed.is_ok() && self.thp {
+                self.collapse(off, e - s);
+            }
             timer.lap(Cost::Pte);
             if installed.is_ok() {
                 ok[s..e].iter_mut().for_each(|x| *x = true);
@@ -1450,13 +1493,11 @@ impl RegionCore {
         }
         for (k, &(p, w)) in run.iter().enumerate() {
             if ok[k] {
-                let mut next = if write {
-                    PageWord::new(PageState::Dirty, w.far_valid())
-                } else if k < by_move {
+                let mut next = if !write && k < by_move {
                     // Moved in writable: dirty until proven otherwise.
                     PageWord::new(PageState::Dirty, w.far_valid()).with_verify()
                 } else {
-                    PageWord::new(PageState::Clean, w.far_valid())
+                    self.filled_state(write, w)
                 };
                 if prefetch {
                     next = next.with_prefetched();

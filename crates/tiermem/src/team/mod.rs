@@ -765,6 +765,11 @@ impl TeamRegion {
         let ctl = self.member.view.ctl();
         ctl.set(ctl::H_ABORT, 0);
         ctl.set(ctl::H_BAR_COUNT, 0);
+        // No worker runs between runs, so a held list lock is left over from
+        // a worker of the last run that was killed inside the list (once
+        // seen in the C tests under heavy load): the next run would wait for
+        // it forever.
+        ctl.set(ctl::H_LOCK, 0);
         ctl.set(ctl::H_PARTY, self.config.workers as u64);
         for r in 0..self.config.workers {
             ctl.pid(r).store(0, Ordering::Release);

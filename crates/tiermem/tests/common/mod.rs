@@ -190,6 +190,7 @@ impl Drop for TmpMount {
 /// Reserves 2 MiB huge pages for a test (root only) and restores the pool
 /// size on drop.
 pub struct HugePool {
+    size: tiermem_sys::hugetlb::HugePageSize,
     before: u64,
 }
 
@@ -197,19 +198,49 @@ impl HugePool {
     /// Makes sure `pages` 2 MiB pages are available; None (with a message)
     /// when that is impossible here.
     pub fn reserve(pages: u64) -> Option<HugePool> {
-        use tiermem_sys::hugetlb::{pool, set_pool_pages, HugePageSize};
-        let p = pool(HugePageSize::Size2M).ok()?;
+        Self::reserve_of(tiermem_sys::hugetlb::HugePageSize::Size2M, pages)
+    }
+
+    /// Same for any size; the pool is restored when the guard drops.
+    pub fn reserve_of(size: tiermem_sys::hugetlb::HugePageSize, pages: u64) -> Option<HugePool> {
+        use tiermem_sys::hugetlb::{pool, set_pool_pages};
+        let p = pool(size).ok()?;
         if p.available() >= pages {
-            return Some(HugePool { before: p.total });
+            return Some(HugePool {
+                size,
+                before: p.total,
+            });
         }
         if !is_root() {
-            eprintln!("skipped: needs root to reserve {pages} huge pages");
+            eprintln!("skipped: needs root to reserve {pages} huge pages of {size}");
             return None;
         }
-        let got = set_pool_pages(HugePageSize::Size2M, p.total + pages - p.available()).ok()?;
-        let guard = HugePool { before: p.total };
-        if pool(HugePageSize::Size2M).ok()?.available() < pages {
-            eprintln!("skipped: the kernel gave only {got} huge pages (memory fragmented)");
+        let got = set_pool_pages(size, p.total + pages - p.available()).ok()?;
+        let guard = HugePool {
+            size,
+            before: p.total,
+        };
+        if pool(size).ok()?.available() < pages {
+            eprintln!("skipped: the kernel gave only {got} huge pages of {size} (memory fragmented)");
+            return None;
+        }
+        Some(guard)
+    }
+
+    /// Sets the pool to exactly `pages` (root only), restoring it on drop.
+    pub fn set_of(size: tiermem_sys::hugetlb::HugePageSize, pages: u64) -> Option<HugePool> {
+        use tiermem_sys::hugetlb::{pool, set_pool_pages};
+        let p = pool(size).ok()?;
+        if !is_root() {
+            eprintln!("skipped: needs root to resize the {size} huge page pool");
+            return None;
+        }
+        let guard = HugePool {
+            size,
+            before: p.total,
+        };
+        if set_pool_pages(size, pages).ok()? != pages {
+            eprintln!("skipped: the kernel would not make the {size} pool {pages} pages");
             return None;
         }
         Some(guard)
@@ -218,7 +249,6 @@ impl HugePool {
 
 impl Drop for HugePool {
     fn drop(&mut self) {
-        use tiermem_sys::hugetlb::{set_pool_pages, HugePageSize};
-        let _ = set_pool_pages(HugePageSize::Size2M, self.before);
+        let _ = tiermem_sys::hugetlb::set_pool_pages(self.size, self.before);
     }
 }

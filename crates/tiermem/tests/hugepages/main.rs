@@ -1,6 +1,8 @@
-//! Tiered regions with 2 MiB hugetlbfs pages: data moves 2 MiB at a time,
-//! dirty tracking and eviction work as with 4 KiB pages. Reserves a pool
-//! when running as root and restores it; skips with a message otherwise.
+//! Tiered regions with 2 MiB hugetlbfs pages and 2 MiB transparent huge
+//! pages: data moves 2 MiB at a time, dirty tracking and eviction work as
+//! with 4 KiB pages. Segments on 1 GiB pages and their 2 MiB fallback, and
+//! the pool errors. Reserves pools when running as root and restores them;
+//! skips with a message otherwise.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -8,7 +10,10 @@ mod common;
 use common::{mix, HugePool};
 use std::sync::atomic::Ordering;
 use std::sync::Mutex;
-use tiermem::{Config, DirtyTracking, FarStoreConfig, FaultPath, PageSize, Region};
+use tiermem::hugepages::{self, HugePageSize, PoolRequest};
+use tiermem::{
+    Config, DirtyTracking, Error, FarStoreConfig, FaultPath, PageSize, Region, Segment, SegmentConfig,
+};
 
 const MIB: u64 = 1 << 20;
 static POOL: Mutex<()> = Mutex::new(());
@@ -19,8 +24,12 @@ static POOL: Mutex<()> = Mutex::new(());
 const POOL_PAGES: u64 = 12;
 
 fn cfg(fp: FaultPath, dt: DirtyTracking, file: bool) -> Config {
+    cfg_of(PageSize::Huge2M, fp, dt, file)
+}
+
+fn cfg_of(page: PageSize, fp: FaultPath, dt: DirtyTracking, file: bool) -> Config {
     let mut c = Config::new(64 * MIB, 16 * MIB);
-    c.page_size = PageSize::Huge2M;
+    c.page_size = page;
     c.fault_path = fp;
     c.dirty_tracking = dt;
     c.evict_batch_pages = 2;
@@ -31,6 +40,41 @@ fn cfg(fp: FaultPath, dt: DirtyTracking, file: bool) -> Config {
         };
     }
     c
+}
+
+/// Writes a pattern over 64 MiB through a 16 MiB budget, reads it back
+/// twice, flips scattered words, and checks every word.
+fn churn_every_word(r: &mut Region, what: &str) {
+    let w: &mut [u64] = r.as_mut_slice();
+    for (i, x) in w.iter_mut().enumerate() {
+        *x = mix(i as u64);
+    }
+    for pass in 0..2 {
+        for (i, x) in w.iter().enumerate().step_by(61) {
+            assert_eq!(*x, mix(i as u64), "{what} pass {pass} word {i}");
+        }
+    }
+    for x in w.iter_mut().step_by(4099) {
+        *x = !*x;
+    }
+    for (i, x) in w.iter().enumerate() {
+        let want = if i % 4099 == 0 {
+            !mix(i as u64)
+        } else {
+            mix(i as u64)
+        };
+        assert_eq!(*x, want, "{what} word {i}");
+    }
+    let s = r.stats();
+    if s.mover_fills == 0 {
+        assert_eq!(s.faults_zero_fill, 32, "{what}: 32 huge pages first-touched");
+    } else {
+        assert!(s.faults_zero_fill + s.mover_fills >= 32, "{what}: {s:?}");
+    }
+    assert!(s.evictions > 0 && s.bytes_in > 0, "{what}: {s:?}");
+    assert_eq!(s.bytes_in % (2 << 20), 0, "{what}: moves whole huge pages");
+    assert!(s.resident_bytes <= 16 * MIB, "{what}");
+    assert!(r.errors().is_empty(), "{what}: {:?}", r.errors());
 }
 
 #[test]
@@ -45,35 +89,79 @@ fn huge_pages_tier_in_every_variant() {
                 let what = format!("{} {} file={file}", fp.name(), dt.name());
                 let mut r = Region::new(cfg(fp, dt, file)).expect(&what);
                 assert_eq!(r.page_bytes(), 2 << 20);
-                let w: &mut [u64] = r.as_mut_slice();
-                for (i, x) in w.iter_mut().enumerate() {
-                    *x = mix(i as u64);
-                }
-                for pass in 0..2 {
-                    for (i, x) in w.iter().enumerate().step_by(61) {
-                        assert_eq!(*x, mix(i as u64), "{what} pass {pass} word {i}");
-                    }
-                }
-                for x in w.iter_mut().step_by(4099) {
-                    *x = !*x;
-                }
-                for (i, x) in w.iter().enumerate() {
-                    let want = if i % 4099 == 0 {
-                        !mix(i as u64)
-                    } else {
-                        mix(i as u64)
-                    };
-                    assert_eq!(*x, want, "{what} word {i}");
-                }
-                let s = r.stats();
-                assert_eq!(s.faults_zero_fill, 32, "{what}: 32 huge pages first-touched");
-                assert!(s.evictions > 0 && s.bytes_in > 0, "{what}: {s:?}");
-                assert_eq!(s.bytes_in % (2 << 20), 0, "{what}: moves whole huge pages");
-                assert!(s.resident_bytes <= 16 * MIB, "{what}");
-                assert!(r.errors().is_empty(), "{what}: {:?}", r.errors());
+                churn_every_word(&mut r, &what);
             }
         }
     }
+}
+
+fn thp_enabled() -> bool {
+    let on = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+        .map(|s| !s.contains("[never]"))
+        .unwrap_or(false);
+    if !on {
+        eprintln!("skipped: transparent huge pages are disabled ([never])");
+    }
+    on
+}
+
+#[test]
+fn thp_pages_tier_in_every_variant() {
+    if !thp_enabled() {
+        return;
+    }
+    let mut collapsed = 0;
+    for fp in [FaultPath::InContext, FaultPath::HandlerThread] {
+        for dt in [DirtyTracking::WpFault, DirtyTracking::WpAsync] {
+            for (file, movers) in [(false, 0), (true, 0), (false, 1)] {
+                let what = format!("THP {} {} file={file} movers={movers}", fp.name(), dt.name());
+                let mut c = cfg_of(PageSize::Thp2M, fp, dt, file);
+                c.movers = movers;
+                let mut r = Region::new(c).expect(&what);
+                assert_eq!(r.page_bytes(), 2 << 20);
+                assert_eq!(r.base() % (2 << 20), 0, "{what}: blocks are aligned");
+                churn_every_word(&mut r, &what);
+                let s = r.stats();
+                assert!(s.thp_collapses + s.thp_collapse_failures >= 32, "{what}: {s:?}");
+                collapsed += s.thp_collapses;
+            }
+        }
+    }
+    assert!(collapsed > 0, "no block was ever collapsed into a huge page");
+}
+
+#[test]
+fn thp_blocks_are_huge_and_clean_ones_are_not_written_back() {
+    if !thp_enabled() {
+        return;
+    }
+    let mut c = cfg_of(
+        PageSize::Thp2M,
+        FaultPath::InContext,
+        DirtyTracking::WpFault,
+        false,
+    );
+    c.evict_batch_pages = 1;
+    let mut r = Region::new(c).unwrap();
+    let words: &mut [u64] = r.as_mut_slice();
+    for (i, x) in words[..(8 * MIB as usize / 8)].iter_mut().enumerate() {
+        *x = i as u64;
+    }
+    let s = r.stats();
+    let huge = tiermem_sys::pagemap::anon_huge_bytes(r.base()).unwrap().unwrap();
+    assert_eq!(huge, s.thp_collapses * (2 << 20), "{s:?}");
+    r.evict_all().unwrap();
+    let before = r.stats().write_backs;
+    // Read everything back (fills for reads) and evict again: the blocks are
+    // unchanged, so nothing is written back.
+    let words: &mut [u64] = r.as_mut_slice();
+    let sum: u64 = words[..(8 * MIB as usize / 8)].iter().sum();
+    let n = 8 * MIB / 8;
+    assert_eq!(sum, n * (n - 1) / 2);
+    r.evict_all().unwrap();
+    let s = r.stats();
+    assert_eq!(s.write_backs, before, "clean THP blocks were written back: {s:?}");
+    assert!(s.faults_far_fill >= 4, "{s:?}");
 }
 
 #[test]
@@ -82,7 +170,23 @@ fn huge_pages_under_concurrent_churn() {
     let Some(_pool) = HugePool::reserve(POOL_PAGES) else {
         return;
     };
-    let r = Region::new(cfg(FaultPath::InContext, DirtyTracking::WpFault, false)).unwrap();
+    concurrent_churn(Region::new(cfg(FaultPath::InContext, DirtyTracking::WpFault, false)).unwrap());
+}
+
+#[test]
+fn thp_pages_under_concurrent_churn() {
+    if !thp_enabled() {
+        return;
+    }
+    for dt in [DirtyTracking::WpFault, DirtyTracking::WpAsync] {
+        concurrent_churn(Region::new(cfg_of(PageSize::Thp2M, FaultPath::InContext, dt, false)).unwrap());
+    }
+}
+
+/// Three threads increment random words for two seconds, each increment
+/// also counted on the side; after evicting everything, every word equals
+/// its count.
+fn concurrent_churn(r: Region) {
     let words = r.as_atomic_u64();
     let n = words.len();
     let stop = std::sync::atomic::AtomicBool::new(false);
@@ -113,4 +217,94 @@ fn huge_pages_under_concurrent_churn() {
         );
     }
     assert!(r.stats().evictions > 10, "{:?}", r.stats());
+}
+
+#[test]
+fn segment_on_1g_pages_is_populated_and_locked() {
+    let _g = POOL.lock().unwrap();
+    let Some(_pool) = HugePool::reserve_of(HugePageSize::Size1G, 1) else {
+        return;
+    };
+    let free_before = hugepages::pool(HugePageSize::Size1G).free;
+    let mut seg = Segment::with_config(&SegmentConfig {
+        fallback: false,
+        ..SegmentConfig::new(1 << 30)
+    })
+    .unwrap();
+    assert_eq!(seg.page_size(), HugePageSize::Size1G);
+    assert!(!seg.fell_back());
+    assert!(seg.locked());
+    assert_eq!(seg.len(), 1 << 30);
+    assert_eq!(seg.base() % (1 << 30), 0);
+    // Populated at creation: the page is taken from the pool already.
+    assert_eq!(hugepages::pool(HugePageSize::Size1G).free, free_before - 1);
+    let w: &mut [u64] = seg.as_mut_slice();
+    for (i, x) in w.iter_mut().enumerate().step_by(511) {
+        *x = mix(i as u64);
+    }
+    assert!(w
+        .iter()
+        .enumerate()
+        .step_by(511)
+        .all(|(i, &x)| x == mix(i as u64)));
+    drop(seg);
+    assert_eq!(hugepages::pool(HugePageSize::Size1G).free, free_before);
+}
+
+#[test]
+fn segment_falls_back_to_2m_or_fails_as_asked() {
+    let _g = POOL.lock().unwrap();
+    let Some(_none) = HugePool::set_of(HugePageSize::Size1G, 0) else {
+        return;
+    };
+    let Some(_pool) = HugePool::reserve(3) else {
+        return;
+    };
+    // No 1 GiB pages: with fallback, 2 MiB pages (size rounded up).
+    let mut seg = Segment::new(5 * MIB as usize).unwrap();
+    assert_eq!(seg.page_size(), HugePageSize::Size2M);
+    assert!(seg.fell_back());
+    assert_eq!(seg.len(), 6 * MIB as usize);
+    seg.as_mut_slice::<u8>()[5 * MIB as usize] = 7;
+    drop(seg);
+    // Without fallback: an error naming the command that fixes it.
+    let e = Segment::with_config(&SegmentConfig {
+        fallback: false,
+        ..SegmentConfig::new(1 << 30)
+    })
+    .unwrap_err();
+    assert!(matches!(e, Error::HugePages { size: "1G", .. }), "{e:?}");
+    assert!(e.to_string().contains("tiermem hugepages reserve 1G:1"), "{e}");
+    // Neither pool large enough: the 1 GiB shortage is reported.
+    let e = Segment::new(1 << 30).unwrap_err();
+    assert!(e.to_string().contains("needed for a segment"), "{e}");
+}
+
+#[test]
+fn segment_of_zero_bytes_is_refused() {
+    let e = Segment::new(0).unwrap_err();
+    assert!(e.to_string().contains("segment size must not be zero"), "{e}");
+}
+
+#[test]
+fn pools_grow_and_shrink_as_reported() {
+    let _g = POOL.lock().unwrap();
+    if !common::is_root() {
+        eprintln!("skipped: needs root to change huge page pools");
+        return;
+    }
+    let before = hugepages::pool(HugePageSize::Size2M);
+    let change = hugepages::reserve(&PoolRequest {
+        size: HugePageSize::Size2M,
+        pages: before.available() + 2,
+    })
+    .unwrap();
+    assert_eq!(change.before, before);
+    assert!(change.complete(), "{change}");
+    assert_eq!(change.after.total, before.total + 2);
+    assert!(change
+        .to_string()
+        .contains(&format!("{} -> {}", before.total, before.total + 2)));
+    let back = hugepages::release(HugePageSize::Size2M, Some(2)).unwrap();
+    assert_eq!(back.after.total, before.total, "{back}");
 }
