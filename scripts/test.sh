@@ -31,6 +31,9 @@ bash scripts/ctest.sh
 step "tiermem command smoke test"
 cargo build --locked --release -p tiermem-cli
 target/release/tiermem info >/dev/null
+target/release/tiermem hugepages >/dev/null
+target/release/tiermem bench stencil --virt 16M --near 8M --iters 2 --page-size THP --modes none,sync \
+    --json target/smoke-stencil-thp.json >/dev/null
 target/release/tiermem bench faults --pages 256 --rounds 1 --json target/smoke-faults.json >/dev/null
 target/release/tiermem bench stencil --virt 64M --near 32M --iters 2 --modes none,sync \
     --json target/smoke-stencil.json >/dev/null

@@ -308,3 +308,43 @@ fn pools_grow_and_shrink_as_reported() {
     let back = hugepages::release(HugePageSize::Size2M, Some(2)).unwrap();
     assert_eq!(back.after.total, before.total, "{back}");
 }
+
+/// One process mixes page sizes: a 4 KiB, a hugetlb 2 MiB and a THP region
+/// alive at once, each churned through its budget and checked.
+#[test]
+fn page_sizes_mix_in_one_process() {
+    let _g = POOL.lock().unwrap();
+    let Some(_pool) = HugePool::reserve(POOL_PAGES) else {
+        return;
+    };
+    let mut sizes = vec![PageSize::Base4K, PageSize::Huge2M];
+    if thp_enabled() {
+        sizes.push(PageSize::Thp2M);
+    }
+    let mut regions: Vec<Region> = sizes
+        .iter()
+        .map(|&p| Region::new(cfg_of(p, FaultPath::InContext, DirtyTracking::WpFault, false)).unwrap())
+        .collect();
+    for round in 0..2u64 {
+        for (k, r) in regions.iter_mut().enumerate() {
+            for (i, x) in r.as_mut_slice::<u64>().iter_mut().enumerate().step_by(509) {
+                *x = mix(i as u64 ^ (k as u64) << 40 ^ round);
+            }
+        }
+        for (k, r) in regions.iter_mut().enumerate() {
+            let bad = r
+                .as_mut_slice::<u64>()
+                .iter()
+                .enumerate()
+                .step_by(509)
+                .filter(|&(i, &x)| x != mix(i as u64 ^ (k as u64) << 40 ^ round))
+                .count();
+            assert_eq!(bad, 0, "{} round {round}", sizes[k]);
+        }
+    }
+    for (r, p) in regions.iter().zip(&sizes) {
+        let s = r.stats();
+        assert!(s.evictions > 0, "{p}: {s:?}");
+        assert_eq!(s.bytes_in % r.page_bytes() as u64, 0, "{p}");
+    }
+}
