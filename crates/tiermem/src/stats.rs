@@ -176,6 +176,7 @@ pub(crate) struct Stats {
     pub(crate) mover_fills: AtomicU64,
     pub(crate) eviction_pauses: AtomicU64,
     pub(crate) thp_collapses: AtomicU64,
+    pub(crate) thp_moves: AtomicU64,
     pub(crate) thp_collapse_failures: AtomicU64,
     cost_ns: [AtomicU64; 5],
     mover_cost_ns: [AtomicU64; 5],
@@ -212,6 +213,7 @@ impl Stats {
             mover_fills: AtomicU64::new(0),
             eviction_pauses: AtomicU64::new(0),
             thp_collapses: AtomicU64::new(0),
+            thp_moves: AtomicU64::new(0),
             thp_collapse_failures: AtomicU64::new(0),
             cost_ns: Default::default(),
             mover_cost_ns: Default::default(),
@@ -276,6 +278,7 @@ impl Stats {
             &self.mover_fills,
             &self.eviction_pauses,
             &self.thp_collapses,
+            &self.thp_moves,
             &self.thp_collapse_failures,
             &self.fault_ns,
         ] {
@@ -344,6 +347,7 @@ impl Stats {
             mover_fills: ld(&self.mover_fills),
             eviction_pauses: ld(&self.eviction_pauses),
             thp_collapses: ld(&self.thp_collapses),
+            thp_moves: ld(&self.thp_moves),
             thp_collapse_failures: ld(&self.thp_collapse_failures),
             prefetch: PrefetchStats::default(),
             faults_per_thread: self.threads.snapshot(),
@@ -450,6 +454,10 @@ pub struct RegionStats {
     pub eviction_pauses: u64,
     /// THP regions: 2 MiB blocks collapsed into a huge page after a fill.
     pub thp_collapses: u64,
+    /// THP regions: blocks built as a huge page in a staging buffer and
+    /// moved into place whole (UFFDIO_MOVE), with no copy into the region
+    /// and no collapse.
+    pub thp_moves: u64,
     /// THP regions: blocks left on small pages because the kernel could not
     /// collapse them (no free huge page at that moment).
     pub thp_collapse_failures: u64,

@@ -192,6 +192,10 @@ pub(crate) struct RegionCore {
     pub(crate) config: Config,
     /// Transparent huge pages: blocks are installed writable and collapsed.
     thp: bool,
+    /// THP with UFFDIO_MOVE: buffers in which fills build huge pages.
+    thp_staging: Option<StagingPool>,
+    /// Staging buffers (bits) that still hold data from a refused move.
+    thp_stale: AtomicU64,
     page_bytes: usize,
     page_shift: u32,
     pub(crate) pages: PageTable,
@@ -271,6 +275,15 @@ impl RegionCore {
         } else {
             None
         };
+        // THP fills build the huge page in a staging buffer and move it in
+        // whole (UFFDIO_MOVE of one PMD) when the kernel can move pages.
+        let thp_staging = if config.page_size == PageSize::Thp2M
+            && parts.uffd.features().contains(tiermem_sys::uffd::Features::MOVE)
+        {
+            Some(StagingPool::huge(tiermem_sys::thread::online_cpus() + 2)?)
+        } else {
+            None
+        };
         let movers = (config.movers > 0).then(|| MoverShared::new(budget));
         let prefetcher =
             (config.movers > 0 && config.prefetch).then(|| Prefetcher::new(pages, config.prefetch_max_pages));
@@ -284,6 +297,8 @@ impl RegionCore {
         };
         Ok(RegionCore {
             thp: config.page_size == PageSize::Thp2M,
+            thp_staging,
+            thp_stale: AtomicU64::new(0),
             budget_pages: budget,
             ring,
             page_shift: page_bytes.trailing_zeros(),
@@ -484,6 +499,8 @@ impl RegionCore {
                     && server == Server::InContext;
                 let r = if zero_page {
                     self.retry_again(|| self.uffd.zeropage(&self.reg, off, self.page_bytes, dont_wake))
+                } else if self.thp {
+                    self.install_thp(off, None, dont_wake)
                 } else {
                     self.copy_in(
                         off,
@@ -501,7 +518,11 @@ impl RegionCore {
                 timer.lap(Cost::Transfer);
                 match fetched {
                     Ok(src) => {
-                        let r = self.copy_in(off, src, wp_on_install, dont_wake);
+                        let r = if self.thp {
+                            self.install_thp(off, Some(src), dont_wake)
+                        } else {
+                            self.copy_in(off, src, wp_on_install, dont_wake)
+                        };
                         timer.lap(Cost::Pte);
                         self.stats
                             .bytes_in
@@ -523,10 +544,6 @@ impl RegionCore {
                 .record(off as u64, OP_INSTALL, e.errno().map_or(0, |e| e.raw()));
             self.resident.fetch_sub(1, Ordering::Relaxed);
             return self.poison(i, w, server);
-        }
-        if self.thp {
-            self.collapse(off, 1);
-            timer.lap(Cost::Pte);
         }
         // List the page before publishing it, so an evictor that pops it
         // finds it Busy and waits rather than missing it.
@@ -551,6 +568,83 @@ impl RegionCore {
         } else {
             PageWord::new(PageState::Clean, w.far_valid())
         }
+    }
+
+    /// Installs one THP block at region offset `off` with the contents of
+    /// `src` (zeros for None). Fast path: build a huge page in a staging
+    /// buffer and move it in whole (`UFFDIO_MOVE` of one PMD: no copy, no
+    /// collapse). Otherwise, or when the move is refused (the block's range
+    /// still has a page table from small pages: EEXIST), copy 512 small
+    /// pages and collapse them.
+    fn install_thp(
+        &self,
+        off: usize,
+        src: Option<tiermem_sys::mm::MemRange<'_>>,
+        dont_wake: bool,
+    ) -> Result<(), UffdError> {
+        let zeros = self.zeros.range(0, self.page_bytes);
+        let Some(pool) = &self.thp_staging else {
+            let r = self.copy_in(off, src.unwrap_or(zeros), false, dont_wake);
+            if r.is_ok() {
+                self.collapse(off, 1);
+            }
+            return r;
+        };
+        let slot = pool.claim();
+        let (buf, at) = (slot.mapping(), slot.offset());
+        let bit = 1u64 << (at / self.page_bytes);
+        // Populating a huge-page-advised buffer allocates a zeroed huge page
+        // (small pages if none is free: then the move maps small pages). A
+        // buffer whose page was not moved away still holds old data.
+        let populated = buf.populate_write(at, self.page_bytes).is_ok();
+        if populated {
+            match src {
+                Some(src) => buf.copy_in(at, src),
+                None if self.thp_stale.load(Ordering::Relaxed) & bit != 0 => buf.fill(at, self.page_bytes, 0),
+                None => {}
+            }
+            let mut done = 0;
+            let moved = loop {
+                match self.uffd.move_in(
+                    &self.reg,
+                    off + done,
+                    buf,
+                    at + done,
+                    self.page_bytes - done,
+                    false,
+                ) {
+                    Ok(Resolved::Done) => break true,
+                    Ok(Resolved::Partial { bytes }) => done += bytes,
+                    _ => break false,
+                }
+            };
+            if moved {
+                self.thp_stale.fetch_and(!bit, Ordering::Relaxed);
+                self.stats.thp_moves.fetch_add(1, Ordering::Relaxed);
+                return Ok(());
+            }
+            self.thp_stale.fetch_or(bit, Ordering::Relaxed);
+            if done > 0 {
+                // Part of the block moved in (small pages): fill in the rest.
+                return self.copy_in(
+                    off + done,
+                    buf.range(at + done, self.page_bytes - done),
+                    false,
+                    dont_wake,
+                );
+            }
+        }
+        // Not moved: copy from the buffer (or the source) and collapse.
+        let data = if populated {
+            buf.range(at, self.page_bytes)
+        } else {
+            src.unwrap_or(zeros)
+        };
+        let r = self.copy_in(off, data, false, dont_wake);
+        if r.is_ok() {
+            self.collapse(off, 1);
+        }
+        r
     }
 
     /// Collapses the `n` freshly filled THP blocks from region offset `off`

@@ -126,15 +126,30 @@ pub struct StagingSlot<'a> {
 impl StagingPool {
     /// A pool of `slots` (at most 64) buffers of `slot_bytes` each.
     pub fn new(slots: usize, slot_bytes: usize) -> Result<StagingPool, StoreError> {
+        Self::with_options(slots, slot_bytes, false)
+    }
+
+    /// A pool of 2 MiB buffers, aligned and advised for transparent huge
+    /// pages: each buffer is populated with one huge page when possible.
+    pub fn huge(slots: usize) -> Result<StagingPool, StoreError> {
+        Self::with_options(slots, 2 << 20, true)
+    }
+
+    fn with_options(slots: usize, slot_bytes: usize, thp: bool) -> Result<StagingPool, StoreError> {
         let slots = slots.clamp(1, 64);
         let (map, _) = Mapping::anonymous(
             slots * slot_bytes,
             &MapOptions {
                 dontfork: true,
+                align: if thp { 2 << 20 } else { 0 },
                 ..Default::default()
             },
         )
         .map_err(|e| StoreError::Create(e.to_string()))?;
+        if thp {
+            map.advise(0, map.len(), tiermem_sys::mm::Advice::HugePage)
+                .map_err(|e| StoreError::Create(e.to_string()))?;
+        }
         let free = if slots == 64 {
             u64::MAX
         } else {
