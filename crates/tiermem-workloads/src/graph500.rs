@@ -484,17 +484,20 @@ pub fn harmonic_mean(x: &[f64]) -> f64 {
     x.len() as f64 / x.iter().map(|v| 1.0 / v).sum::<f64>()
 }
 
-/// Generates, builds (kernel 1), searches from up to `roots` keys with
-/// `threads` threads (kernel 2) and validates each search, all in `mem`.
+/// Generates, builds (kernel 1), then for each thread count searches from
+/// up to `roots` keys (kernel 2) and validates each search, all in `mem`.
+/// The graph is built once; the outcomes share its generation and
+/// construction times.
 pub fn run(
     mem: &mut dyn Memory,
     scale: u32,
     edgefactor: u32,
     seed: u64,
     roots: usize,
-    threads: usize,
+    thread_counts: &[usize],
     mut progress: impl FnMut(&str),
-) -> Result<BfsOutcome, MemoryError> {
+) -> Result<Vec<(usize, BfsOutcome)>, MemoryError> {
+    let most = thread_counts.iter().copied().max().unwrap_or(1);
     let (n, m) = (vertices(scale), edge_count(scale, edgefactor));
     let mut arena = Arena::new(mem.bytes_mut());
     let edges: &mut [[u32; 2]] = arena.take(m)?;
@@ -503,7 +506,7 @@ pub fn run(
     let parent = tiermem_sys::atomic::as_atomic_u64(arena.take(n)?);
     let queue = tiermem_sys::atomic::as_atomic_u64(arena.take(n)?);
     let t = Instant::now();
-    generate_edges(scale, seed, edges, threads);
+    generate_edges(scale, seed, edges, most);
     let generate_seconds = t.elapsed().as_secs_f64();
     let edges: &[[u32; 2]] = edges;
     let t = Instant::now();
@@ -518,42 +521,50 @@ pub fn run(
     ));
     let component = components(n, edges);
     let keys = sample_roots(&g, seed, roots);
-    let mut out = BfsOutcome {
-        scale,
-        edgefactor,
-        generate_seconds,
-        construction_seconds,
-        bfs_seconds: Vec::new(),
-        teps: Vec::new(),
-        teps_hmean: 0.0,
-        valid: !keys.is_empty(),
-        violation: None,
-        cpus: Vec::new(),
-    };
     let mut snapshot = vec![0u64; n];
-    for (k, &root) in keys.iter().enumerate() {
-        let t = Instant::now();
-        out.cpus = bfs(&g, root, parent, queue, threads);
-        let s = t.elapsed().as_secs_f64();
-        for (d, p) in snapshot.iter_mut().zip(parent) {
-            *d = p.load(Ordering::Relaxed);
-        }
-        match validate(root, &snapshot, edges, &component) {
-            Ok(nedge) => {
-                out.bfs_seconds.push(s);
-                out.teps.push(nedge as f64 / s);
+    let mut outs = Vec::new();
+    for &threads in thread_counts {
+        let mut out = BfsOutcome {
+            scale,
+            edgefactor,
+            generate_seconds,
+            construction_seconds,
+            bfs_seconds: Vec::new(),
+            teps: Vec::new(),
+            teps_hmean: 0.0,
+            valid: !keys.is_empty(),
+            violation: None,
+            cpus: Vec::new(),
+        };
+        for (k, &root) in keys.iter().enumerate() {
+            let t = Instant::now();
+            out.cpus = bfs(&g, root, parent, queue, threads);
+            let s = t.elapsed().as_secs_f64();
+            for (d, p) in snapshot.iter_mut().zip(parent) {
+                *d = p.load(Ordering::Relaxed);
             }
-            Err(e) => {
-                out.valid = false;
-                out.violation.get_or_insert(format!("root {root}: {e}"));
+            match validate(root, &snapshot, edges, &component) {
+                Ok(nedge) => {
+                    out.bfs_seconds.push(s);
+                    out.teps.push(nedge as f64 / s);
+                }
+                Err(e) => {
+                    out.valid = false;
+                    out.violation.get_or_insert(format!("root {root}: {e}"));
+                }
+            }
+            if (k + 1) % 16 == 0 {
+                progress(&format!(
+                    "  threads={threads}: {} / {} searches validated",
+                    k + 1,
+                    keys.len()
+                ));
             }
         }
-        if (k + 1) % 16 == 0 {
-            progress(&format!("  {} / {} searches", k + 1, keys.len()));
-        }
+        out.teps_hmean = harmonic_mean(&out.teps);
+        outs.push((threads, out));
     }
-    out.teps_hmean = harmonic_mean(&out.teps);
-    Ok(out)
+    Ok(outs)
 }
 
 #[cfg(test)]
@@ -670,9 +681,11 @@ mod tests {
     fn run_in_hand_memory() {
         use crate::memory::{allocate, Backing, Provider};
         let mut a = allocate(Backing::Small4K, Provider::Hand, footprint(9, 16)).unwrap();
-        let o = run(a.memory.as_mut(), 9, 16, 2, SEARCH_KEYS, 2, |_| {}).unwrap();
-        assert!(o.valid, "{:?}", o.violation);
-        assert_eq!(o.teps.len(), SEARCH_KEYS);
-        assert!(o.teps_hmean > 0.0);
+        let outs = run(a.memory.as_mut(), 9, 16, 2, SEARCH_KEYS, &[1, 2], |_| {}).unwrap();
+        for (_, o) in outs {
+            assert!(o.valid, "{:?}", o.violation);
+            assert_eq!(o.teps.len(), SEARCH_KEYS);
+            assert!(o.teps_hmean > 0.0);
+        }
     }
 }
