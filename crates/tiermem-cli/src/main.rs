@@ -57,13 +57,21 @@ enum Bench {
     /// per-page switch) over memory, a cold file and an emulated link.
     Overshadow(Box<OvershadowArgs>),
     /// HPCC RandomAccess (GUPS) per page backing and provider.
-    Gups(GupsArgs),
+    Gups(Box<GupsArgs>),
     /// Graph500 BFS (Kronecker graph, CSR, 64 validated searches, TEPS).
-    Bfs(BfsArgs),
+    Bfs(Box<BfsArgs>),
     /// NPB-style conjugate gradient over a random sparse SPD matrix.
-    Cg(CgArgs),
+    Cg(Box<CgArgs>),
     /// Pointer chasing: ns per dependent access per backing and size.
-    Chase(ChaseArgs),
+    Chase(Box<ChaseArgs>),
+    /// Tables (and a chart) again from a gups/bfs/cg/chase JSON file.
+    TranslationReport {
+        /// The JSON file.
+        json: PathBuf,
+        /// Draw the SVG chart here.
+        #[arg(long)]
+        plot: Option<PathBuf>,
+    },
     /// (internal) the kernel-swap child of `bench stencil`.
     #[command(hide = true)]
     StencilChild {
@@ -152,6 +160,9 @@ struct TransArgs {
     /// Thread counts, comma-separated (threads pinned to CPUs 0, 1, ...).
     #[arg(long, default_value = "1")]
     threads: String,
+    /// Rounds over all sizes, backings and providers (tables show the median).
+    #[arg(long, default_value_t = 1)]
+    rounds: usize,
     /// Refuse footprints above this (the host distorts numbers above ~4G).
     #[arg(long, default_value = "2G", value_parser = parse_size)]
     max_footprint: u64,
@@ -198,8 +209,8 @@ struct CgArgs {
     /// Off-diagonal nonzeros per row (even).
     #[arg(long, default_value_t = 32)]
     nonzeros: usize,
-    /// CG iterations.
-    #[arg(long, default_value_t = 50)]
+    /// CG iterations (NPB's cgitmax is 25).
+    #[arg(long, default_value_t = 25)]
     iterations: usize,
     #[command(flatten)]
     common: TransArgs,
@@ -381,10 +392,11 @@ fn main() {
         Cmd::Bench(Bench::Stencil(a)) => bench_stencil(*a),
         Cmd::Bench(Bench::Dirty(a)) => bench_dirty(a),
         Cmd::Bench(Bench::Random(a)) => bench_random(a),
-        Cmd::Bench(Bench::Gups(a)) => bench_gups(a),
-        Cmd::Bench(Bench::Bfs(a)) => bench_bfs(a),
-        Cmd::Bench(Bench::Cg(a)) => bench_cg(a),
-        Cmd::Bench(Bench::Chase(a)) => bench_chase(a),
+        Cmd::Bench(Bench::Gups(a)) => bench_gups(*a),
+        Cmd::Bench(Bench::Bfs(a)) => bench_bfs(*a),
+        Cmd::Bench(Bench::Cg(a)) => bench_cg(*a),
+        Cmd::Bench(Bench::Chase(a)) => bench_chase(*a),
+        Cmd::Bench(Bench::TranslationReport { json, plot }) => translation_report(&json, &plot),
         Cmd::Bench(Bench::TeamEvict(a)) => bench_team_evict(a),
         Cmd::Bench(Bench::Overshadow(a)) => bench_overshadow(*a),
         Cmd::Bench(Bench::StencilChild { params }) => stencil_child(&params),
@@ -779,7 +791,7 @@ fn run_translation<S>(
     }
     let mut p = progress_printer();
     let mut all: Option<translation::TranslationResult> = None;
-    for s in sizes {
+    for (round, s) in (0..a.rounds.max(1)).flat_map(|r| sizes.iter().map(move |s| (r, s))) {
         let bytes = footprint(s) as u64;
         let near = match a.near.strip_suffix('%') {
             Some(pc) => {
@@ -789,7 +801,7 @@ fn run_translation<S>(
             None => parse_size(&a.near)?,
         };
         let providers = list(&a.provider, "provider", |x| Provider::parse(x, near).ok())?;
-        let r = translation::sweep(
+        let mut r = translation::sweep(
             workload,
             std::slice::from_ref(s),
             &backings,
@@ -799,6 +811,9 @@ fn run_translation<S>(
             &mut job,
             &mut p,
         );
+        for x in &mut r.records {
+            x.round = round;
+        }
         match &mut all {
             None => all = Some(r),
             Some(x) => {
@@ -824,6 +839,27 @@ fn run_translation<S>(
     }
     if r.records.iter().any(|x| !x.valid) {
         return Err("a run failed verification".into());
+    }
+    Ok(())
+}
+
+fn print_translation(r: &translation::TranslationResult) {
+    print!("{}", translation::table(r));
+    print!(
+        "speedup over 4 KiB pages (kernel time):\n{}",
+        translation::speedup_table(r)
+    );
+}
+
+fn translation_report(json: &Path, plot: &Option<PathBuf>) -> Result<(), String> {
+    let text = std::fs::read_to_string(json).map_err(|e| format!("{}: {e}", json.display()))?;
+    let r: translation::TranslationResult =
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", json.display()))?;
+    println!("# {}", r.command);
+    print_translation(&r);
+    if let Some(p) = plot {
+        translation::plot(&r, p)?;
+        eprintln!("wrote {}", p.display());
     }
     Ok(())
 }

@@ -171,7 +171,7 @@ impl Provider {
 }
 
 /// Tiering counters of a tiered memory.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TierStats {
     /// Demand faults served.
     pub faults: u64,

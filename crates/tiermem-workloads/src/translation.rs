@@ -7,10 +7,10 @@
 use crate::memory::{allocate, Backing, Memory, MemoryError, Provider, TierStats};
 use crate::report::{first_seen, Machine, Table};
 use crate::{cg, chase, graph500, gups};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// One run of a workload over one backing and provider at one thread count.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Record {
     /// `gups`, `bfs`, `cg` or `chase`.
     pub workload: String,
@@ -54,6 +54,9 @@ pub struct Record {
     pub cpus: Vec<Option<usize>>,
     /// Tiering counters of the timed kernel (tiered runs).
     pub tier: Option<TierStats>,
+    /// Round of a repeated measurement (0, 1, ...).
+    #[serde(default)]
+    pub round: usize,
     /// The workload's own outcome.
     pub detail: serde_json::Value,
 }
@@ -61,7 +64,11 @@ pub struct Record {
 impl Record {
     fn rate(&self) -> String {
         if let Some(g) = self.gups {
-            format!("{g:.4} GUPS")
+            if g >= 0.001 {
+                format!("{g:.4} GUPS")
+            } else {
+                format!("{g:.2e} GUPS")
+            }
         } else if let Some(t) = self.teps_hmean {
             format!("{:.1} MTEPS", t / 1e6)
         } else if let Some(g) = self.gflops {
@@ -75,14 +82,15 @@ impl Record {
 }
 
 /// The result file of one benchmark command.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct TranslationResult {
     /// `gups`, `bfs`, `cg` or `chase`.
     pub benchmark: String,
     /// Command line.
     pub command: String,
-    /// Machine.
-    pub machine: Machine,
+    /// Machine (absent when read back from a file).
+    #[serde(skip_deserializing)]
+    pub machine: Option<Machine>,
     /// Runs.
     pub records: Vec<Record>,
     /// Backing/provider/size combinations that could not be set up, and why.
@@ -159,7 +167,7 @@ pub fn sweep<S>(
     TranslationResult {
         benchmark: workload.into(),
         command: crate::report::command_line(),
-        machine: Machine::collect(),
+        machine: Some(Machine::collect()),
         records,
         skipped,
     }
@@ -271,9 +279,38 @@ fn reference_1g<'a>(recs: &'a [Record], x: &Record) -> Option<&'a Record> {
     find(recs, x, "1g", "segment").or_else(|| find(recs, x, "1g", "hand"))
 }
 
-/// All runs: setup, input, kernel, rate, time normalized to 1 GiB pages,
-/// tiering counters.
+type Key<'a> = (&'a str, &'a str, &'a str, usize, Option<u64>);
+
+fn key(x: &Record) -> Key<'_> {
+    (&x.size, &x.backing, &x.provider, x.threads, x.near_bytes)
+}
+
+/// The best run (least kernel time: the one the other tenants of a shared
+/// machine disturbed least) of each size, backing, provider and thread
+/// count over the rounds, with the (min, max) kernel seconds and whether
+/// every round verified.
+fn best(recs: &[Record]) -> Vec<(Record, (f64, f64), bool)> {
+    first_seen(recs.iter().map(key))
+        .into_iter()
+        .map(|k| {
+            let runs: Vec<&Record> = recs.iter().filter(|x| key(x) == k).collect();
+            let m = runs
+                .iter()
+                .copied()
+                .min_by(|a, b| a.seconds.total_cmp(&b.seconds))
+                .expect("a run");
+            let lo = runs.iter().map(|x| x.seconds).fold(f64::MAX, f64::min);
+            let hi = runs.iter().map(|x| x.seconds).fold(0.0, f64::max);
+            (m.clone(), (lo, hi), runs.iter().all(|x| x.valid))
+        })
+        .collect()
+}
+
+/// All runs (the best of repeated rounds): setup, input, kernel, rate,
+/// time normalized to 1 GiB pages, tiering counters.
 pub fn table(r: &TranslationResult) -> String {
+    let med = best(&r.records);
+    let recs: Vec<Record> = med.iter().map(|m| m.0.clone()).collect();
     let mut t = Table::new(&[
         "size",
         "backing",
@@ -283,6 +320,8 @@ pub fn table(r: &TranslationResult) -> String {
         "setup s",
         "init s",
         "kernel s",
+        "min..max",
+        "rounds",
         "rate",
         "vs 1g",
         "faults",
@@ -290,7 +329,8 @@ pub fn table(r: &TranslationResult) -> String {
         "GiB moved",
         "valid",
     ]);
-    for x in &r.records {
+    for (x, (lo, hi), valid) in &med {
+        let rounds = r.records.iter().filter(|y| key(y) == key(x)).count();
         let tier = x.tier.unwrap_or_default();
         let has_tier = x.tier.is_some();
         t.row(vec![
@@ -305,8 +345,10 @@ pub fn table(r: &TranslationResult) -> String {
             format!("{:.3}", x.setup_seconds),
             format!("{:.2}", x.init_seconds),
             format!("{:.3}", x.seconds),
+            format!("{lo:.3}..{hi:.3}"),
+            rounds.to_string(),
             x.rate(),
-            reference_1g(&r.records, x).map_or("-".into(), |g| format!("{:.2}", x.seconds / g.seconds)),
+            reference_1g(&recs, x).map_or("-".into(), |g| format!("{:.2}", x.seconds / g.seconds)),
             if has_tier {
                 tier.faults.to_string()
             } else {
@@ -322,7 +364,7 @@ pub fn table(r: &TranslationResult) -> String {
             } else {
                 "-".into()
             },
-            x.valid.to_string(),
+            valid.to_string(),
         ]);
     }
     t.render()
@@ -331,16 +373,16 @@ pub fn table(r: &TranslationResult) -> String {
 /// Speedup of each larger page over 4 KiB pages (kernel time of 4k divided
 /// by the backing's), per size, provider and thread count.
 pub fn speedup_table(r: &TranslationResult) -> String {
+    let recs: Vec<Record> = best(&r.records).into_iter().map(|m| m.0).collect();
     let mut t = Table::new(&["size", "provider", "thr", "thp/4k", "2m/4k", "1g/4k"]);
-    for (size, provider, threads) in first_seen(r.records.iter().map(|x| (&x.size, &x.provider, x.threads))) {
-        let Some(base) = r.records.iter().find(|y| {
+    for (size, provider, threads) in first_seen(recs.iter().map(|x| (&x.size, &x.provider, x.threads))) {
+        let Some(base) = recs.iter().find(|y| {
             &y.size == size && &y.provider == provider && y.threads == threads && y.backing == "4k"
         }) else {
             continue;
         };
         let cell = |b: &str| {
-            find(&r.records, base, b, provider)
-                .map_or("-".into(), |y| format!("{:.2}x", base.seconds / y.seconds))
+            find(&recs, base, b, provider).map_or("-".into(), |y| format!("{:.2}x", base.seconds / y.seconds))
         };
         t.row(vec![
             size.clone(),
@@ -357,9 +399,10 @@ pub fn speedup_table(r: &TranslationResult) -> String {
 /// Bars of kernel time normalized to the 1 GiB run (or to 4 KiB when there
 /// is none), grouped by size, provider and threads, one series per backing.
 pub fn plot(r: &TranslationResult, path: &std::path::Path) -> Result<(), String> {
+    let recs: Vec<Record> = best(&r.records).into_iter().map(|m| m.0).collect();
     let mut bars = Vec::new();
-    for x in &r.records {
-        let reference = reference_1g(&r.records, x).or_else(|| find(&r.records, x, "4k", &x.provider));
+    for x in &recs {
+        let reference = reference_1g(&recs, x).or_else(|| find(&recs, x, "4k", &x.provider));
         let Some(g) = reference else { continue };
         bars.push(crate::plot::Bar {
             group: format!("{} {} t={}", x.size, x.provider, x.threads),
@@ -372,7 +415,7 @@ pub fn plot(r: &TranslationResult, path: &std::path::Path) -> Result<(), String>
     crate::plot::grouped_bars(
         path,
         &format!(
-            "{}: kernel time normalized to 1 GiB pages (footprints up to {} MiB)",
+            "{}: kernel time (best of rounds) normalized to 1 GiB pages (footprints up to {} MiB)",
             r.benchmark,
             fp >> 20
         ),
