@@ -42,5 +42,28 @@ target/release/tiermem bench stencil --virt 16M --near 8M --threads 2 --iters 2 
 target/release/tiermem bench team-evict --evict-batch 64 --json target/smoke-team-evict.json >/dev/null
 target/release/tiermem bench overshadow --sizes 1M --rounds-small 1 --fars memory,link \
     --json target/smoke-overshadow.json --plot target/smoke-overshadow.svg >/dev/null
+T=target/release/tiermem
+$T bench gups --table 1M --backing 4k,thp --threads 1,2 --json target/smoke-gups.json \
+    --plot target/smoke-gups.svg >/dev/null
+$T bench gups --table 4M --backing 4k --provider tiered --near 50% --updates 20000 >/dev/null
+$T bench bfs --scale 10 --roots 8 --backing 4k,thp --threads 1,2 --json target/smoke-bfs.json >/dev/null
+$T bench cg --sizes 8M --backing 4k,thp --threads 1,2 --json target/smoke-cg.json >/dev/null
+$T bench cg --sizes 8M --backing 4k --provider tiered --near 50% >/dev/null
+$T bench chase --sizes 1M,4M --steps 100000 --backing 4k,thp --provider hand,tiered >/dev/null
+# Huge page backings need pool pages: reserve a few (root), run, restore.
+pool_smoke() { # <sysfs dir> <pages> <command...>
+    local d=$1 n=$2; shift 2
+    local old; old=$(cat "$d/nr_hugepages" 2>/dev/null) || { echo "skipped: no $d"; return; }
+    if echo $((old + n)) 2>/dev/null >"$d/nr_hugepages" && [ "$(cat "$d/free_hugepages")" -ge "$n" ]; then
+        "$@" >/dev/null || { echo $old >"$d/nr_hugepages"; return 1; }
+    else
+        echo "skipped: could not reserve $n pages in $d (needs root and free memory): $*"
+    fi
+    echo "$old" >"$d/nr_hugepages" 2>/dev/null || true
+}
+pool_smoke /sys/kernel/mm/hugepages/hugepages-2048kB 16 \
+    $T bench gups --table 16M --backing 2m --provider hand,tiered --near 50% --updates 2000
+pool_smoke /sys/kernel/mm/hugepages/hugepages-1048576kB 1 \
+    $T bench chase --sizes 4M --steps 100000 --backing 1g
 echo
 echo "all tests passed"

@@ -20,8 +20,10 @@
 //! - [`thread`]: thread ids, CPUs, affinity, futexes, fork generation;
 //! - [`event`]: eventfd and poll;
 //! - [`interrupts`]: TLB-shootdown IPI counts;
-//! - [`probe`]: what the running system offers.
+//! - [`probe`]: what the running system offers;
+//! - [`atomic`]: atomic views of exclusively borrowed words.
 
+pub mod atomic;
 pub mod errno;
 pub mod event;
 pub mod file;

@@ -13,17 +13,33 @@
 //!   switch) over memory, a cold file, and an emulated slow link;
 //! - [`random`]: random read-modify-write updates, where prefetch and
 //!   policies cannot help;
+//! - [`memory`]: the memory under the translation-overhead workloads:
+//!   backings (4k, thp, 2m, 1g) and providers (by hand, tiered, segment);
+//! - [`graph500`]: Graph500 BFS (generator, CSR, BFS, validation);
+//! - [`gups`]: HPCC RandomAccess;
+//! - [`cg`]: NPB-style conjugate gradient;
+//! - [`chase`]: pointer chasing (ns per dependent access);
+//! - [`translation`]: running those over backings and providers, tables
+//!   normalized to 1 GiB pages and speedups over 4 KiB;
+//! - [`rng`]: the workloads' deterministic random numbers;
 //! - [`report`]: machine description, tables, JSON;
 //! - [`plot`]: SVG charts.
 
+pub mod cg;
+pub mod chase;
 pub mod dirty;
 pub mod faults;
+pub mod graph500;
+pub mod gups;
 pub mod kernel_swap;
+pub mod memory;
 pub mod modes;
 pub mod overshadow;
 pub mod plot;
 pub mod pspt_model;
 pub mod random;
 pub mod report;
+pub mod rng;
 pub mod stencil;
 pub mod team_stencil;
+pub mod translation;
