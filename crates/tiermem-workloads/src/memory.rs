@@ -9,8 +9,8 @@
 //!   management overhead.
 //! - [`Provider::Tiered`] is a [`tiermem::Region`] with a near budget that may
 //!   be smaller than the footprint.
-//! - [`Provider::Segment`] is tiermem's segment region (1 GiB pages, populated
-//!   and locked); it is not in this branch yet and answers a clear error.
+//! - [`Provider::Segment`] is tiermem's segment region ([`tiermem::Segment`]:
+//!   1 GiB or 2 MiB hugetlb pages, populated and locked, never remapped).
 //!
 //! A workload asks for its footprint, gets a [`Memory`], and carves all its
 //! big arrays out of it with an [`Arena`].
@@ -18,7 +18,7 @@
 use std::fmt;
 use std::time::Instant;
 use thiserror::Error;
-use tiermem::{Config, PageSize, Region};
+use tiermem::{Config, PageSize, Region, Segment, SegmentConfig};
 use tiermem_sys::hugetlb::{self, HugePageSize};
 use tiermem_sys::mm::{Advice, MapOptions, Mapping, UserAccess};
 
@@ -210,6 +210,20 @@ impl Memory for HandMemory {
     }
 }
 
+/// A tiermem segment.
+pub struct SegmentMemory {
+    segment: Segment,
+}
+
+impl Memory for SegmentMemory {
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        self.segment.as_mut_slice()
+    }
+    fn page_bytes(&self) -> usize {
+        self.segment.page_size().bytes()
+    }
+}
+
 /// A tiered region.
 pub struct TieredMemory {
     region: Region,
@@ -306,11 +320,7 @@ pub fn allocate(backing: Backing, provider: Provider, bytes: usize) -> Result<Al
             let page_size = match backing {
                 Backing::Small4K => PageSize::Base4K,
                 Backing::Huge2M => PageSize::Huge2M,
-                Backing::Thp => {
-                    return Err(MemoryError::Unsupported(
-                        "thp backing of a tiered region is not yet supported (needs PageSize::Thp2M)".into(),
-                    ))
-                }
+                Backing::Thp => PageSize::Thp2M,
                 Backing::Huge1G => {
                     return Err(MemoryError::Unsupported(
                         "1g backing is segment-only: tiered regions use 4k or 2m pages".into(),
@@ -328,9 +338,19 @@ pub fn allocate(backing: Backing, provider: Provider, bytes: usize) -> Result<Al
             })
         }
         Provider::Segment => {
-            return Err(MemoryError::Unsupported(
-                "segment provider: tiermem::Segment is not in this branch yet".into(),
-            ))
+            let Some(h) = backing.hugetlb() else {
+                return Err(MemoryError::Unsupported(format!(
+                    "{backing} backing: segments are hugetlb only (2m or 1g)"
+                )));
+            };
+            check_pool(backing, h, (len / page) as u64)?;
+            // No fallback: a benchmark must measure the page size it names.
+            let segment = Segment::with_config(&SegmentConfig {
+                page: h,
+                fallback: false,
+                ..SegmentConfig::new(len)
+            })?;
+            Box::new(SegmentMemory { segment })
         }
     };
     Ok(Allocation {
@@ -460,6 +480,41 @@ mod tests {
             allocate(Backing::Huge1G, Provider::Tiered { near: 1 << 30 }, 1 << 30),
             Err(MemoryError::Unsupported(_))
         ));
+    }
+
+    #[test]
+    fn segments_are_hugetlb_only_and_name_the_pool_fix() {
+        assert!(matches!(
+            allocate(Backing::Small4K, Provider::Segment, 1 << 20),
+            Err(MemoryError::Unsupported(_))
+        ));
+        let avail = hugetlb::pool(HugePageSize::Size1G)
+            .map(|p| p.available())
+            .unwrap_or(0);
+        let e = allocate(Backing::Huge1G, Provider::Segment, (avail as usize + 1) << 30)
+            .err()
+            .expect("more 1 GiB pages than the pool has");
+        assert!(e.to_string().contains("tiermem hugepages reserve 1G:"), "{e}");
+    }
+
+    #[test]
+    fn tiered_thp_moves_whole_blocks() {
+        let mut a = allocate(Backing::Thp, Provider::Tiered { near: 8 << 20 }, 32 << 20).unwrap();
+        assert_eq!(a.memory.page_bytes(), 2 << 20);
+        for (i, b) in a.memory.bytes_mut().iter_mut().enumerate().step_by(4096) {
+            *b = i as u8 | 1;
+        }
+        let bad = a
+            .memory
+            .bytes_mut()
+            .iter()
+            .enumerate()
+            .step_by(4096)
+            .filter(|&(i, &b)| b != i as u8 | 1)
+            .count();
+        assert_eq!(bad, 0);
+        let s = a.memory.tier_stats().unwrap();
+        assert!(s.evictions > 0 && s.bytes_moved % (2 << 20) == 0, "{s:?}");
     }
 
     #[test]
