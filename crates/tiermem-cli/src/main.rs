@@ -476,7 +476,7 @@ fn hugepages(action: HugeAction) -> Result<(), String> {
             } else {
                 println!(
                     "{:<5} {:>8} {:>8} {:>9} {:>8} {:>10} {:>12}",
-                    "size", "total", "free", "reserved", "surplus", "available", "available"
+                    "size", "total", "free", "reserved", "surplus", "available", "avail bytes"
                 );
                 for s in SIZES {
                     let p = hugepages::pool(s);
