@@ -62,8 +62,8 @@ pool_smoke() { # <sysfs dir> <pages> <command...>
     echo "$old" >"$d/nr_hugepages" 2>/dev/null || true
 }
 pool_smoke /sys/kernel/mm/hugepages/hugepages-2048kB 16 \
-    $T bench gups --table 16M --backing 2m --provider hand,tiered --near 50% --updates 2000
+    $T bench gups --table 16M --backing 2m --provider hand,tiered,segment --near 50% --updates 2000
 pool_smoke /sys/kernel/mm/hugepages/hugepages-1048576kB 1 \
-    $T bench chase --sizes 4M --steps 100000 --backing 1g
+    $T bench chase --sizes 4M --steps 100000 --backing 1g --provider hand,segment
 echo
 echo "all tests passed"
