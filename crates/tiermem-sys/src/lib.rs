@@ -14,6 +14,7 @@
 //! - [`file`]: far-store files (0600, sparse, optional `O_DIRECT`);
 //! - [`hugetlb`]: huge page pools;
 //! - [`pagemap`]: the `PAGEMAP_SCAN` ioctl;
+//! - [`cache`]: cache-line write-back and invalidation (clwb, clflushopt);
 //! - [`signal`]: in-context SIGBUS/SIGSEGV fault callbacks;
 //! - [`process`]: worker processes (fork, wait, kill, `_exit`);
 //! - [`splice`]: a pipe of page references for team-mode eviction;
@@ -22,6 +23,7 @@
 //! - [`interrupts`]: TLB-shootdown IPI counts;
 //! - [`probe`]: what the running system offers.
 
+pub mod cache;
 pub mod errno;
 pub mod event;
 pub mod file;

@@ -23,7 +23,7 @@ use crate::hugetlb::HugePageSize;
 use std::marker::PhantomData;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::ptr::NonNull;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8};
 use thiserror::Error;
 
 /// Errors of the mapping calls.
@@ -696,6 +696,86 @@ impl Mapping {
     }
 }
 
+/// Replacing part of a mapping in place, for shared virtual memory (paper
+/// 5): one process maps a page of the SVM range either as a view of the
+/// shared home file (SPM mode) or as a private cached copy (DSM mode).
+impl Mapping {
+    fn replace(
+        &self,
+        offset: usize,
+        len: usize,
+        prot: Protection,
+        flags: libc::c_int,
+        fd: libc::c_int,
+        file_offset: u64,
+    ) -> Result<(), MmError> {
+        self.check_range(offset, len);
+        if len == 0 || len % self.page_size != 0 || offset % self.page_size != 0 {
+            return Err(MmError::BadLength {
+                len,
+                unit: self.page_size,
+            });
+        }
+        // SAFETY: the range lies inside our own mapping (checked above), so
+        // MAP_FIXED replaces only our pages, never memory of someone else.
+        // The bytes the range shows change; callers use it under a page
+        // protocol that says what the new bytes are (the SVM's modes), as
+        // with `move_pages_to`.
+        let p = unsafe {
+            libc::mmap(
+                self.as_ptr().add(offset).cast(),
+                len,
+                prot.raw(),
+                flags | libc::MAP_FIXED,
+                fd,
+                file_offset as libc::off_t,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(MmError::Map {
+                len,
+                errno: Errno::last(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Replaces `len` bytes at `offset` with fresh private anonymous memory
+    /// (zeros) with protection `prot` (`MAP_PRIVATE | MAP_ANONYMOUS |
+    /// MAP_FIXED`).
+    pub fn replace_private(&self, offset: usize, len: usize, prot: Protection) -> Result<(), MmError> {
+        self.replace(offset, len, prot, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+    }
+
+    /// Replaces `len` bytes at `offset` with a shared view of `fd` from
+    /// `file_offset` (`MAP_SHARED | MAP_FIXED`).
+    pub fn replace_shared(
+        &self,
+        offset: usize,
+        len: usize,
+        fd: BorrowedFd<'_>,
+        file_offset: u64,
+        prot: Protection,
+    ) -> Result<(), MmError> {
+        self.replace(offset, len, prot, libc::MAP_SHARED, fd.as_raw_fd(), file_offset)
+    }
+
+    /// The mapping as shared 32-bit atomics (see [`Mapping::user_atomics`]).
+    pub fn user_atomics_u32<'a>(&'a self, user: &'a UserAccess) -> &'a [AtomicU32] {
+        assert_eq!(user.addr, self.addr(), "UserAccess of another mapping");
+        // SAFETY: as in user_atomics: mapped, page aligned, a multiple of 4
+        // bytes long; atomics tolerate shared mutation.
+        unsafe { std::slice::from_raw_parts(self.as_ptr().cast::<AtomicU32>(), self.len / 4) }
+    }
+
+    /// The mapping as shared byte atomics (see [`Mapping::user_atomics`]).
+    pub fn user_atomics_u8<'a>(&'a self, user: &'a UserAccess) -> &'a [AtomicU8] {
+        assert_eq!(user.addr, self.addr(), "UserAccess of another mapping");
+        // SAFETY: as in user_atomics; any address is aligned for AtomicU8.
+        unsafe { std::slice::from_raw_parts(self.as_ptr().cast::<AtomicU8>(), self.len) }
+    }
+}
+
 impl Drop for Mapping {
     fn drop(&mut self) {
         if let Some(g) = self.dontfork_generation {
@@ -799,6 +879,59 @@ impl<'a> MemRange<'a> {
         a == b
     }
 
+    /// The byte-exact runs where this range differs from `twin` (same
+    /// length), as `(offset, len)` pairs appended to `out`; returns the
+    /// bytes that differ. Words are compared first, so equal stretches cost
+    /// one compare per 8 bytes; inside a differing word only the bytes that
+    /// changed join a run, so applying the runs never writes a byte that was
+    /// not changed here (multiple writers of one page, paper 5's diffs).
+    pub fn diff_runs(&self, twin: MemRange<'_>, out: &mut Vec<(u32, u32)>) -> usize {
+        assert_eq!(self.len, twin.len, "diff of ranges of different lengths");
+        // SAFETY: both ranges are mapped and readable for their lifetimes;
+        // u8 accepts any contents; the caller's protocol keeps writers out
+        // (the SVM diffs its own private copy against its own twin).
+        let (a, b) = unsafe {
+            (
+                std::slice::from_raw_parts(self.addr as *const u8, self.len),
+                std::slice::from_raw_parts(twin.addr as *const u8, twin.len),
+            )
+        };
+        let mut run: Option<(usize, usize)> = None; // (start, end)
+        let mut differ = 0;
+        let mut push = |start: usize, end: usize, run: &mut Option<(usize, usize)>| match run {
+            Some((_, e)) if *e == start => *e = end,
+            _ => {
+                if let Some((s, e)) = run.take() {
+                    out.push((s as u32, (e - s) as u32));
+                }
+                *run = Some((start, end));
+            }
+        };
+        let words = self.len / 8;
+        for k in 0..words {
+            let (x, y) = (&a[k * 8..k * 8 + 8], &b[k * 8..k * 8 + 8]);
+            if x == y {
+                continue;
+            }
+            for j in 0..8 {
+                if x[j] != y[j] {
+                    differ += 1;
+                    push(k * 8 + j, k * 8 + j + 1, &mut run);
+                }
+            }
+        }
+        for i in words * 8..self.len {
+            if a[i] != b[i] {
+                differ += 1;
+                push(i, i + 1, &mut run);
+            }
+        }
+        if let Some((s, e)) = run {
+            out.push((s as u32, (e - s) as u32));
+        }
+        differ
+    }
+
     /// Whether every byte is zero.
     pub fn is_zero(&self) -> bool {
         // SAFETY: the range is mapped for 'a and readable; reading it as u8 is
@@ -811,6 +944,55 @@ impl<'a> MemRange<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn diff_runs_are_byte_exact() {
+        let mut a = vec![0u8; 4096];
+        let b = a.clone();
+        a[0] = 1;
+        a[2] = 1; // byte 1 unchanged: two runs
+        a[7] = 1;
+        a[8] = 1; // across a word boundary: one run
+        a[4095] = 9;
+        let mut out = Vec::new();
+        let n = MemRange::from_bytes(&a).diff_runs(MemRange::from_bytes(&b), &mut out);
+        assert_eq!(n, 5);
+        assert_eq!(out, vec![(0, 1), (2, 1), (7, 2), (4095, 1)]);
+        out.clear();
+        assert_eq!(
+            MemRange::from_bytes(&b).diff_runs(MemRange::from_bytes(&b), &mut out),
+            0
+        );
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn replace_switches_between_shared_and_private() {
+        let fd = crate::memfd::Memfd::create("svm-test", false).unwrap();
+        fd.set_len(8192).unwrap();
+        let (home, _) = Mapping::shared(fd.as_fd(), 0, 8192, 4096, &MapOptions::default()).unwrap();
+        home.fill(0, 8192, 7);
+        let (m, user) = Mapping::anonymous(8192, &MapOptions::default()).unwrap();
+        m.replace_shared(0, 8192, fd.as_fd(), 0, Protection::ReadWrite)
+            .unwrap();
+        assert_eq!(
+            m.user_atomics_u8(&user)[100].load(std::sync::atomic::Ordering::Relaxed),
+            7
+        );
+        m.user_atomics_u8(&user)[5].store(9, std::sync::atomic::Ordering::Relaxed);
+        let mut b = [0u8; 1];
+        home.copy_out(5, &mut b);
+        assert_eq!(b[0], 9);
+        m.replace_private(4096, 4096, Protection::ReadWrite).unwrap();
+        assert_eq!(
+            m.user_atomics_u32(&user)[1024].load(std::sync::atomic::Ordering::Relaxed),
+            0
+        );
+        m.user_atomics_u8(&user)[4096].store(1, std::sync::atomic::Ordering::Relaxed);
+        home.copy_out(4096, &mut b);
+        assert_eq!(b[0], 7, "private page does not write through");
+        assert!(m.replace_private(100, 4096, Protection::None).is_err());
+    }
 
     #[test]
     fn anonymous_mapping_reads_zero_and_keeps_writes() {
