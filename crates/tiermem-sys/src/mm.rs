@@ -486,6 +486,95 @@ impl Mapping {
         unsafe { std::ptr::copy(src.addr as *const u8, self.as_ptr().add(offset), src.len) }
     }
 
+    /// Copies the byte runs `(offset, len)` of `src` into the mapping at
+    /// `offset + run offset`, and nothing else: how a diff is applied.
+    /// Runs are checked once against `src`, so many short runs (a diff of
+    /// words whose high bytes did not change) cost a few instructions each.
+    pub fn copy_runs(&self, offset: usize, src: MemRange<'_>, runs: &[(u32, u32)]) {
+        self.check_range(offset, src.len);
+        assert!(
+            runs.iter().all(|&(o, l)| (o as usize) + (l as usize) <= src.len),
+            "run outside the source range"
+        );
+        let dst = self.as_ptr().wrapping_add(offset);
+        for &(o, l) in runs {
+            let (o, l) = (o as usize, l as usize);
+            // SAFETY: every run lies inside src (checked above) and inside
+            // [offset, offset + src.len) of this mapping (checked above);
+            // both are mapped; writers of these bytes are excluded by the
+            // caller's protocol (the SVM applies its own diff); the ranges do
+            // not overlap (src is another mapping's page).
+            unsafe {
+                let (from, to) = ((src.addr as *const u8).add(o), dst.add(o));
+                if l <= 8 {
+                    for k in 0..l {
+                        *to.add(k) = *from.add(k);
+                    }
+                } else {
+                    std::ptr::copy_nonoverlapping(from, to, l);
+                }
+            }
+        }
+    }
+
+    /// Writes into the mapping at `offset` exactly the bytes where `cur`
+    /// differs from `twin` (same length), taken from `cur`: [`MemRange::diff_runs`]
+    /// and [`Mapping::copy_runs`] in one pass, without the list of runs.
+    /// Returns the bytes written and the number of byte runs they form.
+    pub fn apply_diff(&self, offset: usize, cur: MemRange<'_>, twin: MemRange<'_>) -> (usize, usize) {
+        assert_eq!(cur.len, twin.len, "diff of ranges of different lengths");
+        self.check_range(offset, cur.len);
+        // SAFETY: cur and twin are mapped and readable for their lifetimes
+        // (the caller's protocol keeps writers out: its own private copy and
+        // twin); u8 accepts any contents.
+        let (a, b) = unsafe {
+            (
+                std::slice::from_raw_parts(cur.addr as *const u8, cur.len),
+                std::slice::from_raw_parts(twin.addr as *const u8, twin.len),
+            )
+        };
+        let dst = self.as_ptr().wrapping_add(offset);
+        let (mut bytes, mut runs, mut run_end) = (0usize, 0usize, usize::MAX);
+        let mut note = |start: usize, end: usize| {
+            if start != run_end {
+                runs += 1;
+            }
+            run_end = end;
+        };
+        for (k, (x, y)) in a.chunks_exact(8).zip(b.chunks_exact(8)).enumerate() {
+            let xv = u64::from_ne_bytes(x.try_into().expect("8 bytes"));
+            let d = xv ^ u64::from_ne_bytes(y.try_into().expect("8 bytes"));
+            if d == 0 {
+                continue;
+            }
+            let m = byte_mask(d);
+            bytes += m.count_ones() as usize;
+            if m == 0xff {
+                note(k * 8, k * 8 + 8);
+                // SAFETY: k * 8 + 8 <= cur.len, inside the checked range of
+                // this mapping; writers excluded by the caller's protocol.
+                unsafe { std::ptr::write_unaligned(dst.add(k * 8).cast::<u64>(), xv) };
+                continue;
+            }
+            for (j, &byte) in x.iter().enumerate() {
+                if m & (1 << j) != 0 {
+                    note(k * 8 + j, k * 8 + j + 1);
+                    // SAFETY: as above, one byte inside the range.
+                    unsafe { *dst.add(k * 8 + j) = byte };
+                }
+            }
+        }
+        for i in (a.len() / 8) * 8..a.len() {
+            if a[i] != b[i] {
+                bytes += 1;
+                note(i, i + 1);
+                // SAFETY: as above.
+                unsafe { *dst.add(i) = a[i] };
+            }
+        }
+        (bytes, runs)
+    }
+
     /// Copies bytes from the mapping into `dst`.
     pub fn copy_out(&self, offset: usize, dst: &mut [u8]) {
         self.check_range(offset, dst.len());
@@ -798,6 +887,21 @@ fn retry_eintr(mut call: impl FnMut() -> libc::ssize_t) -> Result<usize, Errno> 
     }
 }
 
+/// Bit j set where byte j (in memory order) of the XOR `d` of two words
+/// read with `from_ne_bytes` is non-zero.
+fn byte_mask(d: u64) -> u32 {
+    const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    // High bit of each non-zero byte, gathered into one byte.
+    let hi = (((d & LOW7) + LOW7) | d) & HIGHS;
+    let m = ((hi >> 7).wrapping_mul(0x0102_0408_1020_4080) >> 56) as u32;
+    if cfg!(target_endian = "big") {
+        m.reverse_bits() >> 24
+    } else {
+        m
+    }
+}
+
 /// A borrowed byte range of mapped memory, used as the source of a copy.
 #[derive(Clone, Copy, Debug)]
 pub struct MemRange<'a> {
@@ -908,16 +1012,19 @@ impl<'a> MemRange<'a> {
             }
         };
         let words = self.len / 8;
-        for k in 0..words {
-            let (x, y) = (&a[k * 8..k * 8 + 8], &b[k * 8..k * 8 + 8]);
-            if x == y {
+        for (k, (x, y)) in a.chunks_exact(8).zip(b.chunks_exact(8)).enumerate() {
+            let d = u64::from_ne_bytes(x.try_into().expect("8 bytes"))
+                ^ u64::from_ne_bytes(y.try_into().expect("8 bytes"));
+            if d == 0 {
                 continue;
             }
-            for j in 0..8 {
-                if x[j] != y[j] {
-                    differ += 1;
-                    push(k * 8 + j, k * 8 + j + 1, &mut run);
-                }
+            let mut m = byte_mask(d);
+            differ += m.count_ones() as usize;
+            while m != 0 {
+                let s = m.trailing_zeros();
+                let len = (!(m >> s)).trailing_zeros();
+                push(k * 8 + s as usize, k * 8 + (s + len) as usize, &mut run);
+                m &= !(((1u32 << len) - 1) << s);
             }
         }
         for i in words * 8..self.len {
@@ -954,16 +1061,69 @@ mod tests {
         a[7] = 1;
         a[8] = 1; // across a word boundary: one run
         a[4095] = 9;
+        for x in &mut a[64..80] {
+            *x = 0xff; // two whole words
+        }
+        a[80] = 3;
         let mut out = Vec::new();
         let n = MemRange::from_bytes(&a).diff_runs(MemRange::from_bytes(&b), &mut out);
-        assert_eq!(n, 5);
-        assert_eq!(out, vec![(0, 1), (2, 1), (7, 2), (4095, 1)]);
+        assert_eq!(n, 22);
+        assert_eq!(out, vec![(0, 1), (2, 1), (7, 2), (64, 17), (4095, 1)]);
+        // Applying the runs to a third copy writes exactly those bytes.
+        let (m, _) = Mapping::anonymous(4096, &MapOptions::default()).unwrap();
+        m.fill(0, 4096, 0x55);
+        m.copy_runs(0, MemRange::from_bytes(&a), &out);
+        let mut got = vec![0u8; 4096];
+        m.copy_out(0, &mut got);
+        for (i, (&g, &w)) in got.iter().zip(&a).enumerate() {
+            assert_eq!(g, if w != 0 { w } else { 0x55 }, "byte {i}");
+        }
         out.clear();
         assert_eq!(
             MemRange::from_bytes(&b).diff_runs(MemRange::from_bytes(&b), &mut out),
             0
         );
         assert!(out.is_empty());
+    }
+
+    #[test]
+    fn diff_runs_match_a_byte_by_byte_diff() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..200 {
+            let b: Vec<u8> = (0..4096).map(|_| rnd() as u8).collect();
+            let mut a = b.clone();
+            for _ in 0..(rnd() % 300) {
+                let i = (rnd() % 4096) as usize;
+                a[i] = a[i].wrapping_add(1 + (rnd() % 255) as u8);
+            }
+            let mut want = Vec::new();
+            for i in 0..4096 {
+                if a[i] != b[i] {
+                    match want.last_mut() {
+                        Some((s, l)) if *s + *l == i as u32 => *l += 1,
+                        _ => want.push((i as u32, 1u32)),
+                    }
+                }
+            }
+            let mut out = Vec::new();
+            let n = MemRange::from_bytes(&a).diff_runs(MemRange::from_bytes(&b), &mut out);
+            assert_eq!(out, want);
+            assert_eq!(n, want.iter().map(|r| r.1 as usize).sum::<usize>());
+            // The fused form writes the same bytes and counts the same.
+            let (m, _) = Mapping::anonymous(4096, &MapOptions::default()).unwrap();
+            m.write_bytes(0, &b);
+            let (bytes, runs) = m.apply_diff(0, MemRange::from_bytes(&a), MemRange::from_bytes(&b));
+            assert_eq!((bytes, runs), (n, want.len()));
+            let mut got = vec![0u8; 4096];
+            m.copy_out(0, &mut got);
+            assert_eq!(got, a);
+        }
     }
 
     #[test]

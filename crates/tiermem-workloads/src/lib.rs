@@ -13,6 +13,8 @@
 //!   switch) over memory, a cold file, and an emulated slow link;
 //! - [`random`]: random read-modify-write updates, where prefetch and
 //!   policies cannot help;
+//! - [`svm`]: paper 5's workloads (bucket sort, Malstone, BFS with a black
+//!   list) on the shared virtual memory in SPM and hybrid page modes;
 //! - [`report`]: machine description, tables, JSON;
 //! - [`plot`]: SVG charts.
 
@@ -26,4 +28,5 @@ pub mod pspt_model;
 pub mod random;
 pub mod report;
 pub mod stencil;
+pub mod svm;
 pub mod team_stencil;

@@ -303,18 +303,16 @@ impl Local {
         Ok(())
     }
 
-    /// Applies the diff of a read-write DSM page to its home copy; the page
-    /// becomes read-only (it stays on the dirty list for its notice).
-    fn flush_diff(&self, p: usize, runs: &mut Vec<(u32, u32)>) -> Result<(), Error> {
+    /// Applies the diff of a read-write DSM page to its home copy (state
+    /// and protection unchanged: the caller's business).
+    fn diff_to_home(&self, p: usize, runs: &mut Vec<(u32, u32)>) {
         let (heap, t) = (&self.shared.heap, &self.shared.t);
         let (cur, twin) = (
             heap.range(p * self.ps, self.ps),
             self.twin.range(p * self.ps, self.ps),
         );
-        runs.clear();
-        let bytes = cur.diff_runs(twin, runs);
+        let (bytes, nruns) = t.apply_diff(p, cur, twin, runs);
         if bytes > 0 {
-            t.apply_runs(p, cur, runs);
             if self.shared.flavour == SpmFlavour::Noncoherent {
                 // The diff must reach memory, and SPM readers must drop
                 // their lines of the page at their next acquire.
@@ -329,38 +327,52 @@ impl Local {
             }
         }
         self.add(Stat::Diffs, 1);
-        self.add(Stat::DiffRuns, runs.len() as u64);
+        self.add(Stat::DiffRuns, nruns as u64);
         self.add(Stat::DiffBytes, bytes as u64);
+    }
+
+    /// Applies the diff of a read-write DSM page; the page becomes
+    /// read-only (it stays on the dirty list for its notice).
+    fn flush_diff(&self, p: usize, runs: &mut Vec<(u32, u32)>) -> Result<(), Error> {
+        self.diff_to_home(p, runs);
         self.protect(p, 1, Protection::Read)?;
         self.set(p, with_access(self.st(p), READ));
         Ok(())
     }
 
-    /// Drops the cached copy of a DSM page (after flushing its diff).
-    fn invalidate(&self, p: usize, runs: &mut Vec<(u32, u32)>) -> Result<(), Error> {
-        let s = self.st(p);
-        if access(s) == RW {
-            self.flush_diff(p, runs)?;
+    /// Protects `pages` (sorted here), one `mprotect` per run.
+    fn protect_pages(&self, pages: &mut [usize], prot: Protection) -> Result<(), Error> {
+        pages.sort_unstable();
+        for (start, n) in runs_of(pages) {
+            self.protect(start, n, prot)?;
         }
-        self.protect(p, 1, Protection::None)?;
-        self.set(p, with_access(self.st(p), NONE));
-        if mode(s) == DSM {
-            self.shared.t.remove_cacher(p, self.rank);
-        }
-        self.add(Stat::Invalidations, 1);
         Ok(())
     }
 
-    /// Invalidates page `p` if it is cached and its home moved since.
-    fn validate(&self, p: usize, runs: &mut Vec<(u32, u32)>) -> Result<(), Error> {
+    /// Drops the cached copies of `pages` (after applying the diffs of
+    /// dirty ones).
+    fn invalidate_pages(&self, mut pages: Vec<usize>) -> Result<(), Error> {
+        let mut runs = Vec::new();
+        for &p in &pages {
+            let s = self.st(p);
+            if access(s) == RW {
+                self.diff_to_home(p, &mut runs);
+            }
+            self.set(p, with_access(s, NONE));
+            if mode(s) == DSM {
+                self.shared.t.remove_cacher(p, self.rank);
+            }
+        }
+        self.add(Stat::Invalidations, pages.len() as u64);
+        self.protect_pages(&mut pages, Protection::None)
+    }
+
+    /// Whether page `p` is cached and its home moved since.
+    fn stale(&self, p: usize) -> bool {
         let s = self.st(p);
-        if mode(s) != SPM
+        mode(s) != SPM
             && access(s) != NONE
             && self.shared.t.version(p) != self.cached_version[p].load(Ordering::Relaxed)
-        {
-            self.invalidate(p, runs)?;
-        }
-        Ok(())
     }
 
     /// Release (unlock `lock`, or the first half of a barrier): diffs of
@@ -370,15 +382,20 @@ impl Local {
         let t = &self.shared.t;
         let mut runs = Vec::new();
         let mut notices: Vec<u32> = Vec::new();
+        let mut diffed = Vec::new();
         for p in self.dirty.take() {
-            let s = self.st(p);
+            let s = self.st(p) & !DIRTY;
             // A page that left DSM mode had its diff applied then.
             if mode(s) == DSM && access(s) == RW {
-                self.flush_diff(p, &mut runs)?;
+                self.diff_to_home(p, &mut runs);
+                self.set(p, with_access(s, READ));
+                diffed.push(p);
+            } else {
+                self.set(p, s);
             }
-            self.set(p, self.st(p) & !DIRTY);
             notices.push(p as u32);
         }
+        self.protect_pages(&mut diffed, Protection::Read)?;
         let noncoherent = self.shared.flavour == SpmFlavour::Noncoherent;
         for p in self.written.take() {
             let s = self.st(p) & !WRITTEN;
@@ -481,16 +498,18 @@ impl Local {
     /// its write notices.
     pub(crate) fn acquire(&self, id: usize) -> Result<(), Error> {
         let mut pages = Vec::new();
-        let mut runs = Vec::new();
         let seen = self.seen[id].load(Ordering::Relaxed);
         match self.shared.t.notices_since(id, seen, &mut pages) {
             Notices::Since(head) => {
                 self.add(Stat::NoticesReceived, pages.len() as u64);
-                for p in pages {
-                    if mode(self.st(p as usize)) == DSM {
-                        self.validate(p as usize, &mut runs)?;
-                    }
-                }
+                let mut stale: Vec<usize> = pages
+                    .into_iter()
+                    .map(|p| p as usize)
+                    .filter(|&p| mode(self.st(p)) == DSM && self.stale(p))
+                    .collect();
+                stale.sort_unstable();
+                stale.dedup();
+                self.invalidate_pages(stale)?;
                 self.seen[id].store(head, Ordering::Relaxed);
             }
             Notices::Overflow(head) => {
@@ -508,14 +527,13 @@ impl Local {
     /// Validates every cached DSM page (and read-only private pages if
     /// `ro_private`).
     fn validate_all(&self, ro_private: bool) -> Result<(), Error> {
-        let mut runs = Vec::new();
-        for p in 0..self.state.len() {
-            let m = mode(self.st(p));
-            if m == DSM || (ro_private && m == RO_PRIVATE) {
-                self.validate(p, &mut runs)?;
-            }
-        }
-        Ok(())
+        let stale: Vec<usize> = (0..self.state.len())
+            .filter(|&p| {
+                let m = mode(self.st(p));
+                (m == DSM || (ro_private && m == RO_PRIVATE)) && self.stale(p)
+            })
+            .collect();
+        self.invalidate_pages(stale)
     }
 
     /// The second half of a barrier (after every process released).

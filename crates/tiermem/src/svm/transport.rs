@@ -36,6 +36,24 @@ pub trait Transport: Send + Sync {
     /// Writes the byte runs `(offset, len)` of `src` (one page) into home
     /// page `page`, and nothing else.
     fn apply_runs(&self, page: usize, src: MemRange<'_>, runs: &[(u32, u32)]);
+    /// Applies the diff of `cur` against `twin` (one page) to home page
+    /// `page`: only the bytes that differ. Returns (bytes, runs). The
+    /// default computes the runs and calls [`Transport::apply_runs`] (what
+    /// a remote transport sends).
+    fn apply_diff(
+        &self,
+        page: usize,
+        cur: MemRange<'_>,
+        twin: MemRange<'_>,
+        runs: &mut Vec<(u32, u32)>,
+    ) -> (usize, usize) {
+        runs.clear();
+        let bytes = cur.diff_runs(twin, runs);
+        if bytes > 0 {
+            self.apply_runs(page, cur, runs);
+        }
+        (bytes, runs.len())
+    }
     /// The home copy's version: bumped after every change that cached
     /// copies must not miss (signal-safe).
     fn version(&self, page: usize) -> u64;
@@ -147,11 +165,17 @@ impl Transport for LocalShm {
     }
 
     fn apply_runs(&self, page: usize, src: MemRange<'_>, runs: &[(u32, u32)]) {
-        let base = page * self.page_bytes;
-        for &(off, len) in runs {
-            self.home
-                .copy_in(base + off as usize, src.sub(off as usize, len as usize));
-        }
+        self.home.copy_runs(page * self.page_bytes, src, runs);
+    }
+
+    fn apply_diff(
+        &self,
+        page: usize,
+        cur: MemRange<'_>,
+        twin: MemRange<'_>,
+        _runs: &mut Vec<(u32, u32)>,
+    ) -> (usize, usize) {
+        self.home.apply_diff(page * self.page_bytes, cur, twin)
     }
 
     fn version(&self, page: usize) -> u64 {
