@@ -39,5 +39,7 @@ target/release/tiermem bench stencil --virt 16M --near 8M --threads 2 --iters 2 
 target/release/tiermem bench team-evict --evict-batch 64 --json target/smoke-team-evict.json >/dev/null
 target/release/tiermem bench overshadow --sizes 1M --rounds-small 1 --fars memory,link \
     --json target/smoke-overshadow.json --plot target/smoke-overshadow.svg >/dev/null
+target/release/tiermem bench svm --keys 65536 --records 65536 --sites 1024 --scale 10 --roots 1 \
+    --black-list 512 --procs 1,2 --json target/smoke-svm.json --plot target/smoke-svm.svg >/dev/null
 echo
 echo "all tests passed"
