@@ -133,16 +133,14 @@ fn each_line(range: MemRange<'_>, op: Option<Op>) -> usize {
 /// where the CPU has none of the instructions: then only a fence).
 pub fn write_back(range: MemRange<'_>) -> usize {
     let f = features();
-    let op = if f.clwb {
-        Some(Op::Clwb)
-    } else if f.clflushopt {
-        Some(Op::Clflushopt)
-    } else if f.clflush {
-        Some(Op::Clflush)
-    } else {
-        None
-    };
-    each_line(range, op)
+    each_line(
+        range,
+        first_of(&[
+            (f.clwb, Op::Clwb),
+            (f.clflushopt, Op::Clflushopt),
+            (f.clflush, Op::Clflush),
+        ]),
+    )
 }
 
 /// Writes back and invalidates every cache line of `range` (`clflushopt`,
@@ -150,14 +148,15 @@ pub fn write_back(range: MemRange<'_>) -> usize {
 /// comes from memory. Returns the lines invalidated.
 pub fn invalidate(range: MemRange<'_>) -> usize {
     let f = features();
-    let op = if f.clflushopt {
-        Some(Op::Clflushopt)
-    } else if f.clflush {
-        Some(Op::Clflush)
-    } else {
-        None
-    };
-    each_line(range, op)
+    each_line(
+        range,
+        first_of(&[(f.clflushopt, Op::Clflushopt), (f.clflush, Op::Clflush)]),
+    )
+}
+
+/// The first instruction the CPU has, in order of preference.
+fn first_of(choices: &[(bool, Op)]) -> Option<Op> {
+    choices.iter().find(|c| c.0).map(|c| c.1)
 }
 
 #[cfg(test)]

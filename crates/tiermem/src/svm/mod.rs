@@ -552,12 +552,13 @@ impl<'a> AllocGuard<'a> {
     fn take(m: &meta::Meta<'a>, rank: usize) -> Result<AllocGuard<'a>, Error> {
         let word = m.h(meta::H_ALLOC_LOCK);
         let start = Instant::now();
+        let mut backoff = crate::team::Backoff::new(Duration::from_micros(20));
         // Acquire/Release: the table's relaxed accesses happen inside.
         while word
             .compare_exchange(0, rank as u64 + 1, Ordering::Acquire, Ordering::Relaxed)
             .is_err()
         {
-            std::thread::yield_now();
+            backoff.snooze();
             if start.elapsed() > Duration::from_secs(5) {
                 let holder = word.load(Ordering::Relaxed);
                 if holder != 0 {

@@ -11,6 +11,7 @@
 
 use super::meta::{self, Meta, MAX_LOCKS, NOTICE_CAP};
 use crate::error::Error;
+use crate::team::Backoff;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -216,7 +217,7 @@ impl Transport for LocalShm {
     fn lock(&self, id: usize, rank: usize) -> Result<(), Error> {
         let word = self.meta().lock_holder(id);
         let mine = rank as u64 + 1;
-        let mut spins = 0u32;
+        let mut backoff = Backoff::new(Duration::from_micros(20));
         let mut last_check = Instant::now();
         loop {
             let cur = word.load(Ordering::Relaxed);
@@ -232,14 +233,7 @@ impl Transport for LocalShm {
             if cur == mine {
                 return Err(Error::Usage(format!("lock {id} is already held by this process")));
             }
-            spins += 1;
-            if spins < 100 {
-                std::hint::spin_loop();
-            } else if spins < 1000 {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(Duration::from_micros(20));
-            }
+            backoff.snooze();
             if cur != 0 && last_check.elapsed() > Duration::from_millis(10) {
                 last_check = Instant::now();
                 if let Some(e) = self.holder_error(id, cur) {
