@@ -413,7 +413,7 @@ const INF: u32 = u32::MAX;
 /// roots. Level-synchronous bottom-up: each process finds parents for its
 /// own unvisited vertices, so every page of the level array has one
 /// writer; a discovered vertex's neighbours are looked up in the black
-/// list (binary search; read-only private in hybrid).
+/// list (binary search; read-only private in hybrid, as in the paper).
 fn bfs(p: &SvmProc<'_>, prm: &SvmBenchParams, mode: BenchMode) -> Result<(), Error> {
     let (me, np) = (p.rank(), p.procs());
     let nv = 1usize << prm.scale;
@@ -454,9 +454,12 @@ fn bfs(p: &SvmProc<'_>, prm: &SvmBenchParams, mode: BenchMode) -> Result<(), Err
         }
     }
     p.barrier()?;
+    // The paper's choice: the black list read-only private (cached), the
+    // rest SPM. (The level array is read everywhere and written by its
+    // owner every level: in DSM every level would refetch the others'
+    // pages.)
     if mode.hybrid() && np > 1 {
         p.hint_read_only(black_a, pages(prm.black_list * 8))?;
-        p.set_mode(level_a, pages(nv * 4), SvmMode::Dsm)?;
     }
     let blacklisted = |v: u32| {
         let (mut lo, mut hi) = (0usize, black.len());

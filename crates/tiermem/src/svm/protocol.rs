@@ -39,6 +39,9 @@ const ACCESS: u8 = 0b1100;
 const NONE: u8 = 0;
 const READ: u8 = 1 << 2;
 const RW: u8 = 2 << 2;
+/// Pages fetched by one DSM read fault (the faulting page and the invalid
+/// DSM pages after it).
+const READ_AHEAD: usize = 8;
 /// On the dirty list (a write notice is due at the next release).
 const DIRTY: u8 = 1 << 4;
 /// On the SPM written list.
@@ -242,7 +245,7 @@ impl Local {
                 r.is_ok()
             }
             RO_PRIVATE if !write && access(s) == NONE => {
-                let r = self.fetch(p, false);
+                let r = self.fetch(p, 1, false);
                 self.set(p, with_access(s, READ));
                 self.add(Stat::ReadFaults, 1);
                 r.is_ok()
@@ -258,11 +261,21 @@ impl Local {
 
     fn dsm_fault(&self, p: usize, mut s: u8, write: bool) -> bool {
         if access(s) == NONE {
-            if self.fetch(p, true).is_err() {
+            // Read-ahead: the invalid DSM pages that follow come along (one
+            // fault and two mprotects for the run instead of per page).
+            let n = (p..self.state.len().min(p + READ_AHEAD))
+                .take_while(|&q| {
+                    let t = self.st(q);
+                    mode(t) == DSM && access(t) == NONE
+                })
+                .count();
+            if self.fetch(p, n, true).is_err() {
                 return false;
             }
+            for q in p..p + n {
+                self.set(q, with_access(self.st(q), READ));
+            }
             s = with_access(s, READ);
-            self.set(p, s);
             if !write {
                 self.add(Stat::ReadFaults, 1);
                 return true;
@@ -285,21 +298,24 @@ impl Local {
     }
 
     /// Copies the home page into the private copy and maps it read-only.
-    fn fetch(&self, p: usize, cacher: bool) -> Result<(), Error> {
+    fn fetch(&self, first: usize, n: usize, cacher: bool) -> Result<(), Error> {
         let t = &self.shared.t;
-        if cacher {
-            t.add_cacher(p, self.rank);
+        for p in first..first + n {
+            if cacher {
+                t.add_cacher(p, self.rank);
+            }
+            self.cached_version[p].store(t.version(p), Ordering::Relaxed);
+            if self.shared.flavour == SpmFlavour::Noncoherent {
+                // Our cache may hold old lines of the home page.
+                self.add(Stat::LinesInvalidated, cache::invalidate(t.home_range(p)) as u64);
+            }
         }
-        let v = t.version(p);
-        if self.shared.flavour == SpmFlavour::Noncoherent {
-            // Our cache may hold old lines of the home page.
-            self.add(Stat::LinesInvalidated, cache::invalidate(t.home_range(p)) as u64);
+        self.protect(first, n, Protection::ReadWrite)?;
+        for p in first..first + n {
+            t.fetch_page(p, &self.shared.heap, p * self.ps);
         }
-        self.protect(p, 1, Protection::ReadWrite)?;
-        t.fetch_page(p, &self.shared.heap, p * self.ps);
-        self.protect(p, 1, Protection::Read)?;
-        self.cached_version[p].store(v, Ordering::Relaxed);
-        self.add(Stat::Fetches, 1);
+        self.protect(first, n, Protection::Read)?;
+        self.add(Stat::Fetches, n as u64);
         Ok(())
     }
 
