@@ -1741,6 +1741,10 @@ mod tests {
             ("TM_TEAM_THREADS", TM_TEAM_THREADS),
             ("TM_OVERSHADOW_PER_PAGE", TM_OVERSHADOW_PER_PAGE),
             ("TM_OVERSHADOW_WHOLE", TM_OVERSHADOW_WHOLE),
+            ("TM_SVM_NONCOHERENT", TM_SVM_NONCOHERENT),
+            ("TM_SVM_PIN", TM_SVM_PIN),
+            ("TM_SVM_SPM", TM_SVM_SPM),
+            ("TM_SVM_DSM", TM_SVM_DSM),
         ];
         for (name, value) in expected {
             assert_eq!(defines.get(*name), Some(&i64::from(*value)), "{name}");
