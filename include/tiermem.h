@@ -529,6 +529,89 @@ tm_decl_export int tm_team_stats(const tm_team *t, struct tm_team_stats *out) tm
 tm_decl_export int tm_team_destroy(tm_team *t) tm_attr_noexcept;
 
 /* ------------------------------------------------------------------------
+ * Shared virtual memory (paper 5: Lam et al., "Rhymes"; docs/svm.md)
+ *
+ * A heap shared by N processes at the same address. Each page is, per
+ * process, in SPM mode (the shared home copy, release consistency) or DSM
+ * mode (a private cached copy: scope consistency with lock ids, twins and
+ * byte-exact diffs, write notices). Locks order updates; a barrier makes
+ * every process's updates visible to all.
+ *
+ *     static int work(void *arg) {
+ *         long *c = tm_svm_malloc(4096);          // same address everywhere
+ *         tm_svm_set_mode(c, 4096, TM_SVM_DSM);
+ *         tm_svm_lock(0); c[0] += 1; tm_svm_unlock(0);
+ *         return tm_svm_barrier() == TM_OK && c[0] == tm_svm_procs() ? 0 : 1;
+ *     }
+ *     tm_svm *s;
+ *     tm_svm_create(64ul << 20, 4, TM_SVM_PIN, &s);
+ *     int rc = tm_svm_run(s, work, NULL);
+ *     tm_svm_destroy(s);
+ *
+ * Processes are fork()ed (call tm_svm_run from a process with one thread);
+ * one thread per process uses the SVM. tm_svm_malloc is collective: every
+ * process makes the same calls in the same order; whole pages.
+ * --------------------------------------------------------------------- */
+
+/* tm_svm_create flags */
+#define TM_SVM_NONCOHERENT 1 /* SPM pages: clwb written lines at release,
+                              * clflushopt others' lines at acquire */
+#define TM_SVM_PIN 2         /* pin process r to CPU r % online CPUs */
+/* tm_svm_set_mode modes */
+#define TM_SVM_SPM 0
+#define TM_SVM_DSM 1
+
+typedef struct tm_svm tm_svm;
+typedef int (*tm_svm_fn)(void *arg);
+
+struct tm_svm_stats {
+    uint64_t read_faults;       /* DSM / read-only private read faults */
+    uint64_t write_faults;      /* DSM write faults (twins made) */
+    uint64_t spm_write_faults;  /* writes to write-protected SPM pages */
+    uint64_t fetches;           /* home pages copied into private copies */
+    uint64_t diffs;             /* pages diffed against their twins */
+    uint64_t diff_runs;         /* byte runs applied to home copies */
+    uint64_t diff_bytes;        /* bytes applied to home copies */
+    uint64_t notices_sent;      /* write notices attached to locks */
+    uint64_t notices_received;  /* write notices read at acquires */
+    uint64_t invalidations;     /* cached copies dropped */
+    uint64_t lines_flushed;     /* cache lines written back (noncoherent) */
+    uint64_t lines_invalidated; /* cache lines invalidated (noncoherent) */
+};
+
+/* A team of `procs` processes (1 to 53) sharing heap_bytes (a multiple of
+ * 4 KiB). */
+tm_decl_nodiscard tm_decl_export int tm_svm_create(size_t heap_bytes, int procs, int flags,
+                                                   tm_svm **out) tm_attr_noexcept;
+/* Forks the processes; each runs fn(arg) and waits for all. TM_EWORKER if
+ * one returned non-zero, crashed or was killed (the others stop at their
+ * next barrier or lock wait). */
+tm_decl_export int tm_svm_run(tm_svm *s, tm_svm_fn fn, void *arg) tm_attr_noexcept;
+/* Inside fn: rank (0..procs-1) and count; TM_EINVAL outside tm_svm_run. */
+tm_decl_export int tm_svm_rank(void) tm_attr_noexcept;
+tm_decl_export int tm_svm_procs(void) tm_attr_noexcept;
+/* Collective allocation / free (NULL and tm_last_error on failure). */
+tm_decl_export void *tm_svm_malloc(size_t size) tm_attr_noexcept;
+tm_decl_export int tm_svm_free(void *ptr) tm_attr_noexcept;
+/* Numbered locks 0..127. lock: invalidates cached copies named in the
+ * lock's write notices; TM_EWORKER if the holder died. unlock: applies the
+ * diffs of dirty pages and attaches write notices; TM_EINVAL if not held. */
+tm_decl_export int tm_svm_lock(int id) tm_attr_noexcept;
+tm_decl_export int tm_svm_unlock(int id) tm_attr_noexcept;
+/* Applies everyone's diffs, then drops every cached copy whose home changed. */
+tm_decl_export int tm_svm_barrier(void) tm_attr_noexcept;
+/* Page mode of whole pages for this process only (TM_SVM_SPM, TM_SVM_DSM);
+ * a dirty DSM page's diff is applied first. */
+tm_decl_export int tm_svm_set_mode(void *ptr, size_t len, int mode) tm_attr_noexcept;
+/* "Read-only private": cached privately, validated only at barriers;
+ * writing such pages raises SIGSEGV. */
+tm_decl_export int tm_svm_hint_read_only(void *ptr, size_t len) tm_attr_noexcept;
+/* Counters of the last tm_svm_run, all processes. */
+tm_decl_export int tm_svm_stats(const tm_svm *s, struct tm_svm_stats *out) tm_attr_noexcept;
+/* NULL is a no-op. */
+tm_decl_export int tm_svm_destroy(tm_svm *s) tm_attr_noexcept;
+
+/* ------------------------------------------------------------------------
  * Far memory and Overshadow (paper 2: Hori et al., "Overshadow")
  *
  * Far memory that tiermem can map a second time: tm_far_alloc (a memfd of

@@ -65,5 +65,7 @@ pool_smoke /sys/kernel/mm/hugepages/hugepages-2048kB 16 \
     $T bench gups --table 16M --backing 2m --provider hand,tiered,segment --near 50% --updates 2000
 pool_smoke /sys/kernel/mm/hugepages/hugepages-1048576kB 1 \
     $T bench chase --sizes 4M --steps 100000 --backing 1g --provider hand,segment
+target/release/tiermem bench svm --keys 65536 --records 65536 --sites 1024 --scale 10 --roots 1 \
+    --black-list 512 --procs 1,2 --json target/smoke-svm.json --plot target/smoke-svm.svg >/dev/null
 echo
 echo "all tests passed"

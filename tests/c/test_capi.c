@@ -690,6 +690,61 @@ static void test_segments_and_thp(void) {
     }
   }
   if (before >= 0) write_pool(pool2m, before);
+/* SVM: a counter under a lock and disjoint bytes of one page written by
+ * every process, in DSM mode, then checked after a barrier. */
+static int svm_work(void *arg) {
+  (void)arg;
+  int me = tm_svm_rank(), n = tm_svm_procs();
+  unsigned char *page = tm_svm_malloc(4096);
+  long *counter = tm_svm_malloc(4096);
+  if (page == NULL || counter == NULL) return 1;
+  if (tm_svm_set_mode(page, 4096, TM_SVM_DSM) != TM_OK) return 2;
+  if (tm_svm_set_mode(counter, 4096, me % 2 ? TM_SVM_SPM : TM_SVM_DSM) != TM_OK) return 3;
+  for (int i = 0; i < 50; i++) {
+    if (tm_svm_lock(1) != TM_OK) return 4;
+    counter[0] += 1;
+    if (tm_svm_unlock(1) != TM_OK) return 5;
+  }
+  for (int k = me; k < 4096; k += n) page[k] = (unsigned char)(k * 7 + 1);
+  if (tm_svm_barrier() != TM_OK) return 6;
+  if (counter[0] != 50L * n) return 7;
+  for (int k = 0; k < 4096; k++)
+    if (page[k] != (unsigned char)(k * 7 + 1)) return 8;
+  /* Bad input inside a process. */
+  if (tm_svm_unlock(1) != TM_EINVAL || tm_svm_lock(-1) != TM_EINVAL || tm_svm_lock(128) != TM_EINVAL) return 9;
+  if (tm_svm_set_mode(page + 1, 4096, TM_SVM_DSM) != TM_EINVAL || tm_svm_set_mode(page, 4096, 7) != TM_EINVAL) return 10;
+  if (tm_svm_malloc(0) != NULL || tm_svm_free((char *)page + 8) != TM_EINVAL) return 11;
+  return tm_svm_barrier() == TM_OK ? 0 : 12;
+}
+
+static int svm_fail(void *arg) {
+  (void)arg;
+  return tm_svm_rank() == 1 ? 3 : (tm_svm_barrier() == TM_EWORKER ? 0 : 1);
+}
+
+static void test_svm(void) {
+  CHECK(tm_svm_malloc(4096) == NULL && tm_svm_barrier() == TM_EINVAL, "tm_svm_* outside a run are refused");
+  tm_svm *s = NULL;
+  CHECK(tm_svm_create(0, 2, 0, &s) == TM_EINVAL && s == NULL, "zero heap refused");
+  CHECK(tm_svm_create(1 << 20, 0, 0, &s) == TM_EINVAL, "zero processes refused");
+  CHECK(tm_svm_create(1 << 20, 2, 64, &s) == TM_EINVAL, "unknown flag refused");
+  for (int flags = 0; flags <= TM_SVM_NONCOHERENT; flags++) {
+    for (int procs = 2; procs <= 3; procs++) {
+      int rc = tm_svm_create(4 << 20, procs, flags | TM_SVM_PIN, &s);
+      CHECK(rc == TM_OK && s != NULL, "tm_svm_create: %d %s", rc, tm_last_error());
+      if (rc != TM_OK) return;
+      rc = tm_svm_run(s, svm_work, NULL);
+      CHECK(rc == TM_OK, "tm_svm_run (flags %d, %d processes): %d %s", flags, procs, rc, tm_last_error());
+      struct tm_svm_stats st;
+      CHECK(tm_svm_stats(s, &st) == TM_OK && st.diffs > 0 && st.write_faults > 0 && st.notices_sent > 0,
+            "tm_svm_stats: %llu diffs", (unsigned long long)st.diffs);
+      if (flags & TM_SVM_NONCOHERENT) CHECK(st.lines_flushed > 0, "noncoherent flushes lines");
+      CHECK(tm_svm_destroy(s) == TM_OK, "tm_svm_destroy");
+    }
+  }
+  CHECK(tm_svm_create(1 << 20, 3, 0, &s) == TM_OK, "tm_svm_create");
+  CHECK(tm_svm_run(s, svm_fail, NULL) == TM_EWORKER, "a failing process is reported: %s", tm_last_error());
+  CHECK(tm_svm_destroy(s) == TM_OK && tm_svm_destroy(NULL) == TM_OK, "tm_svm_destroy");
 }
 
 int main(void) {
@@ -710,6 +765,7 @@ int main(void) {
   test_team();
   test_overshadow();
   test_segments_and_thp();
+  test_svm();
 
   printf("test_capi: %d checks, %d failed\n", checks, failures);
   return failures == 0 ? 0 : 1;

@@ -14,6 +14,7 @@
 //! - [`file`]: far-store files (0600, sparse, optional `O_DIRECT`);
 //! - [`hugetlb`]: huge page pools;
 //! - [`pagemap`]: the `PAGEMAP_SCAN` ioctl;
+//! - [`cache`]: cache-line write-back and invalidation (clwb, clflushopt);
 //! - [`signal`]: in-context SIGBUS/SIGSEGV fault callbacks;
 //! - [`process`]: worker processes (fork, wait, kill, `_exit`);
 //! - [`splice`]: a pipe of page references for team-mode eviction;
@@ -23,7 +24,11 @@
 //! - [`probe`]: what the running system offers;
 //! - [`atomic`]: atomic views of exclusively borrowed words.
 
+<<<<<<< HEAD
 pub mod atomic;
+=======
+pub mod cache;
+>>>>>>> issue7-svm
 pub mod errno;
 pub mod event;
 pub mod file;

@@ -23,7 +23,7 @@ use crate::hugetlb::HugePageSize;
 use std::marker::PhantomData;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::ptr::NonNull;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8};
 use thiserror::Error;
 
 /// Errors of the mapping calls.
@@ -500,6 +500,95 @@ impl Mapping {
         unsafe { std::ptr::copy(src.addr as *const u8, self.as_ptr().add(offset), src.len) }
     }
 
+    /// Copies the byte runs `(offset, len)` of `src` into the mapping at
+    /// `offset + run offset`, and nothing else: how a diff is applied.
+    /// Runs are checked once against `src`, so many short runs (a diff of
+    /// words whose high bytes did not change) cost a few instructions each.
+    pub fn copy_runs(&self, offset: usize, src: MemRange<'_>, runs: &[(u32, u32)]) {
+        self.check_range(offset, src.len);
+        assert!(
+            runs.iter().all(|&(o, l)| (o as usize) + (l as usize) <= src.len),
+            "run outside the source range"
+        );
+        let dst = self.as_ptr().wrapping_add(offset);
+        for &(o, l) in runs {
+            let (o, l) = (o as usize, l as usize);
+            // SAFETY: every run lies inside src (checked above) and inside
+            // [offset, offset + src.len) of this mapping (checked above);
+            // both are mapped; writers of these bytes are excluded by the
+            // caller's protocol (the SVM applies its own diff); the ranges do
+            // not overlap (src is another mapping's page).
+            unsafe {
+                let (from, to) = ((src.addr as *const u8).add(o), dst.add(o));
+                if l <= 8 {
+                    for k in 0..l {
+                        *to.add(k) = *from.add(k);
+                    }
+                } else {
+                    std::ptr::copy_nonoverlapping(from, to, l);
+                }
+            }
+        }
+    }
+
+    /// Writes into the mapping at `offset` exactly the bytes where `cur`
+    /// differs from `twin` (same length), taken from `cur`: [`MemRange::diff_runs`]
+    /// and [`Mapping::copy_runs`] in one pass, without the list of runs.
+    /// Returns the bytes written and the number of byte runs they form.
+    pub fn apply_diff(&self, offset: usize, cur: MemRange<'_>, twin: MemRange<'_>) -> (usize, usize) {
+        assert_eq!(cur.len, twin.len, "diff of ranges of different lengths");
+        self.check_range(offset, cur.len);
+        // SAFETY: cur and twin are mapped and readable for their lifetimes
+        // (the caller's protocol keeps writers out: its own private copy and
+        // twin); u8 accepts any contents.
+        let (a, b) = unsafe {
+            (
+                std::slice::from_raw_parts(cur.addr as *const u8, cur.len),
+                std::slice::from_raw_parts(twin.addr as *const u8, twin.len),
+            )
+        };
+        let dst = self.as_ptr().wrapping_add(offset);
+        let (mut bytes, mut runs, mut run_end) = (0usize, 0usize, usize::MAX);
+        let mut note = |start: usize, end: usize| {
+            if start != run_end {
+                runs += 1;
+            }
+            run_end = end;
+        };
+        for (k, (x, y)) in a.chunks_exact(8).zip(b.chunks_exact(8)).enumerate() {
+            let xv = u64::from_ne_bytes(x.try_into().expect("8 bytes"));
+            let d = xv ^ u64::from_ne_bytes(y.try_into().expect("8 bytes"));
+            if d == 0 {
+                continue;
+            }
+            let m = byte_mask(d);
+            bytes += m.count_ones() as usize;
+            if m == 0xff {
+                note(k * 8, k * 8 + 8);
+                // SAFETY: k * 8 + 8 <= cur.len, inside the checked range of
+                // this mapping; writers excluded by the caller's protocol.
+                unsafe { std::ptr::write_unaligned(dst.add(k * 8).cast::<u64>(), xv) };
+                continue;
+            }
+            for (j, &byte) in x.iter().enumerate() {
+                if m & (1 << j) != 0 {
+                    note(k * 8 + j, k * 8 + j + 1);
+                    // SAFETY: as above, one byte inside the range.
+                    unsafe { *dst.add(k * 8 + j) = byte };
+                }
+            }
+        }
+        for i in (a.len() / 8) * 8..a.len() {
+            if a[i] != b[i] {
+                bytes += 1;
+                note(i, i + 1);
+                // SAFETY: as above.
+                unsafe { *dst.add(i) = a[i] };
+            }
+        }
+        (bytes, runs)
+    }
+
     /// Copies bytes from the mapping into `dst`.
     pub fn copy_out(&self, offset: usize, dst: &mut [u8]) {
         self.check_range(offset, dst.len());
@@ -719,6 +808,86 @@ impl Mapping {
     }
 }
 
+/// Replacing part of a mapping in place, for shared virtual memory (paper
+/// 5): one process maps a page of the SVM range either as a view of the
+/// shared home file (SPM mode) or as a private cached copy (DSM mode).
+impl Mapping {
+    fn replace(
+        &self,
+        offset: usize,
+        len: usize,
+        prot: Protection,
+        flags: libc::c_int,
+        fd: libc::c_int,
+        file_offset: u64,
+    ) -> Result<(), MmError> {
+        self.check_range(offset, len);
+        if len == 0 || len % self.page_size != 0 || offset % self.page_size != 0 {
+            return Err(MmError::BadLength {
+                len,
+                unit: self.page_size,
+            });
+        }
+        // SAFETY: the range lies inside our own mapping (checked above), so
+        // MAP_FIXED replaces only our pages, never memory of someone else.
+        // The bytes the range shows change; callers use it under a page
+        // protocol that says what the new bytes are (the SVM's modes), as
+        // with `move_pages_to`.
+        let p = unsafe {
+            libc::mmap(
+                self.as_ptr().add(offset).cast(),
+                len,
+                prot.raw(),
+                flags | libc::MAP_FIXED,
+                fd,
+                file_offset as libc::off_t,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(MmError::Map {
+                len,
+                errno: Errno::last(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Replaces `len` bytes at `offset` with fresh private anonymous memory
+    /// (zeros) with protection `prot` (`MAP_PRIVATE | MAP_ANONYMOUS |
+    /// MAP_FIXED`).
+    pub fn replace_private(&self, offset: usize, len: usize, prot: Protection) -> Result<(), MmError> {
+        self.replace(offset, len, prot, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+    }
+
+    /// Replaces `len` bytes at `offset` with a shared view of `fd` from
+    /// `file_offset` (`MAP_SHARED | MAP_FIXED`).
+    pub fn replace_shared(
+        &self,
+        offset: usize,
+        len: usize,
+        fd: BorrowedFd<'_>,
+        file_offset: u64,
+        prot: Protection,
+    ) -> Result<(), MmError> {
+        self.replace(offset, len, prot, libc::MAP_SHARED, fd.as_raw_fd(), file_offset)
+    }
+
+    /// The mapping as shared 32-bit atomics (see [`Mapping::user_atomics`]).
+    pub fn user_atomics_u32<'a>(&'a self, user: &'a UserAccess) -> &'a [AtomicU32] {
+        assert_eq!(user.addr, self.addr(), "UserAccess of another mapping");
+        // SAFETY: as in user_atomics: mapped, page aligned, a multiple of 4
+        // bytes long; atomics tolerate shared mutation.
+        unsafe { std::slice::from_raw_parts(self.as_ptr().cast::<AtomicU32>(), self.len / 4) }
+    }
+
+    /// The mapping as shared byte atomics (see [`Mapping::user_atomics`]).
+    pub fn user_atomics_u8<'a>(&'a self, user: &'a UserAccess) -> &'a [AtomicU8] {
+        assert_eq!(user.addr, self.addr(), "UserAccess of another mapping");
+        // SAFETY: as in user_atomics; any address is aligned for AtomicU8.
+        unsafe { std::slice::from_raw_parts(self.as_ptr().cast::<AtomicU8>(), self.len) }
+    }
+}
+
 impl Drop for Mapping {
     fn drop(&mut self) {
         if let Some(g) = self.dontfork_generation {
@@ -738,6 +907,21 @@ fn retry_eintr(mut call: impl FnMut() -> libc::ssize_t) -> Result<usize, Errno> 
             Err(e) if e.is_interrupted() => continue,
             other => return other,
         }
+    }
+}
+
+/// Bit j set where byte j (in memory order) of the XOR `d` of two words
+/// read with `from_ne_bytes` is non-zero.
+fn byte_mask(d: u64) -> u32 {
+    const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    // High bit of each non-zero byte, gathered into one byte.
+    let hi = (((d & LOW7) + LOW7) | d) & HIGHS;
+    let m = ((hi >> 7).wrapping_mul(0x0102_0408_1020_4080) >> 56) as u32;
+    if cfg!(target_endian = "big") {
+        m.reverse_bits() >> 24
+    } else {
+        m
     }
 }
 
@@ -822,6 +1006,62 @@ impl<'a> MemRange<'a> {
         a == b
     }
 
+    /// The byte-exact runs where this range differs from `twin` (same
+    /// length), as `(offset, len)` pairs appended to `out`; returns the
+    /// bytes that differ. Words are compared first, so equal stretches cost
+    /// one compare per 8 bytes; inside a differing word only the bytes that
+    /// changed join a run, so applying the runs never writes a byte that was
+    /// not changed here (multiple writers of one page, paper 5's diffs).
+    pub fn diff_runs(&self, twin: MemRange<'_>, out: &mut Vec<(u32, u32)>) -> usize {
+        assert_eq!(self.len, twin.len, "diff of ranges of different lengths");
+        // SAFETY: both ranges are mapped and readable for their lifetimes;
+        // u8 accepts any contents; the caller's protocol keeps writers out
+        // (the SVM diffs its own private copy against its own twin).
+        let (a, b) = unsafe {
+            (
+                std::slice::from_raw_parts(self.addr as *const u8, self.len),
+                std::slice::from_raw_parts(twin.addr as *const u8, twin.len),
+            )
+        };
+        let mut run: Option<(usize, usize)> = None; // (start, end)
+        let mut differ = 0;
+        let mut push = |start: usize, end: usize, run: &mut Option<(usize, usize)>| match run {
+            Some((_, e)) if *e == start => *e = end,
+            _ => {
+                if let Some((s, e)) = run.take() {
+                    out.push((s as u32, (e - s) as u32));
+                }
+                *run = Some((start, end));
+            }
+        };
+        let words = self.len / 8;
+        for (k, (x, y)) in a.chunks_exact(8).zip(b.chunks_exact(8)).enumerate() {
+            let d = u64::from_ne_bytes(x.try_into().expect("8 bytes"))
+                ^ u64::from_ne_bytes(y.try_into().expect("8 bytes"));
+            if d == 0 {
+                continue;
+            }
+            let mut m = byte_mask(d);
+            differ += m.count_ones() as usize;
+            while m != 0 {
+                let s = m.trailing_zeros();
+                let len = (!(m >> s)).trailing_zeros();
+                push(k * 8 + s as usize, k * 8 + (s + len) as usize, &mut run);
+                m &= !(((1u32 << len) - 1) << s);
+            }
+        }
+        for i in words * 8..self.len {
+            if a[i] != b[i] {
+                differ += 1;
+                push(i, i + 1, &mut run);
+            }
+        }
+        if let Some((s, e)) = run {
+            out.push((s as u32, (e - s) as u32));
+        }
+        differ
+    }
+
     /// Whether every byte is zero.
     pub fn is_zero(&self) -> bool {
         // SAFETY: the range is mapped for 'a and readable; reading it as u8 is
@@ -834,6 +1074,108 @@ impl<'a> MemRange<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn diff_runs_are_byte_exact() {
+        let mut a = vec![0u8; 4096];
+        let b = a.clone();
+        a[0] = 1;
+        a[2] = 1; // byte 1 unchanged: two runs
+        a[7] = 1;
+        a[8] = 1; // across a word boundary: one run
+        a[4095] = 9;
+        for x in &mut a[64..80] {
+            *x = 0xff; // two whole words
+        }
+        a[80] = 3;
+        let mut out = Vec::new();
+        let n = MemRange::from_bytes(&a).diff_runs(MemRange::from_bytes(&b), &mut out);
+        assert_eq!(n, 22);
+        assert_eq!(out, vec![(0, 1), (2, 1), (7, 2), (64, 17), (4095, 1)]);
+        // Applying the runs to a third copy writes exactly those bytes.
+        let (m, _) = Mapping::anonymous(4096, &MapOptions::default()).unwrap();
+        m.fill(0, 4096, 0x55);
+        m.copy_runs(0, MemRange::from_bytes(&a), &out);
+        let mut got = vec![0u8; 4096];
+        m.copy_out(0, &mut got);
+        for (i, (&g, &w)) in got.iter().zip(&a).enumerate() {
+            assert_eq!(g, if w != 0 { w } else { 0x55 }, "byte {i}");
+        }
+        out.clear();
+        assert_eq!(
+            MemRange::from_bytes(&b).diff_runs(MemRange::from_bytes(&b), &mut out),
+            0
+        );
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn diff_runs_match_a_byte_by_byte_diff() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..200 {
+            let b: Vec<u8> = (0..4096).map(|_| rnd() as u8).collect();
+            let mut a = b.clone();
+            for _ in 0..(rnd() % 300) {
+                let i = (rnd() % 4096) as usize;
+                a[i] = a[i].wrapping_add(1 + (rnd() % 255) as u8);
+            }
+            let mut want = Vec::new();
+            for i in 0..4096 {
+                if a[i] != b[i] {
+                    match want.last_mut() {
+                        Some((s, l)) if *s + *l == i as u32 => *l += 1,
+                        _ => want.push((i as u32, 1u32)),
+                    }
+                }
+            }
+            let mut out = Vec::new();
+            let n = MemRange::from_bytes(&a).diff_runs(MemRange::from_bytes(&b), &mut out);
+            assert_eq!(out, want);
+            assert_eq!(n, want.iter().map(|r| r.1 as usize).sum::<usize>());
+            // The fused form writes the same bytes and counts the same.
+            let (m, _) = Mapping::anonymous(4096, &MapOptions::default()).unwrap();
+            m.write_bytes(0, &b);
+            let (bytes, runs) = m.apply_diff(0, MemRange::from_bytes(&a), MemRange::from_bytes(&b));
+            assert_eq!((bytes, runs), (n, want.len()));
+            let mut got = vec![0u8; 4096];
+            m.copy_out(0, &mut got);
+            assert_eq!(got, a);
+        }
+    }
+
+    #[test]
+    fn replace_switches_between_shared_and_private() {
+        let fd = crate::memfd::Memfd::create("svm-test", false).unwrap();
+        fd.set_len(8192).unwrap();
+        let (home, _) = Mapping::shared(fd.as_fd(), 0, 8192, 4096, &MapOptions::default()).unwrap();
+        home.fill(0, 8192, 7);
+        let (m, user) = Mapping::anonymous(8192, &MapOptions::default()).unwrap();
+        m.replace_shared(0, 8192, fd.as_fd(), 0, Protection::ReadWrite)
+            .unwrap();
+        assert_eq!(
+            m.user_atomics_u8(&user)[100].load(std::sync::atomic::Ordering::Relaxed),
+            7
+        );
+        m.user_atomics_u8(&user)[5].store(9, std::sync::atomic::Ordering::Relaxed);
+        let mut b = [0u8; 1];
+        home.copy_out(5, &mut b);
+        assert_eq!(b[0], 9);
+        m.replace_private(4096, 4096, Protection::ReadWrite).unwrap();
+        assert_eq!(
+            m.user_atomics_u32(&user)[1024].load(std::sync::atomic::Ordering::Relaxed),
+            0
+        );
+        m.user_atomics_u8(&user)[4096].store(1, std::sync::atomic::Ordering::Relaxed);
+        home.copy_out(4096, &mut b);
+        assert_eq!(b[0], 7, "private page does not write through");
+        assert!(m.replace_private(100, 4096, Protection::None).is_err());
+    }
 
     #[test]
     fn anonymous_mapping_reads_zero_and_keeps_writes() {

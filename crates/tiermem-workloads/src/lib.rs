@@ -22,6 +22,8 @@
 //! - [`translation`]: running those over backings and providers, tables
 //!   normalized to 1 GiB pages and speedups over 4 KiB;
 //! - [`rng`]: the workloads' deterministic random numbers;
+//! - [`svm`]: paper 5's workloads (bucket sort, Malstone, BFS with a black
+//!   list) on the shared virtual memory in SPM and hybrid page modes;
 //! - [`report`]: machine description, tables, JSON;
 //! - [`plot`]: SVG charts.
 
@@ -41,5 +43,6 @@ pub mod random;
 pub mod report;
 pub mod rng;
 pub mod stencil;
+pub mod svm;
 pub mod team_stencil;
 pub mod translation;

@@ -30,6 +30,8 @@
 //! - [`global`]: the process-wide region behind `tm_malloc_global`;
 //! - [`team`]: one region shared by worker processes, a page table each
 //!   (partially separated page tables);
+//! - [`svm`]: paper 5's shared virtual memory (Rhymes): SPM and DSM page
+//!   modes across processes, scope consistency, twins and diffs;
 //! - [`far`]: far memory tiermem can map twice (memfd allocations, file
 //!   ranges);
 //! - [`overshadow`]: paper 2's Overshadow: read far memory at once, switch
@@ -55,6 +57,7 @@ pub mod region;
 pub mod segment;
 pub mod stats;
 pub mod store;
+pub mod svm;
 pub mod team;
 
 pub use config::{Config, DirtyTracking, FarStoreConfig, FaultPath, InstallMethod, PageSize};

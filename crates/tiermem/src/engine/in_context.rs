@@ -122,10 +122,14 @@ fn on_sigbus(f: &SignalFault) -> Disposition {
     }
 }
 
-/// The process's SIGSEGV callback: a write to an overshadow page that has
+/// The process's SIGSEGV callback: an access to a page of the SVM heap
+/// (see [`crate::svm`]), a write to an overshadow page that has
 /// not switched yet (see [`crate::overshadow`]), or a write to a run that a
 /// region froze for eviction.
 pub(crate) fn on_sigsegv(f: &SignalFault) -> Disposition {
+    if let Some(d) = crate::svm::protocol::serve_fault(f.addr, f.write) {
+        return d;
+    }
     if let Some(ok) = crate::overshadow::serve_write_fault(f.addr) {
         return if ok && !repeated(f.addr) {
             Disposition::Retry

@@ -386,6 +386,32 @@ impl Worker<'_> {
     }
 }
 
+/// How a process waits for another (a barrier, a lock): spin, then yield,
+/// then sleep `sleep` per round. Polling, because a cross-CPU wake-up costs
+/// about 50 us on these machines; the caller checks for dead members
+/// between rounds.
+pub(crate) struct Backoff {
+    spins: u64,
+    sleep: Duration,
+}
+
+impl Backoff {
+    pub(crate) fn new(sleep: Duration) -> Backoff {
+        Backoff { spins: 0, sleep }
+    }
+
+    pub(crate) fn snooze(&mut self) {
+        self.spins += 1;
+        if self.spins < 200 {
+            std::hint::spin_loop();
+        } else if self.spins < 2000 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(self.sleep);
+        }
+    }
+}
+
 fn barrier(ctl: &Ctl<'_>) -> Result<(), Error> {
     let gen = ctl.get(ctl::H_BAR_GEN);
     let party = ctl.get(ctl::H_PARTY);
@@ -394,7 +420,7 @@ fn barrier(ctl: &Ctl<'_>) -> Result<(), Error> {
         ctl.w[ctl::H_BAR_GEN].fetch_add(1, Ordering::AcqRel);
         return Ok(());
     }
-    let mut spins = 0u64;
+    let mut backoff = Backoff::new(Duration::from_micros(50));
     let mut last_check = Instant::now();
     loop {
         if ctl.get(ctl::H_BAR_GEN) != gen {
@@ -407,14 +433,7 @@ fn barrier(ctl: &Ctl<'_>) -> Result<(), Error> {
                 abort - 1
             )));
         }
-        spins += 1;
-        if spins < 200 {
-            std::hint::spin_loop();
-        } else if spins < 2000 {
-            std::thread::yield_now();
-        } else {
-            std::thread::sleep(Duration::from_micros(50));
-        }
+        backoff.snooze();
         if last_check.elapsed() > Duration::from_millis(20) {
             last_check = Instant::now();
             for r in 0..MAX_MEMBERS {

@@ -1,0 +1,812 @@
+//! Paper 5's workloads on the shared virtual memory ([`tiermem::svm`]):
+//! bucket sort, a Malstone-style log analysis and a Graph500-style BFS
+//! with a read-only black list, each in
+//!
+//! - `spm-coherent`: every page SPM, plain shared memory (what a
+//!   cache-coherent machine runs);
+//! - `spm-noncoherent`: every page SPM with the noncoherent flavour
+//!   (written lines flushed at release, others' lines invalidated at
+//!   acquire): the paper's "SPM" baseline (Intel SMC on the SCC);
+//! - `hybrid`: the paper's choice of modes per phase, SPM pages coherent
+//!   (what the protocol costs over plain shared memory);
+//! - `hybrid-noncoherent`: the same modes, SPM pages noncoherent (the
+//!   paper's "Hybrid" on non-coherent hardware).
+//!
+//! Every run is verified against the single-process `spm-coherent` run
+//! (a checksum of the result) and by the workload's own checks.
+//!
+//! The BFS is a minimal one written here (a Kronecker/R-MAT edge list,
+//! CSR, level-synchronous bottom-up BFS): the project's Graph500 module
+//! was not merged when this was written.
+
+use crate::report::{command_line, Machine, Table};
+use serde::Serialize;
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+use std::time::Instant;
+use tiermem::svm::{SpmFlavour, Svm, SvmConfig, SvmMode, SvmProc, SvmStats};
+use tiermem::Error;
+
+const PAGE: usize = 4096;
+
+/// A workload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Workload {
+    /// Parallel bucket sort (keys generated, bucketed, sorted per bucket,
+    /// merged).
+    Bucket,
+    /// Malstone-A-style: ratio of compromised visits per site.
+    Malstone,
+    /// Bottom-up BFS with a black-list check per visited vertex.
+    Bfs,
+}
+
+impl Workload {
+    /// Name on command lines.
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Bucket => "bucket",
+            Workload::Malstone => "malstone",
+            Workload::Bfs => "bfs",
+        }
+    }
+    /// Parses a name.
+    pub fn parse(s: &str) -> Option<Workload> {
+        [Workload::Bucket, Workload::Malstone, Workload::Bfs]
+            .into_iter()
+            .find(|w| w.name() == s)
+    }
+}
+
+/// Page-mode policy of a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum BenchMode {
+    /// All SPM, coherent flavour.
+    SpmCoherent,
+    /// All SPM, noncoherent flavour.
+    SpmNoncoherent,
+    /// Paper's per-phase modes, SPM pages coherent.
+    Hybrid,
+    /// Paper's per-phase modes, SPM pages noncoherent.
+    HybridNoncoherent,
+}
+
+impl BenchMode {
+    /// Name on command lines.
+    pub fn name(self) -> &'static str {
+        match self {
+            BenchMode::SpmCoherent => "spm-coherent",
+            BenchMode::SpmNoncoherent => "spm-noncoherent",
+            BenchMode::Hybrid => "hybrid",
+            BenchMode::HybridNoncoherent => "hybrid-noncoherent",
+        }
+    }
+    /// Parses a name.
+    pub fn parse(s: &str) -> Option<BenchMode> {
+        [
+            BenchMode::SpmCoherent,
+            BenchMode::SpmNoncoherent,
+            BenchMode::Hybrid,
+            BenchMode::HybridNoncoherent,
+        ]
+        .into_iter()
+        .find(|m| m.name() == s)
+    }
+    fn flavour(self) -> SpmFlavour {
+        match self {
+            BenchMode::SpmCoherent | BenchMode::Hybrid => SpmFlavour::Coherent,
+            _ => SpmFlavour::Noncoherent,
+        }
+    }
+    fn hybrid(self) -> bool {
+        matches!(self, BenchMode::Hybrid | BenchMode::HybridNoncoherent)
+    }
+}
+
+/// Problem sizes.
+#[derive(Clone, Debug, Serialize)]
+pub struct SvmBenchParams {
+    /// Bucket sort: keys (u32).
+    pub keys: usize,
+    /// Bucket sort: keys per bucket on average (a power of two).
+    pub bucket_keys: usize,
+    /// Malstone: log records (8 bytes each).
+    pub records: usize,
+    /// Malstone: sites.
+    pub sites: usize,
+    /// BFS: scale (2^scale vertices, 16 edges per vertex).
+    pub scale: u32,
+    /// BFS: roots searched.
+    pub roots: usize,
+    /// BFS: black-list entries (u64 ids; 16384 is the paper's 128 KiB).
+    pub black_list: usize,
+}
+
+impl Default for SvmBenchParams {
+    fn default() -> Self {
+        SvmBenchParams {
+            keys: 4 << 20,
+            bucket_keys: 256,
+            records: 8 << 20,
+            sites: 1 << 16,
+            scale: 17,
+            roots: 4,
+            black_list: 16384,
+        }
+    }
+}
+
+/// One run.
+#[derive(Clone, Debug, Serialize)]
+pub struct SvmRun {
+    /// Workload.
+    pub workload: Workload,
+    /// Mode.
+    pub mode: BenchMode,
+    /// Processes.
+    pub procs: usize,
+    /// Repetition.
+    pub rep: usize,
+    /// Time of the measured part (see the workload), seconds.
+    pub seconds: f64,
+    /// Phases of the measured part, seconds.
+    pub phases: Vec<(String, f64)>,
+    /// Checksum of the result.
+    pub checksum: u64,
+    /// Matches the single-process run and passed the workload's checks.
+    pub valid: bool,
+    /// Protocol counters, summed over the processes, whole run.
+    pub stats: SvmStats,
+}
+
+impl SvmRun {
+    /// Page faults of the protocol (read, write, SPM write).
+    pub fn faults(&self) -> u64 {
+        self.stats.read_faults + self.stats.write_faults + self.stats.spm_write_faults
+    }
+}
+
+// Scratch words: 0 checksum (summed), 1 errors, 2.. phase ns (rank 0),
+// 32.. per-rank counters.
+const S_SUM: usize = 0;
+const S_ERR: usize = 1;
+const S_PHASE: usize = 2;
+const S_RANK: usize = 32;
+const S_LINK: usize = 30;
+
+fn mix(mut x: u64) -> u64 {
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    x ^ (x >> 33)
+}
+
+/// `[lo, hi)` of `n` items for `rank` of `procs`.
+fn share(n: usize, rank: usize, procs: usize) -> (usize, usize) {
+    (n * rank / procs, n * (rank + 1) / procs)
+}
+
+fn pages(bytes: usize) -> usize {
+    bytes.div_ceil(PAGE) * PAGE
+}
+
+/// Rank 0's clock for phases between barriers.
+struct Phases<'a> {
+    p: &'a SvmProc<'a>,
+    t: Instant,
+    k: usize,
+}
+
+impl<'a> Phases<'a> {
+    fn start(p: &'a SvmProc<'a>) -> Result<Phases<'a>, Error> {
+        p.barrier()?;
+        Ok(Phases {
+            p,
+            t: Instant::now(),
+            k: 0,
+        })
+    }
+    /// Ends a phase at a barrier.
+    fn lap(&mut self) -> Result<(), Error> {
+        self.p.barrier()?;
+        if self.p.rank() == 0 {
+            self.p.scratch()[S_PHASE + self.k].store(self.t.elapsed().as_nanos() as u64, Relaxed);
+        }
+        self.t = Instant::now();
+        self.k += 1;
+        Ok(())
+    }
+}
+
+fn fail(p: &SvmProc<'_>) {
+    p.scratch()[S_ERR].fetch_add(1, Relaxed);
+}
+
+/// In-place insertion sort of shared words (the paper uses bubble sort;
+/// both are quadratic with heavy reuse of the bucket).
+fn insertion_sort(a: &[AtomicU32]) {
+    for i in 1..a.len() {
+        let v = a[i].load(Relaxed);
+        let mut j = i;
+        while j > 0 {
+            let u = a[j - 1].load(Relaxed);
+            if u <= v {
+                break;
+            }
+            a[j].store(u, Relaxed);
+            j -= 1;
+        }
+        a[j].store(v, Relaxed);
+    }
+}
+
+/// Bucket sort (paper IV.A). Phases: generate (keys SPM), bucket (bucket
+/// array SPM), sort (hybrid: bucket array DSM), merge (read, left DSM).
+fn bucket(p: &SvmProc<'_>, prm: &SvmBenchParams, mode: BenchMode) -> Result<(), Error> {
+    let (me, np) = (p.rank(), p.procs());
+    let n = prm.keys;
+    let nb = (n / prm.bucket_keys).next_power_of_two().max(1);
+    let shift = 32 - nb.trailing_zeros();
+    let keys_a = p.malloc(pages(n * 4))?;
+    let buck_a = p.malloc(pages(n * 4))?;
+    let counts_a = p.malloc(pages(np * nb * 4))?;
+    let keys = p.u32s(keys_a, n)?;
+    let buck = p.u32s(buck_a, n)?;
+    let counts = p.u32s(counts_a, np * nb)?;
+    let bucket_of = |k: u32| if shift == 32 { 0 } else { (k >> shift) as usize };
+    let mut ph = Phases::start(p)?;
+    // 1. Generate keys in parallel (sequential writes, SPM).
+    let (lo, hi) = share(n, me, np);
+    for (i, k) in keys.iter().enumerate().take(hi).skip(lo) {
+        k.store(mix(i as u64 ^ 0x5eed) as u32, Relaxed);
+    }
+    ph.lap()?;
+    // 2. Bucket: histogram of my slice, offsets, scatter.
+    let mut hist = vec![0u32; nb];
+    for k in &keys[lo..hi] {
+        hist[bucket_of(k.load(Relaxed))] += 1;
+    }
+    for (b, &h) in hist.iter().enumerate() {
+        counts[me * nb + b].store(h, Relaxed);
+    }
+    p.barrier()?;
+    let mut start = vec![0usize; nb + 1];
+    let mut mine = vec![0usize; nb];
+    for b in 0..nb {
+        let mut s = start[b];
+        for r in 0..np {
+            if r == me {
+                mine[b] = s;
+            }
+            s += counts[r * nb + b].load(Relaxed) as usize;
+        }
+        start[b + 1] = s;
+    }
+    for k in &keys[lo..hi] {
+        let v = k.load(Relaxed);
+        let b = bucket_of(v);
+        buck[mine[b]].store(v, Relaxed);
+        mine[b] += 1;
+    }
+    ph.lap()?;
+    // 3. Sort my buckets (intense reuse: DSM in hybrid).
+    // The bucket array goes DSM (the paper's choice): each process faults
+    // in only its own buckets' pages; the edge pages shared with a
+    // neighbour have two writers, merged by the diffs.
+    if mode.hybrid() && np > 1 {
+        p.set_mode(buck_a, pages(n * 4), SvmMode::Dsm)?;
+    }
+    let (blo, bhi) = share(nb, me, np);
+    for b in blo..bhi {
+        insertion_sort(&buck[start[b]..start[b + 1]]);
+    }
+    ph.lap()?;
+    // 4. Merge: check my range is sorted and fold it into the checksum.
+    let (lo, hi) = (start[blo], start[bhi]);
+    let mut sum = 0u64;
+    let mut prev = if lo > 0 { buck[lo - 1].load(Relaxed) } else { 0 };
+    for (i, k) in buck.iter().enumerate().take(hi).skip(lo) {
+        let v = k.load(Relaxed);
+        if v < prev {
+            fail(p);
+        }
+        prev = v;
+        sum = sum.wrapping_add(mix(v as u64).wrapping_mul(i as u64 + 1));
+    }
+    p.scratch()[S_SUM].fetch_add(sum, Relaxed);
+    ph.lap()
+}
+
+/// Malstone A (paper IV.B): per site, the visits and the visits by
+/// compromised visitors. Phases: generate (log SPM), count (each process
+/// into its own table: DSM in hybrid), reduce (per site over the tables).
+fn malstone(p: &SvmProc<'_>, prm: &SvmBenchParams, mode: BenchMode) -> Result<(), Error> {
+    let (me, np) = (p.rank(), p.procs());
+    let (n, s) = (prm.records, prm.sites);
+    let log_a = p.malloc(pages(n * 8))?;
+    let tab_bytes = pages(2 * s * 4);
+    let tabs_a = p.malloc(tab_bytes * np)?;
+    let res_a = p.malloc(pages(2 * s * 4))?;
+    let log = p.u64s(log_a, n)?;
+    let res = p.u32s(res_a, 2 * s)?;
+    let mut ph = Phases::start(p)?;
+    let (lo, hi) = share(n, me, np);
+    for (i, r) in log.iter().enumerate().take(hi).skip(lo) {
+        let h = mix(i as u64 ^ 0x3a1);
+        // Skewed sites (a few popular ones), visitors, ~1/8 compromised.
+        let site = (h % s as u64) * ((h >> 20) % s as u64) / s as u64;
+        let visitor = (h >> 32) & 0x7fff_ffff;
+        let bad = (mix(visitor) % 8 == 0) as u64;
+        r.store(site | visitor << 32 | bad << 63, Relaxed);
+    }
+    ph.lap()?;
+    if mode.hybrid() && np > 1 {
+        p.set_mode(tabs_a + me * tab_bytes, tab_bytes, SvmMode::Dsm)?;
+    }
+    let tab = p.u32s(tabs_a + me * tab_bytes, 2 * s)?;
+    for r in &log[lo..hi] {
+        let v = r.load(Relaxed);
+        let site = (v & 0xffff_ffff) as usize;
+        tab[2 * site].store(tab[2 * site].load(Relaxed) + 1, Relaxed);
+        if v >> 63 != 0 {
+            tab[2 * site + 1].store(tab[2 * site + 1].load(Relaxed) + 1, Relaxed);
+        }
+    }
+    ph.lap()?;
+    let (slo, shi) = share(s, me, np);
+    let mut sum = 0u64;
+    let tabs = (0..np)
+        .map(|r| p.u32s(tabs_a + r * tab_bytes, 2 * s))
+        .collect::<Result<Vec<_>, _>>()?;
+    for site in slo..shi {
+        let (mut visits, mut bad) = (0u32, 0u32);
+        for t in &tabs {
+            visits += t[2 * site].load(Relaxed);
+            bad += t[2 * site + 1].load(Relaxed);
+        }
+        res[2 * site].store(visits, Relaxed);
+        res[2 * site + 1].store(bad, Relaxed);
+        // The ratio, as the checksum sees it (exact for equal counts).
+        let ratio = if visits == 0 {
+            0.0
+        } else {
+            bad as f64 / visits as f64
+        };
+        sum = sum.wrapping_add(mix(site as u64 ^ (visits as u64) << 32 ^ ratio.to_bits()));
+    }
+    p.scratch()[S_SUM].fetch_add(sum, Relaxed);
+    ph.lap()?;
+    // Check: every record counted once.
+    if me == 0 {
+        let total: u64 = (0..s).map(|i| res[2 * i].load(Relaxed) as u64).sum();
+        if total != n as u64 {
+            fail(p);
+        }
+    }
+    Ok(())
+}
+
+/// An R-MAT edge (a=0.57, b=c=0.19, Graph500's Kronecker parameters).
+fn rmat_edge(scale: u32, i: u64) -> (u32, u32) {
+    let (mut u, mut v) = (0u32, 0u32);
+    for bit in 0..scale {
+        let r = mix(i.wrapping_mul(64) + bit as u64) % 100;
+        let (a, b) = match r {
+            0..=56 => (0, 0),
+            57..=75 => (0, 1),
+            76..=94 => (1, 0),
+            _ => (1, 1),
+        };
+        u |= a << bit;
+        v |= b << bit;
+    }
+    // Scramble vertex ids so that degree is not tied to the id.
+    let n = 1u64 << scale;
+    let perm = |x: u32| ((x as u64).wrapping_mul(0x9e37_79b1) % n) as u32;
+    (perm(u), perm(v))
+}
+
+const INF: u32 = u32::MAX;
+
+/// Graph500-style BFS with a black list (paper IV.C). The graph is built
+/// by rank 0 (not timed); the timed part is the BFS kernel over `roots`
+/// roots. Level-synchronous bottom-up: each process finds parents for its
+/// own unvisited vertices, so every page of the level array has one
+/// writer; a discovered vertex's neighbours are looked up in the black
+/// list (binary search; read-only private in hybrid, as in the paper).
+fn bfs(p: &SvmProc<'_>, prm: &SvmBenchParams, mode: BenchMode) -> Result<(), Error> {
+    let (me, np) = (p.rank(), p.procs());
+    let nv = 1usize << prm.scale;
+    let ne = 16 * nv;
+    let off_a = p.malloc(pages((nv + 1) * 4))?;
+    let adj_a = p.malloc(pages(2 * ne * 4))?;
+    let level_a = p.malloc(pages(nv * 4))?;
+    let black_a = p.malloc(pages(prm.black_list * 8))?;
+    let off = p.u32s(off_a, nv + 1)?;
+    let adj = p.u32s(adj_a, 2 * ne)?;
+    let level = p.u32s(level_a, nv)?;
+    let black = p.u64s(black_a, prm.black_list)?;
+    if me == 0 {
+        let edges: Vec<(u32, u32)> = (0..ne as u64).map(|i| rmat_edge(prm.scale, i)).collect();
+        let mut deg = vec![0u32; nv + 1];
+        for &(u, v) in &edges {
+            deg[u as usize] += 1;
+            deg[v as usize] += 1;
+        }
+        let mut o = 0u32;
+        for (v, d) in deg.iter().enumerate() {
+            off[v].store(o, Relaxed);
+            o += d;
+        }
+        let mut fill: Vec<u32> = (0..nv).map(|v| off[v].load(Relaxed)).collect();
+        for &(u, v) in &edges {
+            adj[fill[u as usize] as usize].store(v, Relaxed);
+            fill[u as usize] += 1;
+            adj[fill[v as usize] as usize].store(u, Relaxed);
+            fill[v as usize] += 1;
+        }
+        let mut bl: Vec<u64> = (0..prm.black_list as u64)
+            .map(|i| mix(i ^ 0xb1ac) % nv as u64)
+            .collect();
+        bl.sort_unstable();
+        for (x, &v) in black.iter().zip(&bl) {
+            x.store(v, Relaxed);
+        }
+    }
+    p.barrier()?;
+    // The paper's choice: the black list read-only private (cached), the
+    // rest SPM. (The level array is read everywhere and written by its
+    // owner every level: in DSM every level would refetch the others'
+    // pages.)
+    if mode.hybrid() && np > 1 {
+        p.hint_read_only(black_a, pages(prm.black_list * 8))?;
+    }
+    let blacklisted = |v: u32| {
+        let (mut lo, mut hi) = (0usize, black.len());
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            let x = black[mid].load(Relaxed);
+            if x == v as u64 {
+                return true;
+            }
+            if x < v as u64 {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        false
+    };
+    let nbrs = |v: usize| {
+        let (a, b) = (off[v].load(Relaxed) as usize, off[v + 1].load(Relaxed) as usize);
+        adj[a..b].iter().map(|x| x.load(Relaxed))
+    };
+    // Roots: vertices with neighbours, chosen by hash.
+    let roots: Vec<usize> = (0u64..)
+        .map(|i| (mix(i ^ 0x200f) % nv as u64) as usize)
+        .filter(|&v| nbrs(v).next().is_some())
+        .take(prm.roots)
+        .collect();
+    let (lo, hi) = share(nv, me, np);
+    let counter = &p.scratch()[S_RANK + me];
+    let mut ph = Phases::start(p)?;
+    let mut sum = 0u64;
+    for &root in &roots {
+        for (v, l) in level.iter().enumerate().take(hi).skip(lo) {
+            l.store(if v == root { 0 } else { INF }, Relaxed);
+        }
+        let mut found_total = 1u64;
+        let mut depth = 0u32;
+        let mut linking = 0u64;
+        p.barrier()?;
+        loop {
+            let mut found = 0u64;
+            for v in lo..hi {
+                if level[v].load(Relaxed) != INF {
+                    continue;
+                }
+                if nbrs(v).any(|u| level[u as usize].load(Relaxed) == depth) {
+                    level[v].store(depth + 1, Relaxed);
+                    found += 1;
+                    if nbrs(v).any(blacklisted) {
+                        linking += 1;
+                    }
+                }
+            }
+            counter.fetch_add(found, Relaxed);
+            p.barrier()?;
+            let total: u64 = (0..np)
+                .map(|r| p.scratch()[S_RANK + r].load(Relaxed))
+                .sum::<u64>()
+                + 1;
+            p.barrier()?; // everyone read the counters before they move on
+            if total == found_total {
+                break;
+            }
+            found_total = total;
+            depth += 1;
+        }
+        // Validate my vertices: a parent one level up; no edge spans two.
+        for v in lo..hi {
+            let l = level[v].load(Relaxed);
+            if l == INF {
+                if nbrs(v).any(|u| level[u as usize].load(Relaxed) != INF) {
+                    fail(p);
+                }
+                continue;
+            }
+            if l > 0 && !nbrs(v).any(|u| level[u as usize].load(Relaxed) == l - 1) {
+                fail(p);
+            }
+            if nbrs(v).any(|u| level[u as usize].load(Relaxed).abs_diff(l) > 1) {
+                fail(p);
+            }
+            sum = sum.wrapping_add(mix(v as u64 ^ (l as u64) << 32));
+        }
+        p.scratch()[S_LINK].fetch_add(linking, Relaxed);
+        counter.store(0, Relaxed);
+        p.barrier()?;
+    }
+    p.scratch()[S_SUM].fetch_add(sum, Relaxed);
+    ph.lap()?;
+    if me == 0 {
+        // Users linking to the black list, over all roots.
+        let link = p.scratch()[S_LINK].load(Relaxed);
+        p.scratch()[S_SUM].fetch_add(mix(link), Relaxed);
+    }
+    Ok(())
+}
+
+fn heap_bytes(w: Workload, prm: &SvmBenchParams, procs: usize) -> usize {
+    let slack = 16 * PAGE;
+    slack
+        + match w {
+            Workload::Bucket => {
+                let nb = (prm.keys / prm.bucket_keys).next_power_of_two().max(1);
+                2 * pages(prm.keys * 4) + pages(procs * nb * 4)
+            }
+            Workload::Malstone => pages(prm.records * 8) + (procs + 1) * pages(2 * prm.sites * 4),
+            Workload::Bfs => {
+                let nv = 1usize << prm.scale;
+                pages((nv + 1) * 4) + pages(32 * nv * 4) + pages(nv * 4) + pages(prm.black_list * 8)
+            }
+        }
+}
+
+/// Runs `w` once in `mode` on `procs` processes (pinned round-robin to
+/// `cpus`). `valid` reflects the workload's own checks only; the caller
+/// compares the checksum with the single-process run.
+pub fn run_one(
+    w: Workload,
+    mode: BenchMode,
+    procs: usize,
+    prm: &SvmBenchParams,
+    cpus: &[usize],
+    rep: usize,
+) -> Result<SvmRun, String> {
+    let mut cfg = SvmConfig::new(heap_bytes(w, prm, procs), procs);
+    cfg.flavour = mode.flavour();
+    cfg.cpus = cpus.to_vec();
+    let svm = Svm::new(cfg).map_err(|e| e.to_string())?;
+    svm.run(|p| match w {
+        Workload::Bucket => bucket(p, prm, mode),
+        Workload::Malstone => malstone(p, prm, mode),
+        Workload::Bfs => bfs(p, prm, mode),
+    })
+    .map_err(|e| format!("{} {} x{procs}: {e}", w.name(), mode.name()))?;
+    let sc = svm.scratch();
+    let names: &[&str] = match w {
+        Workload::Bucket => &["generate", "bucket", "sort", "merge"],
+        Workload::Malstone => &["generate", "count", "reduce"],
+        Workload::Bfs => &["bfs"],
+    };
+    let phases: Vec<(String, f64)> = names
+        .iter()
+        .enumerate()
+        .map(|(k, n)| (n.to_string(), sc[S_PHASE + k].load(Relaxed) as f64 / 1e9))
+        .collect();
+    Ok(SvmRun {
+        workload: w,
+        mode,
+        procs,
+        rep,
+        seconds: phases.iter().map(|x| x.1).sum(),
+        phases,
+        checksum: sc[S_SUM].load(Relaxed),
+        valid: sc[S_ERR].load(Relaxed) == 0,
+        stats: svm.total_stats(),
+    })
+}
+
+/// A comparison of two modes at one process count (median times).
+#[derive(Clone, Debug, Serialize)]
+pub struct Ratio {
+    /// Workload.
+    pub workload: Workload,
+    /// Processes.
+    pub procs: usize,
+    /// `numerator / denominator` of times.
+    pub what: String,
+    /// The ratio.
+    pub ratio: f64,
+}
+
+/// The whole benchmark.
+#[derive(Clone, Debug, Serialize)]
+pub struct SvmBench {
+    /// "svm".
+    pub benchmark: &'static str,
+    /// The machine.
+    pub machine: Machine,
+    /// The command.
+    pub command: String,
+    /// Sizes.
+    pub params: SvmBenchParams,
+    /// CPUs processes were pinned to (round-robin).
+    pub cpus: Vec<usize>,
+    /// Every run.
+    pub runs: Vec<SvmRun>,
+    /// Mode comparisons.
+    pub ratios: Vec<Ratio>,
+}
+
+impl SvmBench {
+    fn median(&self, w: Workload, m: BenchMode, procs: usize) -> Option<f64> {
+        let mut v: Vec<f64> = self
+            .runs
+            .iter()
+            .filter(|r| r.workload == w && r.mode == m && r.procs == procs)
+            .map(|r| r.seconds)
+            .collect();
+        (!v.is_empty()).then(|| crate::report::quantile(&mut v, 0.5))
+    }
+}
+
+/// Runs every workload x mode x process count `reps` times, interleaved,
+/// after a single-process `spm-coherent` reference run per workload.
+pub fn bench(
+    workloads: &[Workload],
+    modes: &[BenchMode],
+    procs: &[usize],
+    reps: usize,
+    prm: &SvmBenchParams,
+    cpus: &[usize],
+    mut progress: impl FnMut(&SvmRun),
+) -> Result<SvmBench, String> {
+    let mut reference = Vec::new();
+    for &w in workloads {
+        let r = run_one(w, BenchMode::SpmCoherent, 1, prm, cpus, 0)?;
+        reference.push((w, r.checksum));
+    }
+    let mut runs = Vec::new();
+    for rep in 0..reps.max(1) {
+        for &n in procs {
+            for &w in workloads {
+                for &m in modes {
+                    let mut r = run_one(w, m, n, prm, cpus, rep)?;
+                    let want = reference.iter().find(|x| x.0 == w).map(|x| x.1);
+                    r.valid &= want == Some(r.checksum);
+                    progress(&r);
+                    runs.push(r);
+                }
+            }
+        }
+    }
+    let mut b = SvmBench {
+        benchmark: "svm",
+        machine: Machine::collect(),
+        command: command_line(),
+        params: prm.clone(),
+        cpus: cpus.to_vec(),
+        runs,
+        ratios: Vec::new(),
+    };
+    let pairs = [
+        (BenchMode::Hybrid, BenchMode::SpmCoherent),
+        (BenchMode::SpmNoncoherent, BenchMode::Hybrid),
+        (BenchMode::SpmNoncoherent, BenchMode::HybridNoncoherent),
+        (BenchMode::SpmNoncoherent, BenchMode::SpmCoherent),
+    ];
+    for &w in workloads {
+        for &n in procs {
+            for (a, c) in pairs {
+                if let (Some(x), Some(y)) = (b.median(w, a, n), b.median(w, c, n)) {
+                    b.ratios.push(Ratio {
+                        workload: w,
+                        procs: n,
+                        what: format!("{} / {}", a.name(), c.name()),
+                        ratio: x / y,
+                    });
+                }
+            }
+        }
+    }
+    Ok(b)
+}
+
+/// The results as tables: runs (median per configuration) and ratios.
+pub fn render(b: &SvmBench) -> String {
+    let mut t = Table::new(&[
+        "workload",
+        "mode",
+        "procs",
+        "time s",
+        "speedup",
+        "faults",
+        "twins",
+        "diffs",
+        "diff KiB",
+        "notices",
+        "invalid.",
+        "lines flushed",
+        "lines inval.",
+        "valid",
+    ]);
+    let mut seen = Vec::new();
+    for r in &b.runs {
+        let key = (r.workload, r.mode, r.procs);
+        if seen.contains(&key) {
+            continue;
+        }
+        seen.push(key);
+        let med = b.median(r.workload, r.mode, r.procs).unwrap_or(r.seconds);
+        let one = b.median(r.workload, r.mode, 1);
+        let all_valid = b
+            .runs
+            .iter()
+            .filter(|x| (x.workload, x.mode, x.procs) == key)
+            .all(|x| x.valid);
+        let s = &r.stats;
+        t.row(vec![
+            r.workload.name().into(),
+            r.mode.name().into(),
+            r.procs.to_string(),
+            format!("{med:.3}"),
+            one.map_or("-".into(), |o| format!("{:.2}", o / med)),
+            r.faults().to_string(),
+            s.twins.to_string(),
+            s.diffs.to_string(),
+            format!("{:.0}", s.diff_bytes as f64 / 1024.0),
+            s.notices_sent.to_string(),
+            s.invalidations.to_string(),
+            s.lines_flushed.to_string(),
+            s.lines_invalidated.to_string(),
+            if all_valid { "yes".into() } else { "NO".into() },
+        ]);
+    }
+    let mut out = t.render();
+    let mut q = Table::new(&["workload", "procs", "ratio of times", "value"]);
+    for r in &b.ratios {
+        q.row(vec![
+            r.workload.name().into(),
+            r.procs.to_string(),
+            r.what.clone(),
+            format!("{:.3}", r.ratio),
+        ]);
+    }
+    out.push('\n');
+    out.push_str(&q.render());
+    out
+}
+
+/// Bars of the median time per (workload, processes), one per mode.
+pub fn plot(b: &SvmBench, path: &std::path::Path) -> Result<(), String> {
+    let samples: Vec<(String, String, f64)> = b
+        .runs
+        .iter()
+        .map(|r| {
+            (
+                format!("{} x{}", r.workload.name(), r.procs),
+                r.mode.name().to_string(),
+                r.seconds,
+            )
+        })
+        .collect();
+    crate::plot::grouped_bars(
+        path,
+        "SVM workloads: time by page-mode policy (lower is better)",
+        "seconds",
+        &crate::plot::median_bars(&samples),
+        false,
+    )
+}

@@ -1,0 +1,582 @@
+//! Shared virtual memory across processes: paper 5's Rhymes (Lam et al.),
+//! a page-based SVM with two page modes that run in harmony:
+//!
+//! - **SPM** (shared physical memory): the process maps the home copy
+//!   directly; release consistency. Flavour `coherent` is a plain shared
+//!   mapping; flavour `noncoherent` adds what non-coherent shared memory
+//!   needs (written lines flushed at release, lines of pages others wrote
+//!   invalidated at acquire, see [`protocol`]).
+//! - **DSM**: a private cached copy per process, scope consistency with
+//!   lock ids, home-based multiple writers with twins and diffs, write
+//!   notices per lock.
+//!
+//! Modes are per process and per page ([`SvmProc::set_mode`]), plus the
+//! paper's "read-only private" hint ([`SvmProc::hint_read_only`]).
+//!
+//! ```no_run
+//! use tiermem::svm::{Svm, SvmConfig, SvmMode};
+//! use std::sync::atomic::Ordering;
+//! let svm = Svm::new(SvmConfig::new(64 << 20, 2))?;
+//! svm.run(|p| {
+//!     let a = p.malloc(4096)?; // collective: the same address everywhere
+//!     p.set_mode(a, 4096, SvmMode::Dsm)?;
+//!     p.lock(0)?;
+//!     let c = &p.u64s(a, 1)?[0];
+//!     c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+//!     p.unlock(0)?;
+//!     p.barrier()?;
+//!     assert_eq!(p.u64s(a, 1)?[0].load(Ordering::Relaxed), p.procs() as u64);
+//!     Ok(())
+//! })?;
+//! # Ok::<(), tiermem::Error>(())
+//! ```
+//!
+//! Modules: [`protocol`] (the per-process state machine), [`transport`]
+//! (how home copies and metadata are reached: [`LocalShm`] now, MPI
+//! later), `meta` (the shared metadata layout). The team of processes is
+//! [`crate::team`]'s: its fork, barrier and failure handling.
+
+mod meta;
+pub mod protocol;
+pub mod transport;
+
+pub use meta::{MAX_BLOCKS, MAX_LOCKS, NOTICE_CAP, SPM_LOG_CAP};
+pub use transport::{LocalShm, Notices, Transport};
+
+use crate::error::Error;
+use crate::team::{TeamConfig, TeamKind, TeamRegion, TeamReport, Worker, MAX_MEMBERS};
+use protocol::{Local, Shared};
+use serde::Serialize;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tiermem_sys::mm::{MapOptions, Mapping};
+
+/// Page mode of a range, per process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum SvmMode {
+    /// Shared physical memory: the home copy, mapped directly.
+    Spm,
+    /// Distributed shared memory: a private cached copy.
+    Dsm,
+}
+
+/// How SPM pages are kept coherent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum SpmFlavour {
+    /// Plain shared mapping: correct on cache-coherent hardware.
+    Coherent,
+    /// Written lines flushed (`clwb`) at release, lines of pages others
+    /// wrote invalidated (`clflushopt`) at acquire: what non-coherent
+    /// shared memory needs.
+    Noncoherent,
+}
+
+impl SpmFlavour {
+    /// Name used on command lines.
+    pub fn name(self) -> &'static str {
+        match self {
+            SpmFlavour::Coherent => "coherent",
+            SpmFlavour::Noncoherent => "noncoherent",
+        }
+    }
+}
+
+/// Configuration of an SVM team.
+#[derive(Clone, Debug)]
+pub struct SvmConfig {
+    /// Bytes of shared heap (a multiple of 4 KiB).
+    pub heap_bytes: usize,
+    /// Processes.
+    pub procs: usize,
+    /// SPM flavour.
+    pub flavour: SpmFlavour,
+    /// CPUs to pin process `r` to (`cpus[r % len]`); empty: unpinned.
+    pub cpus: Vec<usize>,
+}
+
+impl SvmConfig {
+    /// `heap_bytes` shared by `procs` processes, coherent SPM.
+    pub fn new(heap_bytes: usize, procs: usize) -> SvmConfig {
+        SvmConfig {
+            heap_bytes,
+            procs,
+            flavour: SpmFlavour::Coherent,
+            cpus: Vec::new(),
+        }
+    }
+}
+
+macro_rules! svm_stats {
+    ($($(#[$doc:meta])* $field:ident = $slot:ident,)*) => {
+        /// Statistic slots (per process, in the shared metadata).
+        #[derive(Clone, Copy, Debug)]
+        #[repr(usize)]
+        pub(crate) enum Stat { $($slot,)* }
+
+        /// Protocol counters of one process (or of all, summed).
+        #[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+        pub struct SvmStats {
+            $($(#[$doc])* pub $field: u64,)*
+        }
+
+        impl SvmStats {
+            fn read(m: &meta::Meta<'_>, rank: usize) -> SvmStats {
+                SvmStats { $($field: m.stat(rank, Stat::$slot as usize).load(Ordering::Relaxed),)* }
+            }
+            /// Adds `o`'s counters to these.
+            pub fn add(&mut self, o: &SvmStats) {
+                $(self.$field += o.$field;)*
+            }
+            /// `self - earlier`, counter by counter.
+            pub fn since(&self, earlier: &SvmStats) -> SvmStats {
+                SvmStats { $($field: self.$field.wrapping_sub(earlier.$field),)* }
+            }
+        }
+    };
+}
+
+svm_stats! {
+    /// DSM/read-only-private read faults (home page copied in).
+    read_faults = ReadFaults,
+    /// DSM write faults (twin made, page on the dirty list).
+    write_faults = WriteFaults,
+    /// Write faults on write-protected SPM pages.
+    spm_write_faults = SpmWriteFaults,
+    /// Home pages copied into private copies.
+    fetches = Fetches,
+    /// Twins made.
+    twins = Twins,
+    /// Pages diffed against their twins.
+    diffs = Diffs,
+    /// Byte runs applied to home copies.
+    diff_runs = DiffRuns,
+    /// Bytes of diff applied to home copies.
+    diff_bytes = DiffBytes,
+    /// Write notices attached to locks.
+    notices_sent = NoticesSent,
+    /// Write notices read at acquires.
+    notices_received = NoticesReceived,
+    /// Cached copies invalidated.
+    invalidations = Invalidations,
+    /// Cache lines written back at releases (noncoherent).
+    lines_flushed = LinesFlushed,
+    /// Cache lines invalidated at acquires (noncoherent).
+    lines_invalidated = LinesInvalidated,
+    /// Notice rings or SPM logs that overflowed (everything validated).
+    overflows = Overflows,
+    /// SPM pages write-protected because others cache them in DSM.
+    spm_tracked = SpmTracked,
+    /// Pages that changed mode.
+    mode_switch_pages = ModeSwitchPages,
+    /// Locks acquired.
+    locks = Locks,
+    /// Barriers passed.
+    barriers = Barriers,
+}
+
+/// A team of processes sharing an SVM heap. Made by the parent; the
+/// processes are started by [`Svm::run`].
+pub struct Svm {
+    shared: Arc<Shared>,
+    team: TeamRegion,
+    config: SvmConfig,
+}
+
+impl Svm {
+    /// Creates the home file, the metadata and the heap mapping.
+    pub fn new(config: SvmConfig) -> Result<Svm, Error> {
+        let ps = tiermem_sys::mm::base_page_size();
+        if config.heap_bytes == 0 || config.heap_bytes % ps != 0 {
+            return Err(Error::Usage(format!(
+                "SVM heap of {} bytes is not a positive multiple of the {ps}-byte page",
+                config.heap_bytes
+            )));
+        }
+        if config.procs == 0 || config.procs >= MAX_MEMBERS.min(meta::MAX_PROCS) {
+            return Err(Error::Usage(format!(
+                "SVM team of {} processes: 1 to {} are supported",
+                config.procs,
+                MAX_MEMBERS.min(meta::MAX_PROCS) - 1
+            )));
+        }
+        let npages = config.heap_bytes / ps;
+        if npages > u32::MAX as usize {
+            return Err(Error::Usage("SVM heap too large".into()));
+        }
+        let t = LocalShm::create(npages, config.procs)?;
+        let (heap, heap_user) =
+            Mapping::shared(t.home_fd(), 0, config.heap_bytes, ps, &MapOptions::default())?;
+        let mut tc = TeamConfig::new(128 * ps, 128 * ps, config.procs);
+        tc.cpus = config.cpus.clone();
+        let team = TeamRegion::new(tc)?;
+        let shared = Arc::new(Shared {
+            heap,
+            heap_user,
+            t,
+            flavour: config.flavour,
+        });
+        Ok(Svm { shared, team, config })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &SvmConfig {
+        &self.config
+    }
+
+    /// The heap's base address (the same in every process).
+    pub fn base(&self) -> usize {
+        self.shared.heap.addr()
+    }
+
+    /// Runs `f` in each of the team's processes (forked, pinned), and waits
+    /// for all. A process that fails (error, panic, crash, kill) stops the
+    /// others at their next barrier or lock wait, and the run returns an
+    /// error naming it. At the end of `f` each process releases (its diffs
+    /// reach the home copies).
+    pub fn run<F>(&self, f: F) -> Result<TeamReport, Error>
+    where
+        F: Fn(&SvmProc<'_>) -> Result<(), Error> + Sync,
+    {
+        let m = self.shared.meta();
+        for r in 0..self.config.procs {
+            for s in 0..meta::NSTAT {
+                m.stat(r, s).store(0, Ordering::Relaxed);
+            }
+        }
+        let start = protocol::Cursors::now(&m);
+        self.team.run(TeamKind::Processes, |w| {
+            let local = Local::join(self.shared.clone(), w.rank(), &start)?;
+            let p = SvmProc { w, local };
+            let r = f(&p).and_then(|()| p.local.release(None));
+            Local::leave();
+            r
+        })
+    }
+
+    /// Counters per process, from the last run.
+    pub fn stats(&self) -> Vec<SvmStats> {
+        let m = self.shared.meta();
+        (0..self.config.procs).map(|r| SvmStats::read(&m, r)).collect()
+    }
+
+    /// Counters of all processes, summed.
+    pub fn total_stats(&self) -> SvmStats {
+        let mut t = SvmStats::default();
+        for s in self.stats() {
+            t.add(&s);
+        }
+        t
+    }
+
+    /// The team's scratch words (what processes left there).
+    pub fn scratch(&self) -> &[AtomicU64] {
+        self.team.scratch()
+    }
+
+    /// Copies home bytes at address `ptr` (after a run: the result).
+    pub fn read_home(&self, ptr: usize, out: &mut [u8]) -> Result<(), Error> {
+        let off = self.offset(ptr, out.len())?;
+        self.shared.t.home.copy_out(off, out);
+        Ok(())
+    }
+
+    fn offset(&self, ptr: usize, len: usize) -> Result<usize, Error> {
+        offset_in(&self.shared, ptr, len)
+    }
+}
+
+fn offset_in(shared: &Shared, ptr: usize, len: usize) -> Result<usize, Error> {
+    let heap = &shared.heap;
+    if ptr < heap.addr() || len > heap.len() || ptr - heap.addr() > heap.len() - len {
+        return Err(Error::Usage(format!(
+            "{ptr:#x}+{len} is not inside the SVM heap {:#x}+{}",
+            heap.addr(),
+            heap.len()
+        )));
+    }
+    Ok(ptr - heap.addr())
+}
+
+/// One process of a running SVM team.
+pub struct SvmProc<'a> {
+    w: &'a Worker<'a>,
+    local: Arc<Local>,
+}
+
+impl SvmProc<'_> {
+    /// This process's rank, `0..procs()`.
+    pub fn rank(&self) -> usize {
+        self.w.rank()
+    }
+    /// Processes in the team.
+    pub fn procs(&self) -> usize {
+        self.w.workers()
+    }
+    fn shared(&self) -> &Shared {
+        &self.local.shared
+    }
+    fn ps(&self) -> usize {
+        self.shared().t.page_bytes
+    }
+
+    /// Collective allocation: every process calls `malloc` in the same
+    /// order with the same size, and the k-th call returns the same address
+    /// everywhere. Whole pages, not zeroed (a new heap reads zero).
+    pub fn malloc(&self, size: usize) -> Result<usize, Error> {
+        if size == 0 {
+            return Err(Error::Usage("tm_svm_malloc of 0 bytes".into()));
+        }
+        let ps = self.ps();
+        let pages = size.div_ceil(ps) as u64;
+        let call = self.local.malloc_calls.load(Ordering::Relaxed);
+        let m = self.shared().meta();
+        let _g = AllocGuard::take(&m, self.rank())?;
+        let slot = |i: usize, k: usize| m.block(i, k);
+        // Someone made this call already: take its block.
+        for i in 0..MAX_BLOCKS {
+            if slot(i, 0).load(Ordering::Relaxed) != 0 && slot(i, 2).load(Ordering::Relaxed) == call {
+                if slot(i, 1).load(Ordering::Relaxed) != pages {
+                    return Err(Error::Usage(format!(
+                        "tm_svm_malloc call {call} asks for {pages} pages here and {} in another process: calls must match",
+                        slot(i, 1).load(Ordering::Relaxed)
+                    )));
+                }
+                slot(i, 3).fetch_add(1, Ordering::Relaxed);
+                self.local.malloc_calls.store(call + 1, Ordering::Relaxed);
+                return Ok(self.shared().heap.addr() + (slot(i, 0).load(Ordering::Relaxed) - 1) as usize * ps);
+            }
+        }
+        // First fit among the live blocks.
+        let mut live: Vec<(u64, u64)> = (0..MAX_BLOCKS)
+            .filter(|&i| slot(i, 0).load(Ordering::Relaxed) != 0)
+            .map(|i| {
+                (
+                    slot(i, 0).load(Ordering::Relaxed) - 1,
+                    slot(i, 1).load(Ordering::Relaxed),
+                )
+            })
+            .collect();
+        live.sort_unstable();
+        let npages = self.shared().t.npages as u64;
+        let mut at = 0u64;
+        for &(o, n) in &live {
+            if o >= at + pages {
+                break;
+            }
+            at = at.max(o + n);
+        }
+        if at + pages > npages {
+            return Err(Error::GlobalHeapFull(format!(
+                "the SVM heap of {npages} pages has no free run of {pages} pages"
+            )));
+        }
+        let Some(i) = (0..MAX_BLOCKS).find(|&i| slot(i, 0).load(Ordering::Relaxed) == 0) else {
+            return Err(Error::GlobalHeapFull(format!(
+                "more than {MAX_BLOCKS} SVM allocations"
+            )));
+        };
+        slot(i, 1).store(pages, Ordering::Relaxed);
+        slot(i, 2).store(call, Ordering::Relaxed);
+        slot(i, 3).store(1, Ordering::Relaxed);
+        slot(i, 0).store(at + 1, Ordering::Relaxed);
+        self.local.malloc_calls.store(call + 1, Ordering::Relaxed);
+        Ok(self.shared().heap.addr() + at as usize * ps)
+    }
+
+    /// Collective free: every process frees what it allocated; this
+    /// process's pages of the block go back to SPM mode (diffs applied
+    /// first), and the block is reused once every process freed it.
+    pub fn free(&self, ptr: usize) -> Result<(), Error> {
+        let ps = self.ps();
+        let m = self.shared().meta();
+        let off = offset_in(self.shared(), ptr, 1)?;
+        let first = (off / ps) as u64 + 1;
+        let found = {
+            let _g = AllocGuard::take(&m, self.rank())?;
+            (0..MAX_BLOCKS).find(|&i| off % ps == 0 && m.block(i, 0).load(Ordering::Relaxed) == first)
+        };
+        let Some(i) = found else {
+            return Err(Error::Usage(format!(
+                "tm_svm_free({ptr:#x}): not an SVM allocation"
+            )));
+        };
+        let pages = m.block(i, 1).load(Ordering::Relaxed) as usize;
+        self.local.set_mode(off / ps, pages, protocol::SPM)?;
+        let _g = AllocGuard::take(&m, self.rank())?;
+        let both = m.block(i, 3).fetch_add(1 << 32, Ordering::Relaxed) + (1 << 32);
+        if both >> 32 >= self.procs() as u64 {
+            m.block(i, 0).store(0, Ordering::Relaxed);
+            m.block(i, 3).store(0, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Takes numbered lock `id` and invalidates the cached copies named in
+    /// its write notices (scope consistency). An error if `id` is out of
+    /// range, if this process holds it, or if its holder died.
+    pub fn lock(&self, id: usize) -> Result<(), Error> {
+        check_lock(id)?;
+        self.shared().t.lock(id, self.rank())?;
+        self.local.acquire(id)?;
+        self.shared().meta().add(self.rank(), Stat::Locks as usize, 1);
+        Ok(())
+    }
+
+    /// Applies the diffs of this process's dirty pages to their home copies,
+    /// attaches write notices to lock `id`, and releases it.
+    pub fn unlock(&self, id: usize) -> Result<(), Error> {
+        check_lock(id)?;
+        let holder = self.shared().meta().lock_holder(id).load(Ordering::Relaxed);
+        if holder != self.rank() as u64 + 1 {
+            return Err(Error::Usage(format!(
+                "unlock of lock {id}, which this process does not hold"
+            )));
+        }
+        self.local.release(Some(id))?;
+        self.shared().t.unlock(id, self.rank())
+    }
+
+    /// Every process's diffs are applied, then every cached copy whose home
+    /// changed is invalidated. An error if another process died.
+    pub fn barrier(&self) -> Result<(), Error> {
+        self.local.release(None)?;
+        self.w.barrier()?;
+        self.local.after_barrier()
+    }
+
+    fn pages(&self, ptr: usize, len: usize) -> Result<(usize, usize), Error> {
+        let ps = self.ps();
+        let off = offset_in(self.shared(), ptr, len)?;
+        if len == 0 || off % ps != 0 || len % ps != 0 {
+            return Err(Error::Usage(format!(
+                "mode change of {ptr:#x}+{len}: the range must be whole pages of {ps} bytes"
+            )));
+        }
+        Ok((off / ps, len / ps))
+    }
+
+    /// Puts the pages of `ptr..ptr + len` (whole pages) in `mode` for this
+    /// process only.
+    pub fn set_mode(&self, ptr: usize, len: usize, mode: SvmMode) -> Result<(), Error> {
+        let (first, n) = self.pages(ptr, len)?;
+        let m = match mode {
+            SvmMode::Spm => protocol::SPM,
+            SvmMode::Dsm => protocol::DSM,
+        };
+        self.local.set_mode(first, n, m)
+    }
+
+    /// The paper's "read-only private" hint: this process caches the pages
+    /// privately and never invalidates them at acquires (only barriers
+    /// validate them). Writing them is a protection error (SIGSEGV).
+    pub fn hint_read_only(&self, ptr: usize, len: usize) -> Result<(), Error> {
+        let (first, n) = self.pages(ptr, len)?;
+        self.local.set_mode(first, n, protocol::RO_PRIVATE)
+    }
+
+    /// The mode of the page holding `ptr` here (read-only private reads as
+    /// DSM).
+    pub fn mode_of(&self, ptr: usize) -> Result<SvmMode, Error> {
+        let off = offset_in(self.shared(), ptr, 1)?;
+        Ok(if self.local.mode_of(off / self.ps()) == protocol::SPM {
+            SvmMode::Spm
+        } else {
+            SvmMode::Dsm
+        })
+    }
+
+    /// `len` bytes at `ptr` as byte atomics (relaxed loads and stores are
+    /// plain moves; locks and barriers order them).
+    pub fn bytes(&self, ptr: usize, len: usize) -> Result<&[AtomicU8], Error> {
+        let off = offset_in(self.shared(), ptr, len)?;
+        let s = self.shared();
+        Ok(&s.heap.user_atomics_u8(&s.heap_user)[off..off + len])
+    }
+
+    /// `n` 32-bit words at `ptr` (4-byte aligned).
+    pub fn u32s(&self, ptr: usize, n: usize) -> Result<&[AtomicU32], Error> {
+        let off = offset_in(self.shared(), ptr, n * 4)?;
+        if off % 4 != 0 {
+            return Err(Error::Usage(format!("{ptr:#x} is not 4-byte aligned")));
+        }
+        let s = self.shared();
+        Ok(&s.heap.user_atomics_u32(&s.heap_user)[off / 4..off / 4 + n])
+    }
+
+    /// `n` 64-bit words at `ptr` (8-byte aligned).
+    pub fn u64s(&self, ptr: usize, n: usize) -> Result<&[AtomicU64], Error> {
+        let off = offset_in(self.shared(), ptr, n * 8)?;
+        if off % 8 != 0 {
+            return Err(Error::Usage(format!("{ptr:#x} is not 8-byte aligned")));
+        }
+        let s = self.shared();
+        Ok(&s.heap.user_atomics(&s.heap_user)[off / 8..off / 8 + n])
+    }
+
+    /// The team's scratch words (results and flags outside the protocol).
+    pub fn scratch(&self) -> &[AtomicU64] {
+        self.w.scratch()
+    }
+
+    /// This process's counters so far.
+    pub fn stats(&self) -> SvmStats {
+        SvmStats::read(&self.shared().meta(), self.rank())
+    }
+
+    /// Every process's counters, summed (for a phase measured between
+    /// barriers).
+    pub fn total_stats(&self) -> SvmStats {
+        let m = self.shared().meta();
+        let mut t = SvmStats::default();
+        for r in 0..self.procs() {
+            t.add(&SvmStats::read(&m, r));
+        }
+        t
+    }
+}
+
+fn check_lock(id: usize) -> Result<(), Error> {
+    if id >= MAX_LOCKS {
+        return Err(Error::Usage(format!("lock id {id} out of range 0..{MAX_LOCKS}")));
+    }
+    Ok(())
+}
+
+/// The allocation table's lock (held for a few microseconds).
+struct AllocGuard<'a> {
+    word: &'a AtomicU64,
+}
+
+impl<'a> AllocGuard<'a> {
+    fn take(m: &meta::Meta<'a>, rank: usize) -> Result<AllocGuard<'a>, Error> {
+        let word = m.h(meta::H_ALLOC_LOCK);
+        let start = Instant::now();
+        let mut backoff = crate::team::Backoff::new(Duration::from_micros(20));
+        // Acquire/Release: the table's relaxed accesses happen inside.
+        while word
+            .compare_exchange(0, rank as u64 + 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            backoff.snooze();
+            if start.elapsed() > Duration::from_secs(5) {
+                let holder = word.load(Ordering::Relaxed);
+                if holder != 0 {
+                    let pid = m.pid(holder as usize - 1).load(Ordering::Relaxed) as u32;
+                    if !tiermem_sys::process::running(pid) {
+                        return Err(Error::Team(format!(
+                            "the SVM allocator is held by process {pid}, which died"
+                        )));
+                    }
+                }
+            }
+        }
+        Ok(AllocGuard { word })
+    }
+}
+
+impl Drop for AllocGuard<'_> {
+    fn drop(&mut self) {
+        self.word.store(0, Ordering::Release);
+    }
+}

@@ -1,0 +1,278 @@
+//! How a process reaches the home copies and the protocol's shared
+//! metadata. The protocol ([`super::protocol`]) only talks to a
+//! [`Transport`]; [`LocalShm`] implements it over shared memory on one node
+//! (the home copies are a memfd, the metadata an array of atomics). A later
+//! transport carries the same calls over MPI one-sided operations (`MPI_Get`
+//! for `fetch_page`, `MPI_Put` of the runs for `apply_runs`,
+//! `MPI_Fetch_and_op` for versions, masks and locks).
+//!
+//! Methods marked *signal-safe* are called from the SIGSEGV handler: they
+//! must not allocate or block.
+
+use super::meta::{self, Meta, MAX_LOCKS, NOTICE_CAP};
+use crate::error::Error;
+use crate::team::Backoff;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tiermem_sys::memfd::Memfd;
+use tiermem_sys::mm::{MapOptions, Mapping, MemRange, UserAccess};
+
+/// Write notices read from a lock.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Notices {
+    /// The notices since the reader's position (page ids appended to the
+    /// caller's buffer); the new position.
+    Since(u64),
+    /// More notices were released than the lock remembers: the reader must
+    /// validate every cached page. The new position.
+    Overflow(u64),
+}
+
+/// The operations the SVM protocol needs from wherever the home copies and
+/// the metadata live.
+pub trait Transport: Send + Sync {
+    /// Copies home page `page` into `dst` at `dst_offset` (signal-safe).
+    fn fetch_page(&self, page: usize, dst: &Mapping, dst_offset: usize);
+    /// Writes the byte runs `(offset, len)` of `src` (one page) into home
+    /// page `page`, and nothing else.
+    fn apply_runs(&self, page: usize, src: MemRange<'_>, runs: &[(u32, u32)]);
+    /// Applies the diff of `cur` against `twin` (one page) to home page
+    /// `page`: only the bytes that differ. Returns (bytes, runs). The
+    /// default computes the runs and calls [`Transport::apply_runs`] (what
+    /// a remote transport sends).
+    fn apply_diff(
+        &self,
+        page: usize,
+        cur: MemRange<'_>,
+        twin: MemRange<'_>,
+        runs: &mut Vec<(u32, u32)>,
+    ) -> (usize, usize) {
+        runs.clear();
+        let bytes = cur.diff_runs(twin, runs);
+        if bytes > 0 {
+            self.apply_runs(page, cur, runs);
+        }
+        (bytes, runs.len())
+    }
+    /// The home copy's version: bumped after every change that cached
+    /// copies must not miss (signal-safe).
+    fn version(&self, page: usize) -> u64;
+    /// Bumps the version after a change was applied; returns the previous
+    /// version.
+    fn bump_version(&self, page: usize) -> u64;
+    /// Records that `rank` caches `page` in DSM mode; returns the mask of
+    /// cachers before (signal-safe).
+    fn add_cacher(&self, page: usize, rank: usize) -> u64;
+    /// `rank` no longer caches `page`.
+    fn remove_cacher(&self, page: usize, rank: usize);
+    /// The processes caching `page` in DSM mode.
+    fn cachers(&self, page: usize) -> u64;
+    /// Takes lock `id` for `rank`, waiting as long as it takes; an error
+    /// names a holder that died.
+    fn lock(&self, id: usize, rank: usize) -> Result<(), Error>;
+    /// Releases lock `id`; an error if `rank` does not hold it.
+    fn unlock(&self, id: usize, rank: usize) -> Result<(), Error>;
+    /// Attaches write notices for `pages` to lock `id` (held by the caller).
+    fn publish_notices(&self, id: usize, pages: &[u32]);
+    /// Appends to `out` the notices of lock `id` (held by the caller)
+    /// released since position `seen`.
+    fn notices_since(&self, id: usize, seen: u64, out: &mut Vec<u32>) -> Notices;
+}
+
+/// The home copies and metadata in shared memory on this node.
+///
+/// Fields: mappings first, then the files they map (dropped after).
+pub struct LocalShm {
+    /// A view of the home copies (every page, read-write), for fetches and
+    /// diffs.
+    pub(crate) home: Mapping,
+    pub(crate) meta_map: Mapping,
+    meta_user: UserAccess,
+    pub(crate) home_file: Memfd,
+    _meta_file: Memfd,
+    pub(crate) npages: usize,
+    pub(crate) page_bytes: usize,
+}
+
+impl LocalShm {
+    /// Creates the home file for `npages` pages and the metadata for
+    /// `procs` processes.
+    pub(crate) fn create(npages: usize, procs: usize) -> Result<LocalShm, Error> {
+        let ps = tiermem_sys::mm::base_page_size();
+        let sys = |what| move |errno| Error::Sys { what, errno };
+        let home_file =
+            Memfd::create("tiermem-svm-home", false).map_err(sys("creating the SVM home file"))?;
+        home_file
+            .set_len((npages * ps) as u64)
+            .map_err(sys("sizing the SVM home file"))?;
+        let meta_file = Memfd::create("tiermem-svm-meta", false).map_err(sys("creating the SVM metadata"))?;
+        let meta_bytes = (meta::words(npages) * 8).div_ceil(ps) * ps;
+        meta_file
+            .set_len(meta_bytes as u64)
+            .map_err(sys("sizing the SVM metadata"))?;
+        let opts = MapOptions::default();
+        let (home, _) = Mapping::shared(home_file.as_fd(), 0, npages * ps, ps, &opts)?;
+        let (meta_map, meta_user) = Mapping::shared(meta_file.as_fd(), 0, meta_bytes, ps, &opts)?;
+        let t = LocalShm {
+            home,
+            meta_map,
+            meta_user,
+            home_file,
+            _meta_file: meta_file,
+            npages,
+            page_bytes: ps,
+        };
+        let m = t.meta();
+        m.h(meta::H_NPAGES).store(npages as u64, Ordering::Relaxed);
+        m.h(meta::H_PROCS).store(procs as u64, Ordering::Relaxed);
+        // Release: a process that sees the magic sees the header.
+        m.h(meta::H_MAGIC).store(meta::MAGIC, Ordering::Release);
+        Ok(t)
+    }
+
+    pub(crate) fn meta(&self) -> Meta<'_> {
+        Meta::new(self.words(), self.npages)
+    }
+
+    fn words(&self) -> &[AtomicU64] {
+        self.meta_map.user_atomics(&self.meta_user)
+    }
+
+    /// The home file (SPM pages map it).
+    pub(crate) fn home_fd(&self) -> BorrowedFd<'_> {
+        self.home_file.as_fd()
+    }
+
+    /// Home page `page` as a range (for cache-line flushes).
+    pub(crate) fn home_range(&self, page: usize) -> MemRange<'_> {
+        self.home.range(page * self.page_bytes, self.page_bytes)
+    }
+
+    fn holder_error(&self, id: usize, holder: u64) -> Option<Error> {
+        let rank = holder as usize - 1;
+        let pid = self.meta().pid(rank).load(Ordering::Acquire) as u32;
+        (!tiermem_sys::process::running(pid)).then(|| {
+            Error::Team(format!(
+                "lock {id} is held by process {pid} (rank {rank}), which died holding it"
+            ))
+        })
+    }
+}
+
+impl Transport for LocalShm {
+    fn fetch_page(&self, page: usize, dst: &Mapping, dst_offset: usize) {
+        dst.copy_in(dst_offset, self.home_range(page));
+    }
+
+    fn apply_runs(&self, page: usize, src: MemRange<'_>, runs: &[(u32, u32)]) {
+        self.home.copy_runs(page * self.page_bytes, src, runs);
+    }
+
+    fn apply_diff(
+        &self,
+        page: usize,
+        cur: MemRange<'_>,
+        twin: MemRange<'_>,
+        _runs: &mut Vec<(u32, u32)>,
+    ) -> (usize, usize) {
+        self.home.apply_diff(page * self.page_bytes, cur, twin)
+    }
+
+    fn version(&self, page: usize) -> u64 {
+        // Acquire: pairs with bump_version's release, so a fetch after this
+        // load sees every change applied before the bump.
+        self.meta().version(page).load(Ordering::Acquire)
+    }
+
+    fn bump_version(&self, page: usize) -> u64 {
+        // AcqRel: release publishes the runs applied before; acquire orders
+        // the caller's later reads after other processes' bumps.
+        self.meta().version(page).fetch_add(1, Ordering::AcqRel)
+    }
+
+    fn add_cacher(&self, page: usize, rank: usize) -> u64 {
+        let m = self.meta();
+        // SeqCst: an SPM writer stores to the page, issues a SeqCst fence
+        // and then reads the epoch; either it sees this epoch bump (and
+        // reports its writes) or its stores come before our fetch.
+        let before = m.dsm_mask(page).fetch_or(1 << rank, Ordering::SeqCst);
+        if before == 0 {
+            m.h(meta::H_DSM_EPOCH).fetch_add(1, Ordering::SeqCst);
+        }
+        before
+    }
+
+    fn remove_cacher(&self, page: usize, rank: usize) {
+        // Relaxed: a stale bit only makes SPM writers report more.
+        self.meta()
+            .dsm_mask(page)
+            .fetch_and(!(1 << rank), Ordering::Relaxed);
+    }
+
+    fn cachers(&self, page: usize) -> u64 {
+        self.meta().dsm_mask(page).load(Ordering::SeqCst)
+    }
+
+    fn lock(&self, id: usize, rank: usize) -> Result<(), Error> {
+        let word = self.meta().lock_holder(id);
+        let mine = rank as u64 + 1;
+        let mut backoff = Backoff::new(Duration::from_micros(20));
+        let mut last_check = Instant::now();
+        loop {
+            let cur = word.load(Ordering::Relaxed);
+            // Acquire: the holder's release (its diffs and notices) happens
+            // before what we do under the lock.
+            if cur == 0
+                && word
+                    .compare_exchange(0, mine, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+            {
+                return Ok(());
+            }
+            if cur == mine {
+                return Err(Error::Usage(format!("lock {id} is already held by this process")));
+            }
+            backoff.snooze();
+            if cur != 0 && last_check.elapsed() > Duration::from_millis(10) {
+                last_check = Instant::now();
+                if let Some(e) = self.holder_error(id, cur) {
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    fn unlock(&self, id: usize, rank: usize) -> Result<(), Error> {
+        let word = self.meta().lock_holder(id);
+        // Release: our diffs and notices happen before the next holder's acquire.
+        word.compare_exchange(rank as u64 + 1, 0, Ordering::Release, Ordering::Relaxed)
+            .map(|_| ())
+            .map_err(|_| Error::Usage(format!("unlock of lock {id}, which this process does not hold")))
+    }
+
+    fn publish_notices(&self, id: usize, pages: &[u32]) {
+        let m = self.meta();
+        let head = m.notice_head(id).load(Ordering::Relaxed);
+        for (k, &p) in pages.iter().enumerate() {
+            // Relaxed: only the holder writes the ring; the head's release
+            // store publishes the entries.
+            m.notice(id, head + k as u64).store(p as u64, Ordering::Relaxed);
+        }
+        m.notice_head(id)
+            .store(head + pages.len() as u64, Ordering::Release);
+    }
+
+    fn notices_since(&self, id: usize, seen: u64, out: &mut Vec<u32>) -> Notices {
+        debug_assert!(id < MAX_LOCKS);
+        let m = self.meta();
+        let head = m.notice_head(id).load(Ordering::Acquire);
+        if head - seen.min(head) > NOTICE_CAP as u64 {
+            return Notices::Overflow(head);
+        }
+        for s in seen.min(head)..head {
+            out.push(m.notice(id, s).load(Ordering::Relaxed) as u32);
+        }
+        Notices::Since(head)
+    }
+}
