@@ -86,7 +86,6 @@ enum Bench {
     /// Paper 2's Overshadow: naive, copy-then-access, overshadow (whole /
     /// per-page switch) over memory, a cold file and an emulated link.
     Overshadow(Box<OvershadowArgs>),
-<<<<<<< HEAD
     /// HPCC RandomAccess (GUPS) per page backing and provider.
     Gups(Box<GupsArgs>),
     /// Graph500 BFS (Kronecker graph, CSR, 64 validated searches, TEPS).
@@ -103,11 +102,9 @@ enum Bench {
         #[arg(long)]
         plot: Option<PathBuf>,
     },
-=======
     /// Paper 5's SVM workloads (bucket sort, Malstone, BFS with a black
     /// list) in SPM and hybrid page modes across processes.
     Svm(Box<SvmArgs>),
->>>>>>> issue7-svm
     /// (internal) the kernel-swap child of `bench stencil`.
     #[command(hide = true)]
     StencilChild {

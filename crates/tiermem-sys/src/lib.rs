@@ -24,11 +24,8 @@
 //! - [`probe`]: what the running system offers;
 //! - [`atomic`]: atomic views of exclusively borrowed words.
 
-<<<<<<< HEAD
 pub mod atomic;
-=======
 pub mod cache;
->>>>>>> issue7-svm
 pub mod errno;
 pub mod event;
 pub mod file;
