@@ -15,9 +15,11 @@
 //! Every run is verified against the single-process `spm-coherent` run
 //! (a checksum of the result) and by the workload's own checks.
 //!
-//! The BFS is a minimal one written here (a Kronecker/R-MAT edge list,
-//! CSR, level-synchronous bottom-up BFS): the project's Graph500 module
-//! was not merged when this was written.
+//! The BFS runs on a Graph500 graph ([`crate::graph500`]: Kronecker
+//! generator with permuted vertices, CSR by kernel 1) with its own
+//! level-synchronous bottom-up BFS over the shared heap, checked by the
+//! level rules (every reached vertex has a neighbour one level up, no edge
+//! spans two levels, unreached vertices have no reached neighbour).
 
 use crate::report::{command_line, Machine, Table};
 use serde::Serialize;
@@ -386,27 +388,10 @@ fn malstone(p: &SvmProc<'_>, prm: &SvmBenchParams, mode: BenchMode) -> Result<()
     Ok(())
 }
 
-/// An R-MAT edge (a=0.57, b=c=0.19, Graph500's Kronecker parameters).
-fn rmat_edge(scale: u32, i: u64) -> (u32, u32) {
-    let (mut u, mut v) = (0u32, 0u32);
-    for bit in 0..scale {
-        let r = mix(i.wrapping_mul(64) + bit as u64) % 100;
-        let (a, b) = match r {
-            0..=56 => (0, 0),
-            57..=75 => (0, 1),
-            76..=94 => (1, 0),
-            _ => (1, 1),
-        };
-        u |= a << bit;
-        v |= b << bit;
-    }
-    // Scramble vertex ids so that degree is not tied to the id.
-    let n = 1u64 << scale;
-    let perm = |x: u32| ((x as u64).wrapping_mul(0x9e37_79b1) % n) as u32;
-    (perm(u), perm(v))
-}
-
 const INF: u32 = u32::MAX;
+/// Seed of the Graph500 generator (the same graph for every mode and
+/// process count).
+const GRAPH_SEED: u64 = 0x5356_4d00;
 
 /// Graph500-style BFS with a black list (paper IV.C). The graph is built
 /// by rank 0 (not timed); the timed part is the BFS kernel over `roots`
@@ -427,23 +412,16 @@ fn bfs(p: &SvmProc<'_>, prm: &SvmBenchParams, mode: BenchMode) -> Result<(), Err
     let level = p.u32s(level_a, nv)?;
     let black = p.u64s(black_a, prm.black_list)?;
     if me == 0 {
-        let edges: Vec<(u32, u32)> = (0..ne as u64).map(|i| rmat_edge(prm.scale, i)).collect();
-        let mut deg = vec![0u32; nv + 1];
-        for &(u, v) in &edges {
-            deg[u as usize] += 1;
-            deg[v as usize] += 1;
+        let mut edges = vec![[0u32; 2]; ne];
+        crate::graph500::generate_edges(prm.scale, GRAPH_SEED, &mut edges, 1);
+        let mut offsets = vec![0u64; nv + 1];
+        let mut adjacency = vec![0u32; 2 * ne];
+        let used = crate::graph500::build_csr(&edges, &mut offsets, &mut adjacency);
+        for (o, &x) in off.iter().zip(&offsets) {
+            o.store(x as u32, Relaxed);
         }
-        let mut o = 0u32;
-        for (v, d) in deg.iter().enumerate() {
-            off[v].store(o, Relaxed);
-            o += d;
-        }
-        let mut fill: Vec<u32> = (0..nv).map(|v| off[v].load(Relaxed)).collect();
-        for &(u, v) in &edges {
-            adj[fill[u as usize] as usize].store(v, Relaxed);
-            fill[u as usize] += 1;
-            adj[fill[v as usize] as usize].store(u, Relaxed);
-            fill[v as usize] += 1;
+        for (a, &x) in adj.iter().zip(&adjacency[..used]) {
+            a.store(x, Relaxed);
         }
         let mut bl: Vec<u64> = (0..prm.black_list as u64)
             .map(|i| mix(i ^ 0xb1ac) % nv as u64)
