@@ -444,10 +444,14 @@ mod tests {
             |m, &l| gups_job(m, l, Some(20_000), &[1, 2]),
             &mut quiet,
         );
-        // thp over tiered is not supported yet: skipped, not failed.
-        assert_eq!(g.records.len(), 6, "{:?}", g.skipped);
-        assert_eq!(g.skipped.len(), 1);
+        // Both backings by hand and tiered, at 1 and 2 threads.
+        assert_eq!(g.records.len(), 8, "{:?}", g.skipped);
+        assert!(g.skipped.is_empty(), "{:?}", g.skipped);
         assert!(g.records.iter().all(|x| x.valid));
+        assert!(g
+            .records
+            .iter()
+            .any(|x| x.provider == "tiered" && x.backing == "thp"));
         let tiered = g.records.iter().find(|x| x.provider == "tiered").unwrap();
         assert!(tiered.tier.unwrap().faults > 0);
         assert!(speedup_table(&g).contains("thp/4k"));
