@@ -690,6 +690,8 @@ static void test_segments_and_thp(void) {
     }
   }
   if (before >= 0) write_pool(pool2m, before);
+}
+
 /* SVM: a counter under a lock and disjoint bytes of one page written by
  * every process, in DSM mode, then checked after a barrier. */
 static int svm_work(void *arg) {
