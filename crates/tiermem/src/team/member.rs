@@ -470,11 +470,15 @@ impl Member {
             // interrupts exactly those (pages only this member maps cost
             // no remote shootdown).
             let me = ctl::sharer_bit(rank);
-            let key = |k: u16| {
-                let w = ctl.page(entries[k as usize] as usize).load(Ordering::Relaxed);
-                ctl::sharers(w & !me).count_ones()
-            };
-            order[..window].sort_by_key(|&k| (key(k), k));
+            // Keys are read once: other members change sharer masks while we
+            // sort, and a comparison that changes its mind is not a total
+            // order (Rust's sort then panics, here inside a signal handler).
+            let mut keys = [0u32; MAX_WINDOW];
+            for (key, &e) in keys[..window].iter_mut().zip(&entries[..window]) {
+                let w = ctl.page(e as usize).load(Ordering::Relaxed);
+                *key = ctl::sharers(w & !me).count_ones();
+            }
+            order[..window].sort_unstable_by_key(|&k| (keys[k as usize], k));
         }
         let mut taken = [false; MAX_WINDOW];
         let mut nv = 0;

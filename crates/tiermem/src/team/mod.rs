@@ -784,11 +784,20 @@ impl TeamRegion {
         let ctl = self.member.view.ctl();
         ctl.set(ctl::H_ABORT, 0);
         ctl.set(ctl::H_BAR_COUNT, 0);
-        // No worker runs between runs, so a held list lock is left over from
-        // a worker of the last run that was killed inside the list (once
-        // seen in the C tests under heavy load): the next run would wait for
-        // it forever.
+        // No worker runs between runs, so a held list lock or a busy page
+        // is left over from a worker of the last run that died holding it:
+        // the next run's workers would wait for it forever (their owner
+        // checks look at this run's pids). The list is released; a busy
+        // page's contents are unknown, so it is lost (SIGBUS on access),
+        // as when a waiter notices a dead owner during a run.
         ctl.set(ctl::H_LOCK, 0);
+        for i in 0..ctl.get(ctl::H_NPAGES) as usize {
+            let w = ctl.page(i).load(Ordering::Acquire);
+            if w & ctl::BUSY != 0 {
+                ctl.page(i)
+                    .store(ctl::with_where(0, ctl::Where::Lost), Ordering::Release);
+            }
+        }
         ctl.set(ctl::H_PARTY, self.config.workers as u64);
         for r in 0..self.config.workers {
             ctl.pid(r).store(0, Ordering::Release);
