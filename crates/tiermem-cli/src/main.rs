@@ -977,11 +977,7 @@ fn run_translation<S>(
         }
     }
     let r = all.ok_or("no sizes given")?;
-    print!("{}", translation::table(&r));
-    print!(
-        "speedup over 4 KiB pages (kernel time):\n{}",
-        translation::speedup_table(&r)
-    );
+    print_translation(&r);
     for s in &r.skipped {
         eprintln!("skipped: {s}");
     }
@@ -1153,7 +1149,7 @@ fn bench_svm(a: SvmArgs) -> Result<(), String> {
         x.parse::<usize>().ok().filter(|&n| (1..=32).contains(&n))
     })?;
     let cpus = match &a.cpus {
-        Some(c) => parse_cpu_list(c).map_err(|e| e.to_string())?,
+        Some(c) => parse_cpu_list(c)?,
         None => (0..tiermem_sys::thread::online_cpus()).collect(),
     };
     if a.keys == 0 || a.bucket_keys == 0 || a.records == 0 || a.sites == 0 || a.black_list == 0 {

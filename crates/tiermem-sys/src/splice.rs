@@ -81,35 +81,37 @@ impl Pipe {
     /// returns how many (0 when the pipe is empty).
     pub fn read_into(&self, map: &crate::mm::Mapping, len: usize) -> usize {
         let len = len.min(map.len());
-        let mut avail: libc::c_int = 0;
-        // SAFETY: FIONREAD writes an int we own.
-        if unsafe { libc::ioctl(self.read.as_raw_fd(), libc::FIONREAD, &mut avail) } != 0 || avail <= 0 {
+        let avail = self.queued();
+        if avail == 0 {
             return 0;
         }
         // SAFETY: map is a live mapping of at least `len` bytes, written only
         // through this call while the caller holds it; `avail` bytes are
         // queued, so the read does not block.
-        let r = unsafe {
-            libc::read(
-                self.read.as_raw_fd(),
-                map.as_ptr().cast(),
-                len.min(avail as usize),
-            )
-        };
+        let r = unsafe { libc::read(self.read.as_raw_fd(), map.as_ptr().cast(), len.min(avail)) };
         r.max(0) as usize
+    }
+
+    /// Bytes queued in the pipe (FIONREAD); 0 if the call fails.
+    fn queued(&self) -> usize {
+        let mut avail: libc::c_int = 0;
+        // SAFETY: FIONREAD writes an int we own.
+        if unsafe { libc::ioctl(self.read.as_raw_fd(), libc::FIONREAD, &mut avail) } != 0 {
+            return 0;
+        }
+        avail.max(0) as usize
     }
 
     /// Throws away whatever the pipe holds (after a failed drain).
     pub fn clear(&self) {
         let mut buf = [0u8; 4096];
         loop {
-            // FIONREAD first, so that the read below never blocks.
-            let mut avail: libc::c_int = 0;
-            // SAFETY: FIONREAD writes an int we own.
-            if unsafe { libc::ioctl(self.read.as_raw_fd(), libc::FIONREAD, &mut avail) } != 0 || avail <= 0 {
+            // Queued bytes first, so that the read below never blocks.
+            let avail = self.queued();
+            if avail == 0 {
                 return;
             }
-            let want = (avail as usize).min(buf.len());
+            let want = avail.min(buf.len());
             // SAFETY: buf is valid for `want` bytes; `avail` bytes are queued.
             if unsafe { libc::read(self.read.as_raw_fd(), buf.as_mut_ptr().cast(), want) } <= 0 {
                 return;

@@ -34,6 +34,15 @@ pub fn nr_path(size: &str) -> String {
     format!("/sys/kernel/mm/hugepages/hugepages-{kb}kB/nr_hugepages")
 }
 
+/// Whether transparent huge pages can be used: THP is not disabled
+/// outright (`[never]` in `/sys/kernel/mm/transparent_hugepage/enabled`);
+/// `madvise` is enough, regions advise themselves.
+pub fn thp_enabled() -> bool {
+    std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+        .map(|s| !s.contains("[never]"))
+        .unwrap_or(false)
+}
+
 /// The state of the pool of `size`; an empty pool if the kernel has none.
 pub fn pool(size: HugePageSize) -> PoolInfo {
     tiermem_sys::hugetlb::pool(size).unwrap_or_default()

@@ -66,7 +66,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8, A
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 use tiermem_sys::mm::{base_page_size, Advice, MapOptions, Mapping, UserAccess};
-use tiermem_sys::signal::{self, FaultSignalKind};
+
 use tiermem_sys::thread::{fork_generation, futex_wait, futex_wake};
 use tiermem_sys::Errno;
 
@@ -932,12 +932,7 @@ impl Overshadow {
         let job = Arc::new(Job::new(from, size, opts, mode)?);
         if mode != Mode::Copy {
             // One handler serves both tiermem's regions and overshadows.
-            signal::install(FaultSignalKind::Segv, crate::engine::in_context::on_sigsegv, true).map_err(
-                |errno| Error::Sys {
-                    what: "installing the SIGSEGV handler",
-                    errno,
-                },
-            )?;
+            crate::engine::in_context::install_sigsegv()?;
             let mut g = ACTIVE.write().unwrap_or_else(|p| p.into_inner());
             let generation = fork_generation();
             g.retain(|j| j.generation == generation);

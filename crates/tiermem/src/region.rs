@@ -83,7 +83,7 @@ impl Region {
         if huge {
             check_pool(&config)?;
         }
-        if thp && !thp_available() {
+        if thp && !crate::hugepages::thp_enabled() {
             return Err(Error::Usage(
                 "page size THP: transparent huge pages are disabled on this machine \
                  (/sys/kernel/mm/transparent_hugepage/enabled is [never]); use 4K or 2M pages, \
@@ -391,13 +391,6 @@ impl std::fmt::Debug for Region {
             .field("config", &self.core.config)
             .finish()
     }
-}
-
-/// Whether transparent huge pages can be used (not `[never]`).
-fn thp_available() -> bool {
-    std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
-        .map(|s| !s.contains("[never]"))
-        .unwrap_or(false)
 }
 
 fn check_pool(config: &Config) -> Result<(), Error> {

@@ -54,14 +54,20 @@ pub(crate) fn install_sigbus() -> Result<(), crate::Error> {
     })
 }
 
+/// Installs the SIGSEGV handler (once) that serves the SVM heap,
+/// overshadow writes and regions frozen for eviction.
+pub(crate) fn install_sigsegv() -> Result<(), crate::Error> {
+    signal::install(FaultSignalKind::Segv, on_sigsegv, true).map_err(|errno| crate::Error::Sys {
+        what: "installing the SIGSEGV handler",
+        errno,
+    })
+}
+
 /// Adds a region to the registry and installs the signal handlers (once).
 pub(crate) fn register(core: Arc<RegionCore>) -> Result<(), crate::Error> {
     install_sigbus()?;
     if core.config.dirty_tracking == crate::config::DirtyTracking::WpAsync {
-        signal::install(FaultSignalKind::Segv, on_sigsegv, true).map_err(|errno| crate::Error::Sys {
-            what: "installing the SIGSEGV handler",
-            errno,
-        })?;
+        install_sigsegv()?;
     }
     let mut g = REGIONS.write().unwrap_or_else(|p| p.into_inner());
     let generation = fork_generation();

@@ -190,8 +190,6 @@ pub(crate) struct RegionCore {
     reg: Registration,
     uffd: Uffd,
     pub(crate) config: Config,
-    /// Transparent huge pages: blocks are installed writable and collapsed.
-    thp: bool,
     /// THP with UFFDIO_MOVE: buffers in which fills build huge pages.
     thp_staging: Option<StagingPool>,
     /// Staging buffers (bits) that still hold data from a refused move.
@@ -296,7 +294,6 @@ impl RegionCore {
             None
         };
         Ok(RegionCore {
-            thp: config.page_size == PageSize::Thp2M,
             thp_staging,
             thp_stale: AtomicU64::new(0),
             budget_pages: budget,
@@ -322,6 +319,12 @@ impl RegionCore {
             generation: tiermem_sys::thread::fork_generation(),
             config,
         })
+    }
+
+    /// Transparent huge pages: blocks are installed writable, moved in
+    /// whole or collapsed.
+    fn thp(&self) -> bool {
+        self.config.page_size == PageSize::Thp2M
     }
 
     pub(crate) fn contains(&self, addr: usize) -> bool {
@@ -478,7 +481,7 @@ impl RegionCore {
         let dont_wake = server == Server::InContext;
         // THP blocks are installed writable: write-protected small pages
         // cannot collapse.
-        let wp_on_install = !write && !self.thp;
+        let wp_on_install = !write && !self.thp();
         let (installed, kind) = match w.state() {
             PageState::Untouched => {
                 // The shared zero page costs no memory, but only wp-async can
@@ -499,7 +502,7 @@ impl RegionCore {
                     && server == Server::InContext;
                 let r = if zero_page {
                     self.retry_again(|| self.uffd.zeropage(&self.reg, off, self.page_bytes, dont_wake))
-                } else if self.thp {
+                } else if self.thp() {
                     self.install_thp(off, None, dont_wake)
                 } else {
                     self.copy_in(
@@ -518,7 +521,7 @@ impl RegionCore {
                 timer.lap(Cost::Transfer);
                 match fetched {
                     Ok(src) => {
-                        let r = if self.thp {
+                        let r = if self.thp() {
                             self.install_thp(off, Some(src), dont_wake)
                         } else {
                             self.copy_in(off, src, wp_on_install, dont_wake)
@@ -563,7 +566,7 @@ impl RegionCore {
     fn filled_state(&self, write: bool, w: PageWord) -> PageWord {
         if write {
             PageWord::new(PageState::Dirty, w.far_valid())
-        } else if self.thp {
+        } else if self.thp() {
             PageWord::new(PageState::Dirty, w.far_valid()).with_verify()
         } else {
             PageWord::new(PageState::Clean, w.far_valid())
@@ -571,80 +574,76 @@ impl RegionCore {
     }
 
     /// Installs one THP block at region offset `off` with the contents of
-    /// `src` (zeros for None). Fast path: build a huge page in a staging
-    /// buffer and move it in whole (`UFFDIO_MOVE` of one PMD: no copy, no
-    /// collapse). Otherwise, or when the move is refused (the block's range
-    /// still has a page table from small pages: EEXIST), copy 512 small
-    /// pages and collapse them.
+    /// `src` (zeros for None): moved in whole when the kernel allows it,
+    /// else 512 small pages copied and collapsed.
     fn install_thp(
         &self,
         off: usize,
         src: Option<tiermem_sys::mm::MemRange<'_>>,
         dont_wake: bool,
     ) -> Result<(), UffdError> {
-        let zeros = self.zeros.range(0, self.page_bytes);
-        let Some(pool) = &self.thp_staging else {
-            let r = self.copy_in(off, src.unwrap_or(zeros), false, dont_wake);
-            if r.is_ok() {
-                self.collapse(off, 1);
-            }
-            return r;
+        let data = src.unwrap_or(self.zeros.range(0, self.page_bytes));
+        let moved = match &self.thp_staging {
+            Some(pool) => self.move_thp(pool, off, src),
+            None => 0,
         };
-        let slot = pool.claim();
-        let (buf, at) = (slot.mapping(), slot.offset());
-        let bit = 1u64 << (at / self.page_bytes);
-        // Populating a huge-page-advised buffer allocates a zeroed huge page
-        // (small pages if none is free: then the move maps small pages). A
-        // buffer whose page was not moved away still holds old data.
-        let populated = buf.populate_write(at, self.page_bytes).is_ok();
-        if populated {
-            match src {
-                Some(src) => buf.copy_in(at, src),
-                None if self.thp_stale.load(Ordering::Relaxed) & bit != 0 => buf.fill(at, self.page_bytes, 0),
-                None => {}
-            }
-            let mut done = 0;
-            let moved = loop {
-                match self.uffd.move_in(
-                    &self.reg,
-                    off + done,
-                    buf,
-                    at + done,
-                    self.page_bytes - done,
-                    false,
-                ) {
-                    Ok(Resolved::Done) => break true,
-                    Ok(Resolved::Partial { bytes }) => done += bytes,
-                    _ => break false,
-                }
-            };
-            if moved {
-                self.thp_stale.fetch_and(!bit, Ordering::Relaxed);
-                self.stats.thp_moves.fetch_add(1, Ordering::Relaxed);
-                return Ok(());
-            }
-            self.thp_stale.fetch_or(bit, Ordering::Relaxed);
-            if done > 0 {
-                // Part of the block moved in (small pages): fill in the rest.
-                return self.copy_in(
-                    off + done,
-                    buf.range(at + done, self.page_bytes - done),
-                    false,
-                    dont_wake,
-                );
-            }
+        if moved == self.page_bytes {
+            return Ok(());
         }
-        // Not moved: copy from the buffer (or the source) and collapse.
-        let data = if populated {
-            buf.range(at, self.page_bytes)
-        } else {
-            src.unwrap_or(zeros)
-        };
-        let r = self.copy_in(off, data, false, dont_wake);
-        if r.is_ok() {
+        let r = self.copy_in(
+            off + moved,
+            data.sub(moved, self.page_bytes - moved),
+            false,
+            dont_wake,
+        );
+        if r.is_ok() && moved == 0 {
             self.collapse(off, 1);
         }
         r
+    }
+
+    /// The fast path of [`Self::install_thp`]: builds the block in a staging
+    /// buffer advised for huge pages and moves it in whole (`UFFDIO_MOVE`
+    /// of one PMD: no copy into the region, no collapse). Returns the bytes
+    /// moved: the whole block, part of it (the buffer got small pages), or
+    /// nothing (the block's range still has a page table from small pages:
+    /// EEXIST).
+    fn move_thp(&self, pool: &StagingPool, off: usize, src: Option<tiermem_sys::mm::MemRange<'_>>) -> usize {
+        let slot = pool.claim();
+        let (buf, at) = (slot.mapping(), slot.offset());
+        let bit = 1u64 << (at / self.page_bytes);
+        // Populating allocates a zeroed huge page (small pages if none is
+        // free). A buffer whose page was not moved away still holds old data.
+        if buf.populate_write(at, self.page_bytes).is_err() {
+            return 0;
+        }
+        match src {
+            Some(src) => buf.copy_in(at, src),
+            None if self.thp_stale.load(Ordering::Relaxed) & bit != 0 => buf.fill(at, self.page_bytes, 0),
+            None => {}
+        }
+        let mut done = 0;
+        while done < self.page_bytes {
+            match self.uffd.move_in(
+                &self.reg,
+                off + done,
+                buf,
+                at + done,
+                self.page_bytes - done,
+                false,
+            ) {
+                Ok(Resolved::Done) => done = self.page_bytes,
+                Ok(Resolved::Partial { bytes }) => done += bytes,
+                _ => break,
+            }
+        }
+        if done == self.page_bytes {
+            self.thp_stale.fetch_and(!bit, Ordering::Relaxed);
+            self.stats.thp_moves.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.thp_stale.fetch_or(bit, Ordering::Relaxed);
+        }
+        done
     }
 
     /// Collapses the `n` freshly filled THP blocks from region offset `off`
@@ -1553,7 +1552,7 @@ impl RegionCore {
                 let src = self.store.fetch(off as u64, len, staging);
                 timer.lap(Cost::Transfer);
                 match src {
-                    Ok(src) => self.copy_run(off, src, !write && !self.thp),
+                    Ok(src) => self.copy_run(off, src, !write && !self.thp()),
                     Err(err) => {
                         // A prefetch is a hint: leave the pages in the far
                         // store; a demand fault will try again and report.
@@ -1562,9 +1561,9 @@ impl RegionCore {
                     }
                 }
             } else {
-                self.copy_run(off, self.zeros.range(0, len), !write && !self.thp)
+                self.copy_run(off, self.zeros.range(0, len), !write && !self.thp())
             };
-            if installed.is_ok() && self.thp {
+            if installed.is_ok() && self.thp() {
                 self.collapse(off, e - s);
             }
             timer.lap(Cost::Pte);

@@ -189,15 +189,7 @@ impl Local {
             ps,
             shared,
         });
-        tiermem_sys::signal::install(
-            tiermem_sys::signal::FaultSignalKind::Segv,
-            crate::engine::in_context::on_sigsegv,
-            true,
-        )
-        .map_err(|errno| Error::Sys {
-            what: "installing the SIGSEGV handler",
-            errno,
-        })?;
+        crate::engine::in_context::install_sigsegv()?;
         *LOCAL.write().unwrap_or_else(|p| p.into_inner()) = Some(local.clone());
         Ok(local)
     }
@@ -349,13 +341,6 @@ impl Local {
 
     /// Applies the diff of a read-write DSM page; the page becomes
     /// read-only (it stays on the dirty list for its notice).
-    fn flush_diff(&self, p: usize, runs: &mut Vec<(u32, u32)>) -> Result<(), Error> {
-        self.diff_to_home(p, runs);
-        self.protect(p, 1, Protection::Read)?;
-        self.set(p, with_access(self.st(p), READ));
-        Ok(())
-    }
-
     /// Protects `pages` (sorted here), one `mprotect` per run.
     fn protect_pages(&self, pages: &mut [usize], prot: Protection) -> Result<(), Error> {
         pages.sort_unstable();
@@ -577,7 +562,8 @@ impl Local {
                 continue;
             }
             if access(s) == RW && mode(s) == DSM {
-                self.flush_diff(p, &mut runs)?;
+                // The remap below replaces the mapping and the state.
+                self.diff_to_home(p, &mut runs);
             }
             if mode(s) == DSM && access(s) != NONE {
                 t.remove_cacher(p, self.rank);

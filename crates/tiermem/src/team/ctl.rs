@@ -142,6 +142,11 @@ pub(crate) struct Ctl<'a> {
 }
 
 impl<'a> Ctl<'a> {
+    /// Records that `rank` failed, unless a failure is recorded already.
+    pub(crate) fn abort(&self, rank: usize) {
+        let _ = self.w[H_ABORT].compare_exchange(0, rank as u64 + 1, Ordering::AcqRel, Ordering::Relaxed);
+    }
+
     pub(crate) fn new(w: &'a [AtomicU64]) -> Ctl<'a> {
         let npages = w[H_NPAGES].load(Ordering::Acquire) as usize;
         Ctl { w, npages }

@@ -409,7 +409,7 @@ impl Member {
         let pid = ctl.pid(rank).load(Ordering::Acquire) & !super::PID_FINISHED;
         let dead = pid != 0 && !process::exists(pid as u32);
         if dead {
-            let _ = ctl.w[H_ABORT].compare_exchange(0, rank as u64 + 1, Ordering::AcqRel, Ordering::Relaxed);
+            ctl.abort(rank);
         }
         dead
     }

@@ -439,12 +439,7 @@ fn barrier(ctl: &Ctl<'_>) -> Result<(), Error> {
             for r in 0..MAX_MEMBERS {
                 let pid = ctl.pid(r).load(Ordering::Acquire);
                 if pid != 0 && pid & PID_FINISHED == 0 && !process::running(pid as u32) {
-                    let _ = ctl.w[ctl::H_ABORT].compare_exchange(
-                        0,
-                        r as u64 + 1,
-                        Ordering::AcqRel,
-                        Ordering::Relaxed,
-                    );
+                    ctl.abort(r);
                 }
             }
         }
@@ -490,12 +485,19 @@ fn anon_file(name: &str) -> Result<File, Error> {
     Ok(File::from(std::os::fd::OwnedFd::from(fd)))
 }
 
+/// Pins worker `rank` to `cpu`; a refusal (a cpuset without that CPU) is
+/// reported, and the worker runs unpinned.
+fn pin(rank: usize, cpu: Option<usize>) {
+    if let Some(c) = cpu {
+        if let Err(e) = tiermem_sys::thread::set_affinity(&[c]) {
+            eprintln!("tiermem team: worker {rank} not pinned to CPU {c}: {e}");
+        }
+    }
+}
+
 fn sized(f: File, len: usize, what: &'static str) -> Result<File, Error> {
-    f.set_len(len as u64)
-        .map_err(|e| Error::Sys {
-            what,
-            errno: tiermem_sys::Errno(e.raw_os_error().unwrap_or(libc::EIO)),
-        })
+    tiermem_sys::memfd::set_len(std::os::fd::AsFd::as_fd(&f), len as u64)
+        .map_err(|errno| Error::Sys { what, errno })
         .map(|_| f)
 }
 
@@ -840,9 +842,7 @@ impl TeamRegion {
                 .map(|r| {
                     let ctl = &ctl;
                     s.spawn(move || {
-                        if let Some(c) = cpu(r) {
-                            let _ = tiermem_sys::thread::set_affinity(&[c]);
-                        }
+                        pin(r, cpu(r));
                         set_thread_rank(r);
                         let w = Worker {
                             member: &self.member,
@@ -855,12 +855,7 @@ impl TeamRegion {
                             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&w))),
                         );
                         if code != 0 {
-                            let _ = ctl.w[ctl::H_ABORT].compare_exchange(
-                                0,
-                                r as u64 + 1,
-                                Ordering::AcqRel,
-                                Ordering::Relaxed,
-                            );
+                            ctl.abort(r);
                         }
                         code
                     })
@@ -921,18 +916,26 @@ impl TeamRegion {
                 .filter(|(_, s)| s.is_none())
                 .map(|(&p, _)| p)
                 .collect();
-            let ended = process::wait_any(&pending, Duration::from_millis(200)).unwrap_or_default();
+            let ended = match process::wait_any(&pending, Duration::from_millis(200)) {
+                Ok(ended) => ended,
+                Err(errno) => {
+                    // Cannot watch the pidfds (out of descriptors?): poll
+                    // at the same pace instead of spinning.
+                    eprintln!("tiermem team: waiting for workers: {errno}; polling");
+                    std::thread::sleep(Duration::from_millis(200));
+                    pending
+                        .iter()
+                        .filter(|&&p| !process::running(p))
+                        .copied()
+                        .collect()
+                }
+            };
             for pid in ended {
                 let r = pids.iter().position(|&p| p == pid).expect("our child");
                 let st = process::wait(pid).unwrap_or(ExitStatus::Exited(-1));
                 status[r] = Some(st);
                 if !st.success() {
-                    let _ = ctl.w[ctl::H_ABORT].compare_exchange(
-                        0,
-                        r as u64 + 1,
-                        Ordering::AcqRel,
-                        Ordering::Relaxed,
-                    );
+                    ctl.abort(r);
                     deadline.get_or_insert(Instant::now() + Duration::from_secs(2));
                 }
             }
@@ -966,9 +969,7 @@ impl TeamRegion {
     where
         F: Fn(&Worker<'_>) -> Result<(), Error> + Sync,
     {
-        if let Some(c) = cpu {
-            let _ = tiermem_sys::thread::set_affinity(&[c]);
-        }
+        pin(rank, cpu);
         let member = match Member::join(self.member.view.clone(), rank, false, 1) {
             Ok(m) => m,
             Err(e) => {

@@ -96,9 +96,7 @@ fn huge_pages_tier_in_every_variant() {
 }
 
 fn thp_enabled() -> bool {
-    let on = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
-        .map(|s| !s.contains("[never]"))
-        .unwrap_or(false);
+    let on = hugepages::thp_enabled();
     if !on {
         eprintln!("skipped: transparent huge pages are disabled ([never])");
     }
@@ -302,6 +300,10 @@ fn pools_grow_and_shrink_as_reported() {
         return;
     }
     let before = hugepages::pool(HugePageSize::Size2M);
+    // Puts the pool back even if an assertion below fails.
+    let Some(_restore) = HugePool::set_of(HugePageSize::Size2M, before.total) else {
+        return;
+    };
     let change = hugepages::reserve(&PoolRequest {
         size: HugePageSize::Size2M,
         pages: before.available() + 2,

@@ -437,8 +437,8 @@ child_test!(lock_counter_stress, {
 });
 
 // The read-only private hint: a table written before a barrier is read
-// by everyone through private copies; writes to it are refused
-// (SIGSEGV), checked in a forked grandchild below.
+// by everyone through private copies. (Writes to such pages raise
+// SIGSEGV; that is not tested here.)
 child_test!(read_only_private_pages_are_cached_and_validated_at_barriers, {
     each("read-only private", |p, kind| {
         let a = alloc(p, kind, 2)?;
