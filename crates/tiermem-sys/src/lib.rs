@@ -17,6 +17,7 @@
 //! - [`cache`]: cache-line write-back and invalidation (clwb, clflushopt);
 //! - [`signal`]: in-context SIGBUS/SIGSEGV fault callbacks;
 //! - [`process`]: worker processes (fork, wait, kill, `_exit`);
+//! - [`ranges`]: a table of address ranges searchable from signal handlers;
 //! - [`splice`]: a pipe of page references for team-mode eviction;
 //! - [`thread`]: thread ids, CPUs, affinity, futexes, fork generation;
 //! - [`event`]: eventfd and poll;
@@ -36,6 +37,7 @@ pub mod mm;
 pub mod pagemap;
 pub mod probe;
 pub mod process;
+pub mod ranges;
 pub mod signal;
 pub mod splice;
 pub mod thread;

@@ -161,6 +161,23 @@ pub fn fork_generation() -> u64 {
     FORK_GENERATION.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+/// Registers `pthread_atfork` handlers (process-wide, for good): `prepare`
+/// runs in the forking thread before the copy, `parent` and `child` after
+/// it in each process. They run in a child of a multi-threaded process, so
+/// they must be async-signal-safe.
+pub fn at_fork(
+    prepare: Option<extern "C" fn()>,
+    parent: Option<extern "C" fn()>,
+    child: Option<extern "C" fn()>,
+) {
+    let as_unsafe = |f: Option<extern "C" fn()>| f.map(|f| f as unsafe extern "C" fn());
+    // SAFETY: registers plain functions without captured state.
+    let r = unsafe { libc::pthread_atfork(as_unsafe(prepare), as_unsafe(parent), as_unsafe(child)) };
+    // Only ENOMEM is possible: without the hooks a forked child would
+    // inherit stale locks; refuse to go on.
+    assert_eq!(r, 0, "pthread_atfork failed");
+}
+
 #[cfg(test)]
 mod fork_tests {
     use super::*;

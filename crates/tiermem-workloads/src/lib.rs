@@ -22,6 +22,7 @@
 //! - [`translation`]: running those over backings and providers, tables
 //!   normalized to 1 GiB pages and speedups over 4 KiB;
 //! - [`rng`]: the workloads' deterministic random numbers;
+//! - [`router`]: the fault router's lookup cost by number of ranges;
 //! - [`svm`]: paper 5's workloads (bucket sort, Malstone, BFS with a black
 //!   list) on the shared virtual memory in SPM and hybrid page modes;
 //! - [`report`]: machine description, tables, JSON;
@@ -42,6 +43,7 @@ pub mod pspt_model;
 pub mod random;
 pub mod report;
 pub mod rng;
+pub mod router;
 pub mod stencil;
 pub mod svm;
 pub mod team_stencil;

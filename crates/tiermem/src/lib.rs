@@ -36,6 +36,8 @@
 //!   ranges);
 //! - [`overshadow`]: paper 2's Overshadow: read far memory at once, switch
 //!   each page to its near copy when copied;
+//! - `fault` (private): the fault router, the one owner of SIGBUS and
+//!   SIGSEGV: every feature above registers its address ranges with it;
 //! - `engine` (private): fault resolution, fill and eviction, in-context
 //!   (SIGBUS) and handler-thread designs; `page` (private): page states.
 //!
@@ -48,6 +50,7 @@ pub mod config;
 mod engine;
 pub mod error;
 pub mod far;
+mod fault;
 pub mod global;
 pub mod hugepages;
 pub mod overshadow;

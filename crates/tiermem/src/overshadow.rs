@@ -58,16 +58,17 @@
 //! ```
 
 use crate::far::{self, FarSource};
+use crate::fault::{Fault, FaultHandler, RangeGuard, Served, Signal};
 use crate::Error;
 use crossbeam_utils::Backoff;
 use std::collections::VecDeque;
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use tiermem_sys::mm::{base_page_size, Advice, MapOptions, Mapping, UserAccess};
 
-use tiermem_sys::thread::{fork_generation, futex_wait, futex_wake};
+use tiermem_sys::thread::{futex_wait, futex_wake};
 use tiermem_sys::Errno;
 
 /// When pages switch to their near copies.
@@ -225,7 +226,6 @@ struct Job {
     error_errno: AtomicI32,
     error_op: AtomicU8,
     created: Instant,
-    generation: u64,
     chunks: AtomicU64,
     switches: AtomicU64,
     forced_pages: AtomicU64,
@@ -233,10 +233,6 @@ struct Job {
     copied_ns: AtomicU64,
     done_ns: AtomicU64,
 }
-
-/// Live overshadows, for the write-fault handler. Written on create and
-/// destroy only (which never touch `to` memory while holding it).
-static ACTIVE: RwLock<Vec<Arc<Job>>> = RwLock::new(Vec::new());
 
 impl Job {
     fn new(from: usize, size: usize, opts: &Options, mode: Mode) -> Result<Job, Error> {
@@ -330,7 +326,6 @@ impl Job {
             error_errno: AtomicI32::new(0),
             error_op: AtomicU8::new(0),
             created: Instant::now(),
-            generation: fork_generation(),
             chunks: AtomicU64::new(0),
             switches: AtomicU64::new(0),
             forced_pages: AtomicU64::new(0),
@@ -342,10 +337,6 @@ impl Job {
 
     fn elapsed_ns(&self) -> u64 {
         self.created.elapsed().as_nanos() as u64
-    }
-
-    fn contains(&self, addr: usize) -> bool {
-        self.view.as_ref().is_some_and(|v| v.map.contains(addr))
     }
 
     /// Reserves the emulated link for a transfer of `bytes` and returns
@@ -907,6 +898,8 @@ impl Engine {
 /// One overshadow of far memory, destroyed (at any time) on drop.
 pub struct Overshadow {
     job: Arc<Job>,
+    /// `to`'s registration with the fault router (none for plain copies).
+    routed: Option<RangeGuard>,
 }
 
 impl std::fmt::Debug for Overshadow {
@@ -930,16 +923,12 @@ impl Overshadow {
     fn start(from: usize, size: usize, opts: &Options, mode: Mode) -> Result<Overshadow, Error> {
         let e = engine()?;
         let job = Arc::new(Job::new(from, size, opts, mode)?);
-        if mode != Mode::Copy {
-            // One handler serves both tiermem's regions and overshadows.
-            crate::engine::in_context::install_sigsegv()?;
-            let mut g = ACTIVE.write().unwrap_or_else(|p| p.into_inner());
-            let generation = fork_generation();
-            g.retain(|j| j.generation == generation);
-            g.push(job.clone());
-        }
+        let routed = match &job.view {
+            Some(v) => Some(crate::fault::register(v.map.addr(), v.map.len(), job.clone())?),
+            None => None,
+        };
         e.submit(job.clone());
-        Ok(Overshadow { job })
+        Ok(Overshadow { job, routed })
     }
 
     /// The near address (`to`).
@@ -1010,12 +999,9 @@ impl Drop for Overshadow {
         if let Ok(e) = engine() {
             e.withdraw(&self.job);
         }
-        ACTIVE
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .retain(|j| !Arc::ptr_eq(j, &self.job));
-        // In-flight write-fault handlers hold clones; ours is the last one
-        // once they return.
+        // Returns once no write-fault handler runs on `to` any more.
+        drop(self.routed.take());
+        // Movers that withdrew may still drop their clones.
         while Arc::strong_count(&self.job) > 1 {
             std::thread::sleep(Duration::from_micros(20));
         }
@@ -1039,20 +1025,17 @@ pub fn start_copy_to_near(from: usize, size: usize, opts: &Options) -> Result<Ov
     Overshadow::start(from, size, opts, Mode::Copy)
 }
 
-/// Serves a write fault at `addr` if it lies in an overshadow's `to`.
-/// `None`: not ours; `Some(true)`: resolved, retry; `Some(false)`: ours
-/// but the page could not be copied (the write fails).
-///
-/// Runs in the SIGSEGV handler: takes the registry's read lock (writers
-/// never fault on `to` while holding it) and allocates nothing.
-pub(crate) fn serve_write_fault(addr: usize) -> Option<bool> {
-    let job = {
-        let g = ACTIVE.read().unwrap_or_else(|p| p.into_inner());
-        let generation = fork_generation();
-        g.iter()
-            .find(|j| j.contains(addr) && j.generation == generation)
-            .cloned()
-    }?;
-    let i = (addr - job.view.as_ref()?.map.addr()) / job.page;
-    Some(job.serve_write(i))
+/// An overshadow serves write faults on its `to` (SIGSEGV: `to` is
+/// read-only until a page switches): the page is copied and switched first.
+impl FaultHandler for Job {
+    fn on_fault(&self, f: &Fault) -> Served {
+        let Some(view) = self.view.as_ref().filter(|_| f.signal == Signal::Segv) else {
+            return Served::Forward;
+        };
+        if self.serve_write((f.addr - view.map.addr()) / self.page) {
+            Served::Spurious
+        } else {
+            Served::Forward
+        }
+    }
 }

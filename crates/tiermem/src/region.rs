@@ -4,7 +4,8 @@ use crate::config::{Config, DirtyTracking, FarStoreConfig, FaultPath, PageSize};
 use crate::engine::handler_thread::HandlerThreads;
 use crate::engine::mover::Movers;
 pub use crate::engine::prefetch::Advice;
-use crate::engine::{in_context, IoErrorRecord, Parts, RegionCore};
+use crate::engine::{IoErrorRecord, Parts, RegionCore};
+use crate::fault::RangeGuard;
 use crate::page::PageState;
 use crate::stats::RegionStats;
 use crate::store::file::FileStore;
@@ -39,6 +40,9 @@ use tiermem_sys::uffd::{Features, RegisterMode, Uffd, UffdOptions};
 /// child releases nothing of the parent's.
 pub struct Region {
     core: Arc<RegionCore>,
+    /// The range's registration with the fault router (dropped after the
+    /// threads, before the core).
+    routed: Option<RangeGuard>,
     user: UserAccess,
     handlers: Option<HandlerThreads>,
     movers: Option<Movers>,
@@ -147,15 +151,13 @@ impl Region {
                 policy,
             },
         )?);
-        in_context::register(core.clone())?;
+        let routed = crate::fault::register(core.mapping.addr(), core.mapping.len(), core.clone())?;
         let handlers = if config.fault_path == FaultPath::HandlerThread {
-            match HandlerThreads::start(&core, config.handler_threads, &config.handler_cpus) {
-                Ok(h) => Some(h),
-                Err(e) => {
-                    in_context::unregister(&core);
-                    return Err(e);
-                }
-            }
+            Some(HandlerThreads::start(
+                &core,
+                config.handler_threads,
+                &config.handler_cpus,
+            )?)
         } else {
             None
         };
@@ -166,7 +168,6 @@ impl Region {
                     if let Some(h) = handlers {
                         h.stop();
                     }
-                    in_context::unregister(&core);
                     return Err(e);
                 }
             }
@@ -175,6 +176,7 @@ impl Region {
         };
         let region = Region {
             core,
+            routed: Some(routed),
             user,
             handlers,
             movers,
@@ -362,7 +364,7 @@ impl Region {
 
 impl Drop for Region {
     fn drop(&mut self) {
-        if self.core.generation != tiermem_sys::thread::fork_generation() {
+        if self.core.generation != crate::fault::fork_generation() {
             // A fork()ed child: the threads, the range and the files belong
             // to the parent. Closing our copies of descriptors is all we do.
             std::mem::forget(self.handlers.take());
@@ -379,7 +381,7 @@ impl Drop for Region {
         if let Some(h) = self.handlers.take() {
             h.stop();
         }
-        in_context::unregister(&self.core);
+        drop(self.routed.take());
     }
 }
 
@@ -414,7 +416,7 @@ pub fn advise(addr: usize, len: usize, advice: Advice) -> Result<(), Error> {
 }
 
 fn locate(addr: usize, len: usize, what: &str) -> Result<(Arc<RegionCore>, usize, usize), Error> {
-    let core = in_context::lookup(addr)
+    let core = crate::fault::lookup::<RegionCore>(addr)
         .ok_or_else(|| Error::Usage(format!("{what}: {addr:#x} is not in a tiermem region")))?;
     let base = core.mapping.addr();
     let end = addr

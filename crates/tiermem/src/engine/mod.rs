@@ -62,6 +62,9 @@ pub(crate) enum Server {
 pub(crate) enum Outcome {
     /// The page is mapped: retry the access.
     Resolved,
+    /// The page was mapped already (another thread resolved the fault
+    /// first): retry the access.
+    Spurious,
     /// The page is poisoned: the access must fail with SIGBUS.
     Poisoned,
 }
@@ -327,10 +330,6 @@ impl RegionCore {
         self.config.page_size == PageSize::Thp2M
     }
 
-    pub(crate) fn contains(&self, addr: usize) -> bool {
-        self.mapping.contains(addr)
-    }
-
     pub(crate) fn page_bytes(&self) -> usize {
         self.page_bytes
     }
@@ -399,7 +398,7 @@ impl RegionCore {
                             let _ = self.uffd.wake(&self.reg, i * self.page_bytes, self.page_bytes);
                         }
                         self.stats.record_fault(FaultKind::Spurious, tid, timer);
-                        return Outcome::Resolved;
+                        return Outcome::Spurious;
                     }
                     if !self.pages.try_lock(i, w) {
                         continue;

@@ -249,7 +249,7 @@ impl Svm {
             let local = Local::join(self.shared.clone(), w.rank(), &start)?;
             let p = SvmProc { w, local };
             let r = f(&p).and_then(|()| p.local.release(None));
-            Local::leave();
+            p.local.leave();
             r
         })
     }

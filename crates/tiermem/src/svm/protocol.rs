@@ -24,8 +24,9 @@ use super::meta::{self, Meta, SPM_LOG_CAP};
 use super::transport::{LocalShm, Notices, Transport};
 use super::{SpmFlavour, Stat};
 use crate::error::Error;
+use crate::fault::{Fault, FaultHandler, RangeGuard, Served, Signal};
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex};
 use tiermem_sys::cache;
 use tiermem_sys::mm::{MapOptions, Mapping, Protection};
 use tiermem_sys::signal::Disposition;
@@ -138,20 +139,22 @@ pub(crate) struct Local {
     spm_log_seen: AtomicU64,
     epoch_seen: AtomicU64,
     pub(crate) malloc_calls: AtomicU64,
-    generation: u64,
     ps: usize,
+    /// The heap's registration with the fault router, until `leave`.
+    routed: Mutex<Option<RangeGuard>>,
 }
 
-static LOCAL: RwLock<Option<Arc<Local>>> = RwLock::new(None);
-
-/// The SIGSEGV entry: `None` when `addr` is not in this process's SVM heap.
-pub(crate) fn serve_fault(addr: usize, write: bool) -> Option<Disposition> {
-    let g = LOCAL.read().unwrap_or_else(|p| p.into_inner());
-    let l = g.as_ref()?;
-    if !l.shared.heap.contains(addr) || l.generation != tiermem_sys::thread::fork_generation() {
-        return None;
+/// A process's protocol state serves the SIGSEGV faults of the heap.
+impl FaultHandler for Local {
+    fn on_fault(&self, f: &Fault) -> Served {
+        if f.signal != Signal::Segv {
+            return Served::Forward;
+        }
+        match self.fault((f.addr - self.shared.heap.addr()) / self.ps, f.write) {
+            Disposition::Retry => Served::Resolved,
+            Disposition::Forward => Served::Forward,
+        }
     }
-    Some(l.fault((addr - l.shared.heap.addr()) / l.ps, write))
 }
 
 impl Local {
@@ -185,18 +188,21 @@ impl Local {
             spm_log_seen: AtomicU64::new(start.spm_log),
             epoch_seen: AtomicU64::new(u64::MAX),
             malloc_calls: AtomicU64::new(0),
-            generation: tiermem_sys::thread::fork_generation(),
             ps,
+            routed: Mutex::new(None),
             shared,
         });
-        crate::engine::in_context::install_sigsegv()?;
-        *LOCAL.write().unwrap_or_else(|p| p.into_inner()) = Some(local.clone());
+        let heap = &local.shared.heap;
+        let guard = crate::fault::register(heap.addr(), heap.len(), local.clone())?;
+        *local.routed.lock().unwrap_or_else(|p| p.into_inner()) = Some(guard);
         Ok(local)
     }
 
-    /// Leaves: the fault handler no longer serves this process's heap.
-    pub(crate) fn leave() {
-        *LOCAL.write().unwrap_or_else(|p| p.into_inner()) = None;
+    /// Leaves: the fault handler no longer serves this process's heap
+    /// (returns once no handler runs on it).
+    pub(crate) fn leave(&self) {
+        let guard = self.routed.lock().unwrap_or_else(|p| p.into_inner()).take();
+        drop(guard);
     }
 
     fn meta(&self) -> Meta<'_> {

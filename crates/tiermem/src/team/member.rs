@@ -14,18 +14,18 @@
 use super::ctl::{self, Ctl, Stat, Where, BUSY, H_ABORT, H_BATCH, H_BUDGET, H_LOCK, H_READAHEAD};
 use super::ctl::{H_POLICY, H_RESIDENT, H_RING_HEAD, H_RING_TAIL, H_WINDOW};
 use super::TeamPolicy;
+use crate::fault::{Fault, FaultHandler, RangeGuard, Served, Signal};
 use crate::stats::{Cost, FaultTimer};
 use std::cell::Cell;
 use std::fs::File;
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tiermem_sys::mm::{MapOptions, Mapping, UserAccess};
 use tiermem_sys::process;
-use tiermem_sys::signal::{Disposition, SignalFault};
+use tiermem_sys::signal::Disposition;
 use tiermem_sys::splice::Pipe;
-use tiermem_sys::thread::fork_generation;
 use tiermem_sys::uffd::{
     CopyMode, Features, Ioctls, RegisterMode, Registration, Resolved, Uffd, UffdOptions,
 };
@@ -104,10 +104,9 @@ pub(crate) struct Member {
     pub(crate) host: bool,
     /// Lanes by rank (host: every rank, for threads mode) or one lane.
     lanes: Vec<Lane>,
-    generation: u64,
+    /// The view's registration with the fault router, until `leave`.
+    routed: Mutex<Option<RangeGuard>>,
 }
-
-static MEMBERS: RwLock<Vec<Arc<Member>>> = RwLock::new(Vec::new());
 
 thread_local! {
     static THREAD_RANK: Cell<usize> = const { Cell::new(usize::MAX) };
@@ -169,25 +168,17 @@ impl Member {
             rank,
             host,
             lanes: v,
-            generation: fork_generation(),
+            routed: Mutex::new(None),
         });
-        crate::engine::in_context::install_sigbus()?;
-        let mut g = MEMBERS.write().unwrap_or_else(|p| p.into_inner());
-        let generation = fork_generation();
-        g.retain(|m| m.generation == generation);
-        g.push(m.clone());
+        let guard = crate::fault::register(m.view.data_map.addr(), m.view.data_map.len(), m.clone())?;
+        *m.routed.lock().unwrap_or_else(|p| p.into_inner()) = Some(guard);
         Ok(m)
     }
 
-    /// Leaves the registry and waits for in-flight handlers.
+    /// Unregisters the view and waits for in-flight fault handlers.
     pub(crate) fn leave(m: &Arc<Member>) {
-        {
-            let mut g = MEMBERS.write().unwrap_or_else(|p| p.into_inner());
-            g.retain(|x| !Arc::ptr_eq(x, m));
-        }
-        while Arc::strong_count(m) > 1 {
-            std::thread::sleep(Duration::from_micros(50));
-        }
+        let guard = m.routed.lock().unwrap_or_else(|p| p.into_inner()).take();
+        drop(guard);
     }
 
     fn lane(&self, rank: usize) -> &Lane {
@@ -668,15 +659,15 @@ fn backoff(spins: &mut u32) {
     }
 }
 
-/// The SIGBUS callback's entry for team regions: `None` if `addr` is in no
-/// team region of this process.
-pub(crate) fn handle_fault(f: &SignalFault) -> Option<Disposition> {
-    let m = {
-        let g = MEMBERS.read().unwrap_or_else(|p| p.into_inner());
-        let generation = fork_generation();
-        g.iter()
-            .find(|m| m.generation == generation && m.view.data_map.contains(f.addr))
-            .cloned()
-    }?;
-    Some(m.resolve(f.addr))
+/// A member serves the SIGBUS faults of its view of the team region.
+impl FaultHandler for Member {
+    fn on_fault(&self, f: &Fault) -> Served {
+        if f.signal != Signal::Bus {
+            return Served::Forward;
+        }
+        match self.resolve(f.addr) {
+            Disposition::Retry => Served::Resolved,
+            Disposition::Forward => Served::Forward,
+        }
+    }
 }

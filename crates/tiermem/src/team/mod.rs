@@ -35,7 +35,6 @@ mod ctl;
 mod member;
 
 pub use ctl::{MARKS, MAX_MEMBERS, SCRATCH_WORDS};
-pub(crate) use member::handle_fault;
 pub use member::{set_thread_rank, EXIT_ABORTED};
 
 use crate::error::Error;

@@ -1,0 +1,396 @@
+//! The fault router: the one owner of SIGBUS and SIGSEGV, below every
+//! feature and knowing none of them.
+//!
+//! A feature that serves faults in some address range (a tiered region, a
+//! team member's view, the SVM heap, an overshadow view, a transparent
+//! heap) registers the range with a [`FaultHandler`] and keeps the returned
+//! [`RangeGuard`]; dropping the guard unregisters the range and returns
+//! only once no handler runs on it any more.
+//!
+//! ```text
+//!  SIGBUS / SIGSEGV (tiermem_sys::signal: installed once, chains to the
+//!        |          handlers installed before)
+//!        v
+//!  dispatch: poisoned page? -> forward
+//!            range table lookup (lock-free, O(log n), no allocation)
+//!            none, or a parent's range after fork() -> forward
+//!        |
+//!        v
+//!  handler.on_fault(fault) -> Resolved | Spurious | Forward
+//!            repeat guard: a million Spurious in a row at one address -> forward
+//! ```
+//!
+//! The table is [`tiermem_sys::ranges::RangeTable`]: a sorted array
+//! published RCU-style, so a faulting thread never takes a lock that the
+//! code it interrupted (or a registering thread) could hold.
+
+use crate::Error;
+use std::any::Any;
+use std::cell::Cell;
+use std::sync::{Arc, Once};
+use std::time::Duration;
+use tiermem_sys::ranges::RangeTable;
+use tiermem_sys::signal::{self, Disposition, FaultSignalKind, SignalFault, BUS_MCEERR_AR};
+
+pub(crate) use tiermem_sys::signal::FaultSignalKind as Signal;
+
+/// One fault, as the router hands it to a handler.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Fault {
+    /// SIGBUS (userfaultfd in SIGBUS mode) or SIGSEGV (a protected page).
+    pub(crate) signal: Signal,
+    /// The faulting address.
+    pub(crate) addr: usize,
+    /// The access was a write.
+    pub(crate) write: bool,
+    /// Kernel id of the faulting thread.
+    pub(crate) tid: u32,
+}
+
+/// What a handler did with a fault.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Served {
+    /// Something changed (a page was filled, unprotected, switched): the
+    /// access is restarted.
+    Resolved,
+    /// Nothing had to change (another thread resolved it first): the access
+    /// is restarted, but a thread that keeps faulting at one address with
+    /// nothing changing is handed on rather than left looping.
+    Spurious,
+    /// Not served: the signal goes to the handler installed before
+    /// tiermem's, or takes its default action (e.g. a poisoned page).
+    Forward,
+}
+
+/// A feature's fault service for the ranges it registers. Runs in a signal
+/// handler: no allocation, no lock that code touching the range may hold.
+///
+/// Handlers are `Any`, so that address-based calls (`tm_prefetch(addr)`)
+/// can find the feature behind a range ([`lookup`] and a downcast).
+pub(crate) trait FaultHandler: Any + Send + Sync {
+    /// Serves a fault in a range registered with this handler.
+    fn on_fault(&self, fault: &Fault) -> Served;
+}
+
+/// A registration: the handler, and the fork generation that made it.
+struct Slot {
+    handler: Arc<dyn FaultHandler>,
+    generation: u64,
+}
+
+static TABLE: RangeTable<Arc<Slot>> = RangeTable::new();
+static INSTALL: Once = Once::new();
+
+/// Consecutive spurious faults at one address before the router gives up
+/// and forwards (a page whose state and pte disagree would otherwise loop
+/// forever).
+const REPEAT_LIMIT: u32 = 1_000_000;
+
+thread_local! {
+    /// This thread's kernel id, cached (gettid is a system call).
+    static TID: Cell<u32> = const { Cell::new(0) };
+    /// Consecutive spurious faults: (address, count).
+    static REPEATS: Cell<(usize, u32)> = const { Cell::new((0, 0)) };
+}
+
+/// Keeps a range registered; dropping it unregisters the range and waits
+/// until no handler runs on it.
+pub(crate) struct RangeGuard {
+    slot: Arc<Slot>,
+}
+
+impl std::fmt::Debug for RangeGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RangeGuard").finish_non_exhaustive()
+    }
+}
+
+impl Drop for RangeGuard {
+    fn drop(&mut self) {
+        if self.slot.generation != fork_generation() {
+            // A forked child's copy: the parent's table entry is ignored
+            // here and pruned by the next registration; no handler of ours
+            // can be running on it.
+            return;
+        }
+        TABLE.remove(|_, _, s| Arc::ptr_eq(s, &self.slot));
+        // After the grace period nobody can find the slot; handlers already
+        // running hold clones until they return.
+        while Arc::strong_count(&self.slot) > 1 {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+}
+
+/// Registers `[start, start + len)` with `handler` and installs the signal
+/// handlers (once). Fails if the range overlaps one registered in this
+/// process.
+pub(crate) fn register(
+    start: usize,
+    len: usize,
+    handler: Arc<dyn FaultHandler>,
+) -> Result<RangeGuard, Error> {
+    install()?;
+    let generation = fork_generation();
+    // Ranges copied from a parent by fork() are not ours.
+    let stale = TABLE.remove(|_, _, s| s.generation != generation);
+    drop(stale);
+    let slot = Arc::new(Slot { handler, generation });
+    let end = start
+        .checked_add(len)
+        .ok_or_else(|| Error::Usage(format!("fault range {start:#x}+{len} wraps around")))?;
+    TABLE
+        .insert(start, end, slot.clone())
+        .map_err(|e| Error::Usage(format!("fault range {start:#x}..{end:#x}: {e}")))?;
+    Ok(RangeGuard { slot })
+}
+
+/// The handler of type `H` registered for `addr` in this process, if any
+/// (not for use in a signal handler: the clone may outlive the
+/// registration, and dropping it may free the handler).
+pub(crate) fn lookup<H: FaultHandler>(addr: usize) -> Option<Arc<H>> {
+    let generation = fork_generation();
+    let h: Arc<dyn Any + Send + Sync> = TABLE.read(addr, |e| {
+        e.filter(|e| e.value.generation == generation)
+            .map(|e| e.value.handler.clone())
+    })?;
+    h.downcast().ok()
+}
+
+/// A number that changes in a `fork()`ed child: state stamped with another
+/// generation was copied from the parent and is not this process's.
+pub(crate) fn fork_generation() -> u64 {
+    tiermem_sys::thread::fork_generation()
+}
+
+fn install() -> Result<(), Error> {
+    let mut result = Ok(());
+    INSTALL.call_once(|| {
+        tiermem_sys::thread::at_fork(
+            Some(before_fork),
+            Some(after_fork_in_parent),
+            Some(after_fork_in_child),
+        );
+        // SIGBUS runs on the faulting thread's stack (a fault that evicts
+        // needs more than an alternate stack may have); SIGSEGV on the
+        // alternate stack if the thread has one, because a stack overflow
+        // raises it too (Rust's overflow report chains behind us).
+        result = signal::install(FaultSignalKind::Bus, dispatch, false)
+            .and_then(|()| signal::install(FaultSignalKind::Segv, dispatch, true))
+            .map_err(|errno| Error::Sys {
+                what: "installing the SIGBUS/SIGSEGV handlers",
+                errno,
+            });
+    });
+    result?;
+    if !signal::installed(FaultSignalKind::Bus) || !signal::installed(FaultSignalKind::Segv) {
+        return Err(Error::Usage(
+            "tiermem's SIGBUS/SIGSEGV handlers could not be installed earlier in this process".into(),
+        ));
+    }
+    Ok(())
+}
+
+extern "C" fn before_fork() {
+    TABLE.before_fork();
+}
+
+extern "C" fn after_fork_in_parent() {
+    TABLE.after_fork_in_parent();
+}
+
+extern "C" fn after_fork_in_child() {
+    TABLE.after_fork_in_child();
+}
+
+fn tid() -> u32 {
+    TID.with(|t| {
+        let v = t.get();
+        if v != 0 {
+            return v;
+        }
+        let v = tiermem_sys::thread::gettid();
+        t.set(v);
+        v
+    })
+}
+
+/// Counts a spurious fault at `addr`; true once the limit is passed.
+fn repeated(addr: usize) -> bool {
+    REPEATS.with(|r| {
+        let (a, n) = r.get();
+        let n = if a == addr { n + 1 } else { 1 };
+        r.set((addr, n));
+        n > REPEAT_LIMIT
+    })
+}
+
+/// The signal callback for both signals.
+fn dispatch(f: &SignalFault) -> Disposition {
+    if f.kind == FaultSignalKind::Bus && f.code == BUS_MCEERR_AR {
+        // A poisoned page (tiermem's marker or real hardware poison): the
+        // access fails.
+        return Disposition::Forward;
+    }
+    let Some(slot) = TABLE.get(f.addr) else {
+        return Disposition::Forward;
+    };
+    if slot.generation != fork_generation() {
+        return Disposition::Forward;
+    }
+    let fault = Fault {
+        signal: f.kind,
+        addr: f.addr,
+        write: f.write,
+        tid: tid(),
+    };
+    match slot.handler.on_fault(&fault) {
+        Served::Resolved => {
+            REPEATS.with(|r| r.set((0, 0)));
+            Disposition::Retry
+        }
+        Served::Spurious if !repeated(f.addr) => Disposition::Retry,
+        Served::Spurious | Served::Forward => Disposition::Forward,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+    use tiermem_sys::mm::{MapOptions, Mapping, Protection, UserAccess};
+
+    struct Counting(AtomicUsize);
+
+    impl FaultHandler for Counting {
+        fn on_fault(&self, _: &Fault) -> Served {
+            self.0.fetch_add(1, Ordering::Relaxed);
+            Served::Forward
+        }
+    }
+
+    #[test]
+    fn register_lookup_unregister() {
+        let h = Arc::new(Counting(AtomicUsize::new(0)));
+        // Addresses no mapping uses: the router only stores them.
+        let base = 0x7e00_0000_0000usize;
+        let g = register(base, 4096, h.clone()).unwrap();
+        let found = lookup::<Counting>(base + 4095).expect("registered");
+        assert!(lookup::<Counting>(base + 4096).is_none());
+        assert!(lookup::<crate::engine::RegionCore>(base).is_none(), "wrong type");
+        let e = register(base + 2048, 4096, h.clone()).unwrap_err();
+        assert!(e.to_string().contains("overlaps"), "{e}");
+        drop(found);
+        drop(g);
+        assert!(lookup::<Counting>(base).is_none());
+        let _g = register(base + 2048, 4096, h).unwrap();
+    }
+
+    /// A page protected `PROT_NONE`: the handler opens it (SIGSEGV,
+    /// Resolved), counts the fault, and can be told to dawdle so that a
+    /// racing unregistration must wait for it.
+    struct Gate {
+        map: Mapping,
+        user: UserAccess,
+        faults: AtomicU64,
+        running: AtomicBool,
+        dawdle: AtomicBool,
+    }
+
+    impl Gate {
+        fn new() -> Arc<Gate> {
+            let (map, user) = Mapping::anonymous(4096, &MapOptions::default()).unwrap();
+            map.protect(0, 4096, Protection::None).unwrap();
+            Arc::new(Gate {
+                map,
+                user,
+                faults: AtomicU64::new(0),
+                running: AtomicBool::new(false),
+                dawdle: AtomicBool::new(false),
+            })
+        }
+        fn close(&self) {
+            self.map.protect(0, 4096, Protection::None).unwrap();
+        }
+        fn touch(&self) -> u64 {
+            self.map.user_atomics(&self.user)[0].load(Ordering::Relaxed)
+        }
+    }
+
+    impl FaultHandler for Gate {
+        fn on_fault(&self, f: &Fault) -> Served {
+            assert_eq!(f.signal, Signal::Segv);
+            self.running.store(true, Ordering::SeqCst);
+            if self.dawdle.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            self.faults.fetch_add(1, Ordering::Relaxed);
+            let ok = self.map.protect(0, 4096, Protection::ReadWrite).is_ok();
+            self.running.store(false, Ordering::SeqCst);
+            if ok {
+                Served::Resolved
+            } else {
+                Served::Forward
+            }
+        }
+    }
+
+    /// Threads fault continuously on their own ranges while another thread
+    /// registers, faults on and unregisters ranges as fast as it can: every
+    /// fault reaches its handler exactly once (none lost, no deadlock), and
+    /// an unregistration returns only once its handler has finished.
+    #[test]
+    fn registration_churn_while_faulting() {
+        let faulters: Vec<(Arc<Gate>, RangeGuard)> = (0..2)
+            .map(|_| {
+                let g = Gate::new();
+                let guard = register(g.map.addr(), 4096, g.clone()).unwrap();
+                (g, guard)
+            })
+            .collect();
+        let stop = AtomicBool::new(false);
+        let rounds = 3000u64;
+        std::thread::scope(|s| {
+            for (g, _) in &faulters {
+                let stop = &stop;
+                s.spawn(move || {
+                    let mut n = 0;
+                    while !stop.load(Ordering::Relaxed) {
+                        g.close();
+                        g.touch();
+                        n += 1;
+                    }
+                    assert_eq!(g.faults.load(Ordering::Relaxed), n, "a fault was lost or doubled");
+                });
+            }
+            for k in 0..rounds {
+                let g = Gate::new();
+                let guard = register(g.map.addr(), 4096, g.clone()).unwrap();
+                g.touch();
+                assert_eq!(g.faults.load(Ordering::Relaxed), 1);
+                if k % 500 == 0 {
+                    // An unregistration racing a slow handler waits for it.
+                    g.close();
+                    g.dawdle.store(true, Ordering::Relaxed);
+                    let g2 = g.clone();
+                    let t = std::thread::spawn(move || g2.touch());
+                    while !g.running.load(Ordering::SeqCst) {
+                        std::thread::yield_now();
+                    }
+                    drop(guard);
+                    assert!(
+                        !g.running.load(Ordering::SeqCst),
+                        "unregistered under a running handler"
+                    );
+                    t.join().unwrap();
+                } else {
+                    drop(guard);
+                }
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+        for (g, _) in &faulters {
+            assert!(g.faults.load(Ordering::Relaxed) > 0);
+        }
+    }
+}
