@@ -238,7 +238,7 @@ pub struct Config {
     /// Huge pages to reserve once per process before the first region is
     /// created (paper 3's static pool; needs root). Empty: those of
     /// `TIERMEM_HUGEPAGES`, if set.
-    pub reserve_huge_pages: Vec<crate::hugepages::PoolRequest>,
+    pub reserve_huge_pages: Vec<crate::pool_request::PoolRequest>,
 }
 
 impl Config {
@@ -592,7 +592,7 @@ pub const ENV_OPTIONS: &[EnvOption] = &[
         default: "(unset: no reservation)",
         help: "Huge pages to reserve once at start-up, before the first region (a static pool; needs root).",
         apply: |c, v| {
-            c.reserve_huge_pages = crate::hugepages::parse_requests(v)?;
+            c.reserve_huge_pages = crate::pool_request::parse_requests(v)?;
             Ok(())
         },
     },

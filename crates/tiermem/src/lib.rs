@@ -56,6 +56,7 @@ pub mod hugepages;
 pub mod overshadow;
 mod page;
 pub mod policy;
+mod pool_request;
 pub mod region;
 pub mod segment;
 pub mod stats;

@@ -1,0 +1,613 @@
+//! Eviction: victim runs, gap filling, write-back, unmap and publish (protocol: the engine's docs).
+
+use super::errors::{OP_EVICT, OP_WRITE};
+use super::ring::FrameRing;
+use super::RegionCore;
+use crate::config::DirtyTracking;
+use crate::page::{PageState, PageWord};
+use crate::stats::{Cost, FaultTimer};
+use crate::store::StoreError;
+use std::sync::atomic::Ordering;
+use tiermem_sys::mm::Protection;
+use tiermem_sys::pagemap::{Categories, PageRegion, ScanRequest};
+use tiermem_sys::uffd::Resolved;
+
+/// Most pages one eviction run can hold: a batch of victims plus the gaps
+/// filled between them.
+const MAX_RUN: usize = 2 * crate::config::MAX_EVICT_BATCH;
+
+/// What one eviction batch did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Evicted {
+    /// Pages that left near memory.
+    pub(crate) pages: usize,
+    /// Contiguous runs they formed: one unmap call (one TLB shootdown) each.
+    pub(crate) runs: usize,
+}
+
+impl RegionCore {
+    /// Evicts up to `want` pages chosen by the policy. Returns how many left
+    /// near memory; fails only when write-back failed for all of them.
+    pub(crate) fn evict_batch(&self, want: usize, timer: &mut FaultTimer) -> Result<usize, StoreError> {
+        self.evict_batch_by(want, timer, false).map(|e| e.pages)
+    }
+
+    /// `evict_batch`; a mover (`by_mover`) moves victims into the frame
+    /// ring when the region has one.
+    pub(super) fn evict_batch_by(
+        &self,
+        want: usize,
+        timer: &mut FaultTimer,
+        by_mover: bool,
+    ) -> Result<Evicted, StoreError> {
+        let mut victims = [0usize; crate::config::MAX_EVICT_BATCH];
+        let want = want.clamp(1, victims.len());
+        let n = self.policy().select_victims(&mut victims[..want]);
+        timer.lap(Cost::LockList);
+        if n == 0 {
+            return Ok(Evicted::default());
+        }
+        // Take every victim that is still resident.
+        let mut owned = [(0usize, PageWord::new(PageState::Untouched, false)); MAX_RUN];
+        let mut k = 0;
+        for &v in &victims[..n] {
+            if let Some(w) = self.take_resident(v) {
+                owned[k] = (v, w);
+                k += 1;
+            }
+        }
+        owned[..k].sort_unstable_by_key(|e| e.0);
+        // Fill small gaps between victims with the resident pages in between
+        // when the policy lets them go: victims that are near each other in
+        // fill order are near each other in memory, and one longer run costs
+        // one unmap call (one TLB shootdown) instead of several. The pages in
+        // the gaps are typically a stream's trigger page or pages a thread
+        // faulted in itself a moment after the mover filled their
+        // neighbours.
+        let k = self.fill_gaps(&mut owned, k);
+        timer.lap(Cost::LockList);
+        let mut evicted = 0;
+        let mut runs = 0;
+        let mut first_error = None;
+        let mut start = 0;
+        while start < k {
+            let mut end = start + 1;
+            while end < k && owned[end].0 == owned[end - 1].0 + 1 {
+                end += 1;
+            }
+            let ring = if by_mover { self.ring.as_ref() } else { None };
+            let (done, err) = match ring {
+                Some(ring) => self.evict_run_to_ring(ring, &owned[start..end], timer),
+                None => self.evict_run(&owned[start..end], timer),
+            };
+            evicted += done;
+            runs += 1;
+            if first_error.is_none() {
+                first_error = err;
+            }
+            start = end;
+        }
+        match first_error {
+            Some(e) if evicted == 0 => Err(e),
+            _ => Ok(Evicted { pages: evicted, runs }),
+        }
+    }
+
+    /// Locks page `v` for eviction if it is resident, waiting out a brief
+    /// transition. None if it is not resident.
+    fn take_resident(&self, v: usize) -> Option<PageWord> {
+        loop {
+            let w = self.pages.load(v);
+            match w.state() {
+                PageState::Clean | PageState::Dirty => {
+                    if self.pages.try_lock(v, w) {
+                        return Some(w);
+                    }
+                }
+                // A write-protect fault or a discard holds it briefly.
+                PageState::Busy => {
+                    self.pages.wait_not_busy(v);
+                }
+                _ => return None, // discarded meanwhile
+            }
+        }
+    }
+
+    /// Adds to the sorted victims `owned[..k]` the evictable resident pages
+    /// of gaps of up to `GAP` pages between them. Returns the new count.
+    fn fill_gaps(&self, owned: &mut [(usize, PageWord)], k: usize) -> usize {
+        const GAP: usize = 32;
+        if k < 2 {
+            return k;
+        }
+        let cap = owned.len();
+        let mut extra = [(0usize, PageWord::new(PageState::Untouched, false)); MAX_RUN];
+        let mut e = 0;
+        {
+            let mut policy = self.policy();
+            for j in 1..k {
+                let (a, b) = (owned[j - 1].0, owned[j].0);
+                if b - a <= 1 || b - a - 1 > GAP || k + e + (b - a - 1) > cap {
+                    continue;
+                }
+                // Only whole gaps: a partial one would not join the runs.
+                let start = e;
+                let mut whole = true;
+                for p in a + 1..b {
+                    let w = self.pages.load(p);
+                    if matches!(w.state(), PageState::Clean | PageState::Dirty)
+                        && policy.evictable(p)
+                        && self.pages.try_lock(p, w)
+                    {
+                        extra[e] = (p, w);
+                        e += 1;
+                    } else {
+                        whole = false;
+                        break;
+                    }
+                }
+                if whole {
+                    for &(p, _) in &extra[start..e] {
+                        policy.on_remove(p, false);
+                    }
+                } else {
+                    for &(p, w) in &extra[start..e] {
+                        self.pages.unlock(p, w);
+                    }
+                    e = start;
+                }
+            }
+        }
+        owned[k..k + e].copy_from_slice(&extra[..e]);
+        owned[..k + e].sort_unstable_by_key(|x| x.0);
+        k + e
+    }
+
+    /// Evicts one run of contiguous owned pages (see the eviction protocol in
+    /// the engine's module docs).
+    /// Returns the pages evicted and the first write-back error.
+    fn evict_run(&self, run: &[(usize, PageWord)], timer: &mut FaultTimer) -> (usize, Option<StoreError>) {
+        let n = run.len();
+        let first = run[0].0;
+        let off = first * self.page_bytes;
+        let bytes = n * self.page_bytes;
+        let mut dirty = [false; MAX_RUN];
+        for (d, (_, w)) in dirty.iter_mut().zip(run) {
+            *d = w.state() == PageState::Dirty;
+        }
+        let asynchronous = self.config.dirty_tracking == DirtyTracking::WpAsync;
+        // Stop writers before anything is copied out: otherwise a write
+        // landing between the copy and the unmap would be lost. If the
+        // kernel refuses, give the run up (its pages stay resident as they
+        // were) rather than evict unprotected pages.
+        let stopped = if asynchronous {
+            // Freeze: from here on writers take SIGSEGV and wait for the page
+            // state, so the scan below cannot miss a write.
+            let r = self
+                .mapping
+                .protect(off, bytes, Protection::Read)
+                .map_err(|e| match e {
+                    tiermem_sys::mm::MmError::Protect { errno, .. } => errno.raw(),
+                    _ => 0,
+                });
+            timer.lap(Cost::Tlb);
+            if r.is_ok() {
+                self.scan_written(first, n, &mut dirty);
+                timer.lap(Cost::LockList);
+            }
+            r
+        } else if let (Some(a), Some(b)) = (
+            dirty[..n].iter().position(|&d| d),
+            dirty[..n].iter().rposition(|&d| d),
+        ) {
+            let r = self
+                .uffd
+                .writeprotect(
+                    &self.reg,
+                    (first + a) * self.page_bytes,
+                    (b - a + 1) * self.page_bytes,
+                    true,
+                    false,
+                )
+                .map_err(|e| e.errno().map_or(0, |e| e.raw()));
+            timer.lap(Cost::Tlb);
+            r
+        } else {
+            Ok(())
+        };
+        if let Err(errno) = stopped {
+            self.errors.record(off as u64, OP_EVICT, errno);
+            if asynchronous {
+                self.unfreeze(off, bytes);
+            }
+            let mut policy = self.policy();
+            for &(p, w) in run {
+                policy.on_remove(p, true);
+                self.pages.unlock(p, w);
+            }
+            return (0, None);
+        }
+        // Writers are locked out now: pages marked VERIFY that still equal
+        // their far copy need no write-back.
+        for (k, &(p, w)) in run.iter().enumerate() {
+            if dirty[k]
+                && w.verify()
+                && self.unchanged(p, w, self.mapping.range(p * self.page_bytes, self.page_bytes))
+            {
+                dirty[k] = false;
+            }
+        }
+        // Write back dirty pages, contiguous ones with one call.
+        let mut failed = [false; MAX_RUN];
+        let mut first_error = None;
+        let mut s = 0;
+        while s < n {
+            if !dirty[s] {
+                s += 1;
+                continue;
+            }
+            let mut e = s + 1;
+            while e < n && dirty[e] {
+                e += 1;
+            }
+            let src = self
+                .mapping
+                .range((first + s) * self.page_bytes, (e - s) * self.page_bytes);
+            if let Err(err) = self.write_back(first + s, src) {
+                failed[s..e].iter_mut().for_each(|f| *f = true);
+                first_error.get_or_insert(err);
+            }
+            s = e;
+        }
+        timer.lap(Cost::Transfer);
+        // Drop every page that is safely stored, one call per sub-run.
+        let mut s = 0;
+        let mut evicted = 0;
+        while s < n {
+            if failed[s] {
+                s += 1;
+                continue;
+            }
+            let mut e = s + 1;
+            while e < n && !failed[e] {
+                e += 1;
+            }
+            // A failing discard would leave stale data mapped: that is a
+            // bug in our bookkeeping, not a recoverable condition.
+            self.uffd
+                .discard(
+                    &self.reg,
+                    &self.mapping,
+                    (first + s) * self.page_bytes,
+                    (e - s) * self.page_bytes,
+                )
+                .expect("MADV_DONTNEED on a tiered region");
+            self.stats.evict_calls.fetch_add(1, Ordering::Relaxed);
+            evicted += e - s;
+            s = e;
+        }
+        if asynchronous {
+            self.unfreeze(off, bytes);
+        }
+        timer.lap(Cost::Tlb);
+        self.publish_eviction(run, &dirty[..n], &failed[..n]);
+        timer.lap(Cost::LockList);
+        (evicted, first_error)
+    }
+
+    /// Writes the pages from `first_page` on, whose data is `src`, to the
+    /// far store, and accounts for it; a failure is counted and recorded.
+    fn write_back(&self, first_page: usize, src: tiermem_sys::mm::MemRange<'_>) -> Result<(), StoreError> {
+        let off = (first_page * self.page_bytes) as u64;
+        let bytes = src.len() as u64;
+        match self.store.store(off, src) {
+            Ok(()) => {
+                self.stats
+                    .write_backs
+                    .fetch_add(bytes / self.page_bytes as u64, Ordering::Relaxed);
+                self.stats.bytes_out.fetch_add(bytes, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(err) => {
+                self.store_failed(off, OP_WRITE, &err);
+                Err(err)
+            }
+        }
+    }
+
+    /// The end of an eviction run whose pages are unmapped except the
+    /// `failed` ones: counts, and publishes each page's new state (a failed
+    /// page stays resident and dirty; in wp-fault mode it is now
+    /// write-protected, and its next write unprotects it again).
+    fn publish_eviction(&self, run: &[(usize, PageWord)], dirty: &[bool], failed: &[bool]) {
+        let evicted = failed.iter().filter(|&&f| !f).count();
+        self.resident.fetch_sub(evicted, Ordering::Relaxed);
+        self.stats.evictions.fetch_add(evicted as u64, Ordering::Relaxed);
+        if let Some(pf) = &self.prefetcher {
+            let wasted = run
+                .iter()
+                .zip(failed)
+                .filter(|((_, w), &f)| !f && w.prefetched())
+                .count();
+            pf.wasted.fetch_add(wasted as u64, Ordering::Relaxed);
+        }
+        let mut policy = None;
+        for (k, &(p, w)) in run.iter().enumerate() {
+            let next = if failed[k] {
+                policy.get_or_insert_with(|| self.policy()).on_remove(p, true);
+                PageWord::new(PageState::Dirty, w.far_valid())
+            } else if dirty[k] || w.far_valid() {
+                PageWord::new(PageState::Far, true)
+            } else {
+                PageWord::new(PageState::Untouched, false)
+            };
+            self.pages.unlock(p, next);
+        }
+    }
+
+    /// Evicts a run of contiguous owned pages by moving them into the frame
+    /// ring (one UFFDIO_MOVE per contiguous piece: an atomic unmap, so dirty
+    /// pages need no write protection first) and writing dirty ones back
+    /// from there. Pages the kernel refuses to move (pinned) take the
+    /// classic path. wp-fault only (see `FrameRing`).
+    fn evict_run_to_ring(
+        &self,
+        ring: &FrameRing,
+        run: &[(usize, PageWord)],
+        timer: &mut FaultTimer,
+    ) -> (usize, Option<StoreError>) {
+        let ps = self.page_bytes;
+        let n = run.len();
+        let first = run[0].0;
+        let mut st = ring.lock();
+        // Make room: release frames at the head (back to the kernel) when
+        // the ring has fewer holes than the run needs.
+        while ring.cap - st.frames < n {
+            let (pos, avail) = st.frames_run(ring.cap);
+            let release = avail.min(n - (ring.cap - st.frames));
+            if release == 0 {
+                break;
+            }
+            if self
+                .uffd
+                .discard(&ring.reg, &ring.map, pos * ps, release * ps)
+                .is_err()
+            {
+                break;
+            }
+            st.took(release, ring.cap);
+        }
+        // Move the run out, in at most two pieces (the ring wraps).
+        let mut pos_of = [0usize; MAX_RUN];
+        let mut moved = 0;
+        while moved < n {
+            let (pos, holes) = st.holes_run(ring.cap);
+            let k = holes.min(n - moved);
+            if k == 0 {
+                break;
+            }
+            let mut done = 0;
+            while done < k {
+                let r = self.uffd.move_out(
+                    &self.reg,
+                    (first + moved + done) * ps,
+                    &ring.reg,
+                    (pos + done) * ps,
+                    (k - done) * ps,
+                );
+                match r {
+                    Ok(Resolved::Done) => done = k,
+                    Ok(Resolved::Partial { bytes }) if bytes > 0 => done += bytes / ps,
+                    _ => break,
+                }
+            }
+            self.stats.evict_calls.fetch_add(1, Ordering::Relaxed);
+            for j in 0..done {
+                pos_of[moved + j] = pos + j;
+            }
+            st.filled(done, ring.cap);
+            moved += done;
+            if done < k {
+                break;
+            }
+        }
+        timer.lap(Cost::Tlb);
+        // Which pages need writing back: the dirty ones, except those marked
+        // VERIFY that turn out equal to their far copy (now unmapped, so the
+        // comparison cannot race with a writer).
+        let mut dirty = [false; MAX_RUN];
+        for k in 0..moved {
+            let w = run[k].1;
+            dirty[k] = w.state() == PageState::Dirty
+                && !(w.verify() && self.unchanged(first + k, w, ring.map.range(pos_of[k] * ps, ps)));
+        }
+        // Write back dirty pages from their frames, contiguous ones together.
+        let mut failed = [false; MAX_RUN];
+        let mut first_error = None;
+        let mut s = 0;
+        while s < moved {
+            if !dirty[s] {
+                s += 1;
+                continue;
+            }
+            let mut e = s + 1;
+            while e < moved && dirty[e] && pos_of[e] == pos_of[e - 1] + 1 {
+                e += 1;
+            }
+            let src = ring.map.range(pos_of[s] * ps, (e - s) * ps);
+            if let Err(err) = self.write_back(first + s, src) {
+                // Put the data back in the region (a copy: the frames stay
+                // in the ring): nothing is lost. A failing copy cannot
+                // happen short of a kernel failure; the data still sits in
+                // the frame, so keep trying rather than publish a loss.
+                for k in s..e {
+                    while self
+                        .copy_run((first + k) * ps, ring.map.range(pos_of[k] * ps, ps), false)
+                        .is_err()
+                    {
+                        std::thread::yield_now();
+                    }
+                    failed[k] = true;
+                }
+                first_error.get_or_insert(err);
+            }
+            s = e;
+        }
+        drop(st);
+        timer.lap(Cost::Transfer);
+        let evicted = failed[..moved].iter().filter(|&&f| !f).count();
+        self.publish_eviction(&run[..moved], &dirty[..moved], &failed[..moved]);
+        timer.lap(Cost::LockList);
+        if moved < n {
+            // The kernel would not move the rest (a pinned page): classic path.
+            let (more, err) = self.evict_run(&run[moved..], timer);
+            return (evicted + more, first_error.or(err));
+        }
+        (evicted, first_error)
+    }
+
+    /// Whether a `Dirty` page marked VERIFY is still equal to its far copy
+    /// (or to zeros if it was never stored). `data` is the page, read where
+    /// no writer can change it (unmapped, or write-protected).
+    fn unchanged(&self, page: usize, w: PageWord, data: tiermem_sys::mm::MemRange<'_>) -> bool {
+        if w.far_valid() {
+            self.store.same_as((page * self.page_bytes) as u64, data) == Some(true)
+        } else {
+            data.is_zero()
+        }
+    }
+
+    /// wp-async: lifts the freeze of a run. A range left read-only would
+    /// make its next writers spin on SIGSEGV, so insist, and record a
+    /// failure (they then end with SIGSEGV rather than hang).
+    fn unfreeze(&self, off: usize, bytes: usize) {
+        for _ in 0..100 {
+            match self.mapping.protect(off, bytes, Protection::ReadWrite) {
+                Ok(()) => return,
+                Err(_) => std::thread::yield_now(),
+            }
+        }
+        self.errors.record(off as u64, OP_EVICT, libc::ENOMEM);
+    }
+
+    /// wp-async: marks pages of `[first, first+n)` that were written since
+    /// they were installed (excluding zero-page mappings).
+    fn scan_written(&self, first: usize, n: usize, dirty: &mut [bool]) {
+        let scanner = self.scanner.as_ref().expect("wp-async has a pagemap scanner");
+        let start = self.mapping.addr() + first * self.page_bytes;
+        let end = start + n * self.page_bytes;
+        let mut out = [PageRegion::default(); 64];
+        let mut at = start;
+        while at < end {
+            let req = ScanRequest::new(at, end)
+                .require(Categories::WRITTEN)
+                .exclude(Categories::PFNZERO)
+                .report(Categories::WRITTEN);
+            match scanner.scan(&req, &mut out) {
+                Ok(r) => {
+                    for reg in &out[..r.regions] {
+                        let a = (reg.start - start) / self.page_bytes;
+                        let b = (reg.end - start).div_ceil(self.page_bytes);
+                        dirty[a..b.min(n)].iter_mut().for_each(|d| *d = true);
+                    }
+                    if r.walk_end <= at {
+                        break;
+                    }
+                    at = r.walk_end;
+                }
+                Err(_) => {
+                    // Cannot tell: write everything back.
+                    dirty[..n].iter_mut().for_each(|d| *d = true);
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Evicts every resident page (writing back dirty ones).
+    pub(crate) fn evict_all(&self) -> Result<usize, StoreError> {
+        let mut total = 0;
+        let mut timer = FaultTimer::start();
+        let result = loop {
+            match self.evict_batch(crate::config::MAX_EVICT_BATCH, &mut timer) {
+                Ok(0) => {
+                    if self.policy().tracked() == 0 {
+                        break Ok(total);
+                    }
+                    std::thread::yield_now();
+                }
+                Ok(n) => total += n,
+                Err(e) => break Err(e),
+            }
+        };
+        self.stats.charge(timer);
+        result
+    }
+
+    /// A mover's eviction duty: one batch. A batch whose write-backs all
+    /// failed counts as nothing evicted; the failures are already in the
+    /// error log and the stats, and its pages stay resident.
+    pub(crate) fn mover_evict(&self, batch: usize) -> Evicted {
+        let mut timer = FaultTimer::start();
+        let e = self.evict_batch_by(batch, &mut timer, true).unwrap_or_default();
+        self.stats.charge_mover(timer);
+        self.stats
+            .mover_evictions
+            .fetch_add(e.pages as u64, Ordering::Relaxed);
+        e
+    }
+
+    /// Evicts the resident pages of `[first, first+count)` (writing back
+    /// dirty ones); their data stays available from the far store.
+    pub(crate) fn evict_range(&self, first: usize, count: usize) -> Result<usize, StoreError> {
+        let mut timer = FaultTimer::start();
+        let mut evicted = 0;
+        let mut owned =
+            [(0usize, PageWord::new(PageState::Untouched, false)); crate::config::MAX_EVICT_BATCH];
+        let end = (first + count).min(self.pages.len());
+        let mut p = first;
+        let mut first_error = None;
+        while p < end {
+            let mut n = 0;
+            while p < end && n < owned.len() {
+                let w = self.pages.load(p);
+                match w.state() {
+                    PageState::Clean | PageState::Dirty if self.pages.try_lock(p, w) => {
+                        owned[n] = (p, w);
+                        n += 1;
+                        p += 1;
+                    }
+                    PageState::Busy => {
+                        self.pages.wait_not_busy(p);
+                    }
+                    PageState::Clean | PageState::Dirty => {}
+                    _ => {
+                        p += 1;
+                        if n > 0 {
+                            break;
+                        }
+                    }
+                }
+            }
+            if n == 0 {
+                continue;
+            }
+            {
+                let mut policy = self.policy();
+                for &(q, _) in &owned[..n] {
+                    policy.on_remove(q, false);
+                }
+            }
+            let (done, err) = self.evict_run(&owned[..n], &mut timer);
+            evicted += done;
+            if first_error.is_none() {
+                first_error = err;
+            }
+        }
+        self.stats.charge(timer);
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(evicted),
+        }
+    }
+}

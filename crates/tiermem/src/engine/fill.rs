@@ -1,0 +1,602 @@
+//! Fill and install: reserving near slots, bringing data in, installing it (copy, THP, move ring).
+
+use super::errors::{OP_EVICT, OP_INSTALL, OP_READ};
+use super::prefetch::Request;
+use super::ring::FrameRing;
+use super::{Outcome, RegionCore, Server};
+use crate::config::{DirtyTracking, PageSize};
+use crate::page::{PageState, PageWord};
+use crate::stats::{Cost, FaultKind, FaultTimer};
+use crate::store::{StagingPool, StagingSlot, StoreError};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+use tiermem_sys::uffd::{CopyMode, Resolved, UffdError};
+
+/// How long a fault keeps trying to free a near slot while every resident
+/// page is busy before it gives up and fails the access.
+const STUCK_LIMIT: Duration = Duration::from_secs(10);
+
+/// Why no near slot could be made free.
+#[derive(Debug)]
+pub(crate) enum NoRoom {
+    /// Write-back failed for every victim.
+    Store(StoreError),
+    /// Every resident page stayed busy for too long.
+    Stuck,
+}
+
+impl RegionCore {
+    /// Fills page `i` (owned, was `w`): reserves a near slot, brings the
+    /// data in, installs the pte, publishes the state.
+    pub(super) fn fill(
+        &self,
+        i: usize,
+        w: PageWord,
+        write: bool,
+        tid: u32,
+        server: Server,
+        mut timer: FaultTimer,
+    ) -> Outcome {
+        if let Err(why) = self.reserve_slot(&mut timer) {
+            let errno = match &why {
+                NoRoom::Store(e) => e.errno().map_or(0, |e| e.raw()),
+                NoRoom::Stuck => 0,
+            };
+            self.errors.record((i * self.page_bytes) as u64, OP_EVICT, errno);
+            return self.poison(i, w, server);
+        }
+        let off = i * self.page_bytes;
+        // Handler threads let the ioctl wake the faulting thread: waking it
+        // only after publishing the state would cost an extra ioctl and
+        // still not order anything, because a faulting thread that has not
+        // gone to sleep yet simply retries once the pte is there. The page
+        // state and the statistics therefore lag the application by
+        // microseconds in that design.
+        let dont_wake = server == Server::InContext;
+        // THP blocks are installed writable: write-protected small pages
+        // cannot collapse.
+        let wp_on_install = !write && !self.thp();
+        let (installed, kind) = match w.state() {
+            PageState::Untouched => {
+                // The shared zero page costs no memory, but only wp-async can
+                // use it: its dirty tracking reads the pte at eviction, and a
+                // write COWs the zero page into a "written" page. wp-fault
+                // needs the page write-protected from the moment it is
+                // mapped; ZEROPAGE followed by WRITEPROTECT leaves a window
+                // in which another thread's write is a plain kernel COW,
+                // invisible to us, and the page would later be dropped as
+                // still zero (a lost write; see the stress test
+                // `first_read_racing_a_first_write_loses_nothing`). So
+                // wp-fault, writes, hugetlb (no ZEROPAGE there) and handler
+                // threads (which need COPY's wake-up) install a copy of
+                // zeros in one atomic UFFDIO_COPY, write-protected for reads.
+                let zero_page = !write
+                    && self.config.dirty_tracking == DirtyTracking::WpAsync
+                    && self.config.page_size == PageSize::Base4K
+                    && server == Server::InContext;
+                let r = if zero_page {
+                    self.retry_again(|| self.uffd.zeropage(&self.reg, off, self.page_bytes, dont_wake))
+                } else if self.thp() {
+                    self.install_thp(off, None, dont_wake)
+                } else {
+                    self.copy_in(
+                        off,
+                        self.zeros.range(0, self.page_bytes),
+                        wp_on_install,
+                        dont_wake,
+                    )
+                };
+                timer.lap(Cost::Pte);
+                (r, FaultKind::ZeroFill)
+            }
+            PageState::Far => {
+                let slot = self.staging.as_ref().map(StagingPool::claim);
+                let fetched = self.store.fetch(off as u64, self.page_bytes, slot.as_ref());
+                timer.lap(Cost::Transfer);
+                match fetched {
+                    Ok(src) => {
+                        let r = if self.thp() {
+                            self.install_thp(off, Some(src), dont_wake)
+                        } else {
+                            self.copy_in(off, src, wp_on_install, dont_wake)
+                        };
+                        timer.lap(Cost::Pte);
+                        self.stats
+                            .bytes_in
+                            .fetch_add(self.page_bytes as u64, Ordering::Relaxed);
+                        (r, FaultKind::FarFill)
+                    }
+                    Err(e) => {
+                        self.store_failed(off as u64, OP_READ, &e);
+                        self.resident.fetch_sub(1, Ordering::Relaxed);
+                        return self.poison(i, w, server);
+                    }
+                }
+            }
+            _ => unreachable!("fill of a resident page"),
+        };
+        if let Err(e) = installed {
+            // Typically ENOMEM: the hugetlb pool ran dry.
+            self.errors
+                .record(off as u64, OP_INSTALL, e.errno().map_or(0, |e| e.raw()));
+            self.resident.fetch_sub(1, Ordering::Relaxed);
+            return self.poison(i, w, server);
+        }
+        // List the page before publishing it, so an evictor that pops it
+        // finds it Busy and waits rather than missing it.
+        self.policy().on_fill(i);
+        let next = self.filled_state(write, w);
+        timer.lap(Cost::LockList);
+        // Record before publishing: a page that is no longer Busy has its
+        // fault counted (Region::settle relies on it).
+        self.stats.record_fault(kind, tid, timer);
+        self.pages.unlock(i, next);
+        Outcome::Resolved
+    }
+
+    /// The state of a page just filled for a read or a write. A THP block
+    /// is mapped writable, so it counts as dirty until eviction finds it
+    /// still equal to its far copy (VERIFY).
+    fn filled_state(&self, write: bool, w: PageWord) -> PageWord {
+        if write {
+            PageWord::new(PageState::Dirty, w.far_valid())
+        } else if self.thp() {
+            PageWord::new(PageState::Dirty, w.far_valid()).with_verify()
+        } else {
+            PageWord::new(PageState::Clean, w.far_valid())
+        }
+    }
+
+    /// Installs one THP block at region offset `off` with the contents of
+    /// `src` (zeros for None): moved in whole when the kernel allows it,
+    /// else 512 small pages copied and collapsed.
+    fn install_thp(
+        &self,
+        off: usize,
+        src: Option<tiermem_sys::mm::MemRange<'_>>,
+        dont_wake: bool,
+    ) -> Result<(), UffdError> {
+        let data = src.unwrap_or(self.zeros.range(0, self.page_bytes));
+        let moved = match &self.thp_staging {
+            Some(pool) => self.move_thp(pool, off, src),
+            None => 0,
+        };
+        if moved == self.page_bytes {
+            return Ok(());
+        }
+        let r = self.copy_in(
+            off + moved,
+            data.sub(moved, self.page_bytes - moved),
+            false,
+            dont_wake,
+        );
+        if r.is_ok() && moved == 0 {
+            self.collapse(off, 1);
+        }
+        r
+    }
+
+    /// The fast path of [`Self::install_thp`]: builds the block in a staging
+    /// buffer advised for huge pages and moves it in whole (`UFFDIO_MOVE`
+    /// of one PMD: no copy into the region, no collapse). Returns the bytes
+    /// moved: the whole block, part of it (the buffer got small pages), or
+    /// nothing (the block's range still has a page table from small pages:
+    /// EEXIST).
+    fn move_thp(&self, pool: &StagingPool, off: usize, src: Option<tiermem_sys::mm::MemRange<'_>>) -> usize {
+        let slot = pool.claim();
+        let (buf, at) = (slot.mapping(), slot.offset());
+        let bit = 1u64 << (at / self.page_bytes);
+        // Populating allocates a zeroed huge page (small pages if none is
+        // free). A buffer whose page was not moved away still holds old data.
+        if buf.populate_write(at, self.page_bytes).is_err() {
+            return 0;
+        }
+        match src {
+            Some(src) => buf.copy_in(at, src),
+            None if self.thp_stale.load(Ordering::Relaxed) & bit != 0 => buf.fill(at, self.page_bytes, 0),
+            None => {}
+        }
+        let mut done = 0;
+        while done < self.page_bytes {
+            match self.uffd.move_in(
+                &self.reg,
+                off + done,
+                buf,
+                at + done,
+                self.page_bytes - done,
+                false,
+            ) {
+                Ok(Resolved::Done) => done = self.page_bytes,
+                Ok(Resolved::Partial { bytes }) => done += bytes,
+                _ => break,
+            }
+        }
+        if done == self.page_bytes {
+            self.thp_stale.fetch_and(!bit, Ordering::Relaxed);
+            self.stats.thp_moves.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.thp_stale.fetch_or(bit, Ordering::Relaxed);
+        }
+        done
+    }
+
+    /// Collapses the `n` freshly filled THP blocks from region offset `off`
+    /// into huge pages. A block the kernel cannot collapse (no free huge
+    /// page) keeps its small pages: correct, only slower to translate.
+    fn collapse(&self, off: usize, n: usize) {
+        for k in 0..n {
+            let ok = self
+                .mapping
+                .advise(
+                    off + k * self.page_bytes,
+                    self.page_bytes,
+                    tiermem_sys::mm::Advice::Collapse,
+                )
+                .is_ok();
+            let counter = if ok {
+                &self.stats.thp_collapses
+            } else {
+                &self.stats.thp_collapse_failures
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// UFFDIO_COPY of one page, retrying while the kernel says EAGAIN. A page
+    /// that is somehow already mapped counts as installed.
+    fn copy_in(
+        &self,
+        off: usize,
+        src: tiermem_sys::mm::MemRange<'_>,
+        wp: bool,
+        dont_wake: bool,
+    ) -> Result<(), UffdError> {
+        let mode = CopyMode {
+            write_protect: wp,
+            dont_wake,
+        };
+        self.retry_again(|| self.uffd.copy(&self.reg, off, src, mode))
+    }
+
+    fn retry_again(&self, mut op: impl FnMut() -> Result<Resolved, UffdError>) -> Result<(), UffdError> {
+        loop {
+            match op()? {
+                Resolved::Done | Resolved::AlreadyMapped => return Ok(()),
+                Resolved::Partial { .. } => std::thread::yield_now(),
+            }
+        }
+    }
+
+    /// Takes one near slot, evicting a batch first if the budget is full.
+    fn reserve_slot(&self, timer: &mut FaultTimer) -> Result<(), NoRoom> {
+        let mut stuck_since: Option<Instant> = None;
+        loop {
+            let r = self.resident.load(Ordering::Relaxed);
+            if r < self.budget_pages {
+                // Relaxed: the counter is a budget, not a publication; page
+                // data is ordered by the page-state word.
+                if self
+                    .resident
+                    .compare_exchange_weak(r, r + 1, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    if let Some(m) = &self.movers {
+                        if self.budget_pages - r - 1 < m.low_free && !m.eviction_paused() {
+                            m.wake();
+                        }
+                    }
+                    return Ok(());
+                }
+                continue;
+            }
+            if let Some(m) = self.movers.as_ref().filter(|m| !m.eviction_paused()) {
+                m.wake();
+            }
+            match self.evict_batch(self.config.evict_batch_pages, timer) {
+                Ok(n) if n > 0 => {
+                    stuck_since = None;
+                    self.stats.inline_evictions.fetch_add(n as u64, Ordering::Relaxed);
+                }
+                Ok(_) => {
+                    // Every resident page is being filled by another thread
+                    // right now: let them finish.
+                    let t0 = *stuck_since.get_or_insert_with(Instant::now);
+                    if t0.elapsed() > STUCK_LIMIT {
+                        return Err(NoRoom::Stuck);
+                    }
+                    std::thread::yield_now();
+                }
+                Err(e) => return Err(NoRoom::Store(e)),
+            }
+        }
+    }
+
+    /// Mover fill by frame recycling: copies the data of a run of owned
+    /// pages into ring frames and moves them into place. Returns how many
+    /// leading pages of `run` were installed (the rest, if any, are left
+    /// for UFFDIO_COPY: the ring ran short or the store failed).
+    fn install_by_move(&self, ring: &FrameRing, run: &[(usize, PageWord)], timer: &mut FaultTimer) -> usize {
+        let ps = self.page_bytes;
+        let mut st = ring.lock();
+        let (pos, avail) = st.frames_run(ring.cap);
+        let mut k = avail.min(run.len());
+        // Bring the data into the frames.
+        let mut s = 0;
+        while s < k {
+            let far = run[s].1.state() == PageState::Far;
+            let mut e = s + 1;
+            while e < k && (run[e].1.state() == PageState::Far) == far {
+                e += 1;
+            }
+            if far {
+                let off = (run[s].0 * ps) as u64;
+                if let Err(err) = self.store.read_into(off, (e - s) * ps, &ring.map, (pos + s) * ps) {
+                    self.store_failed(off, OP_READ, &err);
+                    k = s;
+                    break;
+                }
+                self.stats
+                    .bytes_in
+                    .fetch_add(((e - s) * ps) as u64, Ordering::Relaxed);
+            } else {
+                ring.map.fill((pos + s) * ps, (e - s) * ps, 0);
+            }
+            s = e;
+        }
+        timer.lap(Cost::Transfer);
+        if k == 0 {
+            return 0;
+        }
+        // Move the frames into the region.
+        let dst = run[0].0 * ps;
+        let mut done = 0;
+        while done < k {
+            match self.uffd.move_in(
+                &self.reg,
+                dst + done * ps,
+                &ring.map,
+                (pos + done) * ps,
+                (k - done) * ps,
+                false,
+            ) {
+                Ok(Resolved::Done) => done = k,
+                Ok(Resolved::Partial { bytes }) if bytes > 0 => done += bytes / ps,
+                _ => break,
+            }
+        }
+        st.took(done, ring.cap);
+        drop(st);
+        // Moved pages are writable and cannot be installed write-protected;
+        // protecting them afterwards would leave a window in which a write
+        // goes unseen. The caller marks read-stream pages Dirty + VERIFY
+        // instead: eviction compares them with their far copy.
+        timer.lap(Cost::Pte);
+        done
+    }
+
+    /// Fills the pages of a request that are not resident yet (a mover's
+    /// prefetch, or an explicit prefetch). Returns pages filled.
+    pub(crate) fn mover_fill(&self, r: &Request, staging: Option<&StagingSlot<'_>>) -> usize {
+        let mut timer = FaultTimer::start();
+        let prefetch = self.prefetcher.is_some();
+        let mut filled = 0;
+        let mut owned =
+            [(0usize, PageWord::new(PageState::Untouched, false)); crate::config::MAX_EVICT_BATCH];
+        let limit = self.pages.len();
+        let mut k = 0;
+        while k < r.count {
+            // Lock a run of consecutive pages that need filling.
+            let mut n = 0;
+            while k < r.count && n < self.max_run {
+                let p = r.first as isize + k as isize * r.stride;
+                if p < 0 || p as usize >= limit {
+                    k = r.count;
+                    break;
+                }
+                let p = p as usize;
+                if n > 0 && p != owned[n - 1].0 + 1 {
+                    break; // runs are contiguous in memory
+                }
+                let w = self.pages.load(p);
+                if !matches!(w.state(), PageState::Untouched | PageState::Far) || !self.pages.try_lock(p, w) {
+                    k += 1;
+                    if n > 0 {
+                        break;
+                    }
+                    continue;
+                }
+                owned[n] = (p, w);
+                n += 1;
+                k += 1;
+            }
+            if n > 0 {
+                filled += self.install_run(&owned[..n], r.write, prefetch, staging, &mut timer);
+            }
+        }
+        self.stats.charge_mover(timer);
+        self.stats.mover_fills.fetch_add(filled as u64, Ordering::Relaxed);
+        filled
+    }
+
+    /// Takes up to `want` near slots for a mover, evicting to make room.
+    fn reserve_up_to(&self, want: usize, timer: &mut FaultTimer) -> usize {
+        loop {
+            let r = self.resident.load(Ordering::Relaxed);
+            let free = self.budget_pages.saturating_sub(r);
+            if free == 0 {
+                // A whole batch amortizes the unmap calls of long victim
+                // runs; while eviction is paused the victims are scattered
+                // (one shootdown per page), so evict only what is needed.
+                let batch = match &self.movers {
+                    Some(m) if !m.eviction_paused() => m.batch.max(want),
+                    _ => want,
+                };
+                match self.evict_batch_by(batch, timer, true).map(|e| e.pages) {
+                    Ok(n) if n > 0 => {
+                        self.stats.mover_evictions.fetch_add(n as u64, Ordering::Relaxed);
+                        continue;
+                    }
+                    _ => return 0,
+                }
+            }
+            let take = want.min(free);
+            if self
+                .resident
+                .compare_exchange_weak(r, r + take, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+            {
+                return take;
+            }
+        }
+    }
+
+    /// Installs a run of owned, consecutive, non-resident pages with as few
+    /// UFFDIO_COPY calls as possible. Pages it cannot fill are handed back
+    /// unchanged. Returns pages installed.
+    fn install_run(
+        &self,
+        run: &[(usize, PageWord)],
+        write: bool,
+        prefetch: bool,
+        staging: Option<&StagingSlot<'_>>,
+        timer: &mut FaultTimer,
+    ) -> usize {
+        let got = self.reserve_up_to(run.len(), timer);
+        for &(p, w) in &run[got..] {
+            self.pages.unlock(p, w);
+        }
+        let run = &run[..got];
+        let mut ok = [false; crate::config::MAX_EVICT_BATCH];
+        let by_move = match &self.ring {
+            Some(ring) => self.install_by_move(ring, run, timer),
+            None => 0,
+        };
+        ok[..by_move].iter_mut().for_each(|x| *x = true);
+        let mut s = by_move;
+        while s < run.len() {
+            // A sub-run of pages of the same kind (all far, or all untouched).
+            let far = run[s].1.state() == PageState::Far;
+            let mut e = s + 1;
+            while e < run.len() && (run[e].1.state() == PageState::Far) == far {
+                e += 1;
+            }
+            let off = run[s].0 * self.page_bytes;
+            let len = (e - s) * self.page_bytes;
+            let installed = if far {
+                let src = self.store.fetch(off as u64, len, staging);
+                timer.lap(Cost::Transfer);
+                match src {
+                    Ok(src) => self.copy_run(off, src, !write && !self.thp()),
+                    Err(err) => {
+                        // A prefetch is a hint: leave the pages in the far
+                        // store; a demand fault will try again and report.
+                        self.store_failed(off as u64, OP_READ, &err);
+                        Err(())
+                    }
+                }
+            } else {
+                self.copy_run(off, self.zeros.range(0, len), !write && !self.thp())
+            };
+            if installed.is_ok() && self.thp() {
+                self.collapse(off, e - s);
+            }
+            timer.lap(Cost::Pte);
+            if installed.is_ok() {
+                ok[s..e].iter_mut().for_each(|x| *x = true);
+                if far {
+                    self.stats.bytes_in.fetch_add(len as u64, Ordering::Relaxed);
+                }
+            }
+            s = e;
+        }
+        let mut installed = 0;
+        {
+            let mut policy = self.policy();
+            for (k, &(p, _)) in run.iter().enumerate() {
+                if ok[k] {
+                    policy.on_fill(p);
+                }
+            }
+        }
+        for (k, &(p, w)) in run.iter().enumerate() {
+            if ok[k] {
+                let mut next = if !write && k < by_move {
+                    // Moved in writable: dirty until proven otherwise.
+                    PageWord::new(PageState::Dirty, w.far_valid()).with_verify()
+                } else {
+                    self.filled_state(write, w)
+                };
+                if prefetch {
+                    next = next.with_prefetched();
+                }
+                self.pages.unlock(p, next);
+                installed += 1;
+            } else {
+                self.resident.fetch_sub(1, Ordering::Relaxed);
+                self.pages.unlock(p, w);
+            }
+        }
+        timer.lap(Cost::LockList);
+        installed
+    }
+
+    /// UFFDIO_COPY of a multi-page run, resuming after partial copies and
+    /// skipping pages that turn out to be mapped already.
+    pub(super) fn copy_run(
+        &self,
+        off: usize,
+        src: tiermem_sys::mm::MemRange<'_>,
+        wp: bool,
+    ) -> Result<(), ()> {
+        let mode = CopyMode {
+            write_protect: wp,
+            dont_wake: false,
+        };
+        let mut done = 0;
+        while done < src.len() {
+            match self
+                .uffd
+                .copy(&self.reg, off + done, src.sub(done, src.len() - done), mode)
+            {
+                Ok(Resolved::Done) => return Ok(()),
+                Ok(Resolved::Partial { bytes }) => done += bytes,
+                Ok(Resolved::AlreadyMapped) => done += self.page_bytes,
+                Err(e) => {
+                    self.errors
+                        .record((off + done) as u64, OP_INSTALL, e.errno().map_or(0, |e| e.raw()));
+                    return Err(());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Explicit prefetch of `[first, first+count)`: queued to the movers, or
+    /// done now by the caller when the region has none.
+    pub(crate) fn prefetch_range(&self, first: usize, count: usize) {
+        let mut k = 0;
+        while k < count {
+            let n = (count - k).min(self.max_run);
+            let r = Request {
+                first: first + k,
+                count: n,
+                stride: 1,
+                write: false,
+            };
+            match &self.movers {
+                Some(m) if m.submit(r) => {
+                    if let Some(pf) = &self.prefetcher {
+                        pf.issued.fetch_add(n as u64, Ordering::Relaxed);
+                    }
+                }
+                _ => {
+                    self.mover_fill(&r, None);
+                }
+            }
+            k += n;
+        }
+        if let Some(m) = &self.movers {
+            m.wake();
+        }
+    }
+}
