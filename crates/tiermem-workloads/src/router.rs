@@ -112,6 +112,27 @@ pub fn run(sizes: &[usize], samples: usize) -> Report {
     }
 }
 
+/// Draws the median lookup time per table size (whisker: p99) to `path`.
+pub fn plot(r: &Report, path: &std::path::Path) -> Result<(), String> {
+    let bars: Vec<crate::plot::Bar> = r
+        .results
+        .iter()
+        .map(|c| crate::plot::Bar {
+            group: format!("{} ranges", c.ranges),
+            series: "lookup".into(),
+            value: c.p50_ns,
+            upper: Some(c.p99_ns),
+        })
+        .collect();
+    crate::plot::grouped_bars(
+        path,
+        "Fault router lookup",
+        "ns per lookup (p50, whisker p99)",
+        &bars,
+        false,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,6 +10,7 @@ mod dirty;
 mod faults;
 mod overshadow;
 mod random;
+mod router;
 mod stencil;
 mod svm;
 mod team_evict;
@@ -50,6 +51,8 @@ pub enum Bench {
     /// Paper 5's SVM workloads (bucket sort, Malstone, BFS with a black
     /// list) in SPM and hybrid page modes across processes.
     Svm(Box<svm::SvmArgs>),
+    /// The fault router's lookup cost with 1, 100, 10,000 registered ranges.
+    Router(router::RouterArgs),
     /// (internal) the kernel-swap child of `bench stencil`.
     #[command(hide = true)]
     StencilChild {
@@ -74,6 +77,7 @@ pub fn run(b: Bench) -> Result<(), String> {
         Bench::TeamEvict(a) => team_evict::run(a),
         Bench::Svm(a) => svm::run(*a),
         Bench::Overshadow(a) => overshadow::run(*a),
+        Bench::Router(a) => router::run(a),
         Bench::StencilChild { params } => stencil::child(&params),
     }
 }
