@@ -13,6 +13,23 @@
 //! `errno` is saved and restored around it. A panic in the callback
 //! aborts the process (it cannot unwind out of the handler), which is the
 //! right outcome for a dead fault handler: the alternative is a hang.
+//!
+//! Serving a fault is atomic with respect to asynchronous signals: the
+//! handlers are installed with every signal but the synchronous ones
+//! ([`SYNCHRONOUS`]) in `sa_mask`, so a timer, `pthread_kill` or glibc's
+//! cancellation signal arriving during a service is delivered when it
+//! ends, never inside it (a handler that touched tiered memory there would
+//! meet a blocked SIGBUS and be killed; one that `siglongjmp`ed out would
+//! leave a page busy). The same mask, [`AsyncSignalsBlocked`], guards
+//! runtime code outside handlers that owns pages or locks the fault path
+//! takes, and threads tiermem creates start with it ([`crate::thread`]).
+//!
+//! A fault signal that is blocked when the kernel raises it kills the
+//! process (the kernel forces the default action). [`strip_fault_signals`]
+//! keeps SIGBUS and SIGSEGV out of a mask; the C library's interposers of
+//! `sigprocmask`, `pthread_sigmask` and `sigaction` use it, and installing
+//! tiermem's handlers strips them from the `sa_mask` of handlers already
+//! installed.
 
 use crate::errno::Errno;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -73,8 +90,171 @@ pub enum Disposition {
 pub type FaultCallback = fn(&SignalFault) -> Disposition;
 
 static CALLBACKS: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
-static PREVIOUS: [OnceLock<libc::sigaction>; 2] = [OnceLock::new(), OnceLock::new()];
+/// The handler to chain to (`sa_sigaction` and `sa_flags`), read by the
+/// signal handler without locks.
+static PREV_HANDLER: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
+static PREV_FLAGS: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
+/// The whole previous action, as reported to an interposed `sigaction`.
+static PREVIOUS: Mutex<[Option<libc::sigaction>; 2]> = Mutex::new([None, None]);
+static INSTALLED: [OnceLock<()>; 2] = [OnceLock::new(), OnceLock::new()];
 static INSTALL: Mutex<()> = Mutex::new(());
+
+/// Signals the kernel raises synchronously at the faulting instruction:
+/// left open while a fault is served (and never blocked by tiermem).
+pub const SYNCHRONOUS: [libc::c_int; 6] = [
+    libc::SIGBUS,
+    libc::SIGSEGV,
+    libc::SIGILL,
+    libc::SIGFPE,
+    libc::SIGTRAP,
+    libc::SIGSYS,
+];
+
+/// glibc's cancellation signal (`SIGCANCEL`, the first real-time signal),
+/// which its `sigfillset`/`sigaddset` leave out of any set.
+pub const SIGCANCEL: libc::c_int = 32;
+
+/// Every signal except the synchronous ones and glibc's `SIGSETXID`: what
+/// a fault service (and every thread tiermem creates) blocks.
+///
+/// glibc's `sigfillset` leaves out its internal signals; `SIGCANCEL` is
+/// added back by hand: an asynchronous `pthread_cancel` must not unwind a
+/// thread out of a fault service. `SIGSETXID` stays open: `setuid()` in
+/// another thread waits until every thread has run it, and its handler
+/// only makes a system call.
+pub fn async_signals() -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data; sigfillset/sigdelset initialise and
+    // edit it in place; the first 64 bits of glibc's sigset_t are the
+    // kernel's mask, bit n-1 for signal n.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut set);
+        for s in SYNCHRONOUS {
+            libc::sigdelset(&mut set, s);
+        }
+        let words = (&mut set as *mut libc::sigset_t).cast::<u64>();
+        *words |= 1u64 << (SIGCANCEL - 1);
+        set
+    }
+}
+
+/// Removes SIGBUS and SIGSEGV from `set`: a thread (or a handler) that
+/// blocks them is killed by the first fault tiermem must serve for it.
+/// Returns whether anything changed.
+pub fn strip_fault_signals(set: &mut libc::sigset_t) -> bool {
+    let mut changed = false;
+    for s in [libc::SIGBUS, libc::SIGSEGV] {
+        // SAFETY: `set` is a valid, initialised sigset_t.
+        unsafe {
+            if libc::sigismember(set, s) == 1 {
+                libc::sigdelset(set, s);
+                changed = true;
+            }
+        }
+    }
+    changed
+}
+
+/// Blocks every asynchronous signal in the calling thread until dropped
+/// (then restores the mask it found): code that owns pages or holds a lock
+/// the fault path takes must not be interrupted by a handler that could
+/// touch tiered memory. Two system calls; not for per-fault use (signal
+/// handlers get the mask from `sa_mask` for free).
+#[must_use]
+pub struct AsyncSignalsBlocked {
+    old: libc::sigset_t,
+}
+
+impl AsyncSignalsBlocked {
+    /// Blocks them now.
+    pub fn new() -> AsyncSignalsBlocked {
+        let set = async_signals();
+        // SAFETY: as above.
+        let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: both sets are valid; rt_sigprocmask cannot fail with them.
+        unsafe { raw_sigprocmask(libc::SIG_BLOCK, &set, &mut old) };
+        AsyncSignalsBlocked { old }
+    }
+}
+
+impl Default for AsyncSignalsBlocked {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for AsyncSignalsBlocked {
+    fn drop(&mut self) {
+        // SAFETY: restores the mask saved in `new`.
+        unsafe { raw_sigprocmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut()) };
+    }
+}
+
+/// `rt_sigprocmask` without the C library (which an interposer may
+/// replace): the kernel's 8-byte mask.
+///
+/// # Safety
+/// `set` and `old` must be null or point to valid sigset_t values.
+pub unsafe fn raw_sigprocmask(
+    how: libc::c_int,
+    set: *const libc::sigset_t,
+    old: *mut libc::sigset_t,
+) -> libc::c_int {
+    // SAFETY: the caller passes valid or null pointers; the kernel reads and
+    // writes 8 bytes (_NSIG / 8) of each.
+    unsafe { libc::syscall(libc::SYS_rt_sigprocmask, how, set, old, 8) as libc::c_int }
+}
+
+/// The action tiermem chains to for `kind` (what was installed before it,
+/// or what an interposed `sigaction` installed after it).
+pub fn chained(kind: FaultSignalKind) -> Option<libc::sigaction> {
+    PREVIOUS.lock().unwrap_or_else(|p| p.into_inner())[kind.slot()]
+}
+
+/// Replaces the action tiermem chains to for `kind` (an interposed
+/// `sigaction` installing the application's handler after tiermem's: the
+/// application's handler runs for every fault tiermem does not serve).
+/// Returns the action chained to before. `None` if tiermem's handler is
+/// not installed: the caller should then call the real `sigaction`.
+pub fn set_chained(kind: FaultSignalKind, mut act: libc::sigaction) -> Option<libc::sigaction> {
+    INSTALLED[kind.slot()].get()?;
+    strip_fault_signals(&mut act.sa_mask);
+    let mut g = PREVIOUS.lock().unwrap_or_else(|p| p.into_inner());
+    let old = g[kind.slot()].replace(act);
+    PREV_FLAGS[kind.slot()].store(act.sa_flags as usize, Ordering::Relaxed);
+    // Release: the handler reads the flags after it sees the new handler.
+    PREV_HANDLER[kind.slot()].store(act.sa_sigaction, Ordering::Release);
+    old
+}
+
+/// Strips SIGBUS and SIGSEGV from the `sa_mask` of every handler installed
+/// now: such a handler, touching tiered memory, would be killed by the
+/// fault. Returns the signals whose handlers were changed.
+pub fn strip_fault_signals_from_handlers() -> Vec<libc::c_int> {
+    let mut changed = Vec::new();
+    for sig in 1..=libc::SIGRTMAX() {
+        // The C library owns 32 and 33 (cancellation, set*id) and refuses them.
+        if matches!(sig, libc::SIGKILL | libc::SIGSTOP | 32 | 33) {
+            continue;
+        }
+        // SAFETY: a zeroed sigaction is a valid out-parameter.
+        let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: reading the current action into a valid struct.
+        if unsafe { libc::sigaction(sig, std::ptr::null(), &mut act) } != 0 {
+            continue;
+        }
+        if act.sa_sigaction == libc::SIG_DFL || act.sa_sigaction == libc::SIG_IGN {
+            continue;
+        }
+        if strip_fault_signals(&mut act.sa_mask) {
+            // SAFETY: re-installing the same action with a smaller mask.
+            if unsafe { libc::sigaction(sig, &act, std::ptr::null_mut()) } == 0 {
+                changed.push(sig);
+            }
+        }
+    }
+    changed
+}
 
 /// Installs `callback` for `kind`, process-wide. A second call replaces the
 /// callback and keeps the first call's chain to the previous handler.
@@ -87,15 +267,15 @@ pub fn install(kind: FaultSignalKind, callback: FaultCallback, on_altstack: bool
     // Release: the handler's Acquire load sees the callback's code and data
     // initialised before it can be called.
     CALLBACKS[kind.slot()].store(callback as usize, Ordering::Release);
-    if PREVIOUS[kind.slot()].get().is_some() {
+    if INSTALLED[kind.slot()].get().is_some() {
         return Ok(());
     }
     // SAFETY: sigaction is plain data; zeroed is a valid empty action.
     let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
     sa.sa_sigaction = on_fault as *const () as usize;
     sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | if on_altstack { libc::SA_ONSTACK } else { 0 };
-    // SAFETY: sa_mask is ours to initialise.
-    unsafe { libc::sigemptyset(&mut sa.sa_mask) };
+    // Serving a fault is atomic with respect to asynchronous signals.
+    sa.sa_mask = async_signals();
     // SAFETY: as above.
     let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
     // SAFETY: both structs are valid; installing a handler for a fault signal.
@@ -105,13 +285,15 @@ pub fn install(kind: FaultSignalKind, callback: FaultCallback, on_altstack: bool
         CALLBACKS[kind.slot()].store(0, Ordering::Release);
         return Err(e);
     }
-    let _ = PREVIOUS[kind.slot()].set(old);
+    let _ = INSTALLED[kind.slot()].set(());
+    set_chained(kind, old);
+    strip_fault_signals_from_handlers();
     Ok(())
 }
 
 /// Whether a callback is installed for `kind`.
 pub fn installed(kind: FaultSignalKind) -> bool {
-    CALLBACKS[kind.slot()].load(Ordering::Acquire) != 0
+    CALLBACKS[kind.slot()].load(Ordering::Acquire) != 0 && INSTALLED[kind.slot()].get().is_some()
 }
 
 extern "C" fn on_fault(signo: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
@@ -160,24 +342,29 @@ fn forward(
     ctx: *mut libc::c_void,
     code: i32,
 ) {
-    let Some(prev) = PREVIOUS[kind.slot()].get() else {
+    // Acquire: pairs with set_chained's Release (flags before handler).
+    let h = PREV_HANDLER[kind.slot()].load(Ordering::Acquire);
+    let flags = PREV_FLAGS[kind.slot()].load(Ordering::Relaxed) as libc::c_int;
+    if h == libc::SIG_IGN && code <= 0 {
+        // Sent by kill(): ignored, as it was before tiermem.
         return;
-    };
-    let h = prev.sa_sigaction;
+    }
     if h == libc::SIG_DFL || h == libc::SIG_IGN {
         // Restore the default action; returning re-executes the faulting
         // instruction, which now takes the default action with the original
-        // siginfo. A signal sent by kill() does not recur, so raise it again.
+        // siginfo (the kernel never lets a fault signal be ignored). A
+        // signal sent by kill() does not recur, so raise it again.
         // SAFETY: sigaction with a valid struct; raise is async-signal-safe.
         unsafe {
             let mut dfl: libc::sigaction = std::mem::zeroed();
             dfl.sa_sigaction = libc::SIG_DFL;
             libc::sigaction(signo, &dfl, std::ptr::null_mut());
             if code <= 0 {
+                raw_sigprocmask(libc::SIG_UNBLOCK, &one_signal(signo), std::ptr::null_mut());
                 libc::raise(signo);
             }
         }
-    } else if prev.sa_flags & libc::SA_SIGINFO != 0 {
+    } else if flags & libc::SA_SIGINFO != 0 {
         // SAFETY: the previous handler was installed with SA_SIGINFO, so it
         // has this signature; we pass the kernel's own arguments.
         let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
@@ -187,6 +374,16 @@ fn forward(
         // SAFETY: a plain sa_handler takes the signal number only.
         let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(h) };
         f(signo);
+    }
+}
+
+fn one_signal(signo: libc::c_int) -> libc::sigset_t {
+    // SAFETY: plain data, initialised by sigemptyset.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, signo);
+        set
     }
 }
 

@@ -61,6 +61,32 @@ pub fn affinity() -> Result<Vec<usize>, Errno> {
         .collect())
 }
 
+/// Spawns a thread that blocks every asynchronous signal from its first
+/// instruction (it inherits the mask the caller holds while creating it):
+/// the application's timer, `pthread_kill` and process-directed signals
+/// never run their handlers on a runtime thread, which may be serving a
+/// fault or owning pages that such a handler could touch.
+pub fn spawn_with_async_signals_blocked<F, T>(
+    builder: std::thread::Builder,
+    f: F,
+) -> std::io::Result<std::thread::JoinHandle<T>>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    let _blocked = crate::signal::AsyncSignalsBlocked::new();
+    builder.spawn(f)
+}
+
+/// The calling thread's signal mask.
+pub fn signal_mask() -> libc::sigset_t {
+    // SAFETY: plain data; rt_sigprocmask fills it.
+    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: a null set only reads the mask into a valid struct.
+    unsafe { crate::signal::raw_sigprocmask(libc::SIG_BLOCK, std::ptr::null(), &mut old) };
+    old
+}
+
 /// Sleeps while `*word == expected` (futex wait), up to `timeout`.
 /// Returns on wake-up, timeout, signal, or when the value already differs.
 pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) {
@@ -119,6 +145,33 @@ mod tests {
         })
         .join()
         .unwrap();
+    }
+
+    #[test]
+    fn spawned_runtime_threads_block_async_signals() {
+        let h = spawn_with_async_signals_blocked(std::thread::Builder::new(), signal_mask).unwrap();
+        let mask = h.join().unwrap();
+        let member = |s| {
+            // SAFETY: `mask` is a valid sigset_t.
+            unsafe { libc::sigismember(&mask, s) == 1 }
+        };
+        for s in [
+            libc::SIGALRM,
+            libc::SIGINT,
+            libc::SIGTERM,
+            libc::SIGUSR1,
+            libc::SIGPROF,
+            libc::SIGRTMIN(),
+        ] {
+            assert!(member(s), "signal {s} open in a runtime thread");
+        }
+        for s in crate::signal::SYNCHRONOUS {
+            assert!(!member(s), "synchronous signal {s} blocked in a runtime thread");
+        }
+        // The creating thread got its mask back.
+        let mine = signal_mask();
+        // SAFETY: valid sigset_t.
+        assert_eq!(unsafe { libc::sigismember(&mine, libc::SIGALRM) }, 0);
     }
 
     #[test]

@@ -93,7 +93,10 @@ pub(crate) fn spawn_runtime_thread(
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     let cpu = (!cpus.is_empty()).then(|| cpus[k % cpus.len()]);
     let name = format!("{name}-{k}");
-    std::thread::Builder::new().name(name.clone()).spawn(move || {
+    // Runtime threads never run the application's signal handlers: they
+    // serve faults and own pages such a handler could touch.
+    let builder = std::thread::Builder::new().name(name.clone());
+    tiermem_sys::thread::spawn_with_async_signals_blocked(builder, move || {
         if let Some(c) = cpu {
             if let Err(e) = tiermem_sys::thread::set_affinity(&[c]) {
                 eprintln!("tiermem: {name}: pinning to CPU {c} failed ({e}); running unpinned");
