@@ -230,6 +230,52 @@ static void test_async_cancel(int path) {
   tm_region_destroy(r);
 }
 
+/* ---- 3b. deferred cancellation with a file far store: the fault service
+ * reads and writes the file, and must contain no cancellation point ---- */
+
+static void *cancel_me_deferred(void *p) {
+  struct cancel_arg *a = p;
+  atomic_fetch_add(&a->started, 1);
+  uint64_t x = 0;
+  for (size_t k = 0;; k++) {
+    size_t i = (mix(k + (size_t)pthread_self()) % ((size_t)PAGES * PAGE / 8));
+    x += a->w[i];
+    if (k % 64 == 0) pthread_testcancel();
+  }
+  return (void *)(uintptr_t)x;
+}
+
+static void test_deferred_cancel_file_store(int path) {
+  atomic_store(&current_case, "deferred cancellation, file far store");
+  struct tm_config cfg;
+  tm_config_init(&cfg, (uint64_t)PAGES * PAGE, (uint64_t)NEAR_PAGES * PAGE);
+  cfg.fault_path = path;
+  cfg.far_kind = TM_FAR_FILE;
+  cfg.far_path = "/tmp";
+  tm_region *r = NULL;
+  if (tm_region_create(&cfg, &r) != TM_OK) {
+    fprintf(stderr, "tm_region_create: %s\n", tm_last_error());
+    exit(2);
+  }
+  uint64_t *w = tm_region_base(r);
+  for (size_t i = 0; i < (size_t)PAGES * PAGE / 8; i++) w[i] = mix(i);
+  struct cancel_arg a = {.w = w};
+  for (int round = 0; round < 100; round++) {
+    pthread_t t[4];
+    atomic_store(&a.started, 0);
+    for (int k = 0; k < 4; k++) pthread_create(&t[k], NULL, cancel_me_deferred, &a);
+    while (atomic_load(&a.started) < 4) sched_yield();
+    usleep(200 + (round % 5) * 300);
+    for (int k = 0; k < 4; k++) pthread_cancel(t[k]);
+    for (int k = 0; k < 4; k++) pthread_join(t[k], NULL);
+  }
+  uint64_t bad = 0;
+  for (size_t i = 0; i < (size_t)PAGES * PAGE / 8; i += 97)
+    if (a.w[i] != mix(i)) bad++;
+  CHECK(bad == 0, "%s: %lu bad words after cancellations", path_name(path), (unsigned long)bad);
+  tm_region_destroy(r);
+}
+
 /* ---- 4. process-directed signals never run on tiermem's threads ---- */
 
 static atomic_int app_tids[8];
@@ -293,6 +339,7 @@ static const struct test_case cases[] = {
     {"timer", test_timer_handler_reads_region},
     {"longjmp", test_siglongjmp_out_of_reads},
     {"cancel", test_async_cancel},
+    {"deferred-cancel", test_deferred_cancel_file_store},
     {"runtime-threads", test_runtime_threads_get_no_app_signals},
 };
 

@@ -622,13 +622,16 @@ impl Mapping {
         self.check_range(offset, len);
         retry_eintr(|| {
             // SAFETY: the destination range is mapped writable and in bounds.
+            // A raw system call: glibc's pread is a cancellation point, and
+            // this runs inside fault services.
             unsafe {
-                libc::pread(
+                libc::syscall(
+                    libc::SYS_pread64,
                     fd.as_raw_fd(),
-                    self.as_ptr().add(offset).cast(),
+                    self.as_ptr().add(offset),
                     len,
                     file_offset as libc::off_t,
-                )
+                ) as libc::ssize_t
             }
         })
     }
@@ -971,14 +974,16 @@ impl<'a> MemRange<'a> {
     /// `pwrite`s the range to `fd` at `file_offset`; returns bytes written.
     pub fn pwrite_to(&self, fd: BorrowedFd<'_>, file_offset: u64) -> Result<usize, Errno> {
         retry_eintr(|| {
-            // SAFETY: the source range is mapped readable for 'a.
+            // SAFETY: the source range is mapped readable for 'a. A raw
+            // system call: glibc's pwrite is a cancellation point.
             unsafe {
-                libc::pwrite(
+                libc::syscall(
+                    libc::SYS_pwrite64,
                     fd.as_raw_fd(),
                     self.addr as *const libc::c_void,
                     self.len,
                     file_offset as libc::off_t,
-                )
+                ) as libc::ssize_t
             }
         })
     }

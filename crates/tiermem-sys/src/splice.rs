@@ -88,7 +88,8 @@ impl Pipe {
         // SAFETY: map is a live mapping of at least `len` bytes, written only
         // through this call while the caller holds it; `avail` bytes are
         // queued, so the read does not block.
-        let r = unsafe { libc::read(self.read.as_raw_fd(), map.as_ptr().cast(), len.min(avail)) };
+        // Raw read: glibc's is a cancellation point (this runs in faults).
+        let r = unsafe { libc::syscall(libc::SYS_read, self.read.as_raw_fd(), map.as_ptr(), len.min(avail)) };
         r.max(0) as usize
     }
 
@@ -113,7 +114,7 @@ impl Pipe {
             }
             let want = avail.min(buf.len());
             // SAFETY: buf is valid for `want` bytes; `avail` bytes are queued.
-            if unsafe { libc::read(self.read.as_raw_fd(), buf.as_mut_ptr().cast(), want) } <= 0 {
+            if unsafe { libc::syscall(libc::SYS_read, self.read.as_raw_fd(), buf.as_mut_ptr(), want) } <= 0 {
                 return;
             }
         }
@@ -140,7 +141,8 @@ impl Pipe {
             // SAFETY: both descriptors are open; the offset pointers are
             // either null (pipe side) or point to locals.
             let r = check_size(unsafe {
-                libc::splice(from, fp, to, tp, len - done, libc::SPLICE_F_MOVE) as isize
+                // Raw: glibc's splice is a cancellation point.
+                libc::syscall(libc::SYS_splice, from, fp, to, tp, len - done, libc::SPLICE_F_MOVE) as isize
             });
             match r {
                 Ok(0) => return Err(Errno(libc::EIO)),

@@ -78,6 +78,25 @@ where
     builder.spawn(f)
 }
 
+/// Sleeps for `d` with a raw `nanosleep`: unlike the C library's (and
+/// `std::thread::sleep`), not a cancellation point, so a thread with a
+/// pending `pthread_cancel` is never cancelled inside a fault service.
+pub fn sleep(d: Duration) {
+    let mut ts = libc::timespec {
+        tv_sec: d.as_secs() as libc::time_t,
+        tv_nsec: d.subsec_nanos() as libc::c_long,
+    };
+    loop {
+        let mut rem = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: both timespecs are valid for the call.
+        let r = unsafe { libc::syscall(libc::SYS_nanosleep, &ts, &mut rem) };
+        if r == 0 || crate::errno::Errno::last().raw() != libc::EINTR {
+            return;
+        }
+        ts = rem;
+    }
+}
+
 /// The calling thread's signal mask.
 pub fn signal_mask() -> libc::sigset_t {
     // SAFETY: plain data; rt_sigprocmask fills it.

@@ -655,7 +655,7 @@ fn backoff(spins: &mut u32) {
     } else if *spins < 8192 {
         std::thread::yield_now();
     } else {
-        std::thread::sleep(Duration::from_micros(20));
+        tiermem_sys::thread::sleep(Duration::from_micros(20));
     }
 }
 

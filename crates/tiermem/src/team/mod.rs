@@ -406,7 +406,7 @@ impl Backoff {
         } else if self.spins < 2000 {
             std::thread::yield_now();
         } else {
-            std::thread::sleep(self.sleep);
+            tiermem_sys::thread::sleep(self.sleep);
         }
     }
 }
