@@ -23,6 +23,8 @@
 #include <sys/time.h>
 #include <sys/types.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
+#include <spawn.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -111,7 +113,6 @@ static void on_alarm_read(int sig) {
 
 static void test_timer_handler_reads_region(int path) {
   atomic_store(&current_case, "timer handler reads region memory");
-  if (atomic_load(&current_case)) fprintf(stderr, "case: %s\n", atomic_load(&current_case));
   tm_region *r = make_region(path, 0);
   timer_words = tm_region_base(r);
   atomic_store(&timer_reads, 0);
@@ -155,7 +156,6 @@ static void on_alarm_jump(int sig) {
 
 static void test_siglongjmp_out_of_reads(int path) {
   atomic_store(&current_case, "siglongjmp out of region reads");
-  if (atomic_load(&current_case)) fprintf(stderr, "case: %s\n", atomic_load(&current_case));
   tm_region *r = make_region(path, 0);
   volatile uint64_t *w = tm_region_base(r);
   struct sigaction sa = {0};
@@ -211,7 +211,6 @@ static void *cancel_me(void *p) {
 
 static void test_async_cancel(int path) {
   atomic_store(&current_case, "asynchronous cancellation");
-  if (atomic_load(&current_case)) fprintf(stderr, "case: %s\n", atomic_load(&current_case));
   tm_region *r = make_region(path, 0);
   struct cancel_arg a = {.w = tm_region_base(r)};
   for (int round = 0; round < 100; round++) {
@@ -296,7 +295,6 @@ static void on_usr1(int sig) {
 
 static void test_runtime_threads_get_no_app_signals(int path) {
   atomic_store(&current_case, "process-directed signals at a high rate");
-  if (atomic_load(&current_case)) fprintf(stderr, "case: %s\n", atomic_load(&current_case));
   memset(app_tids, 0, sizeof app_tids);
   atomic_store(&app_tids[0], (int)syscall(SYS_gettid));
   /* The watchdog thread blocks everything; it counts as the application's. */
@@ -330,6 +328,155 @@ static void test_runtime_threads_get_no_app_signals(int path) {
   signal(SIGUSR1, SIG_DFL);
 }
 
+/* ---- 5. threads that block every signal (MPI progress threads, pools) ---- */
+
+struct blocked_arg {
+  volatile uint64_t *w;
+  uint64_t bad;
+};
+
+static void *read_all_blocked(void *p) {
+  struct blocked_arg *a = p;
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, NULL);
+  for (int pass = 0; pass < 3; pass++)
+    for (size_t i = 0; i < (size_t)PAGES * PAGE / 8; i += 7)
+      if (a->w[i] != mix(i)) a->bad++;
+  /* Writes too (write-protect faults, evictions with write-back). */
+  for (size_t i = 0; i < (size_t)PAGES * PAGE / 8; i += 511) a->w[i] = mix(i);
+  return NULL;
+}
+
+static void test_thread_blocking_all_signals(int path) {
+  atomic_store(&current_case, "a thread that blocks every signal");
+  tm_region *r = make_region(path, 0);
+  struct blocked_arg a = {.w = tm_region_base(r)};
+  pthread_t t;
+  pthread_create(&t, NULL, read_all_blocked, &a);
+  pthread_join(t, NULL);
+  CHECK(a.bad == 0, "%s: %lu bad words", path_name(path), (unsigned long)a.bad);
+  /* The same with sigprocmask in the main thread. */
+  sigset_t all, old;
+  sigfillset(&all);
+  sigprocmask(SIG_BLOCK, &all, &old);
+  uint64_t bad = 0;
+  for (size_t i = 0; i < (size_t)PAGES * PAGE / 8; i += 13)
+    if (a.w[i] != mix(i)) bad++;
+  sigprocmask(SIG_SETMASK, &old, NULL);
+  CHECK(bad == 0, "%s: %lu bad words (sigprocmask)", path_name(path), (unsigned long)bad);
+  tm_region_destroy(r);
+}
+
+/* ---- 6. handlers with a full sa_mask that read region memory ---- */
+
+static volatile uint64_t *handler_words;
+static atomic_ulong handler_bad;
+static atomic_ulong handler_runs;
+
+static void on_full_mask(int sig) {
+  (void)sig;
+  unsigned long n = atomic_fetch_add(&handler_runs, 1);
+  for (size_t k = 0; k < 16; k++) {
+    size_t i = (size_t)(mix(n * 16 + k) % ((size_t)PAGES * PAGE / 8));
+    if (handler_words[i] != mix(i)) atomic_fetch_add(&handler_bad, 1);
+  }
+}
+
+extern int __sigaction(int, const struct sigaction *, struct sigaction *);
+
+static void full_mask_handler_case(int path, int sig, int installed_before) {
+  tm_region *r = make_region(path, 0);
+  handler_words = tm_region_base(r);
+  atomic_store(&handler_bad, 0);
+  atomic_store(&handler_runs, 0);
+  if (!installed_before) {
+    struct sigaction sa = {0};
+    sa.sa_handler = on_full_mask;
+    sigfillset(&sa.sa_mask);
+    sigaction(sig, &sa, NULL);
+  }
+  for (int k = 0; k < 300; k++) pthread_kill(pthread_self(), sig);
+  CHECK(atomic_load(&handler_runs) == 300, "%s: %lu handler runs", path_name(path),
+        (unsigned long)atomic_load(&handler_runs));
+  CHECK(atomic_load(&handler_bad) == 0, "%s: %lu bad words in the handler", path_name(path),
+        (unsigned long)atomic_load(&handler_bad));
+  tm_region_destroy(r);
+}
+
+static void test_full_mask_handler(int path) {
+  atomic_store(&current_case, "a handler with a full sa_mask reads region memory");
+  full_mask_handler_case(path, SIGUSR1, 0);
+}
+
+static void test_full_mask_handler_installed_before(int path) {
+  atomic_store(&current_case, "the same, handler installed before tiermem (bypassing sigaction)");
+  /* This process has no region yet: install with the C library's own
+   * sigaction, as code loaded before tiermem would have. */
+  struct sigaction sa = {0};
+  sa.sa_handler = on_full_mask;
+  sigfillset(&sa.sa_mask);
+  __sigaction(SIGUSR2, &sa, NULL);
+  full_mask_handler_case(path, SIGUSR2, 1);
+}
+
+/* ---- 7. SIGBUS set to SIG_IGN before tiermem: kill() stays ignored ---- */
+
+static void test_ignored_sigbus_stays_ignored(int path) {
+  atomic_store(&current_case, "SIGBUS ignored before tiermem, then kill(SIGBUS)");
+  signal(SIGBUS, SIG_IGN);
+  tm_region *r = make_region(path, 0);
+  kill(getpid(), SIGBUS);
+  raise(SIGBUS);
+  volatile uint64_t *w = tm_region_base(r);
+  CHECK(w[12345] == mix(12345), "%s: region unreadable after an ignored SIGBUS", path_name(path));
+  tm_region_destroy(r);
+}
+
+/* ---- 8. the application installs SIGBUS/SIGSEGV handlers after tiermem ---- */
+
+static atomic_int app_segv_seen;
+
+static void on_app_segv(int sig, siginfo_t *si, void *ctx) {
+  (void)sig;
+  (void)ctx;
+  if (si->si_addr == (void *)8) {
+    atomic_fetch_add(&app_segv_seen, 1);
+    _exit(atomic_load(&app_segv_seen) == 1 ? 42 : 43);
+  }
+  _exit(44);
+}
+
+static void test_app_handlers_after_tiermem(int path) {
+  atomic_store(&current_case, "application SIGBUS/SIGSEGV handlers installed after tiermem");
+  tm_region *r = make_region(path, 0);
+  struct sigaction sa = {0}, old = {0};
+  sa.sa_sigaction = on_app_segv;
+  sa.sa_flags = SA_SIGINFO;
+  CHECK(sigaction(SIGSEGV, &sa, &old) == 0, "sigaction(SIGSEGV)");
+  CHECK(sigaction(SIGBUS, &sa, NULL) == 0, "sigaction(SIGBUS)");
+  struct sigaction now;
+  sigaction(SIGSEGV, NULL, &now);
+  CHECK(now.sa_sigaction == on_app_segv, "the application sees its own handler");
+  /* tiermem still serves the region ... */
+  volatile uint64_t *w = tm_region_base(r);
+  uint64_t bad = 0;
+  for (size_t i = 0; i < (size_t)PAGES * PAGE / 8; i += 29)
+    if (w[i] != mix(i)) bad++;
+  CHECK(bad == 0, "%s: %lu bad words with application handlers", path_name(path), (unsigned long)bad);
+  /* ... and a crash of the application's own reaches its handler. */
+  pid_t pid = fork();
+  if (pid == 0) {
+    volatile uintptr_t bad_addr = 8;
+    *(volatile int *)bad_addr = 1;
+    _exit(45);
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 42, "the application's SIGSEGV handler did not run (status %#x)", st);
+  tm_region_destroy(r);
+}
+
 struct test_case {
   const char *name;
   void (*run)(int path);
@@ -341,21 +488,57 @@ static const struct test_case cases[] = {
     {"cancel", test_async_cancel},
     {"deferred-cancel", test_deferred_cancel_file_store},
     {"runtime-threads", test_runtime_threads_get_no_app_signals},
+    {"blocked-thread", test_thread_blocking_all_signals},
+    {"full-mask-handler", test_full_mask_handler},
+    {"handler-before", test_full_mask_handler_installed_before},
+    {"ignored-sigbus", test_ignored_sigbus_stays_ignored},
+    {"app-handlers", test_app_handlers_after_tiermem},
 };
 
-/* test_signals [CASE [PATH]]: all cases on both paths, or one case
- * (by name) on one path (in-context or handler-thread). */
+/* test_signals: every case on both paths, each in a fresh process (some
+ * set things up before tiermem starts; a crash in one hides no other).
+ * test_signals CASE PATH: one case on one path, in this process. */
 int main(int argc, char **argv) {
-  pthread_t dog;
-  pthread_create(&dog, NULL, watchdog, NULL);
   int paths[2] = {TM_FAULT_IN_CONTEXT, TM_FAULT_HANDLER_THREAD};
-  for (int p = 0; p < 2; p++) {
-    if (argc > 2 && strcmp(argv[2], path_name(paths[p])) != 0) continue;
-    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
-      if (argc < 2 || strcmp(argv[1], cases[k].name) == 0) cases[k].run(paths[p]);
+  if (argc == 3) {
+    pthread_t dog;
+    pthread_create(&dog, NULL, watchdog, NULL);
+    for (int p = 0; p < 2; p++) {
+      if (strcmp(argv[2], path_name(paths[p])) != 0) continue;
+      for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+        if (strcmp(argv[1], cases[k].name) == 0) cases[k].run(paths[p]);
+    }
+    atomic_store(&current_case, NULL);
+    if (checks == 0) {
+      fprintf(stderr, "no case %s on path %s\n", argv[1], argv[2]);
+      return 2;
+    }
+    return failures ? 1 : 0;
   }
-  atomic_store(&current_case, NULL);
-  if (atomic_load(&current_case)) fprintf(stderr, "case: %s\n", atomic_load(&current_case));
-  printf("test_signals: %d checks, %d failures\n", checks, failures);
-  return failures ? 1 : 0;
+  int failed = 0, run = 0;
+  extern char **environ;
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    for (int p = 0; p < 2; p++) {
+      char *args[] = {argv[0], (char *)cases[k].name, (char *)path_name(paths[p]), NULL};
+      pid_t pid;
+      int st = 0;
+      if (posix_spawn(&pid, "/proc/self/exe", NULL, NULL, args, environ) != 0 || waitpid(pid, &st, 0) < 0) {
+        fprintf(stderr, "FAIL %s %s: cannot run\n", cases[k].name, path_name(paths[p]));
+        failed++;
+        continue;
+      }
+      run++;
+      if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        failed++;
+        if (WIFSIGNALED(st))
+          fprintf(stderr, "FAIL %s %s: killed by signal %d\n", cases[k].name, path_name(paths[p]), WTERMSIG(st));
+        else
+          fprintf(stderr, "FAIL %s %s: exit status %d\n", cases[k].name, path_name(paths[p]), WEXITSTATUS(st));
+      } else {
+        printf("ok   %s %s\n", cases[k].name, path_name(paths[p]));
+      }
+    }
+  }
+  printf("test_signals: %d case runs, %d failed\n", run, failed);
+  return failed ? 1 : 0;
 }

@@ -42,6 +42,10 @@
 //! this crate exists for its own tests and for linking it into Rust
 //! binaries that also expose the C API.
 
+// The signal-mask interposers (pthread_sigmask, sigaction, ...) live in
+// their own crate; this links them into libtiermem.
+extern crate tiermem_interpose;
+
 use std::any::Any;
 use std::cell::RefCell;
 use std::collections::BTreeMap;

@@ -35,6 +35,14 @@ use crate::errno::Errno;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
+extern "C" {
+    /// The C library's own `sigaction` (glibc exports it under this name
+    /// too): tiermem's interposed `sigaction` (crate tiermem-interpose)
+    /// must not see tiermem's own calls.
+    #[link_name = "__sigaction"]
+    fn c_sigaction(sig: libc::c_int, act: *const libc::sigaction, oact: *mut libc::sigaction) -> libc::c_int;
+}
+
 /// Which signal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FaultSignalKind {
@@ -240,7 +248,7 @@ pub fn strip_fault_signals_from_handlers() -> Vec<libc::c_int> {
         // SAFETY: a zeroed sigaction is a valid out-parameter.
         let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
         // SAFETY: reading the current action into a valid struct.
-        if unsafe { libc::sigaction(sig, std::ptr::null(), &mut act) } != 0 {
+        if unsafe { c_sigaction(sig, std::ptr::null(), &mut act) } != 0 {
             continue;
         }
         if act.sa_sigaction == libc::SIG_DFL || act.sa_sigaction == libc::SIG_IGN {
@@ -248,7 +256,7 @@ pub fn strip_fault_signals_from_handlers() -> Vec<libc::c_int> {
         }
         if strip_fault_signals(&mut act.sa_mask) {
             // SAFETY: re-installing the same action with a smaller mask.
-            if unsafe { libc::sigaction(sig, &act, std::ptr::null_mut()) } == 0 {
+            if unsafe { c_sigaction(sig, &act, std::ptr::null_mut()) } == 0 {
                 changed.push(sig);
             }
         }
@@ -279,7 +287,7 @@ pub fn install(kind: FaultSignalKind, callback: FaultCallback, on_altstack: bool
     // SAFETY: as above.
     let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
     // SAFETY: both structs are valid; installing a handler for a fault signal.
-    if unsafe { libc::sigaction(kind.signo(), &sa, &mut old) } != 0 {
+    if unsafe { c_sigaction(kind.signo(), &sa, &mut old) } != 0 {
         let e = Errno::last();
         // Not installed after all: say so to `installed`.
         CALLBACKS[kind.slot()].store(0, Ordering::Release);
@@ -358,7 +366,7 @@ fn forward(
         unsafe {
             let mut dfl: libc::sigaction = std::mem::zeroed();
             dfl.sa_sigaction = libc::SIG_DFL;
-            libc::sigaction(signo, &dfl, std::ptr::null_mut());
+            c_sigaction(signo, &dfl, std::ptr::null_mut());
             if code <= 0 {
                 raw_sigprocmask(libc::SIG_UNBLOCK, &one_signal(signo), std::ptr::null_mut());
                 libc::raise(signo);

@@ -89,7 +89,14 @@ impl Pipe {
         // through this call while the caller holds it; `avail` bytes are
         // queued, so the read does not block.
         // Raw read: glibc's is a cancellation point (this runs in faults).
-        let r = unsafe { libc::syscall(libc::SYS_read, self.read.as_raw_fd(), map.as_ptr(), len.min(avail)) };
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_read,
+                self.read.as_raw_fd(),
+                map.as_ptr(),
+                len.min(avail),
+            )
+        };
         r.max(0) as usize
     }
 
@@ -142,7 +149,15 @@ impl Pipe {
             // either null (pipe side) or point to locals.
             let r = check_size(unsafe {
                 // Raw: glibc's splice is a cancellation point.
-                libc::syscall(libc::SYS_splice, from, fp, to, tp, len - done, libc::SPLICE_F_MOVE) as isize
+                libc::syscall(
+                    libc::SYS_splice,
+                    from,
+                    fp,
+                    to,
+                    tp,
+                    len - done,
+                    libc::SPLICE_F_MOVE,
+                ) as isize
             });
             match r {
                 Ok(0) => return Err(Errno(libc::EIO)),

@@ -87,7 +87,10 @@ pub fn sleep(d: Duration) {
         tv_nsec: d.subsec_nanos() as libc::c_long,
     };
     loop {
-        let mut rem = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        let mut rem = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
         // SAFETY: both timespecs are valid for the call.
         let r = unsafe { libc::syscall(libc::SYS_nanosleep, &ts, &mut rem) };
         if r == 0 || crate::errno::Errno::last().raw() != libc::EINTR {

@@ -1,0 +1,455 @@
+//! C-ABI interposers that keep tiermem's fault signals deliverable.
+//!
+//! tiermem serves faults in the faulting thread, through SIGBUS
+//! (userfaultfd's SIGBUS mode) and SIGSEGV (protected pages). The kernel
+//! raises these synchronously, and when the faulting thread blocks them it
+//! does not queue them: it resets the action to the default and kills the
+//! process. Programs block signals all the time: MPI progress threads and
+//! thread pools block everything (`pthread_sigmask` with a full set),
+//! handlers are installed with a full `sa_mask`, `sigsuspend` and `ppoll`
+//! wait under a temporary mask. So the library that serves the faults
+//! (`libtiermem` and the preload library) defines these functions itself,
+//! ahead of the C library, and takes SIGBUS and SIGSEGV out of every mask
+//! before the kernel sees it:
+//!
+//! | function | what changes |
+//! |---|---|
+//! | `pthread_sigmask`, `sigprocmask`, `sigblock`, `sigsetmask`, `sighold` | SIGBUS/SIGSEGV never blocked (glibc's rule for its internal signals is kept too) |
+//! | `sigaction`, `signal`, `bsd_signal`, `sysv_signal`, `sigset` | `sa_mask` without SIGBUS/SIGSEGV; a handler for SIGBUS/SIGSEGV installed after tiermem's becomes the one tiermem chains to, so tiermem stays first |
+//! | `sigsuspend`, `ppoll`, `pselect`, `epoll_pwait`, `epoll_pwait2`, `pthread_attr_setsigmask_np` | the temporary or initial mask without SIGBUS/SIGSEGV |
+//!
+//! Everything else about the calls is unchanged (return values, errno,
+//! the old mask or action reported). What is not covered: masks set by the
+//! C library internally (glibc's `SIGEV_THREAD` timer threads start with
+//! every signal blocked), `swapcontext`/`setcontext` masks, and programs
+//! that make the system calls themselves; a handler for SIGBUS/SIGSEGV that
+//! tiermem chains to runs on tiermem's stack, without its own `sa_mask`,
+//! `SA_RESETHAND` or `SA_ONSTACK`. docs/design.md, "Signals", says more.
+//!
+//! A crate that links this one must reference it (call [`link`]), or the
+//! linker may leave the interposers out.
+
+use libc::{c_int, c_void, sigset_t};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use tiermem_sys::signal::{self, FaultSignalKind};
+
+/// Makes sure the interposers are linked into the calling library. Does
+/// nothing at run time.
+#[inline(never)]
+pub fn link() {
+    std::hint::black_box(pthread_sigmask as *const ());
+}
+
+extern "C" {
+    /// glibc's own `sigaction` (exported as `__sigaction`), which this
+    /// crate's `sigaction` calls after editing the action.
+    fn __sigaction(sig: c_int, act: *const libc::sigaction, oact: *mut libc::sigaction) -> c_int;
+    /// glibc's own `sigsuspend`.
+    fn __sigsuspend(mask: *const sigset_t) -> c_int;
+}
+
+fn set_errno(e: c_int) {
+    // SAFETY: errno is thread-local and always valid.
+    unsafe { *libc::__errno_location() = e };
+}
+
+fn errno() -> c_int {
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() }
+}
+
+/// A copy of `*set` that blocks neither SIGBUS/SIGSEGV nor glibc's
+/// internal signals (32 and 33, which glibc's own `pthread_sigmask` never
+/// blocks either: `setuid()` and cancellation need them).
+///
+/// # Safety
+/// `set` must point to a valid sigset_t.
+unsafe fn filtered(set: *const sigset_t) -> sigset_t {
+    // SAFETY: the caller passes a valid set.
+    let mut s = unsafe { *set };
+    signal::strip_fault_signals(&mut s);
+    // SAFETY: the first 64 bits of glibc's sigset_t are the kernel mask.
+    unsafe { *(&mut s as *mut sigset_t).cast::<u64>() &= !(0b11u64 << 31) };
+    s
+}
+
+/// `rt_sigprocmask` with a filtered set; returns 0 or an error number.
+///
+/// # Safety
+/// `set` and `old` null or valid.
+unsafe fn sigprocmask_filtered(how: c_int, set: *const sigset_t, old: *mut sigset_t) -> c_int {
+    let f;
+    let set = if !set.is_null() && how != libc::SIG_UNBLOCK {
+        // SAFETY: non-null, and the caller promises it is valid.
+        f = unsafe { filtered(set) };
+        &f as *const sigset_t
+    } else {
+        set
+    };
+    // SAFETY: set and old are null or valid.
+    if unsafe { signal::raw_sigprocmask(how, set, old) } == 0 {
+        0
+    } else {
+        errno()
+    }
+}
+
+/// `pthread_sigmask(3)`, keeping SIGBUS and SIGSEGV deliverable.
+///
+/// # Safety
+/// As for the C function: `set` and `oset` null or valid.
+#[no_mangle]
+pub unsafe extern "C" fn pthread_sigmask(how: c_int, set: *const sigset_t, oset: *mut sigset_t) -> c_int {
+    // SAFETY: forwarded from the caller.
+    unsafe { sigprocmask_filtered(how, set, oset) }
+}
+
+/// `sigprocmask(2)`, keeping SIGBUS and SIGSEGV deliverable.
+///
+/// # Safety
+/// As for the C function.
+#[no_mangle]
+pub unsafe extern "C" fn sigprocmask(how: c_int, set: *const sigset_t, oset: *mut sigset_t) -> c_int {
+    // SAFETY: forwarded from the caller.
+    match unsafe { sigprocmask_filtered(how, set, oset) } {
+        0 => 0,
+        e => {
+            set_errno(e);
+            -1
+        }
+    }
+}
+
+/// BSD `sigblock(3)`: the old mask as an int.
+#[no_mangle]
+pub extern "C" fn sigblock(mask: c_int) -> c_int {
+    bsd_mask(libc::SIG_BLOCK, mask)
+}
+
+/// BSD `sigsetmask(3)`.
+#[no_mangle]
+pub extern "C" fn sigsetmask(mask: c_int) -> c_int {
+    bsd_mask(libc::SIG_SETMASK, mask)
+}
+
+fn bsd_mask(how: c_int, mask: c_int) -> c_int {
+    let mut set = empty_set();
+    for sig in 1..32 {
+        if mask & (1 << (sig - 1)) != 0 {
+            // SAFETY: a valid set and a valid signal number.
+            unsafe { libc::sigaddset(&mut set, sig) };
+        }
+    }
+    let mut old = empty_set();
+    // SAFETY: both sets are valid.
+    if unsafe { sigprocmask_filtered(how, &set, &mut old) } != 0 {
+        return -1;
+    }
+    // SAFETY: the kernel mask is the first word of `old`.
+    (unsafe { *(&old as *const sigset_t).cast::<u64>() } & 0xffff_ffff) as u32 as c_int
+}
+
+/// SysV `sighold(3)`.
+#[no_mangle]
+pub extern "C" fn sighold(sig: c_int) -> c_int {
+    let mut set = empty_set();
+    // SAFETY: a valid set; an invalid signal fails with EINVAL.
+    if unsafe { libc::sigaddset(&mut set, sig) } != 0 {
+        return -1;
+    }
+    // SAFETY: a valid set.
+    unsafe { sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) }
+}
+
+fn empty_set() -> sigset_t {
+    // SAFETY: plain data, initialised by sigemptyset.
+    unsafe {
+        let mut s: sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut s);
+        s
+    }
+}
+
+fn fault_kind(sig: c_int) -> Option<FaultSignalKind> {
+    match sig {
+        libc::SIGBUS => Some(FaultSignalKind::Bus),
+        libc::SIGSEGV => Some(FaultSignalKind::Segv),
+        _ => None,
+    }
+}
+
+/// `sigaction(2)`: handlers never block SIGBUS/SIGSEGV, and tiermem's
+/// SIGBUS/SIGSEGV handler stays installed (the new one is chained to).
+///
+/// # Safety
+/// As for the C function: `act` and `oact` null or valid.
+#[no_mangle]
+pub unsafe extern "C" fn sigaction(
+    sig: c_int,
+    act: *const libc::sigaction,
+    oact: *mut libc::sigaction,
+) -> c_int {
+    if let Some(kind) = fault_kind(sig).filter(|&k| signal::installed(k)) {
+        let old = if act.is_null() {
+            signal::chained(kind)
+        } else {
+            // SAFETY: non-null and valid by the caller's promise.
+            signal::set_chained(kind, unsafe { *act })
+        };
+        if let Some(old) = old {
+            if !oact.is_null() {
+                // SAFETY: valid by the caller's promise.
+                unsafe { *oact = old };
+            }
+            return 0;
+        }
+    }
+    if act.is_null() {
+        // SAFETY: forwarded unchanged.
+        return unsafe { __sigaction(sig, act, oact) };
+    }
+    // SAFETY: non-null and valid.
+    let mut a = unsafe { *act };
+    signal::strip_fault_signals(&mut a.sa_mask);
+    // SAFETY: `a` is a valid copy; `oact` as the caller passed it.
+    unsafe { __sigaction(sig, &a, oact) }
+}
+
+/// Installs `handler` with `flags` and a mask of `mask_self ? {sig} : {}`
+/// through [`sigaction`]; returns the old handler or `SIG_ERR`.
+fn install_simple(
+    sig: c_int,
+    handler: libc::sighandler_t,
+    flags: c_int,
+    mask_self: bool,
+) -> libc::sighandler_t {
+    // SAFETY: a zeroed sigaction is a valid empty action.
+    let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
+    act.sa_sigaction = handler;
+    act.sa_flags = flags;
+    act.sa_mask = empty_set();
+    if mask_self {
+        // SAFETY: valid set; an invalid signal is reported by sigaction below.
+        unsafe { libc::sigaddset(&mut act.sa_mask, sig) };
+    }
+    // SAFETY: as above.
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: both structs valid.
+    if unsafe { sigaction(sig, &act, &mut old) } != 0 {
+        return libc::SIG_ERR;
+    }
+    old.sa_sigaction
+}
+
+/// `signal(3)` with glibc's BSD semantics (`SA_RESTART`, the signal masked
+/// while its handler runs).
+#[no_mangle]
+pub extern "C" fn signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+    install_simple(sig, handler, libc::SA_RESTART, true)
+}
+
+/// `bsd_signal(3)`: the same as `signal`.
+#[no_mangle]
+pub extern "C" fn bsd_signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+    install_simple(sig, handler, libc::SA_RESTART, true)
+}
+
+/// `sysv_signal(3)`: one-shot, not masked while it runs.
+#[no_mangle]
+pub extern "C" fn sysv_signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+    install_simple(sig, handler, libc::SA_RESETHAND | libc::SA_NODEFER, false)
+}
+
+/// `SIG_HOLD` of `<signal.h>` (not in the libc crate).
+const SIG_HOLD: libc::sighandler_t = 2;
+
+/// SysV `sigset(3)`: install a disposition, or hold the signal.
+#[no_mangle]
+pub extern "C" fn sigset(sig: c_int, disp: libc::sighandler_t) -> libc::sighandler_t {
+    let mut one = empty_set();
+    // SAFETY: valid set.
+    if unsafe { libc::sigaddset(&mut one, sig) } != 0 {
+        return libc::SIG_ERR;
+    }
+    let mut was = empty_set();
+    // SAFETY: valid sets.
+    unsafe { signal::raw_sigprocmask(libc::SIG_BLOCK, std::ptr::null(), &mut was) };
+    // SAFETY: valid set.
+    let held = unsafe { libc::sigismember(&was, sig) } == 1;
+    let old = if disp == SIG_HOLD {
+        // SAFETY: a zeroed sigaction is valid as an out-parameter.
+        let mut cur: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: reading the current action.
+        unsafe { sigaction(sig, std::ptr::null(), &mut cur) };
+        // SAFETY: valid set.
+        unsafe { sigprocmask_filtered(libc::SIG_BLOCK, &one, std::ptr::null_mut()) };
+        cur.sa_sigaction
+    } else {
+        let old = install_simple(sig, disp, 0, false);
+        // SAFETY: valid set.
+        unsafe { signal::raw_sigprocmask(libc::SIG_UNBLOCK, &one, std::ptr::null_mut()) };
+        old
+    };
+    if held {
+        SIG_HOLD
+    } else {
+        old
+    }
+}
+
+/// `sigsuspend(2)` under a mask that leaves SIGBUS/SIGSEGV open.
+///
+/// # Safety
+/// As for the C function.
+#[no_mangle]
+pub unsafe extern "C" fn sigsuspend(mask: *const sigset_t) -> c_int {
+    if mask.is_null() {
+        set_errno(libc::EFAULT);
+        return -1;
+    }
+    // SAFETY: non-null and valid by the caller's promise.
+    let m = unsafe { filtered(mask) };
+    // SAFETY: a valid set.
+    unsafe { __sigsuspend(&m) }
+}
+
+/// The next definition of `name` (the C library's), looked up once.
+fn next_symbol(cache: &AtomicUsize, name: &std::ffi::CStr) -> usize {
+    let f = cache.load(Ordering::Acquire);
+    if f != 0 {
+        return f;
+    }
+    // SAFETY: RTLD_NEXT with a NUL-terminated name; dlsym is thread-safe.
+    let f = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
+    cache.store(f, Ordering::Release);
+    f
+}
+
+/// A copy of an optional mask without SIGBUS/SIGSEGV (null stays null).
+///
+/// # Safety
+/// `mask` null or valid.
+unsafe fn filtered_opt(mask: *const sigset_t, buf: &mut sigset_t) -> *const sigset_t {
+    if mask.is_null() {
+        return mask;
+    }
+    // SAFETY: non-null and valid by the caller's promise.
+    *buf = unsafe { filtered(mask) };
+    buf
+}
+
+macro_rules! masked_wait {
+    ($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),*; $mask:ident) -> $ret:ty = $cname:literal) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// As for the C function.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $ty,)* $mask: *const sigset_t) -> $ret {
+            static NEXT: AtomicUsize = AtomicUsize::new(0);
+            let f = next_symbol(&NEXT, $cname);
+            if f == 0 {
+                set_errno(libc::ENOSYS);
+                return -1;
+            }
+            let mut buf = empty_set();
+            // SAFETY: forwarded from the caller.
+            let m = unsafe { filtered_opt($mask, &mut buf) };
+            // SAFETY: `f` is the C library's function of this very signature.
+            let real: unsafe extern "C" fn($($ty,)* *const sigset_t) -> $ret = unsafe { std::mem::transmute(f) };
+            // SAFETY: the caller's arguments, with a valid (filtered) mask.
+            unsafe { real($($arg,)* m) }
+        }
+    };
+}
+
+masked_wait! {
+    /// `ppoll(2)` under a mask that leaves SIGBUS/SIGSEGV open.
+    fn ppoll(fds: *mut libc::pollfd, nfds: libc::nfds_t, timeout: *const libc::timespec; sigmask) -> c_int = c"ppoll"
+}
+
+masked_wait! {
+    /// `pselect(2)` under a mask that leaves SIGBUS/SIGSEGV open.
+    fn pselect(
+        nfds: c_int,
+        readfds: *mut libc::fd_set,
+        writefds: *mut libc::fd_set,
+        exceptfds: *mut libc::fd_set,
+        timeout: *const libc::timespec; sigmask) -> c_int = c"pselect"
+}
+
+masked_wait! {
+    /// `epoll_pwait(2)` under a mask that leaves SIGBUS/SIGSEGV open.
+    fn epoll_pwait(epfd: c_int, events: *mut libc::epoll_event, maxevents: c_int, timeout: c_int; sigmask) -> c_int = c"epoll_pwait"
+}
+
+masked_wait! {
+    /// `epoll_pwait2(2)` under a mask that leaves SIGBUS/SIGSEGV open.
+    fn epoll_pwait2(
+        epfd: c_int,
+        events: *mut libc::epoll_event,
+        maxevents: c_int,
+        timeout: *const libc::timespec; sigmask) -> c_int = c"epoll_pwait2"
+}
+
+masked_wait! {
+    /// `pthread_attr_setsigmask_np(3)`: new threads never start with
+    /// SIGBUS/SIGSEGV blocked.
+    fn pthread_attr_setsigmask_np(attr: *mut c_void; sigmask) -> c_int = c"pthread_attr_setsigmask_np"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(set: &sigset_t, sig: c_int) -> bool {
+        // SAFETY: valid set.
+        unsafe { libc::sigismember(set, sig) == 1 }
+    }
+
+    #[test]
+    fn full_masks_keep_fault_signals_open() {
+        std::thread::spawn(|| {
+            let mut all = empty_set();
+            // SAFETY: valid set.
+            unsafe { libc::sigfillset(&mut all) };
+            let mut old = empty_set();
+            // SAFETY: valid sets; calling this crate's interposer directly.
+            assert_eq!(unsafe { pthread_sigmask(libc::SIG_SETMASK, &all, &mut old) }, 0);
+            let now = tiermem_sys::thread::signal_mask();
+            assert!(member(&now, libc::SIGINT) && member(&now, libc::SIGALRM));
+            assert!(!member(&now, libc::SIGBUS) && !member(&now, libc::SIGSEGV));
+            // SAFETY: as above.
+            assert_eq!(unsafe { sigprocmask(99, &all, std::ptr::null_mut()) }, -1);
+            assert_eq!(errno(), libc::EINVAL);
+            assert_eq!(sigblock(-1) & (1 << (libc::SIGINT - 1)), 1 << (libc::SIGINT - 1));
+            let now = tiermem_sys::thread::signal_mask();
+            assert!(!member(&now, libc::SIGBUS));
+        })
+        .join()
+        .unwrap();
+    }
+
+    extern "C" fn nop(_: c_int) {}
+
+    #[test]
+    fn handlers_never_block_fault_signals() {
+        // SAFETY: a zeroed sigaction is a valid empty action.
+        let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
+        act.sa_sigaction = nop as extern "C" fn(c_int) as usize;
+        // SAFETY: valid set.
+        unsafe { libc::sigfillset(&mut act.sa_mask) };
+        // SAFETY: valid structs.
+        assert_eq!(unsafe { sigaction(libc::SIGUSR2, &act, std::ptr::null_mut()) }, 0);
+        // SAFETY: zeroed out-parameter.
+        let mut now: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: reading back through the C library.
+        unsafe { libc::sigaction(libc::SIGUSR2, std::ptr::null(), &mut now) };
+        assert!(!member(&now.sa_mask, libc::SIGBUS) && !member(&now.sa_mask, libc::SIGSEGV));
+        assert!(member(&now.sa_mask, libc::SIGINT));
+        assert_eq!(
+            signal(libc::SIGUSR2, libc::SIG_DFL),
+            nop as extern "C" fn(c_int) as usize
+        );
+    }
+}
