@@ -234,6 +234,15 @@ pub fn cached_pages(fd: BorrowedFd<'_>, offset: u64, len: usize) -> Result<usize
     Ok(vec.iter().filter(|&&b| b & 1 != 0).count())
 }
 
+/// Whether the raw descriptor `fd` refers to a regular file (a plain
+/// `fstat`, async-signal-safe; false when it fails).
+pub fn fd_is_regular(fd: i32) -> bool {
+    // SAFETY: a zeroed stat is a valid out-parameter; fstat only writes it.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: any fd value is safe to pass; the kernel checks it.
+    unsafe { libc::fstat(fd, &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFREG }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

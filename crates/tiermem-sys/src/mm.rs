@@ -107,6 +107,10 @@ pub struct MapOptions {
     pub align: usize,
     /// Map read-only (`PROT_READ`); writes raise SIGSEGV.
     pub read_only: bool,
+    /// Map at exactly this address (`MAP_FIXED_NOREPLACE`; 0: the kernel
+    /// chooses). Fails with `EEXIST` if anything is mapped there; `align`
+    /// is then the caller's business.
+    pub at: usize,
 }
 
 /// Non-destructive `madvise` advice.
@@ -312,7 +316,9 @@ impl Mapping {
         } else {
             libc::PROT_READ | libc::PROT_WRITE
         };
-        let addr = if align > page_size {
+        let addr = if opts.at != 0 {
+            Self::map_at(opts.at, len, page_size, flags, prot, raw_fd, offset)?
+        } else if align > page_size {
             Self::map_aligned(len, align, flags, prot, raw_fd, offset)?
         } else {
             // SAFETY: a fresh mapping at a kernel-chosen address touches no
@@ -347,6 +353,53 @@ impl Mapping {
             map.dontfork_generation = Some(crate::thread::fork_generation());
         }
         Ok(map)
+    }
+
+    /// Maps at exactly `at` (MAP_FIXED_NOREPLACE: never over an existing
+    /// mapping).
+    fn map_at(
+        at: usize,
+        len: usize,
+        page_size: usize,
+        flags: libc::c_int,
+        prot: libc::c_int,
+        raw_fd: libc::c_int,
+        offset: u64,
+    ) -> Result<*mut u8, MmError> {
+        if at % page_size != 0 {
+            return Err(MmError::BadLength {
+                len: at,
+                unit: page_size,
+            });
+        }
+        // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping;
+        // the result is checked below.
+        let p = unsafe {
+            libc::mmap(
+                at as *mut libc::c_void,
+                len,
+                prot,
+                flags | libc::MAP_FIXED_NOREPLACE,
+                raw_fd,
+                offset as libc::off_t,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(MmError::Map {
+                len,
+                errno: Errno::last(),
+            });
+        }
+        if p as usize != at {
+            // Kernels before 4.17 take the flag as a hint.
+            // SAFETY: the mapping just made, at the address returned.
+            unsafe { libc::munmap(p, len) };
+            return Err(MmError::Map {
+                len,
+                errno: Errno(libc::EEXIST),
+            });
+        }
+        Ok(p.cast())
     }
 
     /// Reserves `len + align` bytes of address space with PROT_NONE, then maps
@@ -623,14 +676,19 @@ impl Mapping {
         retry_eintr(|| {
             // SAFETY: the destination range is mapped writable and in bounds.
             // A raw system call: glibc's pread is a cancellation point, and
-            // this runs inside fault services.
+            // this runs inside fault services; one the kernel-access filter
+            // lets through.
             unsafe {
-                libc::syscall(
+                crate::seccomp::untrapped_syscall(
                     libc::SYS_pread64,
-                    fd.as_raw_fd(),
-                    self.as_ptr().add(offset),
-                    len,
-                    file_offset as libc::off_t,
+                    [
+                        fd.as_raw_fd() as u64,
+                        self.as_ptr().add(offset) as u64,
+                        len as u64,
+                        file_offset,
+                        0,
+                        0,
+                    ],
                 ) as libc::ssize_t
             }
         })
@@ -975,14 +1033,20 @@ impl<'a> MemRange<'a> {
     pub fn pwrite_to(&self, fd: BorrowedFd<'_>, file_offset: u64) -> Result<usize, Errno> {
         retry_eintr(|| {
             // SAFETY: the source range is mapped readable for 'a. A raw
-            // system call: glibc's pwrite is a cancellation point.
+            // system call: glibc's pwrite is a cancellation point, and the
+            // source may be a region page this thread owns (write-back), so
+            // the kernel-access filter must let it through.
             unsafe {
-                libc::syscall(
+                crate::seccomp::untrapped_syscall(
                     libc::SYS_pwrite64,
-                    fd.as_raw_fd(),
-                    self.addr as *const libc::c_void,
-                    self.len,
-                    file_offset as libc::off_t,
+                    [
+                        fd.as_raw_fd() as u64,
+                        self.addr as u64,
+                        self.len as u64,
+                        file_offset,
+                        0,
+                        0,
+                    ],
                 ) as libc::ssize_t
             }
         })

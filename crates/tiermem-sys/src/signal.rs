@@ -40,7 +40,11 @@ extern "C" {
     /// too): tiermem's interposed `sigaction` (crate tiermem-interpose)
     /// must not see tiermem's own calls.
     #[link_name = "__sigaction"]
-    fn c_sigaction(sig: libc::c_int, act: *const libc::sigaction, oact: *mut libc::sigaction) -> libc::c_int;
+    pub(crate) fn c_sigaction(
+        sig: libc::c_int,
+        act: *const libc::sigaction,
+        oact: *mut libc::sigaction,
+    ) -> libc::c_int;
 }
 
 /// Which signal.

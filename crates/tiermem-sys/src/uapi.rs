@@ -223,3 +223,39 @@ mod tests {
         assert_eq!(PAGEMAP_SCAN, 0xc060_6610);
     }
 }
+
+// seccomp (include/uapi/linux/seccomp.h, filter.h, bpf_common.h, audit.h).
+pub const SECCOMP_SET_MODE_FILTER: libc::c_uint = 1;
+pub const SECCOMP_FILTER_FLAG_TSYNC: libc::c_uint = 1;
+pub const SECCOMP_RET_TRAP: u32 = 0x0003_0000;
+pub const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
+pub const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
+/// `si_code` of a SIGSYS raised by a seccomp filter.
+pub const SYS_SECCOMP: i32 = 1;
+// struct seccomp_data { int nr; __u32 arch; __u64 instruction_pointer; __u64 args[6]; }
+pub const SECCOMP_DATA_NR: u32 = 0;
+pub const SECCOMP_DATA_ARCH: u32 = 4;
+pub const SECCOMP_DATA_IP: u32 = 8;
+pub const SECCOMP_DATA_ARGS: u32 = 16;
+/// `BPF_LD | BPF_W | BPF_ABS` (BPF_LD and BPF_W are 0).
+pub const BPF_LD_W_ABS: u16 = 0x20;
+pub const BPF_JMP_JEQ_K: u16 = 0x05 | 0x10; // BPF_JMP | BPF_JEQ | BPF_K
+pub const BPF_JMP_JGE_K: u16 = 0x05 | 0x30; // BPF_JMP | BPF_JGE | BPF_K
+pub const BPF_RET_K: u16 = 0x06; // BPF_RET | BPF_K
+
+/// `struct sock_filter`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SockFilter {
+    pub code: u16,
+    pub jt: u8,
+    pub jf: u8,
+    pub k: u32,
+}
+
+/// `struct sock_fprog`.
+#[repr(C)]
+pub struct SockFprog {
+    pub len: u16,
+    pub filter: *const SockFilter,
+}

@@ -161,6 +161,40 @@ impl DirtyTracking {
     }
 }
 
+/// How system calls that read or write tiered memory in kernel mode
+/// (`read(2)` into a region, `write(2)` from it, `fread`, `recv`, ...) are
+/// served on the in-context fault path, where the kernel cannot raise a
+/// fault signal for them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KernelAccess {
+    /// In-context regions live in a window of the address space whose
+    /// buffers a seccomp filter traps: the SIGSYS handler brings the
+    /// buffer's pages in (writable for a read into them), pins them, runs
+    /// the call and unpins them (see docs/design.md, "Kernel accesses").
+    #[default]
+    Trap,
+    /// No filter: such a call into a missing or write-protected page fails
+    /// with `EFAULT`.
+    Off,
+}
+
+impl KernelAccess {
+    /// Every mode.
+    pub const ALL: &'static [KernelAccess] = &[KernelAccess::Trap, KernelAccess::Off];
+    /// The mode's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            KernelAccess::Trap => "trap",
+            KernelAccess::Off => "off",
+        }
+    }
+    /// Looks a mode up by name.
+    pub fn from_name(s: &str) -> Option<KernelAccess> {
+        Self::ALL.iter().copied().find(|f| f.name() == s)
+    }
+}
+
 /// How mover threads install the pages they fill.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -217,6 +251,8 @@ pub struct Config {
     pub fault_path: FaultPath,
     /// Dirty tracking.
     pub dirty_tracking: DirtyTracking,
+    /// Serving kernel-mode accesses (in-context path).
+    pub kernel_access: KernelAccess,
     /// Pages evicted together when the budget is reached; contiguous victims
     /// are unmapped with one call (one TLB shootdown).
     pub evict_batch_pages: usize,
@@ -252,6 +288,7 @@ impl Config {
             policy: PolicyKind::Fifo,
             fault_path: FaultPath::InContext,
             dirty_tracking: DirtyTracking::WpFault,
+            kernel_access: KernelAccess::Trap,
             evict_batch_pages: 64,
             handler_threads: 1,
             handler_cpus: Vec::new(),
@@ -657,6 +694,16 @@ pub const ENV_OPTIONS: &[EnvOption] = &[
         help: "Dirty tracking: write-protect faults, or WP_ASYNC with PAGEMAP_SCAN at eviction.",
         apply: |c, v| {
             c.dirty_tracking = DirtyTracking::from_name(v).ok_or("expected wp-fault or wp-async")?;
+            Ok(())
+        },
+    },
+    EnvOption {
+        name: "TIERMEM_KERNEL_ACCESS",
+        unit: "trap or off",
+        default: "trap",
+        help: "In-context path: trap system calls on tiered buffers (seccomp) and pin their pages, so read(2) into a region never fails with EFAULT; off: no filter.",
+        apply: |c, v| {
+            c.kernel_access = KernelAccess::from_name(v).ok_or("expected trap or off")?;
             Ok(())
         },
     },

@@ -70,6 +70,19 @@ pub(crate) enum Served {
 pub(crate) trait FaultHandler: Any + Send + Sync {
     /// Serves a fault in a range registered with this handler.
     fn on_fault(&self, fault: &Fault) -> Served;
+
+    /// Prepares `[addr, addr + len)` (inside this handler's range) for a
+    /// system call that writes it (`write`) or reads it in kernel mode,
+    /// where no fault signal can be served, and holds it so until
+    /// [`FaultHandler::unpin`]. Returns how many bytes from `addr` are
+    /// ready. The default, 0, means "cannot": the call then runs as it is.
+    /// Runs in a signal handler.
+    fn pin(&self, _addr: usize, _len: usize, _write: bool, _tid: u32) -> usize {
+        0
+    }
+
+    /// Releases what [`FaultHandler::pin`] returned for `[addr, addr + len)`.
+    fn unpin(&self, _addr: usize, _len: usize) {}
 }
 
 /// A registration: the handler, and the fork generation that made it.
@@ -155,6 +168,61 @@ pub(crate) fn lookup<H: FaultHandler>(addr: usize) -> Option<Arc<H>> {
             .map(|e| e.value.handler.clone())
     })?;
     h.downcast().ok()
+}
+
+/// Pages held for one kernel-mode access: up to a few registered ranges
+/// the buffer crosses (no allocation: this runs in the SIGSYS handler).
+pub(crate) struct KernelPins {
+    segments: [(usize, usize, Option<Arc<Slot>>); 4],
+    /// Bytes from the buffer's start that are ready for the kernel.
+    pub(crate) ready: usize,
+}
+
+impl Drop for KernelPins {
+    fn drop(&mut self) {
+        for (addr, len, slot) in &mut self.segments {
+            if let Some(s) = slot.take() {
+                s.handler.unpin(*addr, *len);
+            }
+        }
+    }
+}
+
+/// Prepares `[addr, addr + len)` for a system call that writes it
+/// (`write`) or reads it: the parts in registered ranges are pinned by
+/// their handlers. `ready` says how much of the buffer, from its start, the
+/// call may use: all of it, or less when a handler could not pin more.
+/// Memory outside registered ranges is plain memory and always ready.
+pub(crate) fn pin_for_kernel(addr: usize, len: usize, write: bool) -> KernelPins {
+    const NONE: (usize, usize, Option<Arc<Slot>>) = (0, 0, None);
+    let mut pins = KernelPins {
+        segments: [NONE, NONE, NONE, NONE],
+        ready: 0,
+    };
+    let end = addr.saturating_add(len);
+    let generation = fork_generation();
+    let mut at = addr;
+    for seg in 0..pins.segments.len() {
+        if at >= end {
+            break;
+        }
+        let found = TABLE.read(at, |e| e.map(|e| (e.end, e.value.clone())));
+        let Some((range_end, slot)) = found.filter(|(_, s)| s.generation == generation) else {
+            // Plain memory from here on (a buffer that leaves one range and
+            // enters another one later is prepared up to the gap only).
+            at = end;
+            break;
+        };
+        let want = end.min(range_end) - at;
+        let got = slot.handler.pin(at, want, write, tid());
+        pins.segments[seg] = (at, got, Some(slot));
+        at += got;
+        if got < want {
+            break;
+        }
+    }
+    pins.ready = at.min(end) - addr;
+    pins
 }
 
 /// A number that changes in a `fork()`ed child: state stamped with another

@@ -36,6 +36,8 @@
 //!   ranges);
 //! - [`overshadow`]: paper 2's Overshadow: read far memory at once, switch
 //!   each page to its near copy when copied;
+//! - `kernel_access` (private): system calls on tiered buffers, trapped
+//!   (seccomp) and run with their pages pinned;
 //! - `fault` (private): the fault router, the one owner of SIGBUS and
 //!   SIGSEGV: every feature above registers its address ranges with it;
 //! - `engine` (private): fault resolution, fill and eviction, in-context
@@ -53,6 +55,7 @@ pub mod far;
 mod fault;
 pub mod global;
 pub mod hugepages;
+mod kernel_access;
 pub mod overshadow;
 mod page;
 pub mod policy;
@@ -64,7 +67,7 @@ pub mod store;
 pub mod svm;
 pub mod team;
 
-pub use config::{Config, DirtyTracking, FarStoreConfig, FaultPath, InstallMethod, PageSize};
+pub use config::{Config, DirtyTracking, FarStoreConfig, FaultPath, InstallMethod, KernelAccess, PageSize};
 pub use engine::IoErrorRecord;
 pub use error::{Error, ErrorCode};
 pub use page::PageState;

@@ -20,6 +20,12 @@
 //!
 //! A page is counted against the near budget while `Clean`, `Dirty`, or
 //! `Busy` on behalf of a fill that reserved a slot.
+//!
+//! Pins: a resident page can carry a pin count (bits 8..15) while a system
+//! call reads or writes it in kernel mode (see `crate::kernel_access`). A
+//! pinned page cannot be locked `Busy`, so it is neither evicted nor
+//! discarded until the last pin goes; pins are only taken on `Clean` or
+//! `Dirty` pages, so a `Busy` page never has one.
 
 use crossbeam_utils::Backoff;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -55,8 +61,11 @@ const PREFETCHED: u32 = 1 << 5;
 /// write-protected). Eviction compares it with its far copy, once writers
 /// are locked out, and writes it back only if it differs.
 const VERIFY: u32 = 1 << 6;
+/// One pin (a kernel-mode access in flight); up to 255 at once.
+const PIN_ONE: u32 = 1 << 8;
+const PIN_MASK: u32 = 0xff << 8;
 /// The bits a `PageWord` carries (all but WAITERS).
-const WORD_BITS: u32 = STATE_MASK | FAR_VALID | PREFETCHED | VERIFY;
+const WORD_BITS: u32 = STATE_MASK | FAR_VALID | PREFETCHED | VERIFY | PIN_MASK;
 
 /// A state plus its `FAR_VALID` bit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -96,6 +105,10 @@ impl PageWord {
     pub(crate) fn with_verify(self) -> PageWord {
         PageWord(self.0 | VERIFY)
     }
+    /// Whether a kernel-mode access holds the page in place.
+    pub(crate) fn pinned(self) -> bool {
+        self.0 & PIN_MASK != 0
+    }
     fn bits(self) -> u32 {
         self.0 & WORD_BITS
     }
@@ -130,9 +143,12 @@ impl PageTable {
         PageWord(self.words[i].load(Ordering::Acquire) & WORD_BITS)
     }
 
-    /// Takes page `i` if its word is still `seen`. On success the page is
-    /// `Busy` and owned by the caller.
+    /// Takes page `i` if its word is still `seen` and it is not pinned. On
+    /// success the page is `Busy` and owned by the caller.
     pub(crate) fn try_lock(&self, i: usize, seen: PageWord) -> bool {
+        if seen.pinned() {
+            return false;
+        }
         let busy = PageState::Busy as u32 | (seen.0 & (FAR_VALID | PREFETCHED | VERIFY));
         // Acquire on success: the owner sees everything the previous owner
         // published. Relaxed on failure: the caller reloads.
@@ -155,6 +171,32 @@ impl PageTable {
         if old & WAITERS != 0 {
             futex_wake(&self.words[i], i32::MAX);
         }
+    }
+
+    /// Adds a pin to resident page `i` if its word is still `seen` (`Clean`
+    /// or `Dirty`, fewer than 255 pins).
+    pub(crate) fn try_pin(&self, i: usize, seen: PageWord) -> bool {
+        if !matches!(seen.state(), PageState::Clean | PageState::Dirty) || seen.0 & PIN_MASK == PIN_MASK {
+            return false;
+        }
+        // Acquire: the pinner sees the data the filler published (the
+        // kernel is about to read or write it). Relaxed on failure.
+        self.words[i]
+            .compare_exchange(
+                seen.bits(),
+                seen.bits() + PIN_ONE,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+    }
+
+    /// Drops one pin of page `i`.
+    pub(crate) fn unpin(&self, i: usize) {
+        // Release: the kernel's writes into the page happen before an
+        // evictor that sees the pin gone locks and writes the page back.
+        let old = self.words[i].fetch_sub(PIN_ONE, Ordering::Release);
+        debug_assert!(old & PIN_MASK != 0, "unpin of a page without pins");
     }
 
     /// Waits until page `i` is not `Busy` and returns its word. Spins and
@@ -236,6 +278,25 @@ mod tests {
         assert!(t.load(1).far_valid(), "Busy keeps FAR_VALID");
         t.unlock(1, PageWord::new(PageState::Dirty, false));
         assert_eq!(t.census(), [3, 0, 0, 1, 0, 0]);
+    }
+
+    #[test]
+    fn pinned_pages_cannot_be_locked() {
+        let t = PageTable::new(2);
+        assert!(!t.try_pin(0, t.load(0)), "only resident pages are pinned");
+        assert!(t.try_lock(0, t.load(0)));
+        t.unlock(0, PageWord::new(PageState::Dirty, true));
+        let w = t.load(0);
+        assert!(t.try_pin(0, w));
+        let w = t.load(0);
+        assert!(w.pinned() && w.state() == PageState::Dirty && w.far_valid());
+        assert!(!t.try_lock(0, w), "a pinned page cannot become Busy");
+        assert!(t.try_pin(0, w), "pins nest");
+        t.unpin(0);
+        t.unpin(0);
+        let w = t.load(0);
+        assert!(!w.pinned());
+        assert!(t.try_lock(0, w));
     }
 
     #[test]

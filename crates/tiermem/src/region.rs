@@ -111,17 +111,15 @@ impl Region {
             optional: Features::POISON | Features::MOVE,
             nonblocking: config.fault_path == FaultPath::HandlerThread,
         })?;
-        let (mapping, user) = Mapping::anonymous(
-            config.virt_bytes as usize,
-            &MapOptions {
-                huge: huge.then_some(HugePageSize::Size2M),
-                noreserve: true,
-                dontfork: true,
-                // THP blocks must be aligned to collapse.
-                align: if thp { 2 << 20 } else { 0 },
-                ..Default::default()
-            },
-        )?;
+        let opts = MapOptions {
+            huge: huge.then_some(HugePageSize::Size2M),
+            noreserve: true,
+            dontfork: true,
+            // THP blocks must be aligned to collapse.
+            align: if thp { 2 << 20 } else { 0 },
+            ..Default::default()
+        };
+        let (mapping, user, placement) = map_region(&config, &opts)?;
         if thp {
             mapping.advise(0, mapping.len(), tiermem_sys::mm::Advice::HugePage)?;
         } else if !huge {
@@ -149,6 +147,7 @@ impl Region {
                 uffd,
                 store,
                 policy,
+                placement,
             },
         )?);
         let routed = crate::fault::register(core.mapping.addr(), core.mapping.len(), core.clone())?;
@@ -393,6 +392,39 @@ impl std::fmt::Debug for Region {
             .field("config", &self.core.config)
             .finish()
     }
+}
+
+/// Maps the region's range: in the kernel-access window when system calls
+/// on it are trapped (in-context path), anywhere otherwise.
+fn map_region(
+    config: &Config,
+    opts: &MapOptions,
+) -> Result<(Mapping, UserAccess, Option<crate::kernel_access::Placement>), Error> {
+    let len = config.virt_bytes as usize;
+    if config.fault_path == FaultPath::InContext && crate::kernel_access::active(config.kernel_access) {
+        // Another mapping may sit in the window (the window is not
+        // reserved): step over it a few times, then map anywhere.
+        for _ in 0..8 {
+            let Some(p) = crate::kernel_access::Placement::reserve(len, opts.align.max(2 << 20)) else {
+                break;
+            };
+            let at = MapOptions {
+                at: p.addr(),
+                ..opts.clone()
+            };
+            match Mapping::anonymous(len, &at) {
+                Ok((m, u)) => return Ok((m, u, Some(p))),
+                Err(tiermem_sys::mm::MmError::Map { errno, .. }) if errno.raw() == libc::EEXIST => p.leak(),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        eprintln!(
+            "tiermem: warning: no room for {len} bytes in the kernel-access window; \
+             read(2) into pages of this region that are not resident fails with EFAULT"
+        );
+    }
+    let (m, u) = Mapping::anonymous(len, opts)?;
+    Ok((m, u, None))
 }
 
 fn check_pool(config: &Config) -> Result<(), Error> {

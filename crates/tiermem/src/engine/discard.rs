@@ -38,6 +38,11 @@ impl RegionCore {
                     }
                     _ => {
                         if !self.pages.try_lock(i, w) {
+                            if w.pinned() {
+                                // A system call is using the page: discard
+                                // it once the call returns.
+                                std::thread::yield_now();
+                            }
                             continue;
                         }
                         let off = i * self.page_bytes;

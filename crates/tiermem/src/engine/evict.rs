@@ -94,11 +94,16 @@ impl RegionCore {
     }
 
     /// Locks page `v` for eviction if it is resident, waiting out a brief
-    /// transition. None if it is not resident.
+    /// transition. None if it is not resident, or pinned by a kernel-mode
+    /// access (then it goes back on the policy's list).
     fn take_resident(&self, v: usize) -> Option<PageWord> {
         loop {
             let w = self.pages.load(v);
             match w.state() {
+                PageState::Clean | PageState::Dirty if w.pinned() => {
+                    self.policy().on_fill(v);
+                    return None;
+                }
                 PageState::Clean | PageState::Dirty => {
                     if self.pages.try_lock(v, w) {
                         return Some(w);
@@ -580,7 +585,9 @@ impl RegionCore {
                     PageState::Busy => {
                         self.pages.wait_not_busy(p);
                     }
-                    PageState::Clean | PageState::Dirty => {}
+                    // Raced with a fault; retry the same page.
+                    PageState::Clean | PageState::Dirty if !w.pinned() => {}
+                    // Not resident, or pinned by a kernel-mode access: skip.
                     _ => {
                         p += 1;
                         if n > 0 {

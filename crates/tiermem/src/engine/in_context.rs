@@ -41,4 +41,12 @@ impl FaultHandler for RegionCore {
             }
         }
     }
+
+    fn pin(&self, addr: usize, len: usize, write: bool, tid: u32) -> usize {
+        RegionCore::pin(self, addr, len, write, tid)
+    }
+
+    fn unpin(&self, addr: usize, len: usize) {
+        RegionCore::unpin(self, addr, len)
+    }
 }

@@ -37,6 +37,7 @@ mod fill;
 pub(crate) mod handler_thread;
 pub(crate) mod in_context;
 pub(crate) mod mover;
+mod pin;
 pub(crate) mod prefetch;
 pub(crate) mod ring;
 
@@ -125,6 +126,8 @@ pub(crate) struct RegionCore {
     pub(crate) pages: PageTable,
     budget_pages: usize,
     resident: AtomicUsize,
+    /// Pages pinned by kernel-mode accesses (at most half the budget).
+    pinned: AtomicUsize,
     policy: Mutex<Box<dyn Policy>>,
     store: Box<dyn FarStore>,
     staging: Option<StagingPool>,
@@ -144,6 +147,9 @@ pub(crate) struct RegionCore {
     errors: ErrorLog,
     /// Fork generation that owns the kernel state.
     pub(crate) generation: u64,
+    /// The region's address range in the kernel-access window, given back
+    /// after the mapping (the first field) is gone.
+    _placement: Option<crate::kernel_access::Placement>,
 }
 
 /// What `RegionCore::new` needs besides the config.
@@ -153,6 +159,7 @@ pub(crate) struct Parts {
     pub(crate) uffd: Uffd,
     pub(crate) store: Box<dyn FarStore>,
     pub(crate) policy: Box<dyn Policy>,
+    pub(crate) placement: Option<crate::kernel_access::Placement>,
 }
 
 impl RegionCore {
@@ -231,6 +238,7 @@ impl RegionCore {
             uffd: parts.uffd,
             pages: PageTable::new(pages),
             resident: AtomicUsize::new(0),
+            pinned: AtomicUsize::new(0),
             policy: Mutex::new(parts.policy),
             store: parts.store,
             staging,
@@ -243,6 +251,7 @@ impl RegionCore {
             stats: Stats::new(),
             errors: ErrorLog::new(),
             generation: tiermem_sys::thread::fork_generation(),
+            _placement: parts.placement,
             config,
         })
     }

@@ -1,0 +1,473 @@
+//! Trapping system calls whose buffer lies in a window of the address space
+//! (seccomp `SECCOMP_RET_TRAP`), so that they can be made safe for tiered
+//! memory and run from the SIGSYS handler.
+//!
+//! With userfaultfd's SIGBUS mode, a *kernel-mode* access to a page that is
+//! missing or write-protected cannot raise a signal: `read(2)` into such a
+//! page returns `EFAULT`, even from inside the C library (`fread` calls its
+//! internal `__read`, which no interposer sees). A seccomp filter sees every
+//! system call. [`install`] loads one that traps the listed calls when
+//! their buffer argument points into `[window.lo, window.hi)` (where
+//! tiermem places its tiered ranges) and lets everything else through at
+//! the cost of a few BPF instructions. The SIGSYS handler hands the trapped
+//! call to a callback ([`TrapCallback`]) that prepares the buffer and runs
+//! the call itself ([`TrappedSyscall::execute`]) through a trampoline whose
+//! address the filter always allows; its result is returned to the program
+//! as if the call had run normally.
+//!
+//! The call runs under the program's own signal mask (its handlers can
+//! interrupt a blocking call, which restarts or fails with `EINTR` exactly
+//! as it would have), except that glibc's cancellation signal stays blocked
+//! during it: an asynchronous cancel must not unwind the thread out of the
+//! handler while pages are pinned (a `pthread_cancel` of a thread blocked in
+//! such a call takes effect when the call returns).
+//!
+//! Filters cannot be removed, and they are inherited across `fork` and
+//! `execve`: a child that maps nothing in the window never notices; a child
+//! that does and has no SIGSYS handler for it is killed by SIGSYS. Loading
+//! a filter needs `CAP_SYS_ADMIN` or the no-new-privileges bit, which is
+//! then set for the process and its children (setuid programs they run do
+//! not gain privileges).
+
+use crate::errno::Errno;
+use crate::signal::{async_signals, raw_sigprocmask, SIGCANCEL};
+use crate::uapi::{self, SockFilter, SockFprog};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+/// The part of the address space whose buffers are trapped; both ends are
+/// multiples of 4 GiB (the filter compares the high 32 bits only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Window {
+    /// First address.
+    pub lo: u64,
+    /// One past the last address.
+    pub hi: u64,
+}
+
+/// A system call to trap, and which argument holds its buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TrapRule {
+    /// System call number.
+    pub nr: i64,
+    /// Index (0-5) of the buffer argument.
+    pub buffer_arg: usize,
+}
+
+/// `SECCOMP_RET_DATA` of tiermem's filter, seen as `si_errno`: tells its
+/// traps from other filters'.
+const TRAP_DATA: u32 = 0x7134;
+
+/// The trapped call, as the callback sees it.
+pub struct TrappedSyscall<'a> {
+    /// System call number.
+    pub nr: i64,
+    /// Its six arguments.
+    pub args: [u64; 6],
+    ctx: &'a mut libc::ucontext_t,
+}
+
+impl TrappedSyscall<'_> {
+    /// Runs system call `nr` with `args` through the allowed trampoline,
+    /// under the interrupted code's signal mask (less glibc's cancellation
+    /// signal and the fault signals), and returns its raw result (negative
+    /// errno on failure).
+    pub fn execute(&self, nr: i64, args: [u64; 6]) -> i64 {
+        let mut mask = self.ctx.uc_sigmask;
+        crate::signal::strip_fault_signals(&mut mask);
+        // SAFETY: the first 64 bits of glibc's sigset_t are the kernel mask;
+        // SIGSYS must stay open for a handler of the program's that runs a
+        // trapped call while this one blocks.
+        unsafe {
+            let w = (&mut mask as *mut libc::sigset_t).cast::<u64>();
+            *w |= 1u64 << (SIGCANCEL - 1);
+            *w &= !(1u64 << (libc::SIGSYS - 1));
+        }
+        let blocked = async_signals();
+        // SAFETY: valid masks; the trampoline makes exactly the system call
+        // the program asked for (or the callback's bounded version of it).
+        unsafe {
+            raw_sigprocmask(libc::SIG_SETMASK, &mask, std::ptr::null_mut());
+            let r = tiermem_trap_syscall6(nr, args[0], args[1], args[2], args[3], args[4], args[5]);
+            raw_sigprocmask(libc::SIG_BLOCK, &blocked, std::ptr::null_mut());
+            r
+        }
+    }
+
+    /// Sets the value the program's system call returns.
+    pub fn set_result(&mut self, r: i64) {
+        self.ctx.uc_mcontext.gregs[libc::REG_RAX as usize] = r;
+    }
+}
+
+/// What to do with a trapped call: typically prepare the buffer, run
+/// [`TrappedSyscall::execute`], and [`TrappedSyscall::set_result`]. Runs in
+/// a signal handler (async-signal-safe, no allocation).
+pub type TrapCallback = fn(&mut TrappedSyscall<'_>);
+
+std::arch::global_asm!(
+    ".pushsection .text.tiermem_trap_syscall6,\"ax\",@progbits",
+    ".globl tiermem_trap_syscall6",
+    ".type tiermem_trap_syscall6,@function",
+    "tiermem_trap_syscall6:",
+    "    mov rax, rdi",
+    "    mov rdi, rsi",
+    "    mov rsi, rdx",
+    "    mov rdx, rcx",
+    "    mov r10, r8",
+    "    mov r8, r9",
+    "    mov r9, [rsp + 8]",
+    "    syscall",
+    ".globl tiermem_trap_syscall_return",
+    "tiermem_trap_syscall_return:",
+    "    ret",
+    ".size tiermem_trap_syscall6, . - tiermem_trap_syscall6",
+    ".popsection",
+);
+
+extern "C" {
+    /// `syscall(nr, a..f)` at an address the filter always allows.
+    fn tiermem_trap_syscall6(nr: i64, a: u64, b: u64, c: u64, d: u64, e: u64, f: u64) -> i64;
+    /// The instruction after the trampoline's `syscall`: what the filter
+    /// sees as `instruction_pointer` for calls made from it.
+    static tiermem_trap_syscall_return: u8;
+}
+
+/// A raw system call that the filter never traps: tiermem's own calls on
+/// tiered memory (a write-back `pwrite` straight from a region page) must
+/// not be trapped and pinned by the thread that owns the page.
+///
+/// Returns like `syscall(2)`: -1 with `errno` set on failure.
+///
+/// # Safety
+/// As for the system call made.
+pub(crate) unsafe fn untrapped_syscall(nr: i64, args: [u64; 6]) -> i64 {
+    // SAFETY: forwarded from the caller.
+    let r = unsafe { tiermem_trap_syscall6(nr, args[0], args[1], args[2], args[3], args[4], args[5]) };
+    if (-4095..0).contains(&r) {
+        // SAFETY: errno is thread-local and always valid.
+        unsafe { *libc::__errno_location() = -r as i32 };
+        return -1;
+    }
+    r
+}
+
+static CALLBACK: AtomicUsize = AtomicUsize::new(0);
+static PREVIOUS: OnceLock<libc::sigaction> = OnceLock::new();
+static INSTALLED: Mutex<Option<Window>> = Mutex::new(None);
+
+/// Why the trap could not be installed.
+#[derive(Debug, thiserror::Error)]
+pub enum TrapError {
+    /// A system call failed.
+    #[error("{what}: {errno}")]
+    Sys {
+        /// The call.
+        what: &'static str,
+        /// Its error.
+        errno: Errno,
+    },
+    /// Already installed with another window.
+    #[error("a kernel-access trap is already installed for another window")]
+    OtherWindow,
+    /// The window is not 4 GiB aligned or empty.
+    #[error("trap window {0:#x}..{1:#x} must be non-empty and 4 GiB aligned")]
+    BadWindow(u64, u64),
+}
+
+/// Loads the filter (for every thread of the process) and the SIGSYS
+/// handler, once per process. A second call with the same window is a
+/// no-op (the callback is replaced).
+pub fn install(window: Window, rules: &[TrapRule], callback: TrapCallback) -> Result<(), TrapError> {
+    if window.lo >= window.hi || window.lo % (1 << 32) != 0 || window.hi % (1 << 32) != 0 {
+        return Err(TrapError::BadWindow(window.lo, window.hi));
+    }
+    let mut g = INSTALLED.lock().unwrap_or_else(|p| p.into_inner());
+    // Release: the handler's Acquire load sees the callback's code.
+    CALLBACK.store(callback as usize, Ordering::Release);
+    match *g {
+        Some(w) if w == window => return Ok(()),
+        Some(_) => return Err(TrapError::OtherWindow),
+        None => {}
+    }
+    install_handler()?;
+    let prog = filter(window, rules);
+    load(&prog)?;
+    *g = Some(window);
+    Ok(())
+}
+
+/// The window trapped in this process, if any.
+pub fn installed() -> Option<Window> {
+    *INSTALLED.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn install_handler() -> Result<(), TrapError> {
+    // SAFETY: a zeroed sigaction is a valid empty action.
+    let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
+    sa.sa_sigaction = on_sigsys as *const () as usize;
+    sa.sa_flags = libc::SA_SIGINFO;
+    // Pins are taken and dropped with asynchronous signals blocked;
+    // `execute` opens them for the call itself.
+    sa.sa_mask = async_signals();
+    // SAFETY: as above.
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: valid structs; the C library's own sigaction.
+    if unsafe { crate::signal::c_sigaction(libc::SIGSYS, &sa, &mut old) } != 0 {
+        return Err(TrapError::Sys {
+            what: "installing the SIGSYS handler",
+            errno: Errno::last(),
+        });
+    }
+    let _ = PREVIOUS.set(old);
+    Ok(())
+}
+
+/// A BPF program under construction, with forward jumps to labels.
+struct Asm {
+    code: Vec<SockFilter>,
+    /// (instruction, label, true-branch?) to patch.
+    fixups: Vec<(usize, usize, bool)>,
+    labels: Vec<Option<usize>>,
+}
+
+impl Asm {
+    fn label(&mut self) -> usize {
+        self.labels.push(None);
+        self.labels.len() - 1
+    }
+    fn here(&mut self, l: usize) {
+        self.labels[l] = Some(self.code.len());
+    }
+    fn stmt(&mut self, code: u16, k: u32) {
+        self.code.push(SockFilter {
+            code,
+            jt: 0,
+            jf: 0,
+            k,
+        });
+    }
+    /// `if A op k goto t else goto f` (None: fall through).
+    fn jump(&mut self, code: u16, k: u32, t: Option<usize>, f: Option<usize>) {
+        let at = self.code.len();
+        self.code.push(SockFilter {
+            code,
+            jt: 0,
+            jf: 0,
+            k,
+        });
+        if let Some(t) = t {
+            self.fixups.push((at, t, true));
+        }
+        if let Some(f) = f {
+            self.fixups.push((at, f, false));
+        }
+    }
+    fn finish(mut self) -> Vec<SockFilter> {
+        for (at, l, t) in self.fixups {
+            let target = self.labels[l].expect("unplaced label");
+            let off = u8::try_from(target - at - 1).expect("BPF jump too far");
+            if t {
+                self.code[at].jt = off;
+            } else {
+                self.code[at].jf = off;
+            }
+        }
+        self.code
+    }
+}
+
+fn filter(window: Window, rules: &[TrapRule]) -> Vec<SockFilter> {
+    // Taking the address of the symbol defined in global_asm above.
+    let ip = std::ptr::addr_of!(tiermem_trap_syscall_return) as u64;
+    let mut a = Asm {
+        code: Vec::new(),
+        fixups: Vec::new(),
+        labels: Vec::new(),
+    };
+    let allow = a.label();
+    let by_nr = a.label();
+    let args: Vec<usize> = (0..6).map(|_| a.label()).collect();
+    a.stmt(uapi::BPF_LD_W_ABS, uapi::SECCOMP_DATA_ARCH);
+    a.jump(uapi::BPF_JMP_JEQ_K, uapi::AUDIT_ARCH_X86_64, None, Some(allow));
+    // The trampoline's calls always run.
+    a.stmt(uapi::BPF_LD_W_ABS, uapi::SECCOMP_DATA_IP);
+    a.jump(uapi::BPF_JMP_JEQ_K, ip as u32, None, Some(by_nr));
+    a.stmt(uapi::BPF_LD_W_ABS, uapi::SECCOMP_DATA_IP + 4);
+    a.jump(uapi::BPF_JMP_JEQ_K, (ip >> 32) as u32, Some(allow), None);
+    a.here(by_nr);
+    a.stmt(uapi::BPF_LD_W_ABS, uapi::SECCOMP_DATA_NR);
+    for r in rules {
+        a.jump(uapi::BPF_JMP_JEQ_K, r.nr as u32, Some(args[r.buffer_arg]), None);
+    }
+    a.here(allow);
+    a.stmt(uapi::BPF_RET_K, uapi::SECCOMP_RET_ALLOW);
+    // Classic BPF jumps only forward: each argument check ends in its own
+    // returns.
+    let (lo, hi) = ((window.lo >> 32) as u32, (window.hi >> 32) as u32);
+    for (k, &l) in args.iter().enumerate() {
+        let (trap, pass) = (a.label(), a.label());
+        a.here(l);
+        // The high half of args[k] (little endian: the second word).
+        a.stmt(uapi::BPF_LD_W_ABS, uapi::SECCOMP_DATA_ARGS + 8 * k as u32 + 4);
+        a.jump(uapi::BPF_JMP_JGE_K, lo, None, Some(pass));
+        a.jump(uapi::BPF_JMP_JGE_K, hi, Some(pass), Some(trap));
+        a.here(trap);
+        a.stmt(uapi::BPF_RET_K, uapi::SECCOMP_RET_TRAP | TRAP_DATA);
+        a.here(pass);
+        a.stmt(uapi::BPF_RET_K, uapi::SECCOMP_RET_ALLOW);
+    }
+    a.finish()
+}
+
+fn load(prog: &[SockFilter]) -> Result<(), TrapError> {
+    let fprog = SockFprog {
+        len: prog.len() as u16,
+        filter: prog.as_ptr(),
+    };
+    let seccomp = || {
+        // SAFETY: fprog points to `prog`, alive for the call; TSYNC applies
+        // the filter to every thread of the process.
+        unsafe {
+            libc::syscall(
+                libc::SYS_seccomp,
+                uapi::SECCOMP_SET_MODE_FILTER,
+                uapi::SECCOMP_FILTER_FLAG_TSYNC,
+                &fprog as *const SockFprog,
+            )
+        }
+    };
+    let mut r = seccomp();
+    if r != 0 && Errno::last().raw() == libc::EACCES {
+        // Without CAP_SYS_ADMIN, filters need no-new-privileges.
+        // SAFETY: prctl with plain integer arguments.
+        if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+            return Err(TrapError::Sys {
+                what: "prctl(PR_SET_NO_NEW_PRIVS)",
+                errno: Errno::last(),
+            });
+        }
+        r = seccomp();
+    }
+    match r {
+        0 => Ok(()),
+        // With TSYNC, a positive result names a thread that could not be
+        // synchronised.
+        r if r > 0 => Err(TrapError::Sys {
+            what: "seccomp(TSYNC): a thread has another filter",
+            errno: Errno(libc::ESRCH),
+        }),
+        _ => Err(TrapError::Sys {
+            what: "seccomp(SET_MODE_FILTER)",
+            errno: Errno::last(),
+        }),
+    }
+}
+
+/// `si_syscall`: an int after the call address in the SIGSYS union.
+///
+/// # Safety
+/// `info` is the kernel's siginfo of a SIGSYS.
+unsafe fn si_syscall(info: *const libc::siginfo_t) -> i64 {
+    // SAFETY: the union starts at byte 16; _call_addr is a pointer (8
+    // bytes), then int _syscall.
+    unsafe { *(info.cast::<u8>().add(24).cast::<i32>()) as i64 }
+}
+
+extern "C" fn on_sigsys(signo: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    // SAFETY: errno location is thread-local and always valid.
+    let saved_errno = unsafe { *libc::__errno_location() };
+    // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
+    let (code, data) = unsafe { ((*info).si_code, (*info).si_errno as u32) };
+    let cb = CALLBACK.load(Ordering::Acquire);
+    if code == uapi::SYS_SECCOMP && data == TRAP_DATA && cb != 0 && !ctx.is_null() {
+        // SAFETY: ctx is the interrupted thread's ucontext for SA_SIGINFO.
+        let uc = unsafe { &mut *(ctx.cast::<libc::ucontext_t>()) };
+        let g = &uc.uc_mcontext.gregs;
+        let args = [
+            g[libc::REG_RDI as usize] as u64,
+            g[libc::REG_RSI as usize] as u64,
+            g[libc::REG_RDX as usize] as u64,
+            g[libc::REG_R10 as usize] as u64,
+            g[libc::REG_R8 as usize] as u64,
+            g[libc::REG_R9 as usize] as u64,
+        ];
+        // SAFETY: a seccomp SIGSYS carries the call number.
+        let nr = unsafe { si_syscall(info) };
+        let mut call = TrappedSyscall { nr, args, ctx: uc };
+        // SAFETY: only `install` stores into CALLBACK, always a TrapCallback.
+        let f: TrapCallback = unsafe { std::mem::transmute::<usize, TrapCallback>(cb) };
+        f(&mut call);
+    } else {
+        forward(signo, info, ctx);
+    }
+    // SAFETY: restore the interrupted code's errno.
+    unsafe { *libc::__errno_location() = saved_errno };
+}
+
+/// Hands a SIGSYS that is not tiermem's to the handler installed before,
+/// or to the default action (which ends the process).
+fn forward(signo: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    let prev = PREVIOUS.get();
+    let h = prev.map_or(libc::SIG_DFL, |p| p.sa_sigaction);
+    if h == libc::SIG_DFL || h == libc::SIG_IGN {
+        // SAFETY: resetting to the default action and re-raising: the
+        // process ends with SIGSYS as it would have without tiermem.
+        unsafe {
+            let mut dfl: libc::sigaction = std::mem::zeroed();
+            dfl.sa_sigaction = libc::SIG_DFL;
+            crate::signal::c_sigaction(signo, &dfl, std::ptr::null_mut());
+            let mut one: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut one);
+            libc::sigaddset(&mut one, signo);
+            raw_sigprocmask(libc::SIG_UNBLOCK, &one, std::ptr::null_mut());
+            libc::raise(signo);
+        }
+    } else if prev.is_some_and(|p| p.sa_flags & libc::SA_SIGINFO != 0) {
+        // SAFETY: installed with SA_SIGINFO: this signature.
+        let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+            unsafe { std::mem::transmute(h) };
+        f(signo, info, ctx);
+    } else {
+        // SAFETY: a plain handler takes the signal number.
+        let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(h) };
+        f(signo);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filter_jumps_resolve() {
+        let w = Window {
+            lo: 0x1100_0000_0000,
+            hi: 0x5100_0000_0000,
+        };
+        let p = filter(
+            w,
+            &[
+                TrapRule {
+                    nr: libc::SYS_read,
+                    buffer_arg: 1,
+                },
+                TrapRule {
+                    nr: libc::SYS_getrandom,
+                    buffer_arg: 0,
+                },
+            ],
+        );
+        assert_eq!(
+            p.iter()
+                .filter(|i| i.k == uapi::SECCOMP_RET_TRAP | TRAP_DATA)
+                .count(),
+            6
+        );
+        assert!(p.len() < 64);
+        assert!(matches!(
+            install(Window { lo: 5, hi: 1 << 33 }, &[], |_| {}),
+            Err(TrapError::BadWindow(..))
+        ));
+    }
+}

@@ -1,0 +1,83 @@
+//! Pins for kernel-mode accesses: pages a system call is about to read or
+//! write are brought in (writable for a write) and held in place until it
+//! returns, so the kernel never meets a missing or write-protected page.
+
+use super::{Outcome, RegionCore, Server};
+use crate::config::DirtyTracking;
+use crate::page::PageState;
+use std::sync::atomic::Ordering;
+
+impl RegionCore {
+    /// Pins the pages of `[addr, addr + len)` (inside the region) for a
+    /// kernel access that writes them (`write`) or only reads them, in
+    /// order, and returns how many bytes from `addr` are pinned: all of
+    /// them, or fewer when a page cannot be brought in (poisoned) or the
+    /// region's pin allowance (half its budget) is used up. Unpin exactly
+    /// that with [`RegionCore::unpin`].
+    pub(crate) fn pin(&self, addr: usize, len: usize, write: bool, tid: u32) -> usize {
+        if len == 0 {
+            return 0;
+        }
+        let first = self.page_of(addr);
+        let last = self.page_of(addr + len - 1);
+        let mut pinned_to = addr;
+        for i in first..=last {
+            if !self.pin_page(i, write, tid) {
+                break;
+            }
+            pinned_to = self.mapping.addr() + (i + 1) * self.page_bytes;
+        }
+        pinned_to.min(addr + len) - addr
+    }
+
+    /// Drops the pins of `[addr, addr + len)` taken by [`RegionCore::pin`].
+    pub(crate) fn unpin(&self, addr: usize, len: usize) {
+        if len == 0 {
+            return;
+        }
+        for i in self.page_of(addr)..=self.page_of(addr + len - 1) {
+            self.pages.unpin(i);
+            self.pinned.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    fn pin_page(&self, i: usize, write: bool, tid: u32) -> bool {
+        // At most half the budget pinned: faults must always find victims.
+        if self.pinned.fetch_add(1, Ordering::Relaxed) >= (self.budget_pages / 2).max(1) {
+            self.pinned.fetch_sub(1, Ordering::Relaxed);
+            return false;
+        }
+        let addr = self.mapping.addr() + i * self.page_bytes;
+        let wp_fault = self.config.dirty_tracking == DirtyTracking::WpFault;
+        loop {
+            let w = self.pages.load(i);
+            let ok = match w.state() {
+                PageState::Busy => {
+                    self.wait_page(i);
+                    true
+                }
+                PageState::Poisoned => false,
+                // A kernel write into a write-protected page fails with
+                // EFAULT: make it writable (and Dirty) first. The kernel's
+                // reads do not need that, but a user write racing the
+                // system call would spin on the pinned page otherwise.
+                PageState::Clean if wp_fault => {
+                    self.resolve(addr, true, tid, Server::InContext) != Outcome::Poisoned
+                }
+                PageState::Clean | PageState::Dirty => {
+                    if self.pages.try_pin(i, w) {
+                        return true;
+                    }
+                    true // raced: look again
+                }
+                PageState::Untouched | PageState::Far => {
+                    self.resolve(addr, write, tid, Server::InContext) != Outcome::Poisoned
+                }
+            };
+            if !ok {
+                self.pinned.fetch_sub(1, Ordering::Relaxed);
+                return false;
+            }
+        }
+    }
+}

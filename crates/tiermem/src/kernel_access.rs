@@ -1,0 +1,201 @@
+//! Kernel-mode accesses to tiered memory on the in-context path.
+//!
+//! userfaultfd's SIGBUS mode serves faults the *thread* takes; when the
+//! kernel itself touches a missing or write-protected page (`read(2)` into
+//! a region, `write(2)` from an evicted page, `fread`, `recv`), no signal
+//! can be raised and the call fails with `EFAULT`. So in-context regions
+//! are placed in a window of the address space ([`WINDOW`]), and a seccomp
+//! filter traps the system calls that move data between the kernel and a
+//! buffer in that window ([`RULES`]). The SIGSYS handler asks the fault
+//! router to pin the buffer (the pages are brought in, made writable for a
+//! call that writes them, and kept from eviction), runs the call under the
+//! program's own signal mask, unpins, and returns the call's result.
+//!
+//! Calls that do not touch the window cost nothing but the filter's few
+//! instructions; a trapped call costs about a signal delivery more (~2.5 us
+//! here). A call on a regular file larger than a region's pin allowance
+//! (half its budget) runs in pieces; on anything else it returns a short
+//! count, which `read`/`write` callers must handle anyway.
+//!
+//! Not covered (they fail with `EFAULT` on a page that is not resident, as
+//! without tiermem's help): calls that take buffers through an `iovec` or a
+//! message header (`readv`, `recvmsg`, ...; the interposers of the preload
+//! library serve those), asynchronous I/O (`io_uring`, `aio`), other
+//! processes reading this one's memory (`process_vm_readv` from outside,
+//! `/proc/PID/mem`).
+
+use crate::config::KernelAccess;
+use std::collections::BTreeMap;
+use std::sync::{Mutex, OnceLock};
+use tiermem_sys::seccomp::{self, TrapRule, TrappedSyscall, Window};
+
+/// Where in-context regions are placed: 64 TiB between 17 and 81 TiB,
+/// below where the kernel maps executables (~85 TiB) and libraries
+/// (~127 TiB) and above AddressSanitizer's shadow (up to 16 TiB).
+pub(crate) const WINDOW: Window = Window {
+    lo: 0x1100_0000_0000,
+    hi: 0x5100_0000_0000,
+};
+
+/// A trapped call: its buffer and length arguments, whether the kernel
+/// writes the buffer, and whether it has a file offset argument (3).
+#[derive(Clone, Copy)]
+struct Rule {
+    nr: i64,
+    buf: usize,
+    len: usize,
+    kernel_writes: bool,
+    offset: bool,
+}
+
+const RULES: [Rule; 7] = [
+    rule(libc::SYS_read, 1, 2, true, false),
+    rule(libc::SYS_pread64, 1, 2, true, true),
+    rule(libc::SYS_recvfrom, 1, 2, true, false),
+    rule(libc::SYS_getrandom, 0, 1, true, false),
+    rule(libc::SYS_write, 1, 2, false, false),
+    rule(libc::SYS_pwrite64, 1, 2, false, true),
+    rule(libc::SYS_sendto, 1, 2, false, false),
+];
+
+const fn rule(nr: i64, buf: usize, len: usize, kernel_writes: bool, offset: bool) -> Rule {
+    Rule {
+        nr,
+        buf,
+        len,
+        kernel_writes,
+        offset,
+    }
+}
+
+/// Whether the trap is active in this process (installed on first use).
+pub(crate) fn active(mode: KernelAccess) -> bool {
+    static STATE: OnceLock<bool> = OnceLock::new();
+    if mode == KernelAccess::Off {
+        return false;
+    }
+    *STATE.get_or_init(|| {
+        let rules: Vec<TrapRule> = RULES
+            .iter()
+            .map(|r| TrapRule {
+                nr: r.nr,
+                buffer_arg: r.buf,
+            })
+            .collect();
+        match seccomp::install(WINDOW, &rules, on_trap) {
+            Ok(()) => true,
+            Err(e) => {
+                eprintln!(
+                    "tiermem: warning: kernel accesses to tiered memory are not served ({e}): \
+                     read(2) into a page that is not resident fails with EFAULT; \
+                     TIERMEM_KERNEL_ACCESS=off silences this"
+                );
+                false
+            }
+        }
+    })
+}
+
+/// Free address space in the window: start -> length.
+static FREE: Mutex<Option<BTreeMap<usize, usize>>> = Mutex::new(None);
+
+/// A range of the window reserved for one mapping; given back on drop.
+#[derive(Debug)]
+pub(crate) struct Placement {
+    addr: usize,
+    len: usize,
+}
+
+impl Placement {
+    /// Reserves `len` bytes aligned to `align` (a power of two) in the
+    /// window, first fit. None when the window is full.
+    pub(crate) fn reserve(len: usize, align: usize) -> Option<Placement> {
+        let mut g = FREE.lock().unwrap_or_else(|p| p.into_inner());
+        let free =
+            g.get_or_insert_with(|| BTreeMap::from([(WINDOW.lo as usize, (WINDOW.hi - WINDOW.lo) as usize)]));
+        let (start, flen, addr) = free.iter().find_map(|(&s, &l)| {
+            let a = s.next_multiple_of(align);
+            (a.checked_add(len)? <= s + l).then_some((s, l, a))
+        })?;
+        free.remove(&start);
+        if addr > start {
+            free.insert(start, addr - start);
+        }
+        if addr + len < start + flen {
+            free.insert(addr + len, start + flen - (addr + len));
+        }
+        Some(Placement { addr, len })
+    }
+
+    /// The reserved address.
+    pub(crate) fn addr(&self) -> usize {
+        self.addr
+    }
+
+    /// Keeps the range reserved for good (something else is mapped there).
+    pub(crate) fn leak(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for Placement {
+    fn drop(&mut self) {
+        let mut g = FREE.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(free) = g.as_mut() else { return };
+        let (mut start, mut len) = (self.addr, self.len);
+        // Coalesce with the neighbours.
+        if let Some((&s, &l)) = free.range(..start).next_back() {
+            if s + l == start {
+                free.remove(&s);
+                start = s;
+                len += l;
+            }
+        }
+        if let Some(l) = free.remove(&(start + len)) {
+            len += l;
+        }
+        free.insert(start, len);
+    }
+}
+
+/// The SIGSYS callback: a call from the rule table with its buffer in the
+/// window.
+fn on_trap(call: &mut TrappedSyscall<'_>) {
+    let Some(rule) = RULES.iter().find(|r| r.nr == call.nr).copied() else {
+        let r = call.execute(call.nr, call.args);
+        call.set_result(r);
+        return;
+    };
+    let addr = call.args[rule.buf] as usize;
+    let len = call.args[rule.len] as usize;
+    // A regular file gives the same bytes in several calls as in one; a
+    // pipe or socket might block in a second call where one would have
+    // returned: those get one (possibly short) call.
+    let pieces = rule.nr == libc::SYS_pread64
+        || rule.nr == libc::SYS_pwrite64
+        || (matches!(rule.nr, libc::SYS_read | libc::SYS_write)
+            && tiermem_sys::file::fd_is_regular(call.args[0] as i32));
+    let mut done = 0usize;
+    let result = loop {
+        let pins = crate::fault::pin_for_kernel(addr + done, len - done, rule.kernel_writes);
+        // Nothing pinnable (the first page is poisoned, or not tiermem's to
+        // pin): run the call as it is and let the kernel say what it says.
+        let n = if pins.ready == 0 { len - done } else { pins.ready };
+        let mut args = call.args;
+        args[rule.buf] += done as u64;
+        args[rule.len] = n as u64;
+        if rule.offset {
+            args[3] += done as u64;
+        }
+        let r = call.execute(call.nr, args);
+        drop(pins);
+        if r < 0 {
+            break if done == 0 { r } else { done as i64 };
+        }
+        done += r as usize;
+        if !pieces || r as usize != n || done >= len {
+            break done as i64;
+        }
+    };
+    call.set_result(result);
+}

@@ -1,0 +1,271 @@
+//! System calls that read or write region memory in kernel mode: `read`,
+//! `pread`, `fread` (glibc's internal `__read`), `recv`, `getrandom` into
+//! region pages and `write`/`send` from them, in every page state
+//! (untouched, resident clean, resident dirty, evicted), on every fault
+//! path x dirty tracking x far store. The program gets its data, never
+//! `EFAULT`, a short count or zeros, and what the kernel wrote into a page
+//! survives its eviction.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+use common::{config, mix, variants};
+use std::io::{Seek, SeekFrom, Write};
+use std::os::fd::AsRawFd;
+use tiermem::{Config, DirtyTracking, FaultPath, Region};
+
+const PAGE: usize = 4096;
+const PAGES: usize = 256;
+const NEAR: usize = 16;
+
+/// A file of `len` bytes of `mix` words, from word `seed` on.
+fn data_file(len: usize, seed: u64) -> std::fs::File {
+    let mut f = tempfile();
+    let words: Vec<u8> = (0..len / 8)
+        .flat_map(|i| mix(seed + i as u64).to_ne_bytes())
+        .collect();
+    f.write_all(&words).unwrap();
+    f.seek(SeekFrom::Start(0)).unwrap();
+    f
+}
+
+fn tempfile() -> std::fs::File {
+    let dir = std::env::temp_dir();
+    let path = dir.join(format!(
+        "tiermem-kaccess-{}-{}",
+        std::process::id(),
+        rand_suffix()
+    ));
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .unwrap();
+    std::fs::remove_file(&path).unwrap();
+    f
+}
+
+fn rand_suffix() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Puts page `p` of `r` into `state` ("untouched", "clean", "dirty",
+/// "evicted"), with the page's words set to `mix(p * 512 + k)` unless
+/// untouched.
+fn prepare(r: &mut Region, p: usize, state: &str) {
+    let w: &mut [u64] = r.as_mut_slice();
+    if state == "untouched" {
+        return;
+    }
+    for k in 0..PAGE / 8 {
+        w[p * PAGE / 8 + k] = mix((p * 512 + k) as u64);
+    }
+    match state {
+        "dirty" => {}
+        "clean" => {
+            // Written, evicted, read back: resident and clean.
+            r.evict_all().unwrap();
+            let w: &[u64] = r.as_mut_slice();
+            assert_eq!(w[p * PAGE / 8], mix((p * 512) as u64));
+        }
+        "evicted" => {
+            r.evict_all().unwrap();
+        }
+        _ => unreachable!(),
+    }
+}
+
+const STATES: [&str; 4] = ["untouched", "clean", "dirty", "evicted"];
+
+fn region(fp: FaultPath, dt: DirtyTracking, store: &str) -> Region {
+    Region::new(config((PAGES * PAGE) as u64, (NEAR * PAGE) as u64, fp, dt, store)).unwrap()
+}
+
+fn check_page(r: &mut Region, p: usize, seed: u64, what: &str) {
+    let w: &[u64] = r.as_mut_slice();
+    for k in 0..PAGE / 8 {
+        assert_eq!(w[p * PAGE / 8 + k], mix(seed + k as u64), "{what}: word {k}");
+    }
+}
+
+#[test]
+fn read_into_every_page_state() {
+    for (fp, dt, store) in variants() {
+        for (n, state) in STATES.iter().enumerate() {
+            let what = format!("{} {} {store} read into {state}", fp.name(), dt.name());
+            let mut r = region(fp, dt, store);
+            let p = 10 + n;
+            prepare(&mut r, p, state);
+            let f = data_file(PAGE, 7000);
+            let buf = r.as_ptr() as usize + p * PAGE;
+            // SAFETY: reading into a page of our own region.
+            let got = unsafe { libc::read(f.as_raw_fd(), buf as *mut libc::c_void, PAGE) };
+            assert_eq!(got, PAGE as isize, "{what}: {}", std::io::Error::last_os_error());
+            check_page(&mut r, p, 7000, &what);
+            // What the kernel wrote survives eviction.
+            r.evict_all().unwrap();
+            check_page(&mut r, p, 7000, &format!("{what}, after eviction"));
+        }
+    }
+}
+
+#[test]
+fn pread_fread_recv_getrandom() {
+    for (fp, dt, store) in variants() {
+        let what = format!("{} {} {store}", fp.name(), dt.name());
+        let mut r = region(fp, dt, store);
+        for p in 0..PAGES {
+            prepare(&mut r, p, "dirty");
+        }
+        r.evict_all().unwrap();
+        let base = r.as_ptr() as usize;
+        // pread at an offset, into two evicted pages.
+        let f = data_file(4 * PAGE, 500);
+        // SAFETY: into our region.
+        let got = unsafe {
+            libc::pread(
+                f.as_raw_fd(),
+                (base + 20 * PAGE) as *mut libc::c_void,
+                2 * PAGE,
+                PAGE as i64,
+            )
+        };
+        assert_eq!(
+            got,
+            2 * PAGE as isize,
+            "{what} pread: {}",
+            std::io::Error::last_os_error()
+        );
+        check_page(&mut r, 20, 500 + 512, &what);
+        check_page(&mut r, 21, 500 + 1024, &what);
+        // fread: glibc reads through its internal __read.
+        r.evict_all().unwrap();
+        let f = data_file(PAGE, 900);
+        // SAFETY: a stdio stream on a dup of our file; fread into our region.
+        unsafe {
+            let fp = libc::fdopen(libc::dup(f.as_raw_fd()), c"r".as_ptr());
+            assert!(!fp.is_null());
+            let n = libc::fread((base + 30 * PAGE) as *mut libc::c_void, 1, PAGE, fp);
+            libc::fclose(fp);
+            assert_eq!(n, PAGE, "{what} fread");
+        }
+        check_page(&mut r, 30, 900, &what);
+        // recv from a socket pair.
+        r.evict_all().unwrap();
+        let mut sv = [0; 2];
+        // SAFETY: a socket pair of our own.
+        let made = unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, sv.as_mut_ptr()) };
+        assert_eq!(made, 0);
+        let words: Vec<u8> = (0..PAGE / 8)
+            .flat_map(|i| mix(1300 + i as u64).to_ne_bytes())
+            .collect();
+        // SAFETY: plain buffers and our sockets.
+        unsafe {
+            assert_eq!(libc::send(sv[0], words.as_ptr().cast(), PAGE, 0), PAGE as isize);
+            let n = libc::recv(
+                sv[1],
+                (base + 40 * PAGE) as *mut libc::c_void,
+                PAGE,
+                libc::MSG_WAITALL,
+            );
+            assert_eq!(
+                n,
+                PAGE as isize,
+                "{what} recv: {}",
+                std::io::Error::last_os_error()
+            );
+            libc::close(sv[0]);
+            libc::close(sv[1]);
+        }
+        check_page(&mut r, 40, 1300, &what);
+        // getrandom into an evicted page: no EFAULT.
+        r.evict_all().unwrap();
+        // SAFETY: into our region.
+        let n = unsafe { libc::getrandom((base + 50 * PAGE) as *mut libc::c_void, PAGE, 0) };
+        assert_eq!(n, PAGE as isize, "{what} getrandom");
+    }
+}
+
+#[test]
+fn write_and_send_from_evicted_pages() {
+    for (fp, dt, store) in variants() {
+        let what = format!("{} {} {store}", fp.name(), dt.name());
+        let mut r = region(fp, dt, store);
+        for p in 0..PAGES {
+            prepare(&mut r, p, "dirty");
+        }
+        r.evict_all().unwrap();
+        let base = r.as_ptr() as usize;
+        let f = tempfile();
+        // 8 evicted pages in one write(2).
+        // SAFETY: from our region into our file.
+        let n = unsafe { libc::write(f.as_raw_fd(), (base + 60 * PAGE) as *const libc::c_void, 8 * PAGE) };
+        assert_eq!(
+            n,
+            8 * PAGE as isize,
+            "{what} write: {}",
+            std::io::Error::last_os_error()
+        );
+        let back = std::fs::read(format!("/proc/self/fd/{}", f.as_raw_fd())).unwrap();
+        for p in 0..8 {
+            for k in 0..PAGE / 8 {
+                let at = (p * PAGE) + k * 8;
+                let v = u64::from_ne_bytes(back[at..at + 8].try_into().unwrap());
+                assert_eq!(
+                    v,
+                    mix(((60 + p) * 512 + k) as u64),
+                    "{what} written page {p} word {k}"
+                );
+            }
+        }
+    }
+}
+
+/// A read larger than the region's pin allowance (half the budget) from a
+/// regular file still returns everything, in pieces.
+#[test]
+fn large_read_from_a_file_is_whole() {
+    for &fp in FaultPath::ALL {
+        let mut c = Config::new((PAGES * PAGE) as u64, (NEAR * PAGE) as u64);
+        c.fault_path = fp;
+        let mut r = Region::new(c).unwrap();
+        let len = 100 * PAGE;
+        let f = data_file(len, 4242);
+        // SAFETY: into our region.
+        let n = unsafe { libc::read(f.as_raw_fd(), r.as_ptr().cast(), len) };
+        assert_eq!(
+            n,
+            len as isize,
+            "{}: {}",
+            fp.name(),
+            std::io::Error::last_os_error()
+        );
+        let w: &mut [u64] = r.as_mut_slice();
+        for (i, x) in w[..len / 8].iter().enumerate() {
+            assert_eq!(*x, mix(4242 + i as u64), "{} word {i}", fp.name());
+        }
+    }
+}
+
+/// With the trap off, the in-context path keeps its documented behaviour:
+/// a read into a page that is not resident fails with EFAULT (and the
+/// data already there is untouched).
+#[test]
+fn trap_off_gives_efault_as_documented() {
+    if common::is_child("trap_off_gives_efault_as_documented") {
+        let mut c = Config::new((PAGES * PAGE) as u64, (NEAR * PAGE) as u64);
+        c.kernel_access = tiermem::KernelAccess::Off;
+        let r = Region::new(c).unwrap();
+        let f = data_file(PAGE, 1);
+        // SAFETY: into our region.
+        let n = unsafe { libc::read(f.as_raw_fd(), r.as_ptr().cast(), PAGE) };
+        let e = std::io::Error::last_os_error().raw_os_error();
+        std::process::exit(if n == -1 && e == Some(libc::EFAULT) { 0 } else { 1 });
+    }
+    // A fresh process: the trap, once on, stays on for the whole process.
+    let (status, out) = common::run_child("trap_off_gives_efault_as_documented");
+    assert!(status.success(), "{out}");
+}
