@@ -170,12 +170,22 @@ extern "C" {
 #define TM_ADVICE_DONTNEED 4   /* evict now; the data is kept (unlike MADV_DONTNEED) */
 
 /* tm_config.fault_path: faults are served on the faulting thread, in a
- * SIGBUS handler: no thread wake-up, the fastest design; default. A kernel
- * access to a non-resident page (read(2) into the region) fails with
- * EFAULT instead of faulting the page in. */
+ * SIGBUS handler: no thread wake-up, the fastest design; default. System
+ * calls that move data into or out of the region in kernel mode (read,
+ * pread, recv, getrandom, write, pwrite, send, and fread/fwrite through
+ * them) are trapped by a seccomp filter and run with the buffer's pages
+ * brought in and pinned (TIERMEM_KERNEL_ACCESS=trap, the default). Not
+ * served: readv/writev/recvmsg/sendmsg and other iovec calls, io_uring and
+ * aio, and accesses by other processes (process_vm_readv, /proc/PID/mem,
+ * ptrace): on a page that is not resident these fail with EFAULT (EIO for
+ * /proc/PID/mem). With TIERMEM_KERNEL_ACCESS=off every kernel access to a
+ * missing or write-protected page fails with EFAULT. */
 #define TM_FAULT_IN_CONTEXT 0
 /* tm_config.fault_path: faults are served by handler threads reading the
- * userfaultfd: serves kernel accesses too, but each fault pays a wake-up. */
+ * userfaultfd, also the faults the kernel takes on the process's behalf
+ * (every system call above, iovec calls too); each fault pays a thread
+ * wake-up. Accesses by other processes (/proc/PID/mem, ptrace,
+ * process_vm_readv) are not served (EIO/EFAULT on a missing page). */
 #define TM_FAULT_HANDLER_THREAD 1
 
 /* tm_config.dirty_tracking: pages are installed write-protected and the

@@ -68,11 +68,21 @@ pub struct TrappedSyscall<'a> {
 }
 
 impl TrappedSyscall<'_> {
-    /// Runs system call `nr` with `args` through the allowed trampoline,
-    /// under the interrupted code's signal mask (less glibc's cancellation
-    /// signal and the fault signals), and returns its raw result (negative
-    /// errno on failure).
-    pub fn execute(&self, nr: i64, args: [u64; 6]) -> i64 {
+    /// Runs system call `nr` with `args` through the allowed trampoline and
+    /// returns its raw result (negative errno on failure). `interruptible`:
+    /// the call may block for long (a pipe, a socket), so it runs under the
+    /// interrupted code's signal mask (less glibc's cancellation signal and
+    /// the fault signals), and the program's handlers can interrupt it as
+    /// they would have; otherwise (a regular file) it runs under the
+    /// handler's mask, which saves two system calls.
+    pub fn execute(&self, nr: i64, args: [u64; 6], interruptible: bool) -> i64 {
+        if !interruptible {
+            // SAFETY: the trampoline makes the call the program asked for
+            // (or the callback's bounded version of it).
+            return unsafe {
+                tiermem_trap_syscall6(nr, args[0], args[1], args[2], args[3], args[4], args[5])
+            };
+        }
         let mut mask = self.ctx.uc_sigmask;
         crate::signal::strip_fault_signals(&mut mask);
         // SAFETY: the first 64 bits of glibc's sigset_t are the kernel mask;

@@ -9,7 +9,13 @@
 //!   `evict_batch` faults one evicts a batch of clean pages;
 //! - `fill-evict-dirty`: the same with dirty victims (written back);
 //! - `write-protect`: first write to a clean resident page (wp-fault);
-//! - `kernel-first-touch`: first write to plain anonymous memory (no tiermem).
+//! - `read-syscall-resident`: `read(2)` of 4 KiB from `/dev/zero` into a
+//!   resident dirty page (in-context: trapped by the kernel-access filter,
+//!   pinned, run from the SIGSYS handler);
+//! - `read-syscall-evicted`: the same into an evicted page (brought in
+//!   first);
+//! - `kernel-first-touch`: first write to plain anonymous memory (no tiermem);
+//! - `kernel-read-syscall`: the same `read(2)` into plain memory.
 //!
 //! The application thread is pinned to the first allowed CPU; handler
 //! threads are unpinned, pinned to the same CPU, or to another one.
@@ -71,6 +77,8 @@ pub const KINDS: &[&str] = &[
     "fill-evict-clean",
     "fill-evict-dirty",
     "write-protect",
+    "read-syscall-resident",
+    "read-syscall-evicted",
 ];
 
 /// One line of results.
@@ -196,11 +204,43 @@ fn measure(kind: &str, d: &Design, n: usize, batch: usize) -> Result<(Vec<f64>, 
             time_accesses(w, 0..n, true, &mut lat);
             r
         }
+        "read-syscall-resident" | "read-syscall-evicted" => {
+            let mut r = region(n, n, d, batch)?;
+            time_accesses(r.as_atomic_u64(), 0..n, true, &mut Vec::new());
+            if kind == "read-syscall-evicted" {
+                r.evict_all()?;
+            }
+            r.reset_stats();
+            read_syscalls(r.as_mut_slice(), n, &mut lat);
+            r
+        }
         other => panic!("unknown fault kind {other}"),
     };
     r.settle();
     let s = r.stats();
     Ok((lat, s.faults()))
+}
+
+/// Times one `read(2)` of 4 KiB from `/dev/zero` into each of the first
+/// `n` pages of `buf`.
+fn read_syscalls(buf: &mut [u8], n: usize, out: &mut Vec<f64>) {
+    use std::io::Read;
+    let mut zero = std::fs::File::open("/dev/zero").expect("/dev/zero");
+    for p in 0..n {
+        let page = &mut buf[p * PAGE..(p + 1) * PAGE];
+        let t = Instant::now();
+        let got = zero.read(page);
+        out.push(t.elapsed().as_secs_f64() * 1e6);
+        assert_eq!(got.ok(), Some(PAGE), "read(2) into page {p}");
+    }
+}
+
+/// The same `read(2)` into plain anonymous memory (touched first).
+fn kernel_read_syscall(n: usize) -> Vec<f64> {
+    let mut buf = vec![1u8; n * PAGE];
+    let mut lat = Vec::with_capacity(n);
+    read_syscalls(&mut buf, n, &mut lat);
+    lat
 }
 
 /// The kernel's own first-touch write fault on anonymous memory.
@@ -243,8 +283,10 @@ pub fn run(
             if warm { " (warm-up)" } else { "" }
         ));
         let kt = kernel_first_touch(params.pages);
+        let kr = kernel_read_syscall(params.pages);
         if !warm {
             push(&mut samples, "kernel", "kernel-first-touch", kt, 0);
+            push(&mut samples, "kernel", "kernel-read-syscall", kr, 0);
         }
         for &kind in kinds {
             for d in designs {

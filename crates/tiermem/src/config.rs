@@ -701,7 +701,7 @@ pub const ENV_OPTIONS: &[EnvOption] = &[
         name: "TIERMEM_KERNEL_ACCESS",
         unit: "trap or off",
         default: "trap",
-        help: "In-context path: trap system calls on tiered buffers (seccomp) and pin their pages, so read(2) into a region never fails with EFAULT; off: no filter.",
+        help: "In-context path: trap read/write/recv/send-style system calls on tiered buffers (seccomp) and pin their pages, so they do not fail with EFAULT; off: no filter.",
         apply: |c, v| {
             c.kernel_access = KernelAccess::from_name(v).ok_or("expected trap or off")?;
             Ok(())

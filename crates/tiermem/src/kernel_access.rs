@@ -162,7 +162,7 @@ impl Drop for Placement {
 /// window.
 fn on_trap(call: &mut TrappedSyscall<'_>) {
     let Some(rule) = RULES.iter().find(|r| r.nr == call.nr).copied() else {
-        let r = call.execute(call.nr, call.args);
+        let r = call.execute(call.nr, call.args, true);
         call.set_result(r);
         return;
     };
@@ -175,6 +175,9 @@ fn on_trap(call: &mut TrappedSyscall<'_>) {
         || rule.nr == libc::SYS_pwrite64
         || (matches!(rule.nr, libc::SYS_read | libc::SYS_write)
             && tiermem_sys::file::fd_is_regular(call.args[0] as i32));
+    // Calls on regular files (and getrandom) do not wait for other
+    // processes: they run without reopening the program's signal mask.
+    let interruptible = !pieces && rule.nr != libc::SYS_getrandom;
     let mut done = 0usize;
     let result = loop {
         let pins = crate::fault::pin_for_kernel(addr + done, len - done, rule.kernel_writes);
@@ -187,7 +190,7 @@ fn on_trap(call: &mut TrappedSyscall<'_>) {
         if rule.offset {
             args[3] += done as u64;
         }
-        let r = call.execute(call.nr, args);
+        let r = call.execute(call.nr, args, interruptible);
         drop(pins);
         if r < 0 {
             break if done == 0 { r } else { done as i64 };
