@@ -222,6 +222,31 @@ impl Mapping {
         Ok((map, user))
     }
 
+    /// Reserves `len` bytes of address space aligned to `align`, with no
+    /// access and no memory behind it (`PROT_NONE`, `MAP_NORESERVE`); parts
+    /// become memory with [`Mapping::replace_private`] or
+    /// [`Mapping::replace_huge`].
+    pub fn reserve(len: usize, align: usize) -> Result<(Mapping, UserAccess), MmError> {
+        let opts = MapOptions {
+            noreserve: true,
+            align,
+            ..Default::default()
+        };
+        let map = Self::map(
+            len,
+            base_page_size(),
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            None,
+            0,
+            &opts,
+        )?;
+        map.protect(0, len, Protection::None)?;
+        let user = UserAccess {
+            addr: map.addr.as_ptr() as usize,
+        };
+        Ok((map, user))
+    }
+
     /// Maps `len` bytes of `fd` from `offset`, shared (`MAP_SHARED`).
     ///
     /// `page_size` is the granule of the file's pages (4 KiB for memfd and
@@ -918,6 +943,40 @@ impl Mapping {
     /// MAP_FIXED`).
     pub fn replace_private(&self, offset: usize, len: usize, prot: Protection) -> Result<(), MmError> {
         self.replace(offset, len, prot, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+    }
+
+    /// Replaces `len` bytes at `offset` with private hugetlb memory of
+    /// `size` pages (zeros). The pages are reserved from the pool now (no
+    /// `MAP_NORESERVE`): a short pool fails here with `ENOMEM`, never later
+    /// with SIGBUS at a fault. `offset` and `len` must be multiples of the
+    /// huge page size.
+    pub fn replace_huge(&self, offset: usize, len: usize, size: HugePageSize) -> Result<(), MmError> {
+        if offset % size.bytes() != 0 || len % size.bytes() != 0 || (self.addr() + offset) % size.bytes() != 0
+        {
+            return Err(MmError::BadLength {
+                len,
+                unit: size.bytes(),
+            });
+        }
+        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_HUGETLB | size.mmap_flag();
+        self.replace(offset, len, Protection::ReadWrite, flags, -1, 0)
+    }
+
+    /// Makes `[offset, offset + len)` of private anonymous memory read as
+    /// zeros: whole `page`-sized pages are dropped (`MADV_DONTNEED`, which
+    /// gives hugetlb pages back to the pool), the rest is overwritten.
+    pub fn zero(&self, offset: usize, len: usize, page: usize) {
+        self.check_range(offset, len);
+        let start = self.addr() + offset;
+        let a = start.next_multiple_of(page).min(start + len);
+        let b = ((start + len) / page * page).max(a);
+        let dropped = b > a && self.madvise(a - self.addr(), b - a, Advice::DontNeed).is_ok();
+        if dropped {
+            self.fill(offset, a - start, 0);
+            self.fill(b - self.addr(), start + len - b, 0);
+        } else {
+            self.fill(offset, len, 0);
+        }
     }
 
     /// Replaces `len` bytes at `offset` with a shared view of `fd` from

@@ -28,6 +28,8 @@
 //! - [`policy`]: replacement policies behind one trait;
 //! - [`stats`]: statistics (faults, bytes, costs, latency, per thread);
 //! - [`global`]: the process-wide region behind `tm_malloc_global`;
+//! - [`heap`]: the transparent heap (large allocations of unmodified
+//!   programs) on a tiered region or on huge pages;
 //! - [`team`]: one region shared by worker processes, a page table each
 //!   (partially separated page tables);
 //! - [`svm`]: paper 5's shared virtual memory (Rhymes): SPM and DSM page
@@ -54,6 +56,7 @@ pub mod error;
 pub mod far;
 mod fault;
 pub mod global;
+pub mod heap;
 pub mod hugepages;
 mod kernel_access;
 pub mod overshadow;

@@ -1,0 +1,468 @@
+//! The transparent heap: large allocations of an unmodified program (the
+//! preload library's `malloc`, `mmap`, ...) carved out of one reserved
+//! range, either a tiered region (paper 1: a near budget over a far store)
+//! or huge pages without tiering (paper 3: a static pool of 2 MiB or 1 GiB
+//! pages, falling back 1g -> 2m -> THP -> 4k when the pool runs dry).
+//!
+//! ```no_run
+//! use tiermem::heap::{Heap, HeapConfig};
+//! let h = Heap::new(HeapConfig::tiered(tiermem::Config::new(64 << 30, 8 << 30)))?;
+//! let p = h.alloc(256 << 20, 64).expect("room");   // zeroed, like calloc
+//! assert!(h.contains(p));
+//! h.free(p);                                         // near memory and far space given back
+//! # Ok::<(), tiermem::Error>(())
+//! ```
+//!
+//! Allocation is best fit over extents, page granular, in arenas: one for
+//! large objects (an eighth of an arena's range or more) and one per CPU
+//! for the rest, each a slice of the range under its own short lock, so
+//! that threads on different CPUs rarely meet. Freed ranges are discarded
+//! (tiered: the pages go back to the never-written state; huge: whole huge
+//! pages are dropped), so memory handed out is always zero and `calloc`
+//! needs no `memset` (on the huge backend, ranges that share a huge page
+//! with a freed neighbour are zeroed explicitly). Bookkeeping lives outside
+//! the heap's range, so it never faults.
+
+mod extent;
+mod huge;
+
+use crate::config::{Config, PageSize};
+use crate::region::Region;
+use crate::stats::RegionStats;
+use crate::Error;
+use extent::Extents;
+pub use huge::{HugeKind, HugeStats};
+use std::sync::Mutex;
+
+/// What backs the heap.
+#[derive(Clone, Debug)]
+pub enum HeapBacking {
+    /// A tiered region with this configuration (`virt_bytes` is the
+    /// heap's size, `near_bytes` its budget).
+    Tiered(Config),
+    /// Huge pages without tiering: `bytes` of address space, backed on
+    /// demand by pages of `kind`, falling back to smaller ones.
+    Huge {
+        /// Address space reserved.
+        bytes: u64,
+        /// The page size tried first.
+        kind: HugeKind,
+    },
+}
+
+/// How to build a heap.
+#[derive(Clone, Debug)]
+pub struct HeapConfig {
+    /// The backing.
+    pub backing: HeapBacking,
+    /// Arenas for ordinary allocations (0: one per online CPU, at most 8).
+    pub arenas: usize,
+}
+
+impl HeapConfig {
+    /// A tiered heap over a region made with `config`.
+    pub fn tiered(config: Config) -> HeapConfig {
+        HeapConfig {
+            backing: HeapBacking::Tiered(config),
+            arenas: 0,
+        }
+    }
+
+    /// A huge-page heap of `bytes` of address space, pages of `kind` first.
+    pub fn huge(bytes: u64, kind: HugeKind) -> HeapConfig {
+        HeapConfig {
+            backing: HeapBacking::Huge { bytes, kind },
+            arenas: 0,
+        }
+    }
+}
+
+enum Backing {
+    Tiered(Region),
+    Huge(huge::HugeSpace),
+}
+
+/// A heap over one reserved range. All methods take `&self` and are
+/// thread-safe.
+pub struct Heap {
+    backing: Backing,
+    base: usize,
+    len: usize,
+    unit: usize,
+    /// Arena 0 takes large objects; the others, one per CPU, the rest.
+    arenas: Box<[Mutex<Extents>]>,
+    /// Objects of at least this size go to arena 0.
+    large: usize,
+    /// Arena `k` covers `[base + k * slice, base + (k + 1) * slice)`,
+    /// arena 0 the first half of the range.
+    slice: usize,
+}
+
+impl std::fmt::Debug for Heap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Heap")
+            .field("base", &format_args!("{:#x}", self.base))
+            .field("len", &self.len)
+            .field("arenas", &self.arenas.len())
+            .finish()
+    }
+}
+
+/// A snapshot of what the heap holds.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct HeapStats {
+    /// Bytes allocated now (page-rounded).
+    pub allocated_bytes: u64,
+    /// Allocations live now.
+    pub allocations: u64,
+    /// The tiered region's statistics (tiered heaps).
+    pub region: Option<RegionStats>,
+    /// Huge pages by size, and fallbacks (huge heaps).
+    pub huge: Option<HugeStats>,
+}
+
+impl Heap {
+    /// Reserves the range and sets up the arenas.
+    pub fn new(config: HeapConfig) -> Result<Heap, Error> {
+        let (backing, base, len, unit) = match config.backing {
+            HeapBacking::Tiered(c) => {
+                let r = Region::new(c)?;
+                let (base, len, unit) = (r.base(), r.len(), r.page_bytes());
+                (Backing::Tiered(r), base, len, unit)
+            }
+            HeapBacking::Huge { bytes, kind } => {
+                let h = huge::HugeSpace::reserve(bytes as usize, kind)?;
+                let (base, len) = (h.base(), h.len());
+                (Backing::Huge(h), base, len, 4096)
+            }
+        };
+        let cpus = tiermem_sys::thread::online_cpus().clamp(1, 8);
+        let n = if config.arenas == 0 {
+            cpus
+        } else {
+            config.arenas.clamp(1, 64)
+        };
+        // Half the range for large objects, the rest in equal slices.
+        let half = (len / 2) / unit * unit;
+        let slice = ((len - half) / n) / unit * unit;
+        let mut arenas = Vec::with_capacity(n + 1);
+        arenas.push(Mutex::new(Extents::new(base, half, unit)));
+        for k in 0..n {
+            arenas.push(Mutex::new(Extents::new(base + half + k * slice, slice, unit)));
+        }
+        Ok(Heap {
+            backing,
+            base,
+            len,
+            unit,
+            large: (slice / 8).max(unit),
+            slice,
+            arenas: arenas.into_boxed_slice(),
+        })
+    }
+
+    /// Whether `addr` lies in the heap's range.
+    pub fn contains(&self, addr: usize) -> bool {
+        addr.wrapping_sub(self.base) < self.len
+    }
+
+    /// Start of the heap's range.
+    pub fn base(&self) -> usize {
+        self.base
+    }
+
+    /// Length of the heap's range.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always false.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// The page size of the heap's extents.
+    pub fn unit(&self) -> usize {
+        self.unit
+    }
+
+    /// The tiered region behind the heap, if tiered.
+    pub fn region(&self) -> Option<&Region> {
+        match &self.backing {
+            Backing::Tiered(r) => Some(r),
+            Backing::Huge(_) => None,
+        }
+    }
+
+    fn arena_of(&self, addr: usize) -> usize {
+        let off = addr - self.base;
+        let half = self.len / 2 / self.unit * self.unit;
+        if off < half {
+            0
+        } else {
+            (1 + (off - half) / self.slice.max(1)).min(self.arenas.len() - 1)
+        }
+    }
+
+    fn lock(&self, k: usize) -> std::sync::MutexGuard<'_, Extents> {
+        self.arenas[k].lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Allocates `size` bytes aligned to `align` (a power of two); the
+    /// memory reads as zeros. None when the heap is full.
+    pub fn alloc(&self, size: usize, align: usize) -> Option<usize> {
+        let n = self.arenas.len() - 1;
+        let first = if size >= self.large {
+            0
+        } else {
+            1 + tiermem_sys::thread::current_cpu().unwrap_or(0) % n
+        };
+        let _blocked = tiermem_sys::signal::AsyncSignalsBlocked::new();
+        // The chosen arena, then the others.
+        for k in (0..=n).map(|i| (first + i) % (n + 1)) {
+            let got = self.lock(k).alloc(size, align);
+            if let Some((addr, len)) = got {
+                if self.back(addr, len) {
+                    return Some(addr);
+                }
+                self.lock(k).free(addr);
+                return None;
+            }
+        }
+        None
+    }
+
+    /// Makes `[addr, addr + len)` usable and zero (huge backing: maps the
+    /// huge pages it needs, zeroes what a freed neighbour left).
+    fn back(&self, addr: usize, len: usize) -> bool {
+        match &self.backing {
+            Backing::Tiered(_) => true,
+            Backing::Huge(h) => h.back(addr, len),
+        }
+    }
+
+    /// Frees the allocation at `addr`. False if the heap did not hand it
+    /// out (a double free, or an address inside an allocation).
+    pub fn free(&self, addr: usize) -> bool {
+        if !self.contains(addr) {
+            return false;
+        }
+        let _blocked = tiermem_sys::signal::AsyncSignalsBlocked::new();
+        let k = self.arena_of(addr);
+        let Some(len) = self.lock(k).free(addr) else {
+            return false;
+        };
+        self.release(addr, len);
+        true
+    }
+
+    /// Gives the memory of a freed range back (it reads as zeros next time).
+    fn release(&self, addr: usize, len: usize) {
+        match &self.backing {
+            Backing::Tiered(r) => {
+                let _ = r.discard(addr - self.base, len);
+            }
+            Backing::Huge(h) => h.release(addr, len),
+        }
+    }
+
+    /// Bytes usable at `addr` (an address the heap handed out).
+    pub fn usable_size(&self, addr: usize) -> Option<usize> {
+        if !self.contains(addr) {
+            return None;
+        }
+        self.lock(self.arena_of(addr)).len_of(addr)
+    }
+
+    /// The allocation containing `addr`: its start and length.
+    pub fn allocation_containing(&self, addr: usize) -> Option<(usize, usize)> {
+        if !self.contains(addr) {
+            return None;
+        }
+        self.lock(self.arena_of(addr)).containing(addr)
+    }
+
+    /// Resizes the allocation at `addr` to `size` bytes without moving it,
+    /// if the space after it is free (or it shrinks). True on success.
+    pub fn resize_in_place(&self, addr: usize, size: usize) -> bool {
+        if !self.contains(addr) {
+            return false;
+        }
+        let _blocked = tiermem_sys::signal::AsyncSignalsBlocked::new();
+        let k = self.arena_of(addr);
+        let r = self.lock(k).resize_in_place(addr, size);
+        match r {
+            Some((old, new)) if new < old => {
+                self.release(addr + new, old - new);
+                true
+            }
+            Some((old, new)) if new > old => {
+                if self.back(addr + old, new - old) {
+                    true
+                } else {
+                    self.lock(k).resize_in_place(addr, old);
+                    false
+                }
+            }
+            Some(_) => true,
+            None => false,
+        }
+    }
+
+    /// Drops the contents of `[addr, addr + len)` inside an allocation
+    /// (whole pages only; `madvise(MADV_DONTNEED)` and partial `munmap` of
+    /// heap memory): it reads as zeros afterwards.
+    pub fn discard(&self, addr: usize, len: usize) {
+        let a = addr.next_multiple_of(self.unit);
+        let b = (addr + len) / self.unit * self.unit;
+        if b > a && self.contains(a) && self.contains(b - 1) {
+            self.release(a, b - a);
+        }
+    }
+
+    /// What the heap holds now.
+    pub fn stats(&self) -> HeapStats {
+        let mut s = HeapStats::default();
+        for k in 0..self.arenas.len() {
+            let g = self.lock(k);
+            s.allocated_bytes += g.used_bytes as u64;
+            s.allocations += g.count() as u64;
+        }
+        match &self.backing {
+            Backing::Tiered(r) => s.region = Some(r.stats()),
+            Backing::Huge(h) => s.huge = Some(h.stats()),
+        }
+        s
+    }
+
+    /// The page size used (tiered) or tried first (huge).
+    pub fn page_size(&self) -> PageSize {
+        match &self.backing {
+            Backing::Tiered(r) => r.config().page_size,
+            Backing::Huge(h) => h.first_kind().page_size(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tiered(virt: u64, near: u64) -> Heap {
+        Heap::new(HeapConfig::tiered(Config::new(virt, near))).unwrap()
+    }
+
+    #[test]
+    fn allocations_are_zero_disjoint_and_reusable() {
+        let h = tiered(64 << 20, 8 << 20);
+        let sizes = [100 << 10, 3 << 20, 1 << 20, 8 << 20, 5000];
+        let ptrs: Vec<usize> = sizes.iter().map(|&s| h.alloc(s, 64).unwrap()).collect();
+        let r = h.region().unwrap();
+        let w = r.as_atomic_u64();
+        for (&p, &s) in ptrs.iter().zip(&sizes) {
+            assert!(h.contains(p) && p % 4096 == 0);
+            assert!(h.usable_size(p).unwrap() >= s);
+            let first = (p - h.base()) / 8;
+            for i in (first..first + s / 8).step_by(512) {
+                assert_eq!(w[i].load(std::sync::atomic::Ordering::Relaxed), 0);
+                w[i].store(0xdead, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        let mut sorted: Vec<(usize, usize)> = ptrs.iter().zip(&sizes).map(|(&p, &s)| (p, s)).collect();
+        sorted.sort();
+        for pair in sorted.windows(2) {
+            assert!(pair[0].0 + pair[0].1 <= pair[1].0, "overlap {pair:?}");
+        }
+        for &p in &ptrs {
+            assert!(h.free(p));
+            assert!(!h.free(p), "double free refused");
+        }
+        // Freed memory comes back zeroed.
+        let p = h.alloc(3 << 20, 4096).unwrap();
+        let first = (p - h.base()) / 8;
+        assert!((first..first + (3 << 20) / 8)
+            .step_by(512)
+            .all(|i| w[i].load(std::sync::atomic::Ordering::Relaxed) == 0));
+        assert_eq!(h.stats().allocations, 1);
+    }
+
+    #[test]
+    fn resize_in_place_keeps_contents() {
+        let h = tiered(64 << 20, 64 << 20);
+        let p = h.alloc(1 << 20, 4096).unwrap();
+        let w = h.region().unwrap().as_atomic_u64();
+        let i = (p - h.base()) / 8;
+        w[i].store(7, std::sync::atomic::Ordering::Relaxed);
+        assert!(h.resize_in_place(p, 2 << 20));
+        assert_eq!(h.usable_size(p), Some(2 << 20));
+        assert_eq!(w[i].load(std::sync::atomic::Ordering::Relaxed), 7);
+        assert!(h.resize_in_place(p, 4096));
+        assert_eq!(h.usable_size(p), Some(4096));
+        assert!(!h.free(p + 4096));
+        assert!(h.free(p));
+    }
+
+    /// The huge backing falls back when the pool is short, and memory it
+    /// hands out is zero also after a neighbour sharing its page was freed.
+    #[test]
+    fn huge_heap_falls_back_and_zeroes() {
+        use std::sync::atomic::Ordering::Relaxed;
+        let free_1g = crate::hugepages::pool(tiermem_sys::hugetlb::HugePageSize::Size1G).free;
+        let h = Heap::new(HeapConfig::huge(4 << 30, HugeKind::Huge1G)).unwrap();
+        let Backing::Huge(space) = &h.backing else {
+            unreachable!()
+        };
+        let w = space.atomics();
+        let word = |addr: usize| &w[(addr - h.base()) / 8];
+        let a = h.alloc(3 << 20, 4096).unwrap();
+        let b = h.alloc(5 << 20, 4096).unwrap();
+        let s = h.stats().huge.unwrap();
+        if free_1g == 0 {
+            assert!(s.fallbacks > 0, "{s:?}");
+        }
+        assert!(
+            s.bytes_1g + s.bytes_2m + s.bytes_thp + s.bytes_4k >= 1 << 30,
+            "{s:?}"
+        );
+        for p in [a, b] {
+            for off in (0..3 << 20).step_by(4096) {
+                word(p + off).store(0xfeed, Relaxed);
+            }
+        }
+        assert!(h.free(a));
+        // a's range shares pages with b: it comes back zeroed.
+        let c = h.alloc(3 << 20, 4096).unwrap();
+        assert!((0..3 << 20)
+            .step_by(4096)
+            .all(|off| word(c + off).load(Relaxed) == 0));
+        assert_eq!(word(b).load(Relaxed), 0xfeed, "the neighbour is intact");
+        assert!(h.free(b) && h.free(c));
+        assert_eq!(h.stats().allocations, 0);
+    }
+
+    #[test]
+    fn threads_allocate_and_free_concurrently() {
+        let h = tiered(256 << 20, 32 << 20);
+        std::thread::scope(|s| {
+            for t in 0..4usize {
+                let h = &h;
+                s.spawn(move || {
+                    let mut live = Vec::new();
+                    for k in 0..400usize {
+                        let size = ((k * 7919 + t * 13) % 64 + 1) * 4096;
+                        let p = h.alloc(size, 4096).expect("room");
+                        live.push(p);
+                        if k % 3 == 0 {
+                            let q = live.swap_remove((k * 31) % live.len());
+                            assert!(h.free(q));
+                        }
+                    }
+                    for p in live {
+                        assert!(h.free(p));
+                    }
+                });
+            }
+        });
+        assert_eq!(h.stats().allocated_bytes, 0);
+    }
+}
