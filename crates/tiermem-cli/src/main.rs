@@ -15,6 +15,7 @@ mod common;
 mod env;
 mod hugepages;
 mod info;
+mod run;
 
 #[derive(Parser)]
 #[command(
@@ -46,6 +47,9 @@ enum Cmd {
     /// Benchmarks.
     #[command(subcommand)]
     Bench(bench::Bench),
+    /// Runs an unmodified program with its heap tiered over a near budget
+    /// (--near 8G) or on huge pages (--page-size 2m|1g).
+    Run(Box<run::RunArgs>),
 }
 
 fn main() {
@@ -55,6 +59,7 @@ fn main() {
         Cmd::Env => env::run(),
         Cmd::Hugepages { action } => hugepages::run(action),
         Cmd::Bench(b) => bench::run(b),
+        Cmd::Run(a) => run::run(*a),
     };
     if let Err(e) = r {
         eprintln!("tiermem: {e}");

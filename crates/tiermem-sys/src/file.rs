@@ -210,7 +210,7 @@ pub fn cached_pages(fd: BorrowedFd<'_>, offset: u64, len: usize) -> Result<usize
     let n = len.div_ceil(page);
     // SAFETY: a fresh read-only shared mapping at a kernel-chosen address.
     let p = unsafe {
-        libc::mmap(
+        crate::raw::mmap(
             std::ptr::null_mut(),
             n * page,
             libc::PROT_READ,
@@ -227,7 +227,7 @@ pub fn cached_pages(fd: BorrowedFd<'_>, offset: u64, len: usize) -> Result<usize
     let r = unsafe { libc::mincore(p, n * page, vec.as_mut_ptr()) };
     let e = Errno::last();
     // SAFETY: unmapping the mapping made above, which nothing references.
-    unsafe { libc::munmap(p, n * page) };
+    unsafe { crate::raw::munmap(p, n * page) };
     if r != 0 {
         return Err(e);
     }

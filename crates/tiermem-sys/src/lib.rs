@@ -18,6 +18,7 @@
 //! - [`signal`]: in-context SIGBUS/SIGSEGV fault callbacks;
 //! - [`process`]: worker processes (fork, wait, kill, `_exit`);
 //! - [`ranges`]: a table of address ranges searchable from signal handlers;
+//! - [`raw`]: memory-management system calls that bypass the C library;
 //! - [`seccomp`]: trapping system calls on buffers in a window (SIGSYS);
 //! - [`splice`]: a pipe of page references for team-mode eviction;
 //! - [`thread`]: thread ids, CPUs, affinity, futexes, fork generation;
@@ -39,6 +40,7 @@ pub mod pagemap;
 pub mod probe;
 pub mod process;
 pub mod ranges;
+pub mod raw;
 pub mod seccomp;
 pub mod signal;
 pub mod splice;

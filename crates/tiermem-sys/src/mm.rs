@@ -282,7 +282,7 @@ impl Mapping {
         // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping;
         // the result is checked below.
         let p = unsafe {
-            libc::mmap(
+            crate::raw::mmap(
                 addr as *mut libc::c_void,
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
@@ -300,7 +300,7 @@ impl Mapping {
         if p as usize != addr {
             // Very old kernels ignore the flag and treat it as a hint.
             // SAFETY: the mapping just made, at the address returned.
-            unsafe { libc::munmap(p, len) };
+            unsafe { crate::raw::munmap(p, len) };
             return Err(MmError::Map {
                 len,
                 errno: Errno(libc::EEXIST),
@@ -349,7 +349,7 @@ impl Mapping {
             // SAFETY: a fresh mapping at a kernel-chosen address touches no
             // existing memory; the result is checked below.
             let p = unsafe {
-                libc::mmap(
+                crate::raw::mmap(
                     std::ptr::null_mut(),
                     len,
                     prot,
@@ -400,7 +400,7 @@ impl Mapping {
         // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping;
         // the result is checked below.
         let p = unsafe {
-            libc::mmap(
+            crate::raw::mmap(
                 at as *mut libc::c_void,
                 len,
                 prot,
@@ -418,7 +418,7 @@ impl Mapping {
         if p as usize != at {
             // Kernels before 4.17 take the flag as a hint.
             // SAFETY: the mapping just made, at the address returned.
-            unsafe { libc::munmap(p, len) };
+            unsafe { crate::raw::munmap(p, len) };
             return Err(MmError::Map {
                 len,
                 errno: Errno(libc::EEXIST),
@@ -440,7 +440,7 @@ impl Mapping {
         let span = len + align;
         // SAFETY: a fresh PROT_NONE reservation at a kernel-chosen address.
         let res = unsafe {
-            libc::mmap(
+            crate::raw::mmap(
                 std::ptr::null_mut(),
                 span,
                 libc::PROT_NONE,
@@ -461,7 +461,7 @@ impl Mapping {
         // which no one else knows about, so MAP_FIXED replaces only our own
         // PROT_NONE pages.
         let p = unsafe {
-            libc::mmap(
+            crate::raw::mmap(
                 start as *mut libc::c_void,
                 len,
                 prot,
@@ -475,16 +475,16 @@ impl Mapping {
         // [start, start+len).
         unsafe {
             if start > base {
-                libc::munmap(base as *mut libc::c_void, start - base);
+                crate::raw::munmap(base as *mut libc::c_void, start - base);
             }
             let end = start + len;
             if base + span > end {
-                libc::munmap(end as *mut libc::c_void, base + span - end);
+                crate::raw::munmap(end as *mut libc::c_void, base + span - end);
             }
         }
         if p == libc::MAP_FAILED {
             // SAFETY: the middle of our own reservation.
-            unsafe { libc::munmap(start as *mut libc::c_void, len) };
+            unsafe { crate::raw::munmap(start as *mut libc::c_void, len) };
             return Err(MmError::Map { len, errno });
         }
         Ok(p as *mut u8)
@@ -744,7 +744,7 @@ impl Mapping {
         // SAFETY: the range is inside our mapping; the advice kinds accepted
         // here either change no contents or are discard(), whose callers own
         // the contents.
-        let r = unsafe { libc::madvise(self.as_ptr().add(offset).cast(), len, advice.raw()) };
+        let r = unsafe { crate::raw::madvise(self.as_ptr().add(offset).cast(), len, advice.raw()) };
         check(r)
             .map(|_| ())
             .map_err(|errno| MmError::Advise { advice, len, errno })
@@ -774,7 +774,7 @@ impl Mapping {
         self.check_range(offset, len);
         // SAFETY: the range is inside our mapping; changing protection never
         // changes contents.
-        let r = unsafe { libc::mprotect(self.as_ptr().add(offset).cast(), len, prot.raw()) };
+        let r = unsafe { crate::raw::mprotect(self.as_ptr().add(offset).cast(), len, prot.raw()) };
         check(r)
             .map(|_| ())
             .map_err(|errno| MmError::Protect { len, errno })
@@ -792,7 +792,15 @@ impl Mapping {
         }
         // SAFETY: we own the mapping exclusively (&mut self, &mut user), so no
         // reference into it survives the move.
-        let p = unsafe { libc::mremap(self.as_ptr().cast(), self.len, new_len, libc::MREMAP_MAYMOVE) };
+        let p = unsafe {
+            crate::raw::mremap(
+                self.as_ptr().cast(),
+                self.len,
+                new_len,
+                libc::MREMAP_MAYMOVE,
+                std::ptr::null_mut(),
+            )
+        };
         if p == libc::MAP_FAILED {
             return Err(MmError::Remap {
                 new_len,
@@ -837,7 +845,7 @@ impl Mapping {
         // DONTUNMAP leaves our own range mapped; the contents `dst` shows
         // change only to equal bytes (caller's protocol, see above).
         let p = unsafe {
-            libc::mremap(
+            crate::raw::mremap(
                 self.as_ptr().add(offset).cast(),
                 len,
                 len,
@@ -880,7 +888,7 @@ impl Mapping {
         // SAFETY: the range is inside our mapping; populating changes no
         // contents (missing pages read as zeros before and after).
         let r = unsafe {
-            libc::madvise(
+            crate::raw::madvise(
                 self.as_ptr().add(offset).cast(),
                 len,
                 crate::uapi::MADV_POPULATE_WRITE,
@@ -920,7 +928,7 @@ impl Mapping {
         // protocol that says what the new bytes are (the SVM's modes), as
         // with `move_pages_to`.
         let p = unsafe {
-            libc::mmap(
+            crate::raw::mmap(
                 self.as_ptr().add(offset).cast(),
                 len,
                 prot.raw(),
@@ -1016,7 +1024,7 @@ impl Drop for Mapping {
             }
         }
         // SAFETY: we own the range; every borrow of it has ended.
-        unsafe { libc::munmap(self.as_ptr().cast(), self.len) };
+        unsafe { crate::raw::munmap(self.as_ptr().cast(), self.len) };
     }
 }
 

@@ -196,6 +196,63 @@ pub fn exit_now(code: i32) -> ! {
     unsafe { libc::_exit(code) }
 }
 
+/// Blocks `signals` in the calling thread (and the threads it creates
+/// later) and starts a thread that passes each one that arrives on to
+/// `pid` (a launcher forwarding what a batch system sends it). Children
+/// started afterwards get an empty mask (Rust's `Command` resets it).
+pub fn forward_signals(pid: u32, signals: &[i32]) -> std::io::Result<()> {
+    // SAFETY: plain data, initialised by sigemptyset/sigaddset.
+    let set = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for &s in signals {
+            libc::sigaddset(&mut set, s);
+        }
+        set
+    };
+    // SAFETY: a valid set; blocks them so that only sigwait sees them.
+    unsafe { crate::signal::raw_sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    std::thread::Builder::new()
+        .name("tiermem-forward".into())
+        .spawn(move || loop {
+            let mut sig = 0;
+            // SAFETY: a valid set and out-parameter.
+            if unsafe { libc::sigwait(&set, &mut sig) } == 0 {
+                let _ = kill(pid, sig);
+            }
+        })
+        .map(|_| ())
+}
+
+/// Ignores `signals` in this process (a launcher whose child receives
+/// them from the terminal directly, as `system()` does).
+pub fn ignore_signals(signals: &[i32]) {
+    for &s in signals {
+        // SAFETY: SIG_IGN for a catchable signal.
+        unsafe { libc::signal(s, libc::SIG_IGN) };
+    }
+}
+
+/// Ends this process the way a child ended: with its exit code, or killed
+/// by the same signal (default action, core dump included).
+pub fn exit_like(status: std::process::ExitStatus) -> ! {
+    use std::os::unix::process::ExitStatusExt;
+    if let Some(sig) = status.signal() {
+        // SAFETY: restoring the default action, unblocking and raising the
+        // signal ends the process with it (for every signal that kills).
+        unsafe {
+            libc::signal(sig, libc::SIG_DFL);
+            let mut one: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut one);
+            libc::sigaddset(&mut one, sig);
+            crate::signal::raw_sigprocmask(libc::SIG_UNBLOCK, &one, std::ptr::null_mut());
+            libc::raise(sig);
+        }
+        std::process::exit(128 + sig);
+    }
+    std::process::exit(status.code().unwrap_or(1))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

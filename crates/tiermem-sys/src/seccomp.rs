@@ -15,6 +15,12 @@
 //! address the filter always allows; its result is returned to the program
 //! as if the call had run normally.
 //!
+//! The trampoline is copied to a fixed address ([`install`]'s
+//! `trampoline_at`), the same in every program image: a filter survives
+//! `execve`, and one loaded by a previous image of the process (a wrapper
+//! script that `exec`s the real program) must let the new image's calls
+//! through too.
+//!
 //! The call runs under the program's own signal mask (its handlers can
 //! interrupt a blocking call, which restarts or fails with `EINTR` exactly
 //! as it would have), except that glibc's cancellation signal stays blocked
@@ -79,9 +85,7 @@ impl TrappedSyscall<'_> {
         if !interruptible {
             // SAFETY: the trampoline makes the call the program asked for
             // (or the callback's bounded version of it).
-            return unsafe {
-                tiermem_trap_syscall6(nr, args[0], args[1], args[2], args[3], args[4], args[5])
-            };
+            return unsafe { call_trampoline(nr, args) };
         }
         let mut mask = self.ctx.uc_sigmask;
         crate::signal::strip_fault_signals(&mut mask);
@@ -98,7 +102,7 @@ impl TrappedSyscall<'_> {
         // the program asked for (or the callback's bounded version of it).
         unsafe {
             raw_sigprocmask(libc::SIG_SETMASK, &mask, std::ptr::null_mut());
-            let r = tiermem_trap_syscall6(nr, args[0], args[1], args[2], args[3], args[4], args[5]);
+            let r = call_trampoline(nr, args);
             raw_sigprocmask(libc::SIG_BLOCK, &blocked, std::ptr::null_mut());
             r
         }
@@ -153,13 +157,96 @@ extern "C" {
 /// As for the system call made.
 pub(crate) unsafe fn untrapped_syscall(nr: i64, args: [u64; 6]) -> i64 {
     // SAFETY: forwarded from the caller.
-    let r = unsafe { tiermem_trap_syscall6(nr, args[0], args[1], args[2], args[3], args[4], args[5]) };
+    let r = unsafe { call_trampoline(nr, args) };
     if (-4095..0).contains(&r) {
         // SAFETY: errno is thread-local and always valid.
         unsafe { *libc::__errno_location() = -r as i32 };
         return -1;
     }
     r
+}
+
+/// The trampoline's copy at the fixed address (0: not made yet; the
+/// linked one serves, as no filter of this image exists yet).
+static TRAMPOLINE: AtomicUsize = AtomicUsize::new(0);
+
+type Syscall6 = unsafe extern "C" fn(i64, u64, u64, u64, u64, u64, u64) -> i64;
+
+/// Calls the trampoline: the fixed copy once it exists.
+///
+/// # Safety
+/// As for the system call made.
+unsafe fn call_trampoline(nr: i64, a: [u64; 6]) -> i64 {
+    // Acquire: the copy's bytes are in place before its address is seen.
+    let f = match TRAMPOLINE.load(Ordering::Acquire) {
+        0 => tiermem_trap_syscall6 as Syscall6,
+        // SAFETY: TRAMPOLINE holds the address of an executable copy of
+        // tiermem_trap_syscall6 (position-independent code).
+        p => unsafe { std::mem::transmute::<usize, Syscall6>(p) },
+    };
+    // SAFETY: forwarded from the caller.
+    unsafe { f(nr, a[0], a[1], a[2], a[3], a[4], a[5]) }
+}
+
+/// Copies the trampoline to `at` (one page, mapped read-only and
+/// executable), or checks that an earlier copy is there (a `fork`ed child
+/// inherits it). Returns the address the filter must allow: the
+/// instruction after the copy's `syscall`.
+fn place_trampoline(at: usize) -> Result<u64, TrapError> {
+    let start = tiermem_trap_syscall6 as *const () as usize;
+    // Taking the addresses of the symbols defined in global_asm above.
+    let ret = std::ptr::addr_of!(tiermem_trap_syscall_return) as usize;
+    let len = ret + 1 - start; // the code through the final `ret`
+                               // SAFETY: `start..start + len` is the trampoline's code in our text.
+    let code = unsafe { std::slice::from_raw_parts(start as *const u8, len) };
+    let page = crate::mm::base_page_size();
+    // SAFETY: a fresh private page at a fixed address, never over another
+    // mapping (MAP_FIXED_NOREPLACE); checked below.
+    let p = unsafe {
+        crate::raw::mmap(
+            at as *mut libc::c_void,
+            page,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+            -1,
+            0,
+        )
+    };
+    if p as usize == at {
+        // SAFETY: our fresh page, writable, at least `len` bytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(code.as_ptr(), at as *mut u8, len);
+            if crate::raw::mprotect(p, page, libc::PROT_READ | libc::PROT_EXEC) != 0 {
+                return Err(TrapError::Sys {
+                    what: "making the trampoline executable",
+                    errno: Errno::last(),
+                });
+            }
+        }
+    } else {
+        if p != libc::MAP_FAILED {
+            // SAFETY: the mapping just made elsewhere (an old kernel took
+            // the flag as a hint).
+            unsafe { crate::raw::munmap(p, page) };
+        }
+        // Already there (a forked child's inherited copy)? It must be ours.
+        // SAFETY: reading `len` bytes at `at` only if mincore says mapped.
+        let mapped = unsafe {
+            let mut v = 0u8;
+            libc::mincore(at as *mut libc::c_void, page, &mut v) == 0
+        };
+        // SAFETY: mapped per mincore; comparing bytes only.
+        let same = mapped && unsafe { std::slice::from_raw_parts(at as *const u8, len) } == code;
+        if !same {
+            return Err(TrapError::Sys {
+                what: "placing the trampoline (its fixed address is taken)",
+                errno: Errno(libc::EEXIST),
+            });
+        }
+    }
+    // Release: pairs with call_trampoline's Acquire.
+    TRAMPOLINE.store(at, Ordering::Release);
+    Ok((at + (ret - start)) as u64)
 }
 
 static CALLBACK: AtomicUsize = AtomicUsize::new(0);
@@ -186,9 +273,16 @@ pub enum TrapError {
 }
 
 /// Loads the filter (for every thread of the process) and the SIGSYS
-/// handler, once per process. A second call with the same window is a
-/// no-op (the callback is replaced).
-pub fn install(window: Window, rules: &[TrapRule], callback: TrapCallback) -> Result<(), TrapError> {
+/// handler, once per process image, with the trampoline copied to
+/// `trampoline_at` (a page-aligned address that nothing else maps, the same
+/// in every image). A second call with the same window is a no-op (the
+/// callback is replaced).
+pub fn install(
+    window: Window,
+    trampoline_at: usize,
+    rules: &[TrapRule],
+    callback: TrapCallback,
+) -> Result<(), TrapError> {
     if window.lo >= window.hi || window.lo % (1 << 32) != 0 || window.hi % (1 << 32) != 0 {
         return Err(TrapError::BadWindow(window.lo, window.hi));
     }
@@ -200,8 +294,9 @@ pub fn install(window: Window, rules: &[TrapRule], callback: TrapCallback) -> Re
         Some(_) => return Err(TrapError::OtherWindow),
         None => {}
     }
+    let ip = place_trampoline(trampoline_at)?;
     install_handler()?;
-    let prog = filter(window, rules);
+    let prog = filter(window, ip, rules);
     load(&prog)?;
     *g = Some(window);
     Ok(())
@@ -287,9 +382,7 @@ impl Asm {
     }
 }
 
-fn filter(window: Window, rules: &[TrapRule]) -> Vec<SockFilter> {
-    // Taking the address of the symbol defined in global_asm above.
-    let ip = std::ptr::addr_of!(tiermem_trap_syscall_return) as u64;
+fn filter(window: Window, ip: u64, rules: &[TrapRule]) -> Vec<SockFilter> {
     let mut a = Asm {
         code: Vec::new(),
         fixups: Vec::new(),
@@ -457,6 +550,7 @@ mod tests {
         };
         let p = filter(
             w,
+            0x10ff_ffe0_0000,
             &[
                 TrapRule {
                     nr: libc::SYS_read,
@@ -476,7 +570,7 @@ mod tests {
         );
         assert!(p.len() < 64);
         assert!(matches!(
-            install(Window { lo: 5, hi: 1 << 33 }, &[], |_| {}),
+            install(Window { lo: 5, hi: 1 << 33 }, 0, &[], |_| {}),
             Err(TrapError::BadWindow(..))
         ));
     }

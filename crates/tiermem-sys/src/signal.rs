@@ -421,7 +421,7 @@ mod tests {
         }
         // SAFETY: test code; mprotect of our own page is async-signal-safe.
         unsafe {
-            libc::mprotect(
+            crate::raw::mprotect(
                 base as *mut libc::c_void,
                 4096,
                 libc::PROT_READ | libc::PROT_WRITE,

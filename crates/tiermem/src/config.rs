@@ -504,6 +504,21 @@ pub enum ConfigError {
     },
 }
 
+/// A size (`8G`), or a percentage of `total` (`50%`).
+pub fn parse_share(v: &str, total: u64) -> Result<u64, String> {
+    if let Some(p) = v.trim().strip_suffix('%') {
+        let p: f64 = p
+            .trim()
+            .parse()
+            .map_err(|_| format!("{v:?} is not a percentage"))?;
+        if !(p > 0.0 && p <= 100.0) {
+            return Err(format!("{v:?}: a percentage must be above 0 and at most 100"));
+        }
+        return Ok((total as f64 * p / 100.0) as u64);
+    }
+    parse_size(v)
+}
+
 /// Parses `4096`, `4K`, `512M`, `1G`, `2T`, `1.5G`, `64KiB` (binary units).
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();

@@ -37,6 +37,10 @@ pub(crate) const WINDOW: Window = Window {
     hi: 0x5100_0000_0000,
 };
 
+/// Where the trap's trampoline lives in every tiermem process image: the
+/// 2 MiB below the window.
+const TRAMPOLINE_AT: usize = WINDOW.lo as usize - (2 << 20);
+
 /// A trapped call: its buffer and length arguments, whether the kernel
 /// writes the buffer, and whether it has a file offset argument (3).
 #[derive(Clone, Copy)]
@@ -82,7 +86,7 @@ pub(crate) fn active(mode: KernelAccess) -> bool {
                 buffer_arg: r.buf,
             })
             .collect();
-        match seccomp::install(WINDOW, &rules, on_trap) {
+        match seccomp::install(WINDOW, TRAMPOLINE_AT, &rules, on_trap) {
             Ok(()) => true,
             Err(e) => {
                 eprintln!(

@@ -178,6 +178,8 @@ pub(crate) struct Stats {
     pub(crate) thp_collapses: AtomicU64,
     pub(crate) thp_moves: AtomicU64,
     pub(crate) thp_collapse_failures: AtomicU64,
+    /// Most pages resident at once (the near high-water mark).
+    pub(crate) resident_peak: AtomicU64,
     cost_ns: [AtomicU64; 5],
     mover_cost_ns: [AtomicU64; 5],
     fault_ns: AtomicU64,
@@ -215,6 +217,7 @@ impl Stats {
             thp_collapses: AtomicU64::new(0),
             thp_moves: AtomicU64::new(0),
             thp_collapse_failures: AtomicU64::new(0),
+            resident_peak: AtomicU64::new(0),
             cost_ns: Default::default(),
             mover_cost_ns: Default::default(),
             fault_ns: AtomicU64::new(0),
@@ -332,6 +335,7 @@ impl Stats {
             io_errors: ld(&self.io_errors),
             poisoned_pages: ld(&self.poisoned),
             resident_bytes: (resident_pages * page_bytes) as u64,
+            resident_peak_bytes: ld(&self.resident_peak).max(resident_pages as u64) * page_bytes as u64,
             fault_ns_total: ld(&self.fault_ns),
             fault_latency: Latency {
                 count,
@@ -435,6 +439,9 @@ pub struct RegionStats {
     pub poisoned_pages: u64,
     /// Bytes resident now.
     pub resident_bytes: u64,
+    /// Most bytes resident at once since creation (the near high-water
+    /// mark; not reset with the other counters).
+    pub resident_peak_bytes: u64,
     /// Total time inside the fault handler.
     pub fault_ns_total: u64,
     /// Fault service time percentiles.

@@ -280,6 +280,9 @@ impl RegionCore {
                     .compare_exchange_weak(r, r + 1, Ordering::Relaxed, Ordering::Relaxed)
                     .is_ok()
                 {
+                    self.stats
+                        .resident_peak
+                        .fetch_max(r as u64 + 1, Ordering::Relaxed);
                     if let Some(m) = &self.movers {
                         if self.budget_pages - r - 1 < m.low_free && !m.eviction_paused() {
                             m.wake();
@@ -445,6 +448,9 @@ impl RegionCore {
                 .compare_exchange_weak(r, r + take, Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
             {
+                self.stats
+                    .resident_peak
+                    .fetch_max((r + take) as u64, Ordering::Relaxed);
                 return take;
             }
         }

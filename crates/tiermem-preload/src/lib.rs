@@ -1,0 +1,119 @@
+//! tiermem's preload library (`libtiermem_preload.so`): tiers, or puts on
+//! huge pages, the memory of an unmodified program.
+//!
+//! ```sh
+//! tiermem run --near 8G -- ./solver input        # sets all of this up
+//! LD_PRELOAD=libtiermem_preload.so TIERMEM_NEAR=8G ./solver input
+//! ```
+//!
+//! At load time (a constructor, before the program's own) it reads the
+//! `TIERMEM_*` settings ([`settings`]) and reserves one heap
+//! ([`tiermem::heap::Heap`]): a tiered region with one near budget for the
+//! whole process (paper 1), or huge pages without tiering (paper 3). Then:
+//!
+//! - [`malloc`]: the whole allocation interface (`malloc`, `calloc`,
+//!   `realloc`, `free`, `posix_memalign`, `aligned_alloc`, `memalign`,
+//!   `valloc`, `pvalloc`, `malloc_usable_size`, `reallocarray`, their
+//!   `__libc_*` forms; C++ `new` reaches `malloc`) sends requests of at
+//!   least the threshold to the heap and everything else to the C library;
+//!   `free` tells them apart by address range, never by guess;
+//! - [`mmap`]: private anonymous `mmap`s of at least the threshold come
+//!   from the heap too, with `munmap`, `mremap` and `madvise(DONTNEED)`;
+//! - the signal interposers of `tiermem-interpose` keep SIGBUS/SIGSEGV
+//!   deliverable, and system calls on tiered buffers are served (the
+//!   kernel-access trap of the core);
+//! - at exit, [`report`] prints a summary and writes `TIERMEM_REPORT`.
+//!
+//! The library's own allocations (Rust's global allocator) go straight to
+//! the C library's allocator ([`libc_alloc`]), so nothing inside tiermem
+//! ever re-enters these interposers.
+
+// The C ABI is unsafe by nature: every exported function takes raw
+// pointers from C. Each block says what it relies on.
+#![allow(clippy::missing_safety_doc)]
+
+mod libc_alloc;
+pub mod malloc;
+pub mod mmap;
+mod report;
+pub mod settings;
+
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use tiermem::heap::Heap;
+
+#[global_allocator]
+static ALLOCATOR: libc_alloc::LibcAllocator = libc_alloc::LibcAllocator;
+
+/// The heap, once the constructor has built it (null before, and when
+/// transparent mode is off).
+static HEAP: AtomicPtr<Heap> = AtomicPtr::new(std::ptr::null_mut());
+/// Requests of at least this many bytes go to the heap (`usize::MAX`
+/// until the heap exists).
+static THRESHOLD: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+/// The heap if it exists.
+pub(crate) fn heap() -> Option<&'static Heap> {
+    // Acquire: pairs with the Release in `init`; the heap is fully built.
+    let p = HEAP.load(Ordering::Acquire);
+    // SAFETY: a non-null pointer is a leaked Box<Heap> that lives for the
+    // rest of the process (never freed: destructors may free after main).
+    unsafe { p.as_ref() }
+}
+
+/// The heap if a request of `size` bytes belongs there.
+pub(crate) fn heap_for(size: usize) -> Option<&'static Heap> {
+    if size < THRESHOLD.load(Ordering::Relaxed) {
+        return None;
+    }
+    heap()
+}
+
+/// The heap if `addr` lies in it.
+pub(crate) fn heap_of(addr: usize) -> Option<&'static Heap> {
+    heap().filter(|h| h.contains(addr))
+}
+
+extern "C" fn init() {
+    // Keep libtiermem-interpose's signal-mask interposers in this library.
+    tiermem_interpose::link();
+    let s = match settings::Settings::from_env() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("tiermem: {e}; running without tiermem");
+            return;
+        }
+    };
+    // A program another tiered program forked and exec'd is tiered only
+    // with TIERMEM_FOLLOW_EXEC; the signal interposers stay (harmless).
+    if !s.enabled || !(settings::is_root_process() || s.follow_exec) {
+        return;
+    }
+    match s.build_heap() {
+        Ok(h) => {
+            let h = Box::leak(Box::new(h));
+            // Release: the heap is fully built before any thread can see it.
+            HEAP.store(h, Ordering::Release);
+            THRESHOLD.store(s.threshold, Ordering::Release);
+            if s.verbose {
+                eprintln!(
+                    "tiermem: transparent heap at {:#x}, {} MiB, {}; requests of {} bytes and more",
+                    h.base(),
+                    h.len() >> 20,
+                    s.describe(),
+                    s.threshold
+                );
+            }
+        }
+        Err(e) => {
+            eprintln!("tiermem: cannot set up the heap: {e}; running without tiermem");
+            return;
+        }
+    }
+    report::at_exit(s);
+}
+
+/// Runs `init` before the program's own constructors (a preloaded
+/// library's initialisers run before the executable's).
+#[used]
+#[link_section = ".init_array"]
+static INIT: extern "C" fn() = init;
