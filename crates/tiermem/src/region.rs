@@ -48,6 +48,32 @@ pub struct Region {
     movers: Option<Movers>,
 }
 
+/// Near memory shared by several regions: each region made with
+/// [`Region::with_budget`] takes its slots from it, and evicts another
+/// member's pages when it has none of its own to give.
+#[derive(Clone)]
+pub struct NearBudget(Arc<crate::engine::budget::Budget>);
+
+impl NearBudget {
+    /// A budget of `bytes` of near memory.
+    pub fn new(bytes: u64) -> NearBudget {
+        NearBudget(crate::engine::budget::Budget::new(bytes))
+    }
+
+    /// The budget in bytes.
+    pub fn bytes(&self) -> u64 {
+        self.0.limit_bytes()
+    }
+}
+
+impl std::fmt::Debug for NearBudget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NearBudget")
+            .field("bytes", &self.bytes())
+            .finish()
+    }
+}
+
 /// How many pages are in each state.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct PageCensus {
@@ -68,16 +94,36 @@ pub struct PageCensus {
 impl Region {
     /// Creates a region with the far store its configuration names.
     pub fn new(config: Config) -> Result<Region, Error> {
-        Self::create(config, None)
+        Self::create(config, None, None)
+    }
+
+    /// Creates a region whose near memory comes from `budget`, shared with
+    /// the other regions made with it (`config.near_bytes` is then only
+    /// checked, not used): one budget for several ranges.
+    ///
+    /// ```no_run
+    /// use tiermem::{region::NearBudget, Config, Region};
+    /// let budget = NearBudget::new(256 << 20);
+    /// let a = Region::with_budget(Config::new(1 << 30, 256 << 20), &budget)?;
+    /// let b = Region::with_budget(Config::new(1 << 30, 256 << 20), &budget)?;
+    /// // a and b together keep at most 256 MiB resident.
+    /// # Ok::<(), tiermem::Error>(())
+    /// ```
+    pub fn with_budget(config: Config, budget: &NearBudget) -> Result<Region, Error> {
+        Self::create(config, None, Some(budget))
     }
 
     /// Creates a region over a far store built by the caller (a custom or
     /// fault-injecting store); `config.far` is ignored.
     pub fn with_store(config: Config, store: Box<dyn FarStore>) -> Result<Region, Error> {
-        Self::create(config, Some(store))
+        Self::create(config, Some(store), None)
     }
 
-    fn create(config: Config, store: Option<Box<dyn FarStore>>) -> Result<Region, Error> {
+    fn create(
+        config: Config,
+        store: Option<Box<dyn FarStore>>,
+        shared: Option<&NearBudget>,
+    ) -> Result<Region, Error> {
         config.validate()?;
         if let Err(e) = crate::hugepages::reserve_static(&config.reserve_huge_pages) {
             eprintln!("tiermem: warning: {e}");
@@ -148,8 +194,12 @@ impl Region {
                 store,
                 policy,
                 placement,
+                shared_budget: shared.map(|b| b.0.clone()),
             },
         )?);
+        if let Some(b) = shared {
+            b.0.join(&core);
+        }
         let routed = crate::fault::register(core.mapping.addr(), core.mapping.len(), core.clone())?;
         let handlers = if config.fault_path == FaultPath::HandlerThread {
             Some(HandlerThreads::start(

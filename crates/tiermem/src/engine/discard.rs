@@ -48,7 +48,7 @@ impl RegionCore {
                         let off = i * self.page_bytes;
                         if matches!(w.state(), PageState::Clean | PageState::Dirty) {
                             self.policy().on_remove(i, false);
-                            self.resident.fetch_sub(1, Ordering::Relaxed);
+                            self.release_slots(1);
                         }
                         if w.state() != PageState::Far {
                             // Drops the page or the poison marker.

@@ -326,7 +326,7 @@ impl RegionCore {
     /// write-protected, and its next write unprotects it again).
     fn publish_eviction(&self, run: &[(usize, PageWord)], dirty: &[bool], failed: &[bool]) {
         let evicted = failed.iter().filter(|&&f| !f).count();
-        self.resident.fetch_sub(evicted, Ordering::Relaxed);
+        self.release_slots(evicted);
         self.stats.evictions.fetch_add(evicted as u64, Ordering::Relaxed);
         if let Some(pf) = &self.prefetcher {
             let wasted = run

@@ -108,7 +108,7 @@ impl RegionCore {
                     }
                     Err(e) => {
                         self.store_failed(off as u64, OP_READ, &e);
-                        self.resident.fetch_sub(1, Ordering::Relaxed);
+                        self.release_slots(1);
                         return self.poison(i, w, server);
                     }
                 }
@@ -119,7 +119,7 @@ impl RegionCore {
             // Typically ENOMEM: the hugetlb pool ran dry.
             self.errors
                 .record(off as u64, OP_INSTALL, e.errno().map_or(0, |e| e.raw()));
-            self.resident.fetch_sub(1, Ordering::Relaxed);
+            self.release_slots(1);
             return self.poison(i, w, server);
         }
         // List the page before publishing it, so an evictor that pops it
@@ -271,26 +271,13 @@ impl RegionCore {
     fn reserve_slot(&self, timer: &mut FaultTimer) -> Result<(), NoRoom> {
         let mut stuck_since: Option<Instant> = None;
         loop {
-            let r = self.resident.load(Ordering::Relaxed);
-            if r < self.budget_pages {
-                // Relaxed: the counter is a budget, not a publication; page
-                // data is ordered by the page-state word.
-                if self
-                    .resident
-                    .compare_exchange_weak(r, r + 1, Ordering::Relaxed, Ordering::Relaxed)
-                    .is_ok()
-                {
-                    self.stats
-                        .resident_peak
-                        .fetch_max(r as u64 + 1, Ordering::Relaxed);
-                    if let Some(m) = &self.movers {
-                        if self.budget_pages - r - 1 < m.low_free && !m.eviction_paused() {
-                            m.wake();
-                        }
+            if self.take_slots(1) == 1 {
+                if let Some(m) = &self.movers {
+                    if self.free_slots() < m.low_free && !m.eviction_paused() {
+                        m.wake();
                     }
-                    return Ok(());
                 }
-                continue;
+                return Ok(());
             }
             if let Some(m) = self.movers.as_ref().filter(|m| !m.eviction_paused()) {
                 m.wake();
@@ -300,6 +287,7 @@ impl RegionCore {
                     stuck_since = None;
                     self.stats.inline_evictions.fetch_add(n as u64, Ordering::Relaxed);
                 }
+                Ok(_) if self.evict_elsewhere(timer) > 0 => stuck_since = None,
                 Ok(_) => {
                     // Every resident page is being filled by another thread
                     // right now: let them finish.
@@ -312,6 +300,23 @@ impl RegionCore {
                 Err(e) => return Err(NoRoom::Store(e)),
             }
         }
+    }
+
+    /// With a shared budget, evicts a batch of another region's pages when
+    /// this one has none to give. Returns pages evicted.
+    fn evict_elsewhere(&self, timer: &mut FaultTimer) -> usize {
+        for other in self.budget.others(self) {
+            if let Ok(n) = other.evict_batch(other.config.evict_batch_pages, timer) {
+                if n > 0 {
+                    other
+                        .stats
+                        .inline_evictions
+                        .fetch_add(n as u64, Ordering::Relaxed);
+                    return n;
+                }
+            }
+        }
+        0
     }
 
     /// Mover fill by frame recycling: copies the data of a run of owned
@@ -424,34 +429,23 @@ impl RegionCore {
     /// Takes up to `want` near slots for a mover, evicting to make room.
     fn reserve_up_to(&self, want: usize, timer: &mut FaultTimer) -> usize {
         loop {
-            let r = self.resident.load(Ordering::Relaxed);
-            let free = self.budget_pages.saturating_sub(r);
-            if free == 0 {
-                // A whole batch amortizes the unmap calls of long victim
-                // runs; while eviction is paused the victims are scattered
-                // (one shootdown per page), so evict only what is needed.
-                let batch = match &self.movers {
-                    Some(m) if !m.eviction_paused() => m.batch.max(want),
-                    _ => want,
-                };
-                match self.evict_batch_by(batch, timer, true).map(|e| e.pages) {
-                    Ok(n) if n > 0 => {
-                        self.stats.mover_evictions.fetch_add(n as u64, Ordering::Relaxed);
-                        continue;
-                    }
-                    _ => return 0,
-                }
+            let got = self.take_slots(want);
+            if got > 0 {
+                return got;
             }
-            let take = want.min(free);
-            if self
-                .resident
-                .compare_exchange_weak(r, r + take, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-            {
-                self.stats
-                    .resident_peak
-                    .fetch_max((r + take) as u64, Ordering::Relaxed);
-                return take;
+            // A whole batch amortizes the unmap calls of long victim runs;
+            // while eviction is paused the victims are scattered (one
+            // shootdown per page), so evict only what is needed.
+            let batch = match &self.movers {
+                Some(m) if !m.eviction_paused() => m.batch.max(want),
+                _ => want,
+            };
+            match self.evict_batch_by(batch, timer, true).map(|e| e.pages) {
+                Ok(n) if n > 0 => {
+                    self.stats.mover_evictions.fetch_add(n as u64, Ordering::Relaxed);
+                }
+                _ if self.evict_elsewhere(timer) > 0 => {}
+                _ => return 0,
             }
         }
     }
@@ -538,7 +532,7 @@ impl RegionCore {
                 self.pages.unlock(p, next);
                 installed += 1;
             } else {
-                self.resident.fetch_sub(1, Ordering::Relaxed);
+                self.release_slots(1);
                 self.pages.unlock(p, w);
             }
         }

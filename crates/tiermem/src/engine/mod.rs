@@ -30,6 +30,7 @@
 //! (near slots, fills and installs), `evict` (victim runs, write-back,
 //! publish), `discard` (discard and poison) and `errors` (the error log).
 
+pub(crate) mod budget;
 mod discard;
 mod errors;
 mod evict;
@@ -54,7 +55,7 @@ use mover::MoverShared;
 use prefetch::{Advice, Prefetcher};
 use ring::FrameRing;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use tiermem_sys::mm::Mapping;
 use tiermem_sys::pagemap::PagemapScanner;
 use tiermem_sys::uffd::{Registration, Uffd};
@@ -124,7 +125,12 @@ pub(crate) struct RegionCore {
     page_bytes: usize,
     page_shift: u32,
     pub(crate) pages: PageTable,
+    /// This region's share of the budget in its own pages (all of it when
+    /// the budget is shared): sizes mover batches and the pin allowance.
     budget_pages: usize,
+    /// The near budget, own or shared with other regions.
+    pub(crate) budget: Arc<budget::Budget>,
+    /// Pages of this region resident (or reserved for a fill).
     resident: AtomicUsize,
     /// Pages pinned by kernel-mode accesses (at most half the budget).
     pinned: AtomicUsize,
@@ -160,6 +166,17 @@ pub(crate) struct Parts {
     pub(crate) store: Box<dyn FarStore>,
     pub(crate) policy: Box<dyn Policy>,
     pub(crate) placement: Option<crate::kernel_access::Placement>,
+    /// A budget shared with other regions (None: the region's own, of
+    /// `near_bytes`).
+    pub(crate) shared_budget: Option<Arc<budget::Budget>>,
+}
+
+impl Drop for RegionCore {
+    fn drop(&mut self) {
+        // A shared budget outlives the region: give its pages' room back.
+        self.budget
+            .give_back(self.resident.load(Ordering::Relaxed), self.page_bytes);
+    }
 }
 
 impl RegionCore {
@@ -190,7 +207,11 @@ impl RegionCore {
         } else {
             None
         };
-        let mut budget = config.near_pages().max(1);
+        let shared = parts.shared_budget.clone();
+        let mut budget = match &shared {
+            Some(b) => ((b.limit_bytes() / page_bytes as u64) as usize).clamp(1, pages),
+            None => config.near_pages().max(1),
+        };
         // Frame recycling needs 4 KiB anonymous pages (UFFDIO_MOVE handles
         // neither hugetlb nor ranges frozen read-only by wp-async), and
         // takes its frames from the budget.
@@ -230,6 +251,7 @@ impl RegionCore {
             thp_staging,
             thp_stale: AtomicU64::new(0),
             budget_pages: budget,
+            budget: shared.unwrap_or_else(|| budget::Budget::new((budget * page_bytes) as u64)),
             ring,
             page_shift: page_bytes.trailing_zeros(),
             page_bytes,
@@ -401,8 +423,23 @@ impl RegionCore {
 
     /// Near slots free now.
     pub(crate) fn free_slots(&self) -> usize {
-        self.budget_pages
-            .saturating_sub(self.resident.load(Ordering::Relaxed))
+        self.budget.free(self.page_bytes)
+    }
+
+    /// Takes up to `n` near slots for this region; returns how many.
+    fn take_slots(&self, n: usize) -> usize {
+        let got = self.budget.take(n, self.page_bytes);
+        if got > 0 {
+            let r = self.resident.fetch_add(got, Ordering::Relaxed) + got;
+            self.stats.resident_peak.fetch_max(r as u64, Ordering::Relaxed);
+        }
+        got
+    }
+
+    /// Gives back `n` slots (pages that left, or fills that failed).
+    pub(crate) fn release_slots(&self, n: usize) {
+        self.resident.fetch_sub(n, Ordering::Relaxed);
+        self.budget.give_back(n, self.page_bytes);
     }
 
     /// A mover's staging buffer for file-store runs.

@@ -323,3 +323,44 @@ fn explicit_prefetch_and_advice() {
         .unwrap();
     r.advise(0, 32 * MIB as usize, tiermem::Advice::Normal).unwrap();
 }
+
+/// Two regions with one shared budget: together they never hold more than
+/// the budget, a region with nothing resident takes room from the other,
+/// and every word survives.
+#[test]
+fn shared_budget_holds_both_regions() {
+    use tiermem::region::NearBudget;
+    let budget = NearBudget::new(4 * MIB);
+    let mut a = Region::with_budget(Config::new(16 * MIB, 4 * MIB), &budget).unwrap();
+    let mut b = Region::with_budget(Config::new(8 * MIB, 4 * MIB), &budget).unwrap();
+    // a alone fills the whole budget.
+    for (i, x) in a.as_mut_slice::<u64>().iter_mut().enumerate() {
+        *x = mix(i as u64);
+    }
+    assert_eq!(a.stats().resident_bytes, 4 * MIB);
+    // b has nothing to evict: its faults evict a's pages.
+    for (i, x) in b.as_mut_slice::<u64>().iter_mut().enumerate() {
+        *x = mix(i as u64) ^ 0xb;
+    }
+    let (ra, rb) = (a.stats().resident_bytes, b.stats().resident_bytes);
+    assert!(ra + rb <= 4 * MIB, "{ra} + {rb} over the shared budget");
+    assert!(rb > 0 && a.stats().evictions > 0);
+    // Interleaved passes over both.
+    for pass in 0..2 {
+        for (i, x) in a.as_mut_slice::<u64>().iter().enumerate().step_by(97) {
+            assert_eq!(*x, mix(i as u64), "a pass {pass} word {i}");
+        }
+        for (i, x) in b.as_mut_slice::<u64>().iter().enumerate().step_by(89) {
+            assert_eq!(*x, mix(i as u64) ^ 0xb, "b pass {pass} word {i}");
+        }
+        let (ra, rb) = (a.stats().resident_bytes, b.stats().resident_bytes);
+        assert!(ra + rb <= 4 * MIB, "{ra} + {rb} over the shared budget");
+    }
+    // Dropping one region gives its share back: a can fill all of it.
+    drop(b);
+    for (i, x) in a.as_mut_slice::<u64>().iter().enumerate().step_by(512) {
+        assert_eq!(*x, mix(i as u64));
+    }
+    assert_eq!(a.stats().resident_bytes, 4 * MIB);
+    assert_eq!(budget.bytes(), 4 * MIB);
+}

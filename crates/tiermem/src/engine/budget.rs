@@ -1,0 +1,106 @@
+//! The near budget: a region's own, or one shared by several regions of a
+//! process (the transparent heap and the static arrays it takes over get
+//! one budget, as if they were one range).
+//!
+//! A region counts its resident pages itself and takes slots from the
+//! budget in bytes (regions of one budget may have different page sizes).
+//! When a shared budget is full and the faulting region has nothing it can
+//! evict, it evicts a batch of another member's pages, in its own thread:
+//! eviction is thread-safe, and a page being filled is never a victim, so
+//! two regions evicting each other cannot wait on each other.
+
+use super::RegionCore;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+/// Near memory available to one or several regions.
+pub(crate) struct Budget {
+    limit_bytes: u64,
+    used_bytes: AtomicU64,
+    /// Regions sharing it (empty for a region's own budget).
+    members: Mutex<Vec<Weak<RegionCore>>>,
+}
+
+impl Budget {
+    pub(crate) fn new(limit_bytes: u64) -> Arc<Budget> {
+        Arc::new(Budget {
+            limit_bytes,
+            used_bytes: AtomicU64::new(0),
+            members: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The limit in bytes.
+    pub(crate) fn limit_bytes(&self) -> u64 {
+        self.limit_bytes
+    }
+
+    /// Takes up to `n` slots of `page` bytes; returns how many it got.
+    pub(crate) fn take(&self, n: usize, page: usize) -> usize {
+        let mut used = self.used_bytes.load(Ordering::Relaxed);
+        loop {
+            let fit = (self.limit_bytes.saturating_sub(used) / page as u64) as usize;
+            let got = n.min(fit);
+            if got == 0 {
+                return 0;
+            }
+            // Relaxed: the counter is a budget, not a publication; page
+            // data is ordered by the page-state words.
+            match self.used_bytes.compare_exchange_weak(
+                used,
+                used + (got * page) as u64,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return got,
+                Err(now) => used = now,
+            }
+        }
+    }
+
+    /// Gives `n` slots of `page` bytes back.
+    pub(crate) fn give_back(&self, n: usize, page: usize) {
+        self.used_bytes.fetch_sub((n * page) as u64, Ordering::Relaxed);
+    }
+
+    /// Slots of `page` bytes free now.
+    pub(crate) fn free(&self, page: usize) -> usize {
+        (self
+            .limit_bytes
+            .saturating_sub(self.used_bytes.load(Ordering::Relaxed))
+            / page as u64) as usize
+    }
+
+    /// Adds a region to a shared budget.
+    pub(crate) fn join(&self, core: &Arc<RegionCore>) {
+        let mut m = self.members.lock().unwrap_or_else(|p| p.into_inner());
+        m.retain(|w| w.strong_count() > 0);
+        m.push(Arc::downgrade(core));
+    }
+
+    /// The other live members of a shared budget, in turn.
+    pub(crate) fn others(&self, me: &RegionCore) -> Vec<Arc<RegionCore>> {
+        let m = self.members.lock().unwrap_or_else(|p| p.into_inner());
+        m.iter()
+            .filter_map(Weak::upgrade)
+            .filter(|c| !std::ptr::eq(Arc::as_ptr(c), me))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn takes_and_gives_back_in_bytes() {
+        let b = Budget::new(10 * 4096);
+        assert_eq!(b.take(4, 4096), 4);
+        assert_eq!(b.take(10, 4096), 6);
+        assert_eq!(b.take(1, 4096), 0);
+        b.give_back(3, 4096);
+        assert_eq!(b.free(4096), 3);
+        assert_eq!(b.take(1, 2 << 20), 0, "a 2 MiB page does not fit in 12 KiB");
+        assert_eq!(b.limit_bytes(), 40960);
+    }
+}
