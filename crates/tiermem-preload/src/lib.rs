@@ -19,6 +19,8 @@
 //!   `free` tells them apart by address range, never by guess;
 //! - [`mmap`]: private anonymous `mmap`s of at least the threshold come
 //!   from the heap too, with `munmap`, `mremap` and `madvise(DONTNEED)`;
+//! - [`statics`]: the executable's large `.bss`/`.data` (static arrays,
+//!   Fortran `COMMON` blocks) are taken over in place;
 //! - the signal interposers of `tiermem-interpose` keep SIGBUS/SIGSEGV
 //!   deliverable, and system calls on tiered buffers are served (the
 //!   kernel-access trap of the core);
@@ -37,6 +39,7 @@ pub mod malloc;
 pub mod mmap;
 mod report;
 pub mod settings;
+mod statics;
 
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 use tiermem::heap::Heap;
@@ -88,7 +91,12 @@ extern "C" fn init() {
     if !s.enabled || !(settings::is_root_process() || s.follow_exec) {
         return;
     }
-    match s.build_heap() {
+    // One near budget for the heap and the static arrays.
+    let budget = match s.near {
+        settings::Near::Bytes(b) => Some(tiermem::region::NearBudget::new(b)),
+        settings::Near::Full => None,
+    };
+    match s.build_heap(budget.clone()) {
         Ok(h) => {
             let h = Box::leak(Box::new(h));
             // Release: the heap is fully built before any thread can see it.
@@ -108,6 +116,9 @@ extern "C" fn init() {
             eprintln!("tiermem: cannot set up the heap: {e}; running without tiermem");
             return;
         }
+    }
+    if s.statics {
+        statics::take_over(&s, budget.as_ref());
     }
     report::at_exit(s);
 }

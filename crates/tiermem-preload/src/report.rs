@@ -49,6 +49,8 @@ pub struct Report {
     pub heap_bytes: u64,
     /// The heap: allocations, region or huge-page statistics.
     pub heap: HeapStats,
+    /// Large static arrays taken over, and their region statistics.
+    pub statics: Vec<crate::statics::StaticReport>,
     /// Requests the heap could not hold.
     pub heap_full_events: u64,
     /// Frees of heap addresses that were no allocation.
@@ -82,6 +84,7 @@ extern "C" fn on_exit() {
         threshold_bytes: s.threshold,
         heap_bytes: h.len() as u64,
         heap: h.stats(),
+        statics: crate::statics::reports(),
         heap_full_events: HEAP_FULL.load(Ordering::Relaxed),
         bad_frees: BAD_FREES.load(Ordering::Relaxed),
     };
@@ -104,7 +107,8 @@ extern "C" fn on_exit() {
             Err(e) => eprintln!("tiermem: report: {e}"),
         }
     }
-    let used = r.heap.region.as_ref().is_some_and(|s| s.faults() > 0)
+    let used = !r.statics.is_empty()
+        || r.heap.region.as_ref().is_some_and(|s| s.faults() > 0)
         || r.heap
             .huge
             .as_ref()
@@ -127,8 +131,26 @@ pub fn summary(r: &Report) -> String {
         mib(r.heap.allocated_bytes),
         r.heap.allocations
     );
-    if let Some(s) = &r.heap.region {
+    if let Some(s) = r
+        .heap
+        .region
+        .as_ref()
+        .filter(|s| s.faults() > 0 || r.statics.is_empty())
+    {
         out += &region_line("heap", s);
+    }
+    for st in &r.statics {
+        match &st.stats {
+            Some(s) => out += &region_line(&format!("static {} ({})", st.section, mib(st.bytes as u64)), s),
+            None => {
+                out += &format!(
+                    "tiermem:   static {} ({}): {}\n",
+                    st.section,
+                    mib(st.bytes as u64),
+                    st.how
+                )
+            }
+        }
     }
     if let Some(hs) = &r.heap.huge {
         out += &format!(

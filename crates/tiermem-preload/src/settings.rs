@@ -20,6 +20,7 @@
 use std::path::PathBuf;
 use tiermem::config::{format_size, parse_share, parse_size, Config, PageSize};
 use tiermem::heap::{Heap, HeapConfig, HugeKind};
+use tiermem::region::NearBudget;
 
 /// Variables this module reads itself (the rest go to `Config`).
 const OWN: [&str; 9] = [
@@ -166,10 +167,13 @@ impl Settings {
         Ok(c)
     }
 
-    /// Builds the heap these settings describe.
-    pub fn build_heap(&self) -> Result<Heap, String> {
+    /// Builds the heap these settings describe, with its near memory from
+    /// `budget` when tiered.
+    pub fn build_heap(&self, budget: Option<NearBudget>) -> Result<Heap, String> {
         let config = if self.tiered() {
-            HeapConfig::tiered(self.region_config(self.heap_bytes)?)
+            let mut c = HeapConfig::tiered(self.region_config(self.heap_bytes)?);
+            c.budget = budget;
+            c
         } else {
             HeapConfig::huge(self.heap_bytes, self.page)
         };

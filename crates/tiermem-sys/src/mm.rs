@@ -222,6 +222,46 @@ impl Mapping {
         Ok((map, user))
     }
 
+    /// Replaces whatever is mapped at `[addr, addr + len)` with fresh
+    /// private anonymous memory (zeros) and owns it from now on (it is
+    /// unmapped when the `Mapping` drops).
+    ///
+    /// # Safety
+    /// The range must be memory nothing else relies on the old contents of
+    /// (the caller saved what it needs), and nothing else may unmap it: e.g.
+    /// a program's `.bss` taken over before its code runs.
+    pub unsafe fn take_over(addr: usize, len: usize) -> Result<(Mapping, UserAccess), MmError> {
+        let page = base_page_size();
+        if addr % page != 0 || len % page != 0 || len == 0 {
+            return Err(MmError::BadLength { len, unit: page });
+        }
+        // SAFETY: the caller gives up the old contents of the range.
+        let p = unsafe {
+            crate::raw::mmap(
+                addr as *mut libc::c_void,
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(MmError::Map {
+                len,
+                errno: Errno::last(),
+            });
+        }
+        let map = Mapping {
+            addr: NonNull::new(p as *mut u8).expect("mmap returned null"),
+            len,
+            page_size: page,
+            dontfork_generation: None,
+            shared: false,
+        };
+        Ok((map, UserAccess { addr }))
+    }
+
     /// Reserves `len` bytes of address space aligned to `align`, with no
     /// access and no memory behind it (`PROT_NONE`, `MAP_NORESERVE`); parts
     /// become memory with [`Mapping::replace_private`] or
@@ -1029,6 +1069,43 @@ impl Drop for Mapping {
 }
 
 /// Runs a read/write-style call until it is not interrupted by a signal.
+/// Which pages of `[addr, addr + len)` (page aligned, mapped) are in
+/// memory (`mincore`); all false if the call fails.
+pub fn resident_pages(addr: usize, len: usize) -> Vec<bool> {
+    let pages = len.div_ceil(base_page_size());
+    let mut v = vec![0u8; pages];
+    // SAFETY: mincore only writes one byte per page into `v`.
+    let r = unsafe { libc::mincore(addr as *mut libc::c_void, len, v.as_mut_ptr()) };
+    if r != 0 {
+        return vec![false; pages];
+    }
+    v.into_iter().map(|b| b & 1 != 0).collect()
+}
+
+/// Copies `buf.len()` bytes at `addr` into `buf`.
+///
+/// # Safety
+/// `[addr, addr + buf.len())` must be mapped and readable, and not written
+/// concurrently.
+pub unsafe fn read_raw(addr: usize, buf: &mut [u8]) {
+    // SAFETY: the caller guarantees the source; `buf` is ours.
+    unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, buf.as_mut_ptr(), buf.len()) }
+}
+
+/// Non-destructive `madvise` of any range of this process (huge page
+/// advice on memory tiermem does not own, such as a program's data).
+pub fn advise_raw(addr: usize, len: usize, advice: Advice) -> Result<(), MmError> {
+    assert!(
+        !matches!(advice, Advice::DontNeed | Advice::Remove),
+        "destructive advice needs Mapping::discard"
+    );
+    // SAFETY: advice that never changes contents.
+    let r = unsafe { crate::raw::madvise(addr as *mut libc::c_void, len, advice.raw()) };
+    check(r)
+        .map(|_| ())
+        .map_err(|errno| MmError::Advise { advice, len, errno })
+}
+
 fn retry_eintr(mut call: impl FnMut() -> libc::ssize_t) -> Result<usize, Errno> {
     loop {
         match check_size(call()) {

@@ -70,6 +70,13 @@ impl SystemInfo {
     }
 }
 
+/// Where the running executable's program headers are (`AT_PHDR`): with
+/// their address in the file, it gives the executable's load bias.
+pub fn auxv_phdr() -> u64 {
+    // SAFETY: getauxval has no preconditions.
+    unsafe { libc::getauxval(libc::AT_PHDR) }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

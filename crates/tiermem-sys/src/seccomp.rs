@@ -302,6 +302,24 @@ pub fn install(
     Ok(())
 }
 
+/// Traps the same calls when their buffer lies in one of `ranges` (exact
+/// byte ranges, for tiered memory outside the window: a program's static
+/// arrays taken over in place). Loads one more filter; [`install`] must
+/// have run.
+pub fn add_ranges(ranges: &[(u64, u64)], rules: &[TrapRule]) -> Result<(), TrapError> {
+    let _g = INSTALLED.lock().unwrap_or_else(|p| p.into_inner());
+    let at = TRAMPOLINE.load(Ordering::Acquire);
+    if _g.is_none() || at == 0 {
+        return Err(TrapError::Sys {
+            what: "adding trapped ranges before the trap is installed",
+            errno: Errno(libc::EINVAL),
+        });
+    }
+    let ret = std::ptr::addr_of!(tiermem_trap_syscall_return) as usize;
+    let ip = (at + (ret - tiermem_trap_syscall6 as *const () as usize)) as u64;
+    load(&filter_ranges(ranges, ip, rules))
+}
+
 /// The window trapped in this process, if any.
 pub fn installed() -> Option<Window> {
     *INSTALLED.lock().unwrap_or_else(|p| p.into_inner())
@@ -418,6 +436,59 @@ fn filter(window: Window, ip: u64, rules: &[TrapRule]) -> Vec<SockFilter> {
         a.here(trap);
         a.stmt(uapi::BPF_RET_K, uapi::SECCOMP_RET_TRAP | TRAP_DATA);
         a.here(pass);
+        a.stmt(uapi::BPF_RET_K, uapi::SECCOMP_RET_ALLOW);
+    }
+    a.finish()
+}
+
+/// Like [`filter`], for exact byte ranges: a 64-bit comparison done on the
+/// two halves of the argument.
+fn filter_ranges(ranges: &[(u64, u64)], ip: u64, rules: &[TrapRule]) -> Vec<SockFilter> {
+    let mut a = Asm {
+        code: Vec::new(),
+        fixups: Vec::new(),
+        labels: Vec::new(),
+    };
+    let allow = a.label();
+    let by_nr = a.label();
+    let args: Vec<usize> = (0..6).map(|_| a.label()).collect();
+    a.stmt(uapi::BPF_LD_W_ABS, uapi::SECCOMP_DATA_ARCH);
+    a.jump(uapi::BPF_JMP_JEQ_K, uapi::AUDIT_ARCH_X86_64, None, Some(allow));
+    a.stmt(uapi::BPF_LD_W_ABS, uapi::SECCOMP_DATA_IP);
+    a.jump(uapi::BPF_JMP_JEQ_K, ip as u32, None, Some(by_nr));
+    a.stmt(uapi::BPF_LD_W_ABS, uapi::SECCOMP_DATA_IP + 4);
+    a.jump(uapi::BPF_JMP_JEQ_K, (ip >> 32) as u32, Some(allow), None);
+    a.here(by_nr);
+    a.stmt(uapi::BPF_LD_W_ABS, uapi::SECCOMP_DATA_NR);
+    for r in rules {
+        a.jump(uapi::BPF_JMP_JEQ_K, r.nr as u32, Some(args[r.buffer_arg]), None);
+    }
+    a.here(allow);
+    a.stmt(uapi::BPF_RET_K, uapi::SECCOMP_RET_ALLOW);
+    for (k, &l) in args.iter().enumerate() {
+        let hi_off = uapi::SECCOMP_DATA_ARGS + 8 * k as u32 + 4;
+        let lo_off = hi_off - 4;
+        a.here(l);
+        for &(lo, hi) in ranges {
+            let (lh, ll, hh, hl) = ((lo >> 32) as u32, lo as u32, (hi >> 32) as u32, hi as u32);
+            let (next, upper, trap) = (a.label(), a.label(), a.label());
+            // x >= lo: x.hi > lo.hi, or x.hi == lo.hi and x.lo >= lo.lo.
+            a.stmt(uapi::BPF_LD_W_ABS, hi_off);
+            a.jump(uapi::BPF_JMP_JGT_K, lh, Some(upper), None);
+            a.jump(uapi::BPF_JMP_JEQ_K, lh, None, Some(next));
+            a.stmt(uapi::BPF_LD_W_ABS, lo_off);
+            a.jump(uapi::BPF_JMP_JGE_K, ll, Some(upper), Some(next));
+            // x < hi: x.hi < hi.hi, or x.hi == hi.hi and x.lo < hi.lo.
+            a.here(upper);
+            a.stmt(uapi::BPF_LD_W_ABS, hi_off);
+            a.jump(uapi::BPF_JMP_JGT_K, hh, Some(next), None);
+            a.jump(uapi::BPF_JMP_JEQ_K, hh, None, Some(trap));
+            a.stmt(uapi::BPF_LD_W_ABS, lo_off);
+            a.jump(uapi::BPF_JMP_JGE_K, hl, Some(next), Some(trap));
+            a.here(trap);
+            a.stmt(uapi::BPF_RET_K, uapi::SECCOMP_RET_TRAP | TRAP_DATA);
+            a.here(next);
+        }
         a.stmt(uapi::BPF_RET_K, uapi::SECCOMP_RET_ALLOW);
     }
     a.finish()
@@ -541,6 +612,98 @@ fn forward(signo: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_voi
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Runs a filter over a fake seccomp_data (the BPF subset used here).
+    fn run(prog: &[SockFilter], nr: i64, ip: u64, args: [u64; 6]) -> u32 {
+        let word = |off: u32| -> u32 {
+            match off {
+                0 => nr as u32,
+                4 => uapi::AUDIT_ARCH_X86_64,
+                8 => ip as u32,
+                12 => (ip >> 32) as u32,
+                o => {
+                    let k = ((o - 16) / 8) as usize;
+                    if (o - 16) % 8 == 0 {
+                        args[k] as u32
+                    } else {
+                        (args[k] >> 32) as u32
+                    }
+                }
+            }
+        };
+        let (mut pc, mut acc) = (0usize, 0u32);
+        loop {
+            let i = prog[pc];
+            pc += 1;
+            let jump = |cond: bool| if cond { i.jt as usize } else { i.jf as usize };
+            match i.code {
+                uapi::BPF_LD_W_ABS => acc = word(i.k),
+                uapi::BPF_RET_K => return i.k,
+                uapi::BPF_JMP_JEQ_K => pc += jump(acc == i.k),
+                uapi::BPF_JMP_JGE_K => pc += jump(acc >= i.k),
+                uapi::BPF_JMP_JGT_K => pc += jump(acc > i.k),
+                c => panic!("opcode {c:#x}"),
+            }
+        }
+    }
+
+    #[test]
+    fn exact_ranges_trap_only_inside() {
+        let rules = [TrapRule {
+            nr: libc::SYS_read,
+            buffer_arg: 1,
+        }];
+        let ranges = [
+            (0x5555_5555_8000, 0x5555_9555_8000),
+            (0x7_ffff_f000, 0x8_0000_1000),
+        ];
+        let ip = 0x10ff_ffe0_0019;
+        let p = filter_ranges(&ranges, ip, &rules);
+        let trap = uapi::SECCOMP_RET_TRAP | TRAP_DATA;
+        let read = |buf: u64| run(&p, libc::SYS_read, 0x1234, [3, buf, 10, 0, 0, 0]);
+        for (lo, hi) in ranges {
+            assert_eq!(read(lo), trap);
+            assert_eq!(read(hi - 1), trap);
+            assert_eq!(read(lo - 1), uapi::SECCOMP_RET_ALLOW);
+            assert_eq!(read(hi), uapi::SECCOMP_RET_ALLOW);
+        }
+        assert_eq!(read(0x5555_0000_0000), uapi::SECCOMP_RET_ALLOW);
+        assert_eq!(read(0x6000_0000_0000), uapi::SECCOMP_RET_ALLOW);
+        // Other calls, and the trampoline's own, pass.
+        assert_eq!(
+            run(&p, libc::SYS_write, 0, [1, ranges[0].0, 1, 0, 0, 0]),
+            uapi::SECCOMP_RET_ALLOW
+        );
+        assert_eq!(
+            run(&p, libc::SYS_read, ip, [1, ranges[0].0, 1, 0, 0, 0]),
+            uapi::SECCOMP_RET_ALLOW
+        );
+        // And the window filter.
+        let w = filter(
+            Window {
+                lo: 0x1100_0000_0000,
+                hi: 0x5100_0000_0000,
+            },
+            ip,
+            &rules,
+        );
+        assert_eq!(
+            run(&w, libc::SYS_read, 0, [0, 0x1100_0000_0000, 1, 0, 0, 0]),
+            trap
+        );
+        assert_eq!(
+            run(&w, libc::SYS_read, 0, [0, 0x50ff_ffff_ffff, 1, 0, 0, 0]),
+            trap
+        );
+        assert_eq!(
+            run(&w, libc::SYS_read, 0, [0, 0x5100_0000_0000, 1, 0, 0, 0]),
+            uapi::SECCOMP_RET_ALLOW
+        );
+        assert_eq!(
+            run(&w, libc::SYS_read, 0, [0, 0x10ff_ffff_ffff, 1, 0, 0, 0]),
+            uapi::SECCOMP_RET_ALLOW
+        );
+    }
 
     #[test]
     fn filter_jumps_resolve() {

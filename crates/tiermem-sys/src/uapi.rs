@@ -241,6 +241,7 @@ pub const SECCOMP_DATA_ARGS: u32 = 16;
 pub const BPF_LD_W_ABS: u16 = 0x20;
 pub const BPF_JMP_JEQ_K: u16 = 0x05 | 0x10; // BPF_JMP | BPF_JEQ | BPF_K
 pub const BPF_JMP_JGE_K: u16 = 0x05 | 0x30; // BPF_JMP | BPF_JGE | BPF_K
+pub const BPF_JMP_JGT_K: u16 = 0x05 | 0x20; // BPF_JMP | BPF_JGT | BPF_K
 pub const BPF_RET_K: u16 = 0x06; // BPF_RET | BPF_K
 
 /// `struct sock_filter`.

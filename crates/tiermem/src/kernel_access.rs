@@ -100,6 +100,20 @@ pub(crate) fn active(mode: KernelAccess) -> bool {
     })
 }
 
+/// Traps the same calls on `[lo, hi)` too: tiered memory outside the
+/// window (a program's static arrays taken over in place). The window's
+/// trap must be active.
+pub(crate) fn add_range(lo: usize, hi: usize) -> Result<(), crate::Error> {
+    let rules: Vec<TrapRule> = RULES
+        .iter()
+        .map(|r| TrapRule {
+            nr: r.nr,
+            buffer_arg: r.buf,
+        })
+        .collect();
+    seccomp::add_ranges(&[(lo as u64, hi as u64)], &rules).map_err(|e| crate::Error::Usage(e.to_string()))
+}
+
 /// Free address space in the window: start -> length.
 static FREE: Mutex<Option<BTreeMap<usize, usize>>> = Mutex::new(None);
 

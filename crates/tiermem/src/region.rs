@@ -113,6 +113,29 @@ impl Region {
         Self::create(config, None, Some(budget))
     }
 
+    /// Makes a region of an existing private anonymous mapping (a range
+    /// taken over in place, such as a program's static arrays), with its
+    /// near memory from `budget` if given. The mapping must be as long as
+    /// `config.virt_bytes` says; its contents are dropped (the caller saves
+    /// and restores what it needs). Kernel accesses to it are served only
+    /// if the caller traps them too (the range is not in the kernel-access
+    /// window).
+    pub fn adopt(
+        config: Config,
+        mapping: Mapping,
+        user: UserAccess,
+        budget: Option<&NearBudget>,
+    ) -> Result<Region, Error> {
+        if mapping.len() as u64 != config.virt_bytes {
+            return Err(Error::Usage(format!(
+                "adopting a mapping of {} bytes for a region of {}",
+                mapping.len(),
+                config.virt_bytes
+            )));
+        }
+        Self::build(config, None, budget, Some((mapping, user)))
+    }
+
     /// Creates a region over a far store built by the caller (a custom or
     /// fault-injecting store); `config.far` is ignored.
     pub fn with_store(config: Config, store: Box<dyn FarStore>) -> Result<Region, Error> {
@@ -123,6 +146,15 @@ impl Region {
         config: Config,
         store: Option<Box<dyn FarStore>>,
         shared: Option<&NearBudget>,
+    ) -> Result<Region, Error> {
+        Self::build(config, store, shared, None)
+    }
+
+    fn build(
+        config: Config,
+        store: Option<Box<dyn FarStore>>,
+        shared: Option<&NearBudget>,
+        adopted: Option<(Mapping, UserAccess)>,
     ) -> Result<Region, Error> {
         config.validate()?;
         if let Err(e) = crate::hugepages::reserve_static(&config.reserve_huge_pages) {
@@ -165,7 +197,10 @@ impl Region {
             align: if thp { 2 << 20 } else { 0 },
             ..Default::default()
         };
-        let (mapping, user, placement) = map_region(&config, &opts)?;
+        let (mapping, user, placement) = match adopted {
+            Some((m, u)) => (m, u, None),
+            None => map_region(&config, &opts)?,
+        };
         if thp {
             mapping.advise(0, mapping.len(), tiermem_sys::mm::Advice::HugePage)?;
         } else if !huge {
@@ -234,6 +269,18 @@ impl Region {
             eprintln!("tiermem: region at {:#x}: {}", region.base(), region.describe());
         }
         Ok(region)
+    }
+
+    /// Serves kernel-mode accesses to this region's range (`read(2)` into
+    /// it, ...) although it lies outside the kernel-access window (an
+    /// adopted range): one more seccomp filter, for this range. In-context
+    /// regions only; a no-op when `kernel_access` is off.
+    pub fn trap_kernel_access(&self) -> Result<(), Error> {
+        let c = &self.core.config;
+        if c.fault_path != FaultPath::InContext || !crate::kernel_access::active(c.kernel_access) {
+            return Ok(());
+        }
+        crate::kernel_access::add_range(self.base(), self.base() + self.len())
     }
 
     /// Start address.

@@ -27,7 +27,7 @@ mod extent;
 mod huge;
 
 use crate::config::{Config, PageSize};
-use crate::region::Region;
+use crate::region::{NearBudget, Region};
 use crate::stats::RegionStats;
 use crate::Error;
 use extent::Extents;
@@ -57,6 +57,9 @@ pub struct HeapConfig {
     pub backing: HeapBacking,
     /// Arenas for ordinary allocations (0: one per online CPU, at most 8).
     pub arenas: usize,
+    /// A near budget shared with other regions (tiered heaps; None: the
+    /// configuration's own `near_bytes`).
+    pub budget: Option<NearBudget>,
 }
 
 impl HeapConfig {
@@ -65,6 +68,7 @@ impl HeapConfig {
         HeapConfig {
             backing: HeapBacking::Tiered(config),
             arenas: 0,
+            budget: None,
         }
     }
 
@@ -73,6 +77,7 @@ impl HeapConfig {
         HeapConfig {
             backing: HeapBacking::Huge { bytes, kind },
             arenas: 0,
+            budget: None,
         }
     }
 }
@@ -126,7 +131,10 @@ impl Heap {
     pub fn new(config: HeapConfig) -> Result<Heap, Error> {
         let (backing, base, len, unit) = match config.backing {
             HeapBacking::Tiered(c) => {
-                let r = Region::new(c)?;
+                let r = match &config.budget {
+                    Some(b) => Region::with_budget(c, b)?,
+                    None => Region::new(c)?,
+                };
                 let (base, len, unit) = (r.base(), r.len(), r.page_bytes());
                 (Backing::Tiered(r), base, len, unit)
             }
