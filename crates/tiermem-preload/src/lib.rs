@@ -19,6 +19,8 @@
 //!   `free` tells them apart by address range, never by guess;
 //! - [`mmap`]: private anonymous `mmap`s of at least the threshold come
 //!   from the heap too, with `munmap`, `mremap` and `madvise(DONTNEED)`;
+//! - `fork`: a child gets a private copy of the tiered memory as of the
+//!   fork (evicted pages copied in before `fork` returns);
 //! - [`statics`]: the executable's large `.bss`/`.data` (static arrays,
 //!   Fortran `COMMON` blocks) are taken over in place;
 //! - the signal interposers of `tiermem-interpose` keep SIGBUS/SIGSEGV
@@ -34,6 +36,7 @@
 // pointers from C. Each block says what it relies on.
 #![allow(clippy::missing_safety_doc)]
 
+mod fork;
 mod libc_alloc;
 pub mod malloc;
 pub mod mmap;

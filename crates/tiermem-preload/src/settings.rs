@@ -160,6 +160,8 @@ impl Settings {
                 )
             }
         };
+        // An unmodified program may fork and use its memory in the child.
+        c.on_fork = tiermem::OnFork::Copy;
         let ps = c.page_size.bytes() as u64;
         c.virt_bytes = bytes.next_multiple_of(ps);
         c.near_bytes = near.min(c.virt_bytes).next_multiple_of(ps);

@@ -1,4 +1,5 @@
-//! `eventfd` and `poll`, for waking and stopping handler threads.
+//! `eventfd` and `poll`, for waking and stopping handler threads; a pipe
+//! for one process to wait for a word from another (fork).
 
 use crate::errno::{check, check_size, Errno};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
@@ -30,6 +31,65 @@ impl EventFd {
 impl AsFd for EventFd {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
+    }
+}
+
+/// A pipe carrying one byte from one process to another (a forked child
+/// telling its parent it is done), both ends close-on-exec.
+#[derive(Debug)]
+pub struct Pipe {
+    read: Option<OwnedFd>,
+    write: Option<OwnedFd>,
+}
+
+impl Pipe {
+    /// A new pipe.
+    pub fn new_cloexec() -> Result<Pipe, Errno> {
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 writes two descriptors into `fds`.
+        check(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
+        // SAFETY: fresh descriptors owned by us.
+        let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        Ok(Pipe {
+            read: Some(r),
+            write: Some(w),
+        })
+    }
+
+    /// A pipe with no ends: every operation is a no-op.
+    pub fn closed() -> Pipe {
+        Pipe {
+            read: None,
+            write: None,
+        }
+    }
+
+    /// Closes the write end (the waiting side, so that the other side's
+    /// death reads as end of file).
+    pub fn close_write(&mut self) {
+        self.write = None;
+    }
+
+    /// Blocks until a byte arrives or every write end is closed.
+    pub fn wait_readable_byte(&self) {
+        let Some(r) = &self.read else { return };
+        let mut b = 0u8;
+        loop {
+            // SAFETY: reads one byte into a local; a raw system call (not
+            // a cancellation point: this runs in a fork handler).
+            let n = unsafe { libc::syscall(libc::SYS_read, r.as_raw_fd(), &mut b as *mut u8, 1) };
+            if n >= 0 || Errno::last().raw() != libc::EINTR {
+                return;
+            }
+        }
+    }
+
+    /// Writes one byte (best effort).
+    pub fn write_byte(&self) {
+        let Some(w) = &self.write else { return };
+        let b = 1u8;
+        // SAFETY: writes one byte from a local.
+        unsafe { libc::syscall(libc::SYS_write, w.as_raw_fd(), &b as *const u8, 1) };
     }
 }
 

@@ -195,6 +195,21 @@ impl KernelAccess {
     }
 }
 
+/// What a `fork()`ed child gets of a region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnFork {
+    /// Nothing: the range is `MADV_DONTFORK`, absent in the child
+    /// (docs/fork.md). Regions made through the API.
+    #[default]
+    Absent,
+    /// A private, untiered copy of the data as of the fork: resident pages
+    /// copy-on-write, far pages read by the child before `fork` returns
+    /// while the parent's page transitions pause. The transparent heap and
+    /// static arrays (an unmodified program may fork and use them).
+    Copy,
+}
+
 /// How mover threads install the pages they fill.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -253,6 +268,9 @@ pub struct Config {
     pub dirty_tracking: DirtyTracking,
     /// Serving kernel-mode accesses (in-context path).
     pub kernel_access: KernelAccess,
+    /// What a forked child gets.
+    #[serde(default)]
+    pub on_fork: OnFork,
     /// Pages evicted together when the budget is reached; contiguous victims
     /// are unmapped with one call (one TLB shootdown).
     pub evict_batch_pages: usize,
@@ -289,6 +307,7 @@ impl Config {
             fault_path: FaultPath::InContext,
             dirty_tracking: DirtyTracking::WpFault,
             kernel_access: KernelAccess::Trap,
+            on_fork: OnFork::Absent,
             evict_batch_pages: 64,
             handler_threads: 1,
             handler_cpus: Vec::new(),

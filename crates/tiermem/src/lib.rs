@@ -36,6 +36,7 @@
 //!   modes across processes, scope consistency, twins and diffs;
 //! - [`far`]: far memory tiermem can map twice (memfd allocations, file
 //!   ranges);
+//! - [`fork`]: what a forked child sees of regions it inherits;
 //! - [`overshadow`]: paper 2's Overshadow: read far memory at once, switch
 //!   each page to its near copy when copied;
 //! - `kernel_access` (private): system calls on tiered buffers, trapped
@@ -55,6 +56,7 @@ mod engine;
 pub mod error;
 pub mod far;
 mod fault;
+pub mod fork;
 pub mod global;
 pub mod heap;
 pub mod hugepages;
@@ -70,7 +72,9 @@ pub mod store;
 pub mod svm;
 pub mod team;
 
-pub use config::{Config, DirtyTracking, FarStoreConfig, FaultPath, InstallMethod, KernelAccess, PageSize};
+pub use config::{
+    Config, DirtyTracking, FarStoreConfig, FaultPath, InstallMethod, KernelAccess, OnFork, PageSize,
+};
 pub use engine::IoErrorRecord;
 pub use error::{Error, ErrorCode};
 pub use page::PageState;

@@ -28,7 +28,8 @@
 //! `Dirty` pages, so a `Busy` page never has one.
 
 use crossbeam_utils::Backoff;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::time::Duration;
 use tiermem_sys::thread::{futex_wait, futex_wake};
 
@@ -114,9 +115,60 @@ impl PageWord {
     }
 }
 
+/// Quiescing page transitions for `fork()` (regions whose child copies
+/// their data, `OnFork::Copy`): the fork handler closes the gate and waits
+/// until no thread holds a page of such a region `Busy`, so the child sees
+/// every page either resident (its pte is copied) or in the far store
+/// (which the child reads before the parent moves on).
+struct ForkGate {
+    closed: AtomicBool,
+    /// Threads holding at least one gated page `Busy`.
+    holders: AtomicUsize,
+}
+
+static GATE: ForkGate = ForkGate {
+    closed: AtomicBool::new(false),
+    holders: AtomicUsize::new(0),
+};
+
+thread_local! {
+    /// Gated pages this thread holds `Busy` (nested locks, e.g. victims
+    /// locked during a fill, pass the gate: the thread is counted).
+    static HELD: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Closes the gate and waits until no thread is inside a gated transition
+/// (the fork's prepare handler).
+pub(crate) fn close_fork_gate() {
+    // SeqCst with the holders' SeqCst: either a new holder sees the gate
+    // closed, or we see it counted.
+    GATE.closed.store(true, Ordering::SeqCst);
+    let backoff = Backoff::new();
+    while GATE.holders.load(Ordering::SeqCst) != 0 {
+        backoff.snooze();
+        if backoff.is_completed() {
+            tiermem_sys::thread::sleep(Duration::from_micros(50));
+        }
+    }
+}
+
+/// Opens the gate again (parent and child after the fork).
+pub(crate) fn open_fork_gate() {
+    GATE.closed.store(false, Ordering::SeqCst);
+}
+
+/// In the child: no thread of the parent exists here.
+pub(crate) fn reset_fork_gate_in_child() {
+    GATE.holders.store(0, Ordering::SeqCst);
+    HELD.with(|h| h.set(0));
+    open_fork_gate();
+}
+
 /// The state words of every page of a region.
 pub(crate) struct PageTable {
     words: Box<[AtomicU32]>,
+    /// Transitions pass the fork gate (`OnFork::Copy` regions).
+    gated: AtomicBool,
 }
 
 /// How long a waiter spins and yields before it sleeps on the futex: a
@@ -129,11 +181,56 @@ impl PageTable {
             words: (0..pages)
                 .map(|_| AtomicU32::new(PageState::Untouched as u32))
                 .collect(),
+            gated: AtomicBool::new(false),
         }
     }
 
     pub(crate) fn len(&self) -> usize {
         self.words.len()
+    }
+
+    /// Makes transitions of this table pass the fork gate.
+    pub(crate) fn set_gated(&self) {
+        self.gated.store(true, Ordering::Relaxed);
+    }
+
+    fn gated(&self) -> bool {
+        self.gated.load(Ordering::Relaxed)
+    }
+
+    /// Counts this thread in the gate after taking page `i` (was `seen`);
+    /// false (page handed back) if a fork is being prepared.
+    fn enter_gate(&self, i: usize, seen: PageWord) -> bool {
+        if HELD.with(|h| h.get()) > 0 {
+            HELD.with(|h| h.set(h.get() + 1));
+            return true;
+        }
+        GATE.holders.fetch_add(1, Ordering::SeqCst);
+        if GATE.closed.load(Ordering::SeqCst) {
+            GATE.holders.fetch_sub(1, Ordering::SeqCst);
+            self.unlock_ungated(i, seen);
+            let backoff = Backoff::new();
+            while GATE.closed.load(Ordering::SeqCst) {
+                backoff.snooze();
+                if backoff.is_completed() {
+                    tiermem_sys::thread::sleep(Duration::from_micros(50));
+                }
+            }
+            return false;
+        }
+        HELD.with(|h| h.set(1));
+        true
+    }
+
+    fn leave_gate(&self) {
+        let left = HELD.with(|h| {
+            let n = h.get().saturating_sub(1);
+            h.set(n);
+            n
+        });
+        if left == 0 {
+            GATE.holders.fetch_sub(1, Ordering::SeqCst);
+        }
     }
 
     /// The current word of page `i`.
@@ -152,13 +249,21 @@ impl PageTable {
         let busy = PageState::Busy as u32 | (seen.0 & (FAR_VALID | PREFETCHED | VERIFY));
         // Acquire on success: the owner sees everything the previous owner
         // published. Relaxed on failure: the caller reloads.
-        self.words[i]
+        let locked = self.words[i]
             .compare_exchange(seen.bits(), busy, Ordering::Acquire, Ordering::Relaxed)
-            .is_ok()
+            .is_ok();
+        locked && (!self.gated() || self.enter_gate(i, seen))
     }
 
     /// Publishes the page's next state and wakes its waiters.
     pub(crate) fn unlock(&self, i: usize, next: PageWord) {
+        self.unlock_ungated(i, next);
+        if self.gated() {
+            self.leave_gate();
+        }
+    }
+
+    fn unlock_ungated(&self, i: usize, next: PageWord) {
         debug_assert_ne!(next.state(), PageState::Busy);
         // Release: everything the owner did before (copies, ioctls) happens
         // before any thread that observes the new state.
@@ -240,6 +345,11 @@ impl PageTable {
     #[cfg(test)]
     pub(crate) fn mark_prefetched(&self, i: usize) {
         self.words[i].fetch_or(PREFETCHED, Ordering::Relaxed);
+    }
+
+    /// Pages whose data is only in the far store.
+    pub(crate) fn far_pages(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.words.len()).filter(|&i| self.load(i).state() == PageState::Far)
     }
 
     /// Counts pages per state (for statistics and tests).

@@ -192,7 +192,8 @@ impl Region {
         let opts = MapOptions {
             huge: huge.then_some(HugePageSize::Size2M),
             noreserve: true,
-            dontfork: true,
+            // A child copies an OnFork::Copy region (see crate::fork).
+            dontfork: config.on_fork == crate::config::OnFork::Absent,
             // THP blocks must be aligned to collapse.
             align: if thp { 2 << 20 } else { 0 },
             ..Default::default()
@@ -234,6 +235,9 @@ impl Region {
         )?);
         if let Some(b) = shared {
             b.0.join(&core);
+        }
+        if config.on_fork == crate::config::OnFork::Copy {
+            crate::fork::register(&core);
         }
         let routed = crate::fault::register(core.mapping.addr(), core.mapping.len(), core.clone())?;
         let handlers = if config.fault_path == FaultPath::HandlerThread {
@@ -281,6 +285,20 @@ impl Region {
             return Ok(());
         }
         crate::kernel_access::add_range(self.base(), self.base() + self.len())
+    }
+
+    /// Whether this handle was inherited by a `fork()`ed child.
+    pub fn is_forked_copy(&self) -> bool {
+        self.core.generation != crate::fault::fork_generation()
+    }
+
+    /// In a forked child of an `OnFork::Copy` region (plain memory there):
+    /// makes `[offset, offset + len)` read as zeros, touching nothing of
+    /// the parent's (its far store is shared).
+    pub(crate) fn zero_in_child(&self, offset: usize, len: usize) {
+        if self.core.config.on_fork == crate::config::OnFork::Copy {
+            self.core.mapping.zero(offset, len, self.page_bytes());
+        }
     }
 
     /// Start address.

@@ -37,6 +37,7 @@ mod evict;
 mod fill;
 pub(crate) mod handler_thread;
 pub(crate) mod in_context;
+mod inherit;
 pub(crate) mod mover;
 mod pin;
 pub(crate) mod prefetch;

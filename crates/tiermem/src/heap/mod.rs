@@ -267,6 +267,9 @@ impl Heap {
     /// Gives the memory of a freed range back (it reads as zeros next time).
     fn release(&self, addr: usize, len: usize) {
         match &self.backing {
+            // A forked child's copy of the heap is plain memory, and the far
+            // store it shares with the parent must not be touched.
+            Backing::Tiered(r) if r.is_forked_copy() => r.zero_in_child(addr - self.base, len),
             Backing::Tiered(r) => {
                 let _ = r.discard(addr - self.base, len);
             }

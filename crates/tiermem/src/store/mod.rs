@@ -93,6 +93,19 @@ pub trait FarStore: Send + Sync {
     /// (a staging frame that is then moved into place).
     fn read_into(&self, offset: u64, len: usize, dst: &Mapping, dst_offset: usize) -> Result<(), StoreError>;
 
+    /// [`FarStore::read_into`] in a `fork()`ed child, where the store's
+    /// own mappings (`MADV_DONTFORK`) are gone but its descriptors remain:
+    /// the child copying the data it inherits (`Config::on_fork = Copy`).
+    fn read_after_fork(
+        &self,
+        offset: u64,
+        len: usize,
+        dst: &Mapping,
+        dst_offset: usize,
+    ) -> Result<(), StoreError> {
+        self.read_into(offset, len, dst, dst_offset)
+    }
+
     /// Whether the `src.len()` bytes stored at `offset` equal `src`, when
     /// the store can tell cheaply (a memory store compares in place);
     /// `None` when it cannot (the caller then assumes they differ).
