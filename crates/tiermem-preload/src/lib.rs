@@ -25,7 +25,7 @@
 //!   Fortran `COMMON` blocks) are taken over in place;
 //! - the signal interposers of `tiermem-interpose` keep SIGBUS/SIGSEGV
 //!   deliverable, and system calls on tiered buffers are served (the
-//!   kernel-access trap of the core);
+//!   kernel-access trap of the core, and [`iov`] for vectored calls);
 //! - at exit, [`report`] prints a summary and writes `TIERMEM_REPORT`.
 //!
 //! The library's own allocations (Rust's global allocator) go straight to
@@ -37,6 +37,7 @@
 #![allow(clippy::missing_safety_doc)]
 
 mod fork;
+mod iov;
 mod libc_alloc;
 pub mod malloc;
 pub mod mmap;

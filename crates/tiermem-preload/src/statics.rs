@@ -40,6 +40,13 @@ pub struct StaticReport {
 /// one would unmap the program's data).
 static TAKEN: Mutex<Vec<(StaticReport, Option<Region>)>> = Mutex::new(Vec::new());
 
+/// Whether `addr` lies in a static range taken over (tiered).
+pub(crate) fn contains(addr: usize) -> bool {
+    let g = TAKEN.lock().unwrap_or_else(|p| p.into_inner());
+    g.iter()
+        .any(|(r, region)| region.is_some() && addr >= r.addr && addr < r.addr + r.bytes)
+}
+
 /// Reports for the exit report.
 pub(crate) fn reports() -> Vec<StaticReport> {
     let g = TAKEN.lock().unwrap_or_else(|p| p.into_inner());

@@ -100,6 +100,33 @@ pub(crate) fn active(mode: KernelAccess) -> bool {
     })
 }
 
+/// A buffer prepared for a system call that reads or writes it in kernel
+/// mode (see [`pin_buffer`]); released on drop.
+pub struct PinnedBuffer {
+    pins: crate::fault::KernelPins,
+}
+
+impl PinnedBuffer {
+    /// Bytes from the buffer's start that the call may use: all of it, or
+    /// less when a region could not pin more (the call should then be
+    /// shortened to this).
+    pub fn ready(&self) -> usize {
+        self.pins.ready
+    }
+}
+
+/// Prepares `[addr, addr + len)` for a system call that writes it
+/// (`kernel_writes`) or reads it, when the caller makes the call itself
+/// rather than through the trap: the preload library's `readv`, `recvmsg`,
+/// ... (the filter cannot see buffers behind an `iovec`). Parts in tiered
+/// regions are brought in (writable for a write) and pinned until the
+/// returned value drops; other memory is left alone.
+pub fn pin_buffer(addr: usize, len: usize, kernel_writes: bool) -> PinnedBuffer {
+    PinnedBuffer {
+        pins: crate::fault::pin_for_kernel(addr, len, kernel_writes),
+    }
+}
+
 /// Traps the same calls on `[lo, hi)` too: tiered memory outside the
 /// window (a program's static arrays taken over in place). The window's
 /// trap must be active.
