@@ -28,7 +28,11 @@ fn next(cache: &AtomicUsize, name: &std::ffi::CStr) -> usize {
 ///
 /// # Safety
 /// `iov` points to `cnt` valid iovecs.
-unsafe fn pin_all(iov: *const iovec, cnt: c_int, kernel_writes: bool) -> Option<(Vec<PinnedBuffer>, Vec<iovec>)> {
+unsafe fn pin_all(
+    iov: *const iovec,
+    cnt: c_int,
+    kernel_writes: bool,
+) -> Option<(Vec<PinnedBuffer>, Vec<iovec>)> {
     let heap = crate::heap()?;
     if iov.is_null() || cnt <= 0 {
         return None;
@@ -36,7 +40,8 @@ unsafe fn pin_all(iov: *const iovec, cnt: c_int, kernel_writes: bool) -> Option<
     // SAFETY: the caller's vector.
     let v = unsafe { std::slice::from_raw_parts(iov, cnt as usize) };
     // Only vectors that touch tiered memory pay for the pinning.
-    let tiered = |b: &iovec| heap.contains(b.iov_base as usize) || crate::statics::contains(b.iov_base as usize);
+    let tiered =
+        |b: &iovec| heap.contains(b.iov_base as usize) || crate::statics::contains(b.iov_base as usize);
     if !v.iter().any(tiered) {
         return None;
     }
@@ -180,7 +185,18 @@ pub unsafe extern "C" fn process_vm_readv(
     flags: libc::c_ulong,
 ) -> ssize_t {
     // SAFETY: forwarded.
-    unsafe { vm_call(libc::SYS_process_vm_readv, pid, local, liovcnt, remote, riovcnt, flags, true) }
+    unsafe {
+        vm_call(
+            libc::SYS_process_vm_readv,
+            pid,
+            local,
+            liovcnt,
+            remote,
+            riovcnt,
+            flags,
+            true,
+        )
+    }
 }
 
 /// `process_vm_writev(2)`: the local vector is read by the kernel.
@@ -197,7 +213,18 @@ pub unsafe extern "C" fn process_vm_writev(
     flags: libc::c_ulong,
 ) -> ssize_t {
     // SAFETY: forwarded.
-    unsafe { vm_call(libc::SYS_process_vm_writev, pid, local, liovcnt, remote, riovcnt, flags, false) }
+    unsafe {
+        vm_call(
+            libc::SYS_process_vm_writev,
+            pid,
+            local,
+            liovcnt,
+            remote,
+            riovcnt,
+            flags,
+            false,
+        )
+    }
 }
 
 /// # Safety

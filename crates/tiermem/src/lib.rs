@@ -76,8 +76,8 @@ pub use config::{
     Config, DirtyTracking, FarStoreConfig, FaultPath, InstallMethod, KernelAccess, OnFork, PageSize,
 };
 pub use engine::IoErrorRecord;
-pub use kernel_access::{pin_buffer, PinnedBuffer};
 pub use error::{Error, ErrorCode};
+pub use kernel_access::{pin_buffer, PinnedBuffer};
 pub use page::PageState;
 pub use policy::PolicyKind;
 pub use region::{advise, prefetch, Advice, PageCensus, Region};
