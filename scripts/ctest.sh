@@ -30,8 +30,8 @@ cxxflags=(-std=c++17 -Wall -Wextra -Werror -pedantic -O2 -g -I"$root/include")
 # (as `cargo rustc -- --print native-static-libs` reports, minus libc).
 static_libs=(-lgcc_s -lutil -lrt -lpthread -lm -ldl)
 
-echo "== cargo build --release -p tiermem-capi (target dir $target)"
-CARGO_TARGET_DIR=$target cargo build --release -p tiermem-capi
+echo "== cargo build --release -p tiermem-capi -p tiermem-preload -p tiermem-cli (target dir $target)"
+CARGO_TARGET_DIR=$target cargo build --release -p tiermem-capi -p tiermem-preload -p tiermem-cli
 
 failed=0
 report() { # report NAME STATUS
@@ -63,6 +63,9 @@ for prog in examples/c/example.c tests/c/test_capi.c tests/c/test_signals.c; do
 done
 build test_header-shared "$cxx" "${cxxflags[@]}" tests/c/test_header.cpp -L"$lib" -ltiermem \
   -o "$out/test_header-shared"
+# An unmodified program (no tiermem header, no -ltiermem) for the preload.
+build test_transparent "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -g tests/c/test_transparent.c \
+  -lpthread -ldl -o "$out/test_transparent"
 
 # A hang is a failure, not a stuck CI job: each program gets 5 minutes
 # (they take seconds).
@@ -75,6 +78,27 @@ for name in "${built[@]}"; do
   esac
   report "$name" "$status"
 done
+
+# The same unmodified program under the preload library, with a near budget
+# far below its footprint: directly (LD_PRELOAD) and through `tiermem run`,
+# whose report must show that pages really moved.
+if [[ " ${built[*]} " == *" test_transparent "* ]]; then
+  echo "== test_transparent under LD_PRELOAD=libtiermem_preload.so, TIERMEM_NEAR=16M"
+  status=0
+  LD_PRELOAD=$lib/libtiermem_preload.so TIERMEM_NEAR=16M TIERMEM_THRESHOLD=256K TIERMEM_FOLLOW_EXEC=1 \
+    TIERMEM_QUIET=1 timeout -k 10 600 "$out/test_transparent" || status=$?
+  report "test_transparent (preloaded)" "$status"
+  echo "== tiermem run --near 16M -- test_transparent alloc"
+  status=0
+  rm -f "$out/transparent.json"
+  timeout -k 10 300 "$lib/tiermem" run --near 16M --threshold 256K --quiet --report "$out/transparent.json" \
+    -- "$out/test_transparent" alloc || status=$?
+  if [[ $status -eq 0 ]] && ! grep -Eq '"evictions": [1-9]' "$out/transparent.json"; then
+    echo "the report shows no eviction: $out/transparent.json"
+    status=1
+  fi
+  report "test_transparent (tiermem run)" "$status"
+fi
 
 if [[ $failed -ne 0 ]]; then
   echo "ctest: FAILED"

@@ -62,52 +62,124 @@ unsafe fn pin_all(
     Some((pins, out))
 }
 
+/// Runs a vectored call on `iov[..cnt]` with its tiered buffers pinned:
+/// `call(vector, count, done)` makes the call (`done`: bytes already
+/// moved, for the file offset of `preadv`/`pwritev`). On a regular file a
+/// vector longer than what can be pinned at once is done in pieces, as one
+/// call would have done it whole; elsewhere the call is shortened.
+///
+/// # Safety
+/// `iov` points to `cnt` valid iovecs.
+unsafe fn vectored(
+    fd: c_int,
+    iov: *const iovec,
+    cnt: c_int,
+    kernel_writes: bool,
+    call: impl Fn(*const iovec, c_int, usize) -> ssize_t,
+) -> ssize_t {
+    // SAFETY: the caller's vector.
+    let Some((pins, first)) = (unsafe { pin_all(iov, cnt, kernel_writes) }) else {
+        return call(iov, cnt, 0);
+    };
+    // SAFETY: the caller's vector.
+    let all = unsafe { std::slice::from_raw_parts(iov, cnt as usize) };
+    let total: usize = all.iter().map(|b| b.iov_len).sum();
+    let regular = tiermem_sys::file::fd_is_regular(fd);
+    let (mut pins, mut piece) = (pins, first);
+    let mut done = 0usize;
+    loop {
+        let want: usize = piece.iter().map(|b| b.iov_len).sum();
+        let r = call(piece.as_ptr(), piece.len() as c_int, done);
+        drop(pins);
+        if r < 0 {
+            return if done > 0 { done as ssize_t } else { r };
+        }
+        done += r as usize;
+        if !regular || (r as usize) < want || done >= total {
+            return done as ssize_t;
+        }
+        // The rest of the vector, from `done` bytes in.
+        let mut rest: Vec<iovec> = Vec::new();
+        let mut skip = done;
+        for b in all {
+            if skip >= b.iov_len {
+                skip -= b.iov_len;
+                continue;
+            }
+            rest.push(iovec {
+                // SAFETY: an offset inside the caller's buffer.
+                iov_base: unsafe { (b.iov_base as *mut u8).add(skip) }.cast(),
+                iov_len: b.iov_len - skip,
+            });
+            skip = 0;
+        }
+        // SAFETY: `rest` is a valid vector inside the caller's buffers.
+        match unsafe { pin_all(rest.as_ptr(), rest.len() as c_int, kernel_writes) } {
+            Some((p, v)) => (pins, piece) = (p, v),
+            None => (pins, piece) = (Vec::new(), rest),
+        }
+    }
+}
+
 macro_rules! iov_call {
-    ($(#[$doc:meta])* fn $name:ident($fd:ident: c_int, $iov:ident, $cnt:ident $(, $arg:ident: $ty:ty)*) = $cname:literal, writes $w:expr) => {
+    // readv/writev: no offset.
+    ($(#[$doc:meta])* fn $name:ident = $cname:literal, writes $w:expr) => {
         $(#[$doc])*
         ///
         /// # Safety
         /// As for the C function.
         #[no_mangle]
-        pub unsafe extern "C" fn $name($fd: c_int, $iov: *const iovec, $cnt: c_int $(, $arg: $ty)*) -> ssize_t {
+        pub unsafe extern "C" fn $name(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
             static NEXT: AtomicUsize = AtomicUsize::new(0);
             let f = next(&NEXT, $cname);
             // SAFETY: the C library's function of this signature.
-            let real: unsafe extern "C" fn(c_int, *const iovec, c_int $(, $ty)*) -> ssize_t = unsafe { std::mem::transmute(f) };
-            // SAFETY: the caller's vector.
-            match unsafe { pin_all($iov, $cnt, $w) } {
-                // SAFETY: the caller's arguments, with a vector of pinned buffers.
-                Some((_pins, v)) => unsafe { real($fd, v.as_ptr(), v.len() as c_int $(, $arg)*) },
-                // SAFETY: forwarded untouched.
-                None => unsafe { real($fd, $iov, $cnt $(, $arg)*) },
-            }
+            let real: unsafe extern "C" fn(c_int, *const iovec, c_int) -> ssize_t = unsafe { std::mem::transmute(f) };
+            // SAFETY: the caller's arguments.
+            unsafe { vectored(fd, iov, cnt, $w, |v, n, _| real(fd, v, n)) }
+        }
+    };
+    // The positional forms: the offset moves on by what earlier pieces did.
+    ($(#[$doc:meta])* fn $name:ident(off $(, $arg:ident: $ty:ty)*) = $cname:literal, writes $w:expr) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// As for the C function.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(fd: c_int, iov: *const iovec, cnt: c_int, off: libc::off_t $(, $arg: $ty)*) -> ssize_t {
+            static NEXT: AtomicUsize = AtomicUsize::new(0);
+            let f = next(&NEXT, $cname);
+            // SAFETY: the C library's function of this signature.
+            let real: unsafe extern "C" fn(c_int, *const iovec, c_int, libc::off_t $(, $ty)*) -> ssize_t =
+                unsafe { std::mem::transmute(f) };
+            // SAFETY: the caller's arguments.
+            unsafe { vectored(fd, iov, cnt, $w, |v, n, done| real(fd, v, n, off + done as libc::off_t $(, $arg)*)) }
         }
     };
 }
 
 iov_call!(
     /// `readv(2)`.
-    fn readv(fd: c_int, iov, cnt) = c"readv", writes true
+    fn readv = c"readv", writes true
 );
 iov_call!(
     /// `writev(2)`.
-    fn writev(fd: c_int, iov, cnt) = c"writev", writes false
+    fn writev = c"writev", writes false
 );
 iov_call!(
     /// `preadv(2)`.
-    fn preadv(fd: c_int, iov, cnt, off: libc::off_t) = c"preadv", writes true
+    fn preadv(off) = c"preadv", writes true
 );
 iov_call!(
     /// `pwritev(2)`.
-    fn pwritev(fd: c_int, iov, cnt, off: libc::off_t) = c"pwritev", writes false
+    fn pwritev(off) = c"pwritev", writes false
 );
 iov_call!(
     /// `preadv2(2)`.
-    fn preadv2(fd: c_int, iov, cnt, off: libc::off_t, flags: c_int) = c"preadv2", writes true
+    fn preadv2(off, flags: c_int) = c"preadv2", writes true
 );
 iov_call!(
     /// `pwritev2(2)`.
-    fn pwritev2(fd: c_int, iov, cnt, off: libc::off_t, flags: c_int) = c"pwritev2", writes false
+    fn pwritev2(off, flags: c_int) = c"pwritev2", writes false
 );
 
 /// `recvmsg`/`sendmsg`: the message's data vector.

@@ -172,7 +172,15 @@ pub(crate) fn take_over(s: &Settings, budget: Option<&NearBudget>) {
             stats: None,
         };
         let region = if s.tiered() {
-            match tier(s, budget, start, end - start, sec.name.ends_with("bss")) {
+            let section_start = (sec.vaddr + bias) as usize;
+            match tier(
+                s,
+                budget,
+                section_start,
+                start,
+                end - start,
+                sec.name.ends_with("bss"),
+            ) {
                 Ok(r) => {
                     report.how = "tiered".into();
                     Some(r)
@@ -205,6 +213,7 @@ pub(crate) fn take_over(s: &Settings, budget: Option<&NearBudget>) {
 fn tier(
     s: &Settings,
     budget: Option<&NearBudget>,
+    section_start: usize,
     start: usize,
     len: usize,
     bss: bool,
@@ -227,7 +236,10 @@ fn tier(
             bytes[*off..*off + data.len()].copy_from_slice(data);
         }
     }
-    region.trap_kernel_access().map_err(|e| e.to_string())?;
+    // Buffers starting anywhere in the section may run into the region.
+    region
+        .trap_kernel_access(section_start)
+        .map_err(|e| e.to_string())?;
     Ok(region)
 }
 

@@ -56,6 +56,13 @@ impl<V> Snapshot<V> {
         let e = self.entries.get(i.checked_sub(1)?)?;
         (addr < e.end).then_some(e)
     }
+
+    /// The first entry that ends after `addr` (containing it, or the next
+    /// one above it).
+    fn find_from(&self, addr: usize) -> Option<&Entry<V>> {
+        let i = self.entries.partition_point(|e| e.end <= addr);
+        self.entries.get(i)
+    }
 }
 
 /// A reader counter alone on its cache line: readers on different CPUs
@@ -135,6 +142,22 @@ impl<V> RangeTable<V> {
         // entry (the lifetime is higher-ranked).
         let snapshot = unsafe { p.as_ref() };
         f(snapshot.and_then(|s| s.find(addr)))
+    }
+
+    /// Calls `f` with the first entry that ends after `addr`: the one
+    /// containing it, or the next one above it. Lock-free like [`read`].
+    ///
+    /// [`read`]: RangeTable::read
+    pub fn read_from<R>(&self, addr: usize, f: impl for<'a> FnOnce(Option<&'a Entry<V>>) -> R) -> R {
+        // SeqCst: see `read`.
+        let idx = self.epoch.load(Ordering::SeqCst) & 1;
+        let counter = &self.readers[idx].0;
+        counter.fetch_add(1, Ordering::SeqCst);
+        let _read = ReadSide(counter);
+        let p = self.current.load(Ordering::SeqCst);
+        // SAFETY: as in `read`.
+        let snapshot = unsafe { p.as_ref() };
+        f(snapshot.and_then(|s| s.find_from(addr)))
     }
 
     /// A clone of the value of the range containing `addr`.
@@ -339,6 +362,17 @@ mod tests {
         assert_eq!(t.get(0x2000), Some(2));
         assert_eq!(t.get(0x3000), None);
         assert_eq!(t.get(0x5fff), Some(5));
+        assert_eq!(
+            t.read_from(0x3000, |e| e.map(|e| e.value)),
+            Some(5),
+            "the next range up"
+        );
+        assert_eq!(
+            t.read_from(0x1800, |e| e.map(|e| e.value)),
+            Some(1),
+            "the containing range"
+        );
+        assert_eq!(t.read_from(0x6000, |e| e.map(|e| e.value)), None);
         assert_eq!(
             t.insert(0x2800, 0x2900, 9),
             Err(InsertError::Overlap(0x2000, 0x3000))

@@ -206,13 +206,16 @@ pub(crate) fn pin_for_kernel(addr: usize, len: usize, write: bool) -> KernelPins
         if at >= end {
             break;
         }
-        let found = TABLE.read(at, |e| e.map(|e| (e.end, e.value.clone())));
-        let Some((range_end, slot)) = found.filter(|(_, s)| s.generation == generation) else {
-            // Plain memory from here on (a buffer that leaves one range and
-            // enters another one later is prepared up to the gap only).
+        // The range containing `at`, or the next one up: the plain memory
+        // before it needs nothing.
+        let found = TABLE.read_from(at, |e| e.map(|e| (e.start, e.end, e.value.clone())));
+        let Some((start, range_end, slot)) =
+            found.filter(|(s, _, sl)| *s < end && sl.generation == generation)
+        else {
             at = end;
             break;
         };
+        at = at.max(start);
         let want = end.min(range_end) - at;
         let got = slot.handler.pin(at, want, write, tid());
         pins.segments[seg] = (at, got, Some(slot));

@@ -277,14 +277,17 @@ impl Region {
 
     /// Serves kernel-mode accesses to this region's range (`read(2)` into
     /// it, ...) although it lies outside the kernel-access window (an
-    /// adopted range): one more seccomp filter, for this range. In-context
+    /// adopted range): one more seccomp filter, trapping calls whose buffer
+    /// starts in `[from, self.base() + self.len())`. `from` may lie below
+    /// the base, so that a buffer starting before the region (in the same
+    /// data section) and running into it is trapped too. In-context
     /// regions only; a no-op when `kernel_access` is off.
-    pub fn trap_kernel_access(&self) -> Result<(), Error> {
+    pub fn trap_kernel_access(&self, from: usize) -> Result<(), Error> {
         let c = &self.core.config;
         if c.fault_path != FaultPath::InContext || !crate::kernel_access::active(c.kernel_access) {
             return Ok(());
         }
-        crate::kernel_access::add_range(self.base(), self.base() + self.len())
+        crate::kernel_access::add_range(from.min(self.base()), self.base() + self.len())
     }
 
     /// Whether this handle was inherited by a `fork()`ed child.

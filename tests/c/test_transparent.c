@@ -1,0 +1,321 @@
+/* An unmodified program under tiermem's preload library (run by
+ * scripts/ctest.sh with LD_PRELOAD=libtiermem_preload.so, TIERMEM_NEAR far
+ * below the footprint and TIERMEM_THRESHOLD=256K): the whole allocation
+ * interface, large anonymous mmaps, static arrays, kernel accesses
+ * (read/fread/readv/recv into tiered buffers), fork, threads created before
+ * and after, signal masks, dlopen, exit with live allocations. Nothing here
+ * mentions tiermem: every check is what the C library promises. Each case
+ * runs in a fresh process; the JSON report of one case checks that tiering
+ * really happened (evictions > 0).
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static int failures;
+static int checks;
+
+#define CHECK(cond, ...)                                   \
+  do {                                                     \
+    checks++;                                              \
+    if (!(cond)) {                                         \
+      failures++;                                          \
+      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
+      fprintf(stderr, __VA_ARGS__);                        \
+      fputc('\n', stderr);                                 \
+    }                                                      \
+  } while (0)
+
+#define MIB (1024ul * 1024ul)
+
+static uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+static void fill(uint64_t *p, size_t words, uint64_t seed) {
+  for (size_t i = 0; i < words; i++) p[i] = mix(seed + i);
+}
+
+static size_t bad_words(const uint64_t *p, size_t words, uint64_t seed) {
+  size_t bad = 0;
+  for (size_t i = 0; i < words; i++) bad += p[i] != mix(seed + i);
+  return bad;
+}
+
+/* ---- the allocation interface ---- */
+
+static void test_alloc_surface(void) {
+  /* Large blocks of every kind, written and checked after the others
+   * churned the budget. */
+  size_t n = 24 * MIB / 8;
+  uint64_t *a = malloc(n * 8);
+  uint64_t *b = calloc(n, 8);
+  void *c = NULL;
+  CHECK(posix_memalign(&c, 2 * MIB, 16 * MIB) == 0 && ((uintptr_t)c % (2 * MIB)) == 0, "posix_memalign");
+  uint64_t *d = aligned_alloc(4096, 8 * MIB);
+  uint64_t *e = memalign(65536, 8 * MIB);
+  uint64_t *f = valloc(8 * MIB);
+  uint64_t *g = pvalloc(8 * MIB + 1);
+  CHECK(a && b && c && d && e && f && g, "allocations");
+  size_t zero_bad = 0;
+  for (size_t i = 0; i < n; i += 7) zero_bad += b[i] != 0;
+  CHECK(zero_bad == 0, "calloc memory not zero: %zu words", zero_bad);
+  CHECK(malloc_usable_size(a) >= n * 8, "malloc_usable_size %zu", malloc_usable_size(a));
+  CHECK(((uintptr_t)e % 65536) == 0 && ((uintptr_t)f % 4096) == 0 && ((uintptr_t)g % 4096) == 0, "alignment");
+  fill(a, n, 1);
+  fill(b, n, 2);
+  fill(c, 16 * MIB / 8, 3);
+  fill(d, MIB, 4);
+  fill(e, MIB, 5);
+  fill(f, MIB, 6);
+  fill(g, MIB, 7);
+  CHECK(bad_words(a, n, 1) == 0 && bad_words(b, n, 2) == 0 && bad_words(c, 16 * MIB / 8, 3) == 0, "data lost");
+  CHECK(bad_words(d, MIB, 4) == 0 && bad_words(e, MIB, 5) == 0 && bad_words(f, MIB, 6) == 0 &&
+            bad_words(g, MIB, 7) == 0,
+        "data lost (aligned)");
+  /* realloc across the threshold both ways, growing and shrinking. */
+  uint64_t *r = malloc(64);
+  r[0] = 42;
+  r = realloc(r, 32 * MIB);
+  CHECK(r && r[0] == 42, "realloc small -> large");
+  fill(r, 32 * MIB / 8, 8);
+  r = realloc(r, 48 * MIB);
+  CHECK(r && bad_words(r, 32 * MIB / 8, 8) == 0, "realloc large -> larger");
+  r = realloc(r, 1 * MIB);
+  CHECK(r && bad_words(r, MIB / 8, 8) == 0, "realloc shrink");
+  r = realloc(r, 100);
+  CHECK(r && r[3] == mix(8 + 3), "realloc large -> small");
+  uint64_t *ra = reallocarray(NULL, 1 * MIB, 8);
+  CHECK(ra != NULL, "reallocarray");
+  /* Overflowing products, hidden from the compiler's own check. */
+  volatile size_t huge = SIZE_MAX / 2;
+  CHECK(reallocarray(NULL, huge, 4) == NULL && errno == ENOMEM, "reallocarray overflow");
+  CHECK(calloc(huge, 4) == NULL, "calloc overflow");
+  /* Freed memory comes back zeroed through calloc. */
+  free(b);
+  uint64_t *b2 = calloc(n, 8);
+  zero_bad = 0;
+  for (size_t i = 0; i < n; i += 5) zero_bad += b2[i] != 0;
+  CHECK(zero_bad == 0, "calloc after free not zero: %zu", zero_bad);
+  free(a), free(b2), free(c), free(d), free(e), free(f), free(g), free(r), free(ra);
+  free(NULL);
+  /* C library internals and small objects are untouched. */
+  char *s = strdup("small");
+  CHECK(strcmp(s, "small") == 0, "strdup");
+  free(s);
+}
+
+/* ---- large anonymous mmap, munmap, mremap, madvise ---- */
+
+static void test_mmap(void) {
+  size_t len = 40 * MIB;
+  uint64_t *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  CHECK(m != MAP_FAILED, "mmap");
+  fill(m, len / 8, 11);
+  CHECK(bad_words(m, len / 8, 11) == 0, "mmap data");
+  uint64_t *m2 = mremap(m, len, 2 * len, MREMAP_MAYMOVE);
+  CHECK(m2 != MAP_FAILED && bad_words(m2, len / 8, 11) == 0, "mremap keeps data");
+  CHECK(madvise((char *)m2 + len, len, MADV_DONTNEED) == 0 && m2[len / 8 + 5] == 0, "madvise DONTNEED zeroes");
+  CHECK(munmap(m2, 2 * len) == 0, "munmap");
+  /* File mappings stay the kernel's. */
+  FILE *t = tmpfile();
+  fputs("mapped file", t);
+  fflush(t);
+  char *fm = mmap(NULL, 4096, PROT_READ, MAP_SHARED, fileno(t), 0);
+  CHECK(fm != MAP_FAILED && memcmp(fm, "mapped", 6) == 0, "file mapping");
+  munmap(fm, 4096);
+  fclose(t);
+}
+
+/* ---- kernel accesses into tiered buffers ---- */
+
+static void test_kernel_access(void) {
+  size_t len = 32 * MIB;
+  uint64_t *src = malloc(len);
+  fill(src, len / 8, 21);
+  FILE *t = tmpfile();
+  CHECK(fwrite(src, 1, len, t) == len, "fwrite from tiered memory");
+  fflush(t);
+  uint64_t *dst = malloc(len);
+  uint64_t *spare = malloc(len);
+  fill(spare, len / 8, 99); /* evicts dst's and src's pages */
+  rewind(t);
+  CHECK(fread(dst, 1, len, t) == len, "fread into tiered memory");
+  CHECK(bad_words(dst, len / 8, 21) == 0, "fread data");
+  memset(dst, 0, len);
+  fill(spare, len / 8, 98);
+  CHECK(pread(fileno(t), dst, len, 0) == (ssize_t)len, "pread: %s", strerror(errno));
+  CHECK(bad_words(dst, len / 8, 21) == 0, "pread data");
+  fill(spare, len / 8, 97);
+  struct iovec iov[2] = {{dst, len / 2}, {(char *)dst + len / 2, len / 2}};
+  CHECK(preadv(fileno(t), iov, 2, 0) == (ssize_t)len, "preadv: %s", strerror(errno));
+  CHECK(bad_words(dst, len / 8, 21) == 0, "preadv data");
+  int sv[2];
+  socketpair(AF_UNIX, SOCK_STREAM, 0, sv);
+  fill(spare, len / 8, 96);
+  CHECK(send(sv[0], dst, 65536, 0) == 65536, "send from tiered memory");
+  CHECK(recv(sv[1], spare, 65536, MSG_WAITALL) == 65536, "recv into tiered memory");
+  CHECK(memcmp(spare, dst, 65536) == 0, "socket data");
+  close(sv[0]), close(sv[1]);
+  fclose(t);
+  free(src), free(dst), free(spare);
+}
+
+/* ---- static arrays ---- */
+
+#define STATIC_WORDS (20u * 1024u * 1024u / 8u)
+static uint64_t static_array[STATIC_WORDS];
+static uint64_t static_data[STATIC_WORDS] = {1, 2, 3};
+
+static void test_statics(void) {
+  CHECK(static_data[0] == 1 && static_data[2] == 3 && static_data[5] == 0, "initialised data kept");
+  fill(static_array, STATIC_WORDS, 31);
+  fill(static_data, STATIC_WORDS, 32);
+  uint64_t *spare = malloc(32 * MIB);
+  fill(spare, 32 * MIB / 8, 33);
+  CHECK(bad_words(static_array, STATIC_WORDS, 31) == 0 && bad_words(static_data, STATIC_WORDS, 32) == 0,
+        "static data lost");
+  int fd = open("/dev/urandom", O_RDONLY);
+  ssize_t got = read(fd, static_array, 4 * MIB);
+  CHECK(got == (ssize_t)(4 * MIB), "read into a static array: %zd, %s", got, strerror(errno));
+  close(fd);
+  free(spare);
+}
+
+/* ---- fork, and fork+exec ---- */
+
+static void test_fork(void) {
+  size_t len = 40 * MIB;
+  uint64_t *p = malloc(len);
+  fill(p, len / 8, 41);
+  fill(static_array, STATIC_WORDS, 42);
+  pid_t pid = fork();
+  CHECK(pid >= 0, "fork: %s", strerror(errno));
+  if (pid == 0) {
+    int ok = bad_words(p, len / 8, 41) == 0 && bad_words(static_array, STATIC_WORDS, 42) == 0;
+    fill(p, len / 8, 43); /* the child's copy is its own */
+    uint64_t *q = malloc(len);
+    ok = ok && q && bad_words(p, len / 8, 43) == 0;
+    _exit(ok ? 0 : 1);
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child saw wrong data (status %#x)", st);
+  CHECK(bad_words(p, len / 8, 41) == 0 && bad_words(static_array, STATIC_WORDS, 42) == 0, "parent data changed");
+  /* fork + exec and posix_spawn work unchanged. */
+  char *argv[] = {"/bin/sh", "-c", "exit 7", NULL};
+  extern char **environ;
+  pid_t sp;
+  CHECK(posix_spawn(&sp, "/bin/sh", NULL, NULL, argv, environ) == 0, "posix_spawn");
+  waitpid(sp, &st, 0);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 7, "posix_spawn child status %#x", st);
+  CHECK(system("exit 3") == 3 << 8, "system()");
+  free(p);
+}
+
+/* ---- threads, masks, dlopen ---- */
+
+static void *worker(void *arg) {
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, NULL); /* like MPI progress threads */
+  uint64_t *p = malloc(16 * MIB);
+  fill(p, 2 * MIB, (uintptr_t)arg);
+  size_t bad = bad_words(p, 2 * MIB, (uintptr_t)arg);
+  free(p);
+  return (void *)(uintptr_t)bad;
+}
+
+static void test_threads_and_dlopen(void) {
+  pthread_t t[4];
+  for (uintptr_t k = 0; k < 4; k++) pthread_create(&t[k], NULL, worker, (void *)(k * 1000));
+  size_t bad = 0;
+  for (int k = 0; k < 4; k++) {
+    void *r;
+    pthread_join(t[k], &r);
+    bad += (uintptr_t)r;
+  }
+  CHECK(bad == 0, "threads: %zu bad words", bad);
+  void *h = dlopen("libm.so.6", RTLD_NOW);
+  CHECK(h != NULL, "dlopen: %s", dlerror());
+  double (*cosine)(double) = (double (*)(double))dlsym(h, "cos");
+  CHECK(cosine && cosine(0.0) == 1.0, "dlsym");
+  dlclose(h);
+}
+
+/* ---- exit with live allocations, frees in destructors ---- */
+
+static uint64_t *left_for_destructor;
+
+__attribute__((destructor)) static void free_late(void) { free(left_for_destructor); }
+
+static void test_exit_with_live_memory(void) {
+  left_for_destructor = malloc(8 * MIB);
+  fill(left_for_destructor, MIB, 51);
+  void *leak = malloc(8 * MIB);
+  (void)leak;
+  CHECK(bad_words(left_for_destructor, MIB, 51) == 0, "late data");
+}
+
+struct test_case {
+  const char *name;
+  void (*run)(void);
+};
+
+static const struct test_case cases[] = {
+    {"alloc", test_alloc_surface},       {"mmap", test_mmap},   {"kernel-access", test_kernel_access},
+    {"statics", test_statics},           {"fork", test_fork},   {"threads", test_threads_and_dlopen},
+    {"exit", test_exit_with_live_memory},
+};
+
+/* test_transparent: every case, each in a fresh process (the environment,
+ * LD_PRELOAD included, is inherited); test_transparent CASE: one case. */
+int main(int argc, char **argv) {
+  if (argc == 2) {
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+      if (strcmp(argv[1], cases[k].name) == 0) cases[k].run();
+    if (checks == 0) {
+      fprintf(stderr, "no case %s\n", argv[1]);
+      return 2;
+    }
+    return failures ? 1 : 0;
+  }
+  int failed = 0;
+  extern char **environ;
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    char *args[] = {argv[0], (char *)cases[k].name, NULL};
+    pid_t pid;
+    int st = 0;
+    if (posix_spawn(&pid, "/proc/self/exe", NULL, NULL, args, environ) != 0 || waitpid(pid, &st, 0) < 0) {
+      fprintf(stderr, "FAIL %s: cannot run\n", cases[k].name);
+      failed++;
+      continue;
+    }
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
+      printf("ok   %s\n", cases[k].name);
+    } else {
+      failed++;
+      fprintf(stderr, "FAIL %s: %s %d\n", cases[k].name, WIFSIGNALED(st) ? "signal" : "exit status",
+              WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+    }
+  }
+  printf("test_transparent: %zu cases, %d failed\n", sizeof cases / sizeof cases[0], failed);
+  return failed ? 1 : 0;
+}
