@@ -1,8 +1,12 @@
-//! Memory cgroups (v1 and v2): creation under a limit, moving processes in, counters, removal.
+//! Memory cgroups (v1 and v2): creation under a limit, joining (before `exec` or from the environment), counters, removal.
 
+use std::ffi::{CStr, CString};
 use std::fs;
 use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -128,10 +132,45 @@ impl MemCgroup {
         })
     }
 
+    /// Makes the process that `cmd` spawns join this cgroup after `fork` and
+    /// before `exec`, so that its whole footprint is charged here, from the
+    /// program's first page on (a child calling [`join_cgroup_from_env`]
+    /// joins only once it runs, after the loader and its own start-up).
+    ///
+    /// If the cgroup cannot be joined, spawning fails with the OS error of
+    /// the write to `cgroup.procs`. The hook stays on `cmd`: spawn it again
+    /// only while this cgroup exists.
+    pub fn add_before_exec(&self, cmd: &mut Command) {
+        // Prepared here, in the parent: the hook must not allocate.
+        let procs = CString::new(self.procs.as_os_str().as_bytes())
+            .expect("a cgroup path has no NUL byte: the root comes from the kernel, the name is checked");
+        // SAFETY: the hook runs in the child between fork and exec, where
+        // only async-signal-safe work is allowed (another thread of the
+        // parent may have held the allocator's or any other lock at the
+        // fork). `join_self` only calls getpid, open, write and close, which
+        // POSIX lists as async-signal-safe, formats the pid into a buffer on
+        // its stack, reads `procs`, a string allocated before the fork and
+        // only borrowed, and builds its error from errno without allocating.
+        unsafe {
+            cmd.pre_exec(move || join_self(&procs));
+        }
+    }
+
+    /// Sends SIGKILL to every process in the cgroup: the program of a run
+    /// that timed out and whatever it started.
+    pub(super) fn kill_all(&self) {
+        for pid in read_pids(&self.procs) {
+            // ESRCH: it exited meanwhile.
+            let _ = tiermem_sys::process::kill(pid, libc::SIGKILL);
+        }
+    }
+
     /// The cgroup's counters now (all zero where a file cannot be read):
     /// major faults and pages in/out from `memory.stat`, current swap usage,
-    /// and the peak memory usage (v1 `memory.max_usage_in_bytes`, v2
-    /// `memory.peak`). Read them after the workload exits but before the
+    /// the peak memory usage (v1 `memory.max_usage_in_bytes`, v2
+    /// `memory.peak`), how often the limit was hit (v1 `memory.failcnt`, v2
+    /// `max` in `memory.events`) and OOM kills (v1 `memory.oom_control`, v2
+    /// `memory.events`). Read them after the workload exits but before the
     /// cgroup is dropped.
     pub fn stats(&self) -> CgroupStats {
         let stat = fs::read_to_string(self.dir.join("memory.stat"))
@@ -142,6 +181,12 @@ impl MemCgroup {
         // children, but the hierarchical ones are the right ones regardless.
         let v1 = |k: &str| get(&format!("total_{k}")).or_else(|| get(k)).unwrap_or(0);
         let file = |f: &str| read_u64(&self.dir.join(f)).unwrap_or(0);
+        let keyed = |f: &str, k: &str| {
+            fs::read_to_string(self.dir.join(f))
+                .ok()
+                .and_then(|t| parse_key_values(&t).get(k).copied())
+                .unwrap_or(0)
+        };
         match self.version {
             CgroupVersion::V1 => CgroupStats {
                 pgmajfault: v1("pgmajfault"),
@@ -149,6 +194,8 @@ impl MemCgroup {
                 pgpgout: v1("pgpgout"),
                 swap_bytes: v1("swap"),
                 max_usage_bytes: file("memory.max_usage_in_bytes"),
+                failcnt: file("memory.failcnt"),
+                oom_kill: keyed("memory.oom_control", "oom_kill"),
             },
             CgroupVersion::V2 => CgroupStats {
                 pgmajfault: get("pgmajfault").unwrap_or(0),
@@ -156,6 +203,8 @@ impl MemCgroup {
                 pgpgout: get("pgpgout").unwrap_or(0),
                 swap_bytes: file("memory.swap.current"),
                 max_usage_bytes: file("memory.peak"),
+                failcnt: keyed("memory.events", "max"),
+                oom_kill: keyed("memory.events", "oom_kill"),
             },
         }
     }
@@ -193,6 +242,55 @@ pub struct CgroupStats {
     pub pgpgin: u64,
     /// Pages uncharged from the cgroup (`pgpgout`; v1 only, 0 where absent).
     pub pgpgout: u64,
+    /// How many times the usage hit the limit (v1 `memory.failcnt`, v2 the
+    /// `max` event).
+    pub failcnt: u64,
+    /// Processes of the cgroup that the OOM killer ended (the swap area was
+    /// full, or the kernel could not reclaim fast enough).
+    pub oom_kill: u64,
+}
+
+/// Writes the calling process's pid into the `cgroup.procs` file `procs`:
+/// the pre-exec hook of [`MemCgroup::add_before_exec`]. Async-signal-safe:
+/// no allocation, no lock, only getpid, open, write and close.
+fn join_self(procs: &CStr) -> io::Result<()> {
+    let mut buf = [0u8; 20];
+    // SAFETY: getpid has no preconditions and cannot fail.
+    let pid = unsafe { libc::getpid() };
+    let digits = format_decimal(pid as u64, &mut buf);
+    // SAFETY: `procs` is a NUL-terminated string that outlives the call.
+    let fd = unsafe { libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `digits` is valid for reads of its length; fd is open.
+    let written = unsafe { libc::write(fd, digits.as_ptr().cast(), digits.len()) };
+    let result = if written < 0 {
+        Err(io::Error::last_os_error())
+    } else if written as usize != digits.len() {
+        // cgroupfs takes a write whole or fails it; EIO names the
+        // impossible case without allocating a message.
+        Err(io::Error::from_raw_os_error(libc::EIO))
+    } else {
+        Ok(())
+    };
+    // SAFETY: fd is ours and closed once.
+    unsafe { libc::close(fd) };
+    result
+}
+
+/// Formats `n` in decimal at the end of `buf` and returns the digits,
+/// without allocating.
+fn format_decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut start = buf.len();
+    loop {
+        start -= 1;
+        buf[start] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[start..];
+        }
+    }
 }
 
 pub(super) fn cgroup_dir_name(name: &str) -> Result<String, KernelSwapError> {
@@ -327,5 +425,24 @@ mod tests {
         assert!(cgroup_dir_name("").is_err());
         assert!(cgroup_dir_name("a/b").is_err());
         assert!(cgroup_dir_name("..").is_err());
+    }
+
+    #[test]
+    fn formats_pids_without_allocating() {
+        let mut buf = [0u8; 20];
+        assert_eq!(format_decimal(0, &mut buf), b"0");
+        assert_eq!(format_decimal(7, &mut buf), b"7");
+        assert_eq!(format_decimal(4_194_304, &mut buf), b"4194304");
+        assert_eq!(
+            format_decimal(u64::MAX, &mut buf),
+            u64::MAX.to_string().as_bytes()
+        );
+    }
+
+    #[test]
+    fn join_self_reports_the_os_error() {
+        let missing = CString::new("/nonexistent/cgroup.procs").unwrap();
+        let err = join_self(&missing).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ENOENT));
     }
 }

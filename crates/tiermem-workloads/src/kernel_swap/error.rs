@@ -174,6 +174,43 @@ pub enum KernelSwapError {
         /// Tasks that could not be moved out.
         remaining_pids: Vec<u32>,
     },
+    /// The machine cannot run the baseline: the reasons [`super::preflight`]
+    /// found (not root, no zram, no memory cgroup, missing tools), joined by
+    /// `; ` so that a caller can print `kernel-swap baseline skipped: {e}`.
+    #[error("{}", .reasons.join("; "))]
+    Unavailable {
+        /// One line for each thing that is missing.
+        reasons: Vec<String>,
+    },
+    /// The memory limit of a [`super::LimitedRun`] is below
+    /// [`super::MIN_LIMIT_BYTES`].
+    #[error("memory limit {limit_bytes} bytes is below the minimum of {min_bytes} bytes")]
+    InvalidLimit {
+        /// The requested limit.
+        limit_bytes: u64,
+        /// [`super::MIN_LIMIT_BYTES`].
+        min_bytes: u64,
+    },
+    /// [`super::LimitedRun::run_argv`] got no program to run.
+    #[error("empty command line")]
+    EmptyCommand,
+    /// Starting the program failed: it does not exist or cannot be executed,
+    /// or moving it into the cgroup before `exec` failed.
+    #[error("starting {program} in the memory cgroup: {source}")]
+    Spawn {
+        /// The program, as given.
+        program: String,
+        /// The OS error (of `fork`, of the write to `cgroup.procs` or of `exec`).
+        source: io::Error,
+    },
+    /// Waiting for the program or reading its captured output failed.
+    #[error("waiting for {program}: {source}")]
+    Wait {
+        /// The program, as given.
+        program: String,
+        /// The OS error.
+        source: io::Error,
+    },
     /// Removing a leftover of an earlier, crashed run failed.
     #[error("cleaning up leftover {} from an earlier run: {detail}", .path.display())]
     CleanLeftover {
@@ -196,6 +233,7 @@ impl KernelSwapError {
         };
         match self {
             KernelSwapError::FindTool { .. }
+            | KernelSwapError::Unavailable { .. }
             | KernelSwapError::ZramUnavailable { .. }
             | KernelSwapError::CgroupUnavailable { .. } => true,
             KernelSwapError::ZramHotAdd { source, .. }

@@ -5,9 +5,10 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use super::cgroup::remove_cgroup_dir;
+use super::cgroup::{locate_memory_cgroup, remove_cgroup_dir};
 use super::control::{read_trimmed, read_u64};
 use super::device::Tools;
+use super::run::RUN_CGROUP_PREFIX;
 use super::swap_file::SWAP_FILE_PREFIX;
 use super::zram::{zram_dev, zram_hot_remove, zram_reset, zram_sys};
 use super::KernelSwapError;
@@ -171,6 +172,27 @@ pub(super) fn clean_leftover_cgroup(dir: &Path) -> Result<(), KernelSwapError> {
     })
 }
 
+/// Removes the cgroups `tiermem-bench-run-<pid>-<seq>` of
+/// [`super::LimitedRun`] whose process is dead.
+pub(super) fn clean_leftover_run_cgroups() -> Result<(), KernelSwapError> {
+    let Ok((root, _)) = locate_memory_cgroup() else {
+        return Ok(());
+    };
+    let Ok(entries) = fs::read_dir(&root) else {
+        return Ok(());
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = owner_pid(&name.to_string_lossy(), RUN_CGROUP_PREFIX) else {
+            continue;
+        };
+        if !pid_alive(pid) {
+            clean_leftover_cgroup(&entry.path())?;
+        }
+    }
+    Ok(())
+}
+
 /// Swaps off and deletes `tiermem-bench-swap-<pid>-*` files in `dir` whose
 /// process is dead.
 pub(super) fn clean_leftover_swap_files(dir: &Path, tools: &Tools) -> Result<(), KernelSwapError> {
@@ -204,7 +226,7 @@ pub(super) fn remove_leftover_swap_file(path: &Path, tools: &Tools) -> Result<()
     }
 }
 
-/// The pid in a name `<prefix><pid>-<seq>` (swap files).
+/// The pid in a name `<prefix><pid>-<seq>` (swap files, run cgroups).
 pub(super) fn owner_pid(name: &str, prefix: &str) -> Option<u32> {
     let rest = name.strip_prefix(prefix)?;
     rest.split('-').next()?.parse().ok()
@@ -237,6 +259,8 @@ mod tests {
         assert_eq!(owner_pid("tiermem-bench-swap-1234-0", swap), Some(1234));
         assert_eq!(owner_pid("tiermem-bench-swap-x", swap), None);
         assert_eq!(owner_pid("other", swap), None);
+        assert_eq!(owner_pid("tiermem-bench-run-77-3", RUN_CGROUP_PREFIX), Some(77));
+        assert_eq!(owner_pid("tiermem-bench-run-77-3", swap), None);
         assert!(pid_alive(std::process::id()));
         assert!(!pid_alive(dead_pid()));
     }

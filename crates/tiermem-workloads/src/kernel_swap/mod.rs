@@ -8,7 +8,41 @@
 //! Both objects are RAII guards: dropping them undoes everything they did,
 //! including after an error half-way through their own setup.
 //!
-//! # Canonical use
+//! # Running a command line under a limit
+//!
+//! [`LimitedRun`] does the whole baseline for any program, including
+//! unmodified external ones: it checks the machine ([`preflight`]), sets up
+//! the swap area and the cgroup, starts the program already inside the cgroup
+//! (it joins between `fork` and `exec`, so its whole footprint counts), waits
+//! for it, collects the counters and removes everything again, on errors too.
+//!
+//! ```no_run
+//! use std::process::Command;
+//! use tiermem_workloads::kernel_swap::{LimitedRun, Stream, SwapKind};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let baseline = LimitedRun::new(SwapKind::Zram, 512 << 20) // the near budget
+//!     .swap_bytes(2 << 30)
+//!     .stdout(Stream::Capture);
+//! match baseline.run(Command::new("./cg.B").env("OMP_NUM_THREADS", "1")) {
+//!     Ok(run) => println!(
+//!         "{}; verified: {}",
+//!         run.summary(),
+//!         run.stdout_text().contains("VERIFICATION SUCCESSFUL")
+//!     ),
+//!     Err(e) if e.is_unavailable() => eprintln!("kernel-swap baseline skipped: {e}"),
+//!     Err(e) => return Err(e.into()),
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # The building blocks
+//!
+//! `tiermem bench` uses the pieces directly: its child re-executes the
+//! benchmark binary, which joins the cgroup itself with
+//! [`join_cgroup_from_env`] before it allocates ([`MemCgroup::add_before_exec`]
+//! is the alternative that joins before `exec`).
 //!
 //! ```no_run
 //! use std::process::Command;
@@ -43,6 +77,7 @@
 //!
 //! # Layout
 //!
+//! - `run.rs`: [`LimitedRun`], [`RunOutcome`], [`Stream`];
 //! - `cgroup.rs`: [`MemCgroup`] (v1 and v2), [`CgroupStats`],
 //!   [`join_cgroup_from_env`];
 //! - `device.rs`: [`SwapDevice`], `/proc/swaps` ([`active_swaps`]) and the
@@ -60,7 +95,9 @@
 //! before it sets up its own:
 //! - cgroups are directories `tiermem-bench-<name>` at the root of the memory
 //!   hierarchy; [`MemCgroup::create`] removes an existing one of the same name
-//!   (moving its tasks to the parent first);
+//!   (moving its tasks to the parent first), and [`LimitedRun`], whose
+//!   cgroups are `tiermem-bench-run-<pid>-<seq>`, removes those whose
+//!   process is dead;
 //! - swap files are `tiermem-bench-swap-<pid>-<seq>`; [`SwapDevice::setup`]
 //!   swaps off and deletes those in the same directory whose process is dead;
 //! - a zram device cannot carry a name, so each one we configure gets a marker
@@ -98,6 +135,7 @@ mod device;
 mod error;
 mod leftovers;
 mod mounts;
+mod run;
 mod swap_file;
 #[cfg(test)]
 mod tests;
@@ -109,6 +147,7 @@ use std::path::PathBuf;
 pub use cgroup::{join_cgroup_from_env, CgroupStats, CgroupVersion, MemCgroup};
 pub use device::{active_swaps, vmstat_swap, ActiveSwap, SwapDevice, VmstatSwap};
 pub use error::KernelSwapError;
+pub use run::{LimitedRun, RunOutcome, Stream, DEFAULT_RUN_SWAP_BYTES, MIN_LIMIT_BYTES};
 
 use control::{find_tool, fmt_bytes};
 

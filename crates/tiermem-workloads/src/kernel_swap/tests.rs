@@ -2,7 +2,7 @@
 
 use std::fs::{self, OpenOptions};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
@@ -365,4 +365,165 @@ fn leftover_swap_file_is_cleaned() {
     let path = dev.path().to_path_buf();
     drop(dev);
     assert!(!path.exists() && !is_swap_active(&path));
+}
+
+/// The serial lock, and the swap kind to run under: zram where it is
+/// available, else a swap file in the temporary directory; `None` after
+/// printing why neither can be.
+fn serial_run_kind() -> Option<(MutexGuard<'static, ()>, SwapKind)> {
+    let guard = serial();
+    match (unavailable(&SwapKind::Zram), unavailable(&tmp_kind())) {
+        (None, _) => Some((guard, SwapKind::Zram)),
+        (Some(_), None) => Some((guard, tmp_kind())),
+        (Some(zram), Some(file)) => {
+            println!("skipped: {zram}; {file}");
+            None
+        }
+    }
+}
+
+/// The cgroup directory a run named `name` uses.
+fn run_cgroup_dir(name: &str) -> PathBuf {
+    let (root, _) = locate_memory_cgroup().expect("memory cgroup");
+    root.join(format!("{NAME_PREFIX}-{name}"))
+}
+
+#[test]
+fn limited_run_rejects_bad_input_and_says_why_it_cannot_run() {
+    let _g = serial();
+    let err = LimitedRun::new(SwapKind::Zram, 4096)
+        .run_argv(&["true"])
+        .unwrap_err();
+    assert!(matches!(err, KernelSwapError::InvalidLimit { .. }), "{err}");
+    let err = LimitedRun::new(SwapKind::Zram, 64 << 20)
+        .run_argv::<&str>(&[])
+        .unwrap_err();
+    assert!(matches!(err, KernelSwapError::EmptyCommand), "{err}");
+    let err = LimitedRun::new(tmp_kind(), 64 << 20)
+        .swap_bytes(4096)
+        .run_argv(&["true"])
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            KernelSwapError::InvalidSize { .. } | KernelSwapError::Unavailable { .. }
+        ),
+        "{err}"
+    );
+    // Where the machine cannot run it, the error says why, as preflight does.
+    for kind in [SwapKind::Zram, SwapKind::File("/nonexistent/dir".into())] {
+        let Some(why) = unavailable(&kind) else {
+            continue;
+        };
+        let run = LimitedRun::new(kind, 64 << 20);
+        let err = run.run_argv(&["true"]).unwrap_err();
+        assert!(err.is_unavailable(), "{err}");
+        assert!(matches!(err, KernelSwapError::Unavailable { .. }), "{err}");
+        assert_eq!(format!("kernel-swap baseline unavailable: {err}"), why);
+        assert!(run.preflight().is_err());
+        println!("kernel-swap baseline skipped: {err}");
+    }
+}
+
+#[test]
+fn limited_run_joins_before_exec_and_reports_the_status() {
+    let Some((_serial, kind)) = serial_run_kind() else {
+        return;
+    };
+    let before = our_swaps();
+    let dir = run_cgroup_dir("unit-test-run");
+    // The shell never joins anything itself: the cgroup it reports for its
+    // own pid ($$) is the one it was put in before exec.
+    let run = LimitedRun::new(kind.clone(), 64 << 20)
+        .swap_bytes(16 << 20)
+        .name("unit-test-run")
+        .capture_output()
+        .run(Command::new("sh").args(["-c", "cat /proc/$$/cgroup; echo err >&2; exit 3"]))
+        .expect("run");
+    println!("{}", run.summary());
+    assert_eq!(run.status.code(), Some(3));
+    assert!(!run.timed_out);
+    assert!(
+        run.stdout_text().contains("tiermem-bench-unit-test-run"),
+        "{}",
+        run.stdout_text()
+    );
+    assert_eq!(run.stderr_text(), "err\n");
+    assert_eq!(run.limit_bytes, 64 << 20);
+    assert!(run.cgroup.max_usage_bytes > 0, "{:?}", run.cgroup);
+    assert!(!dir.exists(), "cgroup directory left behind");
+    assert_eq!(our_swaps(), before, "swap area left behind");
+    // Not captured: nothing collected.
+    let run = LimitedRun::new(kind, 64 << 20)
+        .swap_bytes(16 << 20)
+        .stdout(Stream::Null)
+        .run_argv(&["echo", "to /dev/null"])
+        .expect("run");
+    assert!(run.status.success() && run.stdout.is_none() && run.stderr.is_none());
+}
+
+#[test]
+fn limited_run_timeout_kills_everything_in_the_cgroup() {
+    use std::os::unix::process::ExitStatusExt;
+    let Some((_serial, kind)) = serial_run_kind() else {
+        return;
+    };
+    let dir = run_cgroup_dir("unit-test-timeout");
+    let t0 = Instant::now();
+    // The background sleep holds the captured stdout open: the run only
+    // returns because it is killed too.
+    let run = LimitedRun::new(kind.clone(), 64 << 20)
+        .swap_bytes(16 << 20)
+        .name("unit-test-timeout")
+        .capture_output()
+        .timeout(std::time::Duration::from_millis(300))
+        .run_argv(&["sh", "-c", "sleep 30 & sleep 30"])
+        .expect("run");
+    println!("{} after {:?}", run.summary(), t0.elapsed());
+    assert!(run.timed_out);
+    assert_eq!(run.status.signal(), Some(libc::SIGKILL));
+    assert!(run.wall.as_secs_f64() >= 0.3, "{:?}", run.wall);
+    assert!(t0.elapsed().as_secs() < 20, "{:?}", t0.elapsed());
+    assert!(!dir.exists(), "cgroup directory left behind");
+    // A program that exits and leaves a process behind: the straggler is
+    // killed, so the captured pipe closes and the run returns.
+    let t0 = Instant::now();
+    let run = LimitedRun::new(kind, 64 << 20)
+        .swap_bytes(16 << 20)
+        .stdout(Stream::Capture)
+        .run_argv(&["sh", "-c", "sleep 30 & echo started"])
+        .expect("run");
+    assert!(run.status.success() && !run.timed_out);
+    assert_eq!(run.stdout_text(), "started\n");
+    assert!(t0.elapsed().as_secs() < 20, "{:?}", t0.elapsed());
+}
+
+#[test]
+fn limited_run_cleans_up_when_the_program_cannot_start() {
+    let Some((_serial, kind)) = serial_run_kind() else {
+        return;
+    };
+    let before = our_swaps();
+    // A crashed run's cgroup: removed by the next run.
+    let (root, _) = locate_memory_cgroup().unwrap();
+    let stale = root.join(format!("{}{}-0", run::RUN_CGROUP_PREFIX, dead_pid()));
+    let _ = remove_cgroup_dir(&stale);
+    fs::create_dir(&stale).expect("mkdir stale run cgroup");
+    let dir = run_cgroup_dir("unit-test-enoent");
+    let err = LimitedRun::new(kind, 64 << 20)
+        .swap_bytes(16 << 20)
+        .name("unit-test-enoent")
+        .run_argv(&["/nonexistent/tiermem-test-program"])
+        .unwrap_err();
+    match &err {
+        KernelSwapError::Spawn { program, source } => {
+            assert_eq!(program, "/nonexistent/tiermem-test-program");
+            assert_eq!(source.kind(), std::io::ErrorKind::NotFound);
+        }
+        other => panic!("expected a spawn error, got {other}"),
+    }
+    assert!(!err.is_unavailable());
+    assert!(!dir.exists(), "cgroup directory left behind");
+    assert!(!stale.exists(), "stale run cgroup not removed");
+    assert_eq!(our_swaps(), before, "swap area left behind");
 }
