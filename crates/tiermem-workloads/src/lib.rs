@@ -7,7 +7,8 @@
 //! - [`modes`]: running the stencil in each mode (`none`, `sync`,
 //!   `kernel-swap`) and reporting it;
 //! - [`kernel_swap`]: the Linux baseline: a memory cgroup limited to the
-//!   near budget with swap on zram or a swap file, set up and removed again;
+//!   near budget with swap on zram or a swap file, set up and removed again,
+//!   and [`kernel_swap::LimitedRun`], which runs any command line under it;
 //! - [`overshadow`]: paper 2's experiment: reading far memory with naive
 //!   access, copy-then-access, and overshadow (whole-region and per-page
 //!   switch) over memory, a cold file, and an emulated slow link;

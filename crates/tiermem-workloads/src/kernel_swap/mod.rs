@@ -1,0 +1,264 @@
+//! The Linux kernel-swap baseline: a memory cgroup limited to the near
+//! budget, with swap on zram or on a swap file, set up and removed again.
+//!
+//! tiermem's benchmarks compare against what the kernel does on its own: the
+//! same workload runs in a child process inside a memory cgroup whose limit
+//! is the near budget, and the kernel swaps the rest out to a swap device
+//! that this module creates for the run ([`SwapDevice`]) and removes again.
+//! Both objects are RAII guards: dropping them undoes everything they did,
+//! including after an error half-way through their own setup.
+//!
+//! # Running a command line under a limit
+//!
+//! [`LimitedRun`] does the whole baseline for any program, including
+//! unmodified external ones: it checks the machine ([`preflight`]), sets up
+//! the swap area and the cgroup, starts the program already inside the cgroup
+//! (it joins between `fork` and `exec`, so its whole footprint counts), waits
+//! for it, collects the counters and removes everything again, on errors too.
+//!
+//! ```no_run
+//! use std::process::Command;
+//! use tiermem_workloads::kernel_swap::{LimitedRun, Stream, SwapKind};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let baseline = LimitedRun::new(SwapKind::Zram, 512 << 20) // the near budget
+//!     .swap_bytes(2 << 30)
+//!     .stdout(Stream::Capture);
+//! match baseline.run(Command::new("./cg.B").env("OMP_NUM_THREADS", "1")) {
+//!     Ok(run) => println!(
+//!         "{}; verified: {}",
+//!         run.summary(),
+//!         run.stdout_text().contains("VERIFICATION SUCCESSFUL")
+//!     ),
+//!     Err(e) if e.is_unavailable() => eprintln!("kernel-swap baseline skipped: {e}"),
+//!     Err(e) => return Err(e.into()),
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # The building blocks
+//!
+//! `tiermem bench` uses the pieces directly: its child re-executes the
+//! benchmark binary, which joins the cgroup itself with
+//! [`join_cgroup_from_env`] before it allocates ([`MemCgroup::add_before_exec`]
+//! is the alternative that joins before `exec`).
+//!
+//! ```no_run
+//! use std::process::Command;
+//! use tiermem_workloads::kernel_swap::{self, MemCgroup, SwapDevice, SwapKind, CGROUP_PROCS_ENV};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let kind = SwapKind::Zram;
+//! if let Err(why) = kernel_swap::preflight(&kind) {
+//!     eprintln!("kernel-swap baseline skipped: {why}");
+//!     return Ok(());
+//! }
+//! let swap = SwapDevice::setup(&kind, 2 << 30)?; // before the cgroup: it must be active first
+//! let cgroup = MemCgroup::create("heat", 512 << 20)?;
+//! let before = kernel_swap::vmstat_swap();
+//! // The child calls `kernel_swap::join_cgroup_from_env()` before it allocates.
+//! let status = Command::new(std::env::current_exe()?)
+//!     .arg("--kernel-swap-child")
+//!     .env(CGROUP_PROCS_ENV, cgroup.procs_file())
+//!     .status()?;
+//! let after = kernel_swap::vmstat_swap();
+//! println!(
+//!     "{status}; {}; {:?}; {} pages swapped out",
+//!     swap.describe(),
+//!     cgroup.stats(),
+//!     after.pswpout - before.pswpout
+//! );
+//! drop(cgroup); // moves stragglers to the parent cgroup, then rmdir
+//! drop(swap); // swapoff, then zram reset + hot_remove (or delete the swap file)
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Layout
+//!
+//! - `run.rs`: [`LimitedRun`], [`RunOutcome`], [`Stream`];
+//! - `cgroup.rs`: [`MemCgroup`] (v1 and v2), [`CgroupStats`],
+//!   [`join_cgroup_from_env`];
+//! - `device.rs`: [`SwapDevice`], `/proc/swaps` ([`active_swaps`]) and the
+//!   swap counters of `/proc/vmstat` ([`vmstat_swap`]);
+//! - `zram.rs` and `swap_file.rs`: the two kinds of swap area;
+//! - `leftovers.rs`: what crashed runs left behind (see below);
+//! - `mounts.rs`: `/proc/self/mountinfo`, filesystem types, `\ooo` unescaping;
+//! - `control.rs`: control-file I/O, `EBUSY` retries, helper programs;
+//! - `error.rs`: [`KernelSwapError`].
+//!
+//! # Leftovers from crashed runs
+//!
+//! Everything this module creates is named with the prefix `tiermem-bench`, so
+//! that a later run can find what a crashed one left behind and remove it
+//! before it sets up its own:
+//! - cgroups are directories `tiermem-bench-<name>` at the root of the memory
+//!   hierarchy; [`MemCgroup::create`] removes an existing one of the same name
+//!   (moving its tasks to the parent first), and [`LimitedRun`], whose
+//!   cgroups are `tiermem-bench-run-<pid>-<seq>`, removes those whose
+//!   process is dead;
+//! - swap files are `tiermem-bench-swap-<pid>-<seq>`; [`SwapDevice::setup`]
+//!   swaps off and deletes those in the same directory whose process is dead;
+//! - a zram device cannot carry a name, so each one we configure gets a marker
+//!   file `tiermem-bench-zram<N>` in `/run` (the temporary directory where there
+//!   is no `/run`) with the boot id, the owner's pid and start time, the disk
+//!   size and whether we hot-added it. A marker whose owner is dead (in this
+//!   boot) leads to swapoff, reset and hot_remove of that device, but only if
+//!   its disk size is still the one we wrote: a device someone else has since
+//!   configured is left alone.
+//!
+//! # Kernel quirks handled here
+//!
+//! - zram's `comp_algorithm` must be written before `disksize`; both answer
+//!   `EBUSY` once the device is initialised, which is also how a concurrent
+//!   claim of `/dev/zram0` shows up.
+//! - `reset` and `hot_remove` answer `EBUSY` while anything holds the device
+//!   open, and udev may probe the device for a moment right after `swapoff`:
+//!   both are retried for a few seconds.
+//! - A swap file must have no holes (`File::set_len` makes a sparse file and
+//!   `swapon` then refuses it): it is allocated with `fallocate(1)` (ext4 and
+//!   xfs accept unwritten extents) or by writing zeros. tmpfs and overlayfs
+//!   cannot hold swap files at all.
+//! - `/proc/swaps` and `/proc/self/mountinfo` escape space, tab, newline and
+//!   backslash in paths as `\ooo` octal.
+//! - `rmdir` of a cgroup answers `EBUSY` while a task is still inside (also for
+//!   a moment while an exiting task is torn down): tasks are moved to the
+//!   parent and the removal is retried.
+//! - cgroup v2 only offers `memory.max` in a child when the parent's
+//!   `cgroup.subtree_control` enables `memory`; we enable it at the root if
+//!   needed and leave it enabled (other cgroups may rely on it by then).
+
+mod cgroup;
+mod control;
+mod device;
+mod error;
+mod leftovers;
+mod mounts;
+mod run;
+mod swap_file;
+#[cfg(test)]
+mod tests;
+mod zram;
+
+use std::fs;
+use std::path::PathBuf;
+
+pub use cgroup::{join_cgroup_from_env, CgroupStats, CgroupVersion, MemCgroup};
+pub use device::{active_swaps, vmstat_swap, ActiveSwap, SwapDevice, VmstatSwap};
+pub use error::KernelSwapError;
+pub use run::{LimitedRun, RunOutcome, Stream, DEFAULT_RUN_SWAP_BYTES, MIN_LIMIT_BYTES};
+
+use control::{find_tool, fmt_bytes};
+
+/// Environment variable naming the `cgroup.procs` file a child process joins
+/// with [`join_cgroup_from_env`] before it allocates anything.
+pub const CGROUP_PROCS_ENV: &str = "TIERMEM_CGROUP_PROCS";
+
+/// Prefix of every object this module creates (cgroups, swap files, zram
+/// markers), so that leftovers of crashed runs can be found.
+pub const NAME_PREFIX: &str = "tiermem-bench";
+
+/// Priority given to our swap area: above the kernel's default (negative)
+/// priorities, so the kernel fills ours before any other active swap.
+pub const SWAP_PRIORITY: i32 = 100;
+
+/// Smallest swap area we set up. mkswap needs at least 10 pages; a baseline
+/// with less than a MiB of swap is a mistake.
+pub const MIN_SWAP_BYTES: u64 = 1 << 20;
+
+/// Capability bit of `CAP_SYS_ADMIN` in `/proc/self/status` `CapEff`;
+/// swapon, swapoff and the cgroup writes need it.
+const CAP_SYS_ADMIN_BIT: u32 = 21;
+
+/// Where the kernel swaps to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SwapKind {
+    /// A compressed RAM block device (`/dev/zram<N>`): the kernel's own
+    /// "far memory in RAM", the closest match to tiermem's memory far store.
+    Zram,
+    /// A swap file created in this directory, which must be on a filesystem
+    /// that supports swap files (ext4, xfs; not tmpfs or overlayfs).
+    File(PathBuf),
+}
+
+/// Checks that this machine can run the kernel-swap baseline with `kind`:
+/// root with `CAP_SYS_ADMIN`, a memory cgroup controller, mkswap/swapon/
+/// swapoff, and zram (hot_add or a free `/dev/zram0`) or a directory on a
+/// filesystem that can hold swap files. Returns a message naming everything
+/// that is missing.
+///
+/// Swap areas that are already active are not an error (ours gets priority
+/// [`SWAP_PRIORITY`] and is filled first), but they are reported on stderr
+/// because they change the baseline once ours is full.
+pub fn preflight(kind: &SwapKind) -> Result<(), String> {
+    missing_for(kind).map_err(|missing| format!("kernel-swap baseline unavailable: {}", missing.join("; ")))
+}
+
+/// The checks of [`preflight`]: one reason for each thing that is missing.
+fn missing_for(kind: &SwapKind) -> Result<(), Vec<String>> {
+    let mut missing = Vec::new();
+    if let Err(reason) = check_privilege() {
+        missing.push(reason);
+    }
+    if let Err(reason) = cgroup::locate_memory_cgroup() {
+        missing.push(reason);
+    }
+    for tool in ["mkswap", "swapon", "swapoff"] {
+        if let Err(e) = find_tool(tool) {
+            missing.push(e.to_string());
+        }
+    }
+    let kind_missing = match kind {
+        SwapKind::Zram => zram::unavailable(),
+        SwapKind::File(dir) => swap_file::unavailable(dir),
+    };
+    missing.extend(kind_missing);
+    let active = active_swaps();
+    if !active.is_empty() {
+        let list: Vec<String> = active
+            .iter()
+            .map(|s| {
+                format!(
+                    "{} ({}, priority {})",
+                    s.path.display(),
+                    fmt_bytes(s.size_bytes),
+                    s.priority
+                )
+            })
+            .collect();
+        eprintln!(
+            "tiermem: note: swap already active: {}; the baseline adds its own at priority {SWAP_PRIORITY}, which the kernel fills first",
+            list.join(", ")
+        );
+    }
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(missing)
+    }
+}
+
+/// Whether we are root with `CAP_SYS_ADMIN` (swapon, swapoff and the cgroup
+/// writes need both), from `/proc/self/status`.
+fn check_privilege() -> Result<(), String> {
+    let status = fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let euid = status_field(&status, "Uid:").and_then(|f| f.split_whitespace().nth(1)?.parse::<u32>().ok());
+    match euid {
+        Some(0) => {
+            let cap_eff = status_field(&status, "CapEff:")
+                .and_then(|f| u64::from_str_radix(f.trim(), 16).ok())
+                .unwrap_or(0);
+            if cap_eff & (1 << CAP_SYS_ADMIN_BIT) == 0 {
+                return Err("root but without CAP_SYS_ADMIN (swapon needs it)".to_string());
+            }
+            Ok(())
+        }
+        Some(uid) => Err(format!("not running as root (effective uid {uid})")),
+        None => Err("cannot read the effective uid from /proc/self/status".to_string()),
+    }
+}
+
+fn status_field<'a>(status: &'a str, key: &str) -> Option<&'a str> {
+    status.lines().find_map(|l| l.strip_prefix(key))
+}
