@@ -148,9 +148,9 @@ macro_rules! iov_call {
         pub unsafe extern "C" fn $name(fd: c_int, iov: *const iovec, cnt: c_int, off: libc::off_t $(, $arg: $ty)*) -> ssize_t {
             static NEXT: AtomicUsize = AtomicUsize::new(0);
             let f = next(&NEXT, $cname);
+            type Real = unsafe extern "C" fn(c_int, *const iovec, c_int, libc::off_t $(, $ty)*) -> ssize_t;
             // SAFETY: the C library's function of this signature.
-            let real: unsafe extern "C" fn(c_int, *const iovec, c_int, libc::off_t $(, $ty)*) -> ssize_t =
-                unsafe { std::mem::transmute(f) };
+            let real: Real = unsafe { std::mem::transmute(f) };
             // SAFETY: the caller's arguments.
             unsafe { vectored(fd, iov, cnt, $w, |v, n, done| real(fd, v, n, off + done as libc::off_t $(, $arg)*)) }
         }
