@@ -243,61 +243,35 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) ->
     unsafe { msg_call(&NEXT, c"sendmsg", fd, msg as *mut msghdr, flags, false) }
 }
 
-/// `process_vm_readv(2)`: the local vector is written by the kernel.
-///
-/// # Safety
-/// As for the C function.
-#[no_mangle]
-pub unsafe extern "C" fn process_vm_readv(
-    pid: libc::pid_t,
-    local: *const iovec,
-    liovcnt: libc::c_ulong,
-    remote: *const iovec,
-    riovcnt: libc::c_ulong,
-    flags: libc::c_ulong,
-) -> ssize_t {
-    // SAFETY: forwarded.
-    unsafe {
-        vm_call(
-            libc::SYS_process_vm_readv,
-            pid,
-            local,
-            liovcnt,
-            remote,
-            riovcnt,
-            flags,
-            true,
-        )
-    }
+macro_rules! vm_call {
+    ($(#[$doc:meta])* fn $name:ident = $nr:expr, writes $w:expr) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// As for the C function.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            pid: libc::pid_t,
+            local: *const iovec,
+            liovcnt: libc::c_ulong,
+            remote: *const iovec,
+            riovcnt: libc::c_ulong,
+            flags: libc::c_ulong,
+        ) -> ssize_t {
+            // SAFETY: forwarded.
+            unsafe { vm_call($nr, pid, local, liovcnt, remote, riovcnt, flags, $w) }
+        }
+    };
 }
 
-/// `process_vm_writev(2)`: the local vector is read by the kernel.
-///
-/// # Safety
-/// As for the C function.
-#[no_mangle]
-pub unsafe extern "C" fn process_vm_writev(
-    pid: libc::pid_t,
-    local: *const iovec,
-    liovcnt: libc::c_ulong,
-    remote: *const iovec,
-    riovcnt: libc::c_ulong,
-    flags: libc::c_ulong,
-) -> ssize_t {
-    // SAFETY: forwarded.
-    unsafe {
-        vm_call(
-            libc::SYS_process_vm_writev,
-            pid,
-            local,
-            liovcnt,
-            remote,
-            riovcnt,
-            flags,
-            false,
-        )
-    }
-}
+vm_call!(
+    /// `process_vm_readv(2)`: the local vector is written by the kernel.
+    fn process_vm_readv = libc::SYS_process_vm_readv, writes true
+);
+vm_call!(
+    /// `process_vm_writev(2)`: the local vector is read by the kernel.
+    fn process_vm_writev = libc::SYS_process_vm_writev, writes false
+);
 
 /// # Safety
 /// As for the C functions.

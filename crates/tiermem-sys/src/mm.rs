@@ -316,36 +316,18 @@ impl Mapping {
         page_size: usize,
         addr: usize,
     ) -> Result<(Mapping, UserAccess), MmError> {
-        if len == 0 || len % page_size != 0 || addr % page_size != 0 || addr == 0 {
+        if len == 0 || len % page_size != 0 || addr == 0 {
             return Err(MmError::BadLength { len, unit: page_size });
         }
-        // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping;
-        // the result is checked below.
-        let p = unsafe {
-            crate::raw::mmap(
-                addr as *mut libc::c_void,
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_FIXED_NOREPLACE,
-                fd.as_raw_fd(),
-                offset as libc::off_t,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(MmError::Map {
-                len,
-                errno: Errno::last(),
-            });
-        }
-        if p as usize != addr {
-            // Very old kernels ignore the flag and treat it as a hint.
-            // SAFETY: the mapping just made, at the address returned.
-            unsafe { crate::raw::munmap(p, len) };
-            return Err(MmError::Map {
-                len,
-                errno: Errno(libc::EEXIST),
-            });
-        }
+        let p = Self::map_at(
+            addr,
+            len,
+            page_size,
+            libc::MAP_SHARED,
+            libc::PROT_READ | libc::PROT_WRITE,
+            fd.as_raw_fd(),
+            offset,
+        )?;
         let map = Mapping {
             addr: NonNull::new(p as *mut u8).expect("mmap returned null"),
             len,

@@ -126,6 +126,11 @@ impl<V> RangeTable<V> {
     /// allocation-free: callable from a signal handler. `f` must not block
     /// for long (writers wait for it).
     pub fn read<R>(&self, addr: usize, f: impl for<'a> FnOnce(Option<&'a Entry<V>>) -> R) -> R {
+        self.with_snapshot(|s| f(s.and_then(|s| s.find(addr))))
+    }
+
+    /// Runs `f` on the published snapshot inside a read-side section.
+    fn with_snapshot<R>(&self, f: impl for<'a> FnOnce(Option<&'a Snapshot<V>>) -> R) -> R {
         // SeqCst on the epoch, the counter and the pointer: a reader whose
         // increment a writer misses must load the pointer after the
         // writer's store (one total order over the three; see `synchronize`).
@@ -139,9 +144,8 @@ impl<V> RangeTable<V> {
         // a grace period that waits for every reader counted before its
         // epoch flips, which includes this one (it is counted until
         // `_read` drops, after `f` returns); `f`'s result cannot borrow the
-        // entry (the lifetime is higher-ranked).
-        let snapshot = unsafe { p.as_ref() };
-        f(snapshot.and_then(|s| s.find(addr)))
+        // snapshot (the lifetime is higher-ranked).
+        f(unsafe { p.as_ref() })
     }
 
     /// Calls `f` with the first entry that ends after `addr`: the one
@@ -149,15 +153,7 @@ impl<V> RangeTable<V> {
     ///
     /// [`read`]: RangeTable::read
     pub fn read_from<R>(&self, addr: usize, f: impl for<'a> FnOnce(Option<&'a Entry<V>>) -> R) -> R {
-        // SeqCst: see `read`.
-        let idx = self.epoch.load(Ordering::SeqCst) & 1;
-        let counter = &self.readers[idx].0;
-        counter.fetch_add(1, Ordering::SeqCst);
-        let _read = ReadSide(counter);
-        let p = self.current.load(Ordering::SeqCst);
-        // SAFETY: as in `read`.
-        let snapshot = unsafe { p.as_ref() };
-        f(snapshot.and_then(|s| s.find_from(addr)))
+        self.with_snapshot(|s| f(s.and_then(|s| s.find_from(addr))))
     }
 
     /// A clone of the value of the range containing `addr`.

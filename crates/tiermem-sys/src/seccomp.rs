@@ -296,8 +296,7 @@ pub fn install(
     }
     let ip = place_trampoline(trampoline_at)?;
     install_handler()?;
-    let prog = filter(window, ip, rules);
-    load(&prog)?;
+    load(&filter(&[(window.lo, window.hi)], ip, rules))?;
     *g = Some(window);
     Ok(())
 }
@@ -317,7 +316,7 @@ pub fn add_ranges(ranges: &[(u64, u64)], rules: &[TrapRule]) -> Result<(), TrapE
     }
     let ret = std::ptr::addr_of!(tiermem_trap_syscall_return) as usize;
     let ip = (at + (ret - tiermem_trap_syscall6 as *const () as usize)) as u64;
-    load(&filter_ranges(ranges, ip, rules))
+    load(&filter(ranges, ip, rules))
 }
 
 /// The window trapped in this process, if any.
@@ -400,7 +399,10 @@ impl Asm {
     }
 }
 
-fn filter(window: Window, ip: u64, rules: &[TrapRule]) -> Vec<SockFilter> {
+/// The filter: `rules`' calls trap when their buffer argument lies in one
+/// of `ranges`, unless made from the trampoline (whose `syscall` returns
+/// to `ip`); a 64-bit comparison done on the two halves of the argument.
+fn filter(ranges: &[(u64, u64)], ip: u64, rules: &[TrapRule]) -> Vec<SockFilter> {
     let mut a = Asm {
         code: Vec::new(),
         fixups: Vec::new(),
@@ -425,46 +427,6 @@ fn filter(window: Window, ip: u64, rules: &[TrapRule]) -> Vec<SockFilter> {
     a.stmt(uapi::BPF_RET_K, uapi::SECCOMP_RET_ALLOW);
     // Classic BPF jumps only forward: each argument check ends in its own
     // returns.
-    let (lo, hi) = ((window.lo >> 32) as u32, (window.hi >> 32) as u32);
-    for (k, &l) in args.iter().enumerate() {
-        let (trap, pass) = (a.label(), a.label());
-        a.here(l);
-        // The high half of args[k] (little endian: the second word).
-        a.stmt(uapi::BPF_LD_W_ABS, uapi::SECCOMP_DATA_ARGS + 8 * k as u32 + 4);
-        a.jump(uapi::BPF_JMP_JGE_K, lo, None, Some(pass));
-        a.jump(uapi::BPF_JMP_JGE_K, hi, Some(pass), Some(trap));
-        a.here(trap);
-        a.stmt(uapi::BPF_RET_K, uapi::SECCOMP_RET_TRAP | TRAP_DATA);
-        a.here(pass);
-        a.stmt(uapi::BPF_RET_K, uapi::SECCOMP_RET_ALLOW);
-    }
-    a.finish()
-}
-
-/// Like [`filter`], for exact byte ranges: a 64-bit comparison done on the
-/// two halves of the argument.
-fn filter_ranges(ranges: &[(u64, u64)], ip: u64, rules: &[TrapRule]) -> Vec<SockFilter> {
-    let mut a = Asm {
-        code: Vec::new(),
-        fixups: Vec::new(),
-        labels: Vec::new(),
-    };
-    let allow = a.label();
-    let by_nr = a.label();
-    let args: Vec<usize> = (0..6).map(|_| a.label()).collect();
-    a.stmt(uapi::BPF_LD_W_ABS, uapi::SECCOMP_DATA_ARCH);
-    a.jump(uapi::BPF_JMP_JEQ_K, uapi::AUDIT_ARCH_X86_64, None, Some(allow));
-    a.stmt(uapi::BPF_LD_W_ABS, uapi::SECCOMP_DATA_IP);
-    a.jump(uapi::BPF_JMP_JEQ_K, ip as u32, None, Some(by_nr));
-    a.stmt(uapi::BPF_LD_W_ABS, uapi::SECCOMP_DATA_IP + 4);
-    a.jump(uapi::BPF_JMP_JEQ_K, (ip >> 32) as u32, Some(allow), None);
-    a.here(by_nr);
-    a.stmt(uapi::BPF_LD_W_ABS, uapi::SECCOMP_DATA_NR);
-    for r in rules {
-        a.jump(uapi::BPF_JMP_JEQ_K, r.nr as u32, Some(args[r.buffer_arg]), None);
-    }
-    a.here(allow);
-    a.stmt(uapi::BPF_RET_K, uapi::SECCOMP_RET_ALLOW);
     for (k, &l) in args.iter().enumerate() {
         let hi_off = uapi::SECCOMP_DATA_ARGS + 8 * k as u32 + 4;
         let lo_off = hi_off - 4;
@@ -582,31 +544,10 @@ extern "C" fn on_sigsys(signo: libc::c_int, info: *mut libc::siginfo_t, ctx: *mu
 /// Hands a SIGSYS that is not tiermem's to the handler installed before,
 /// or to the default action (which ends the process).
 fn forward(signo: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
-    let prev = PREVIOUS.get();
-    let h = prev.map_or(libc::SIG_DFL, |p| p.sa_sigaction);
-    if h == libc::SIG_DFL || h == libc::SIG_IGN {
-        // SAFETY: resetting to the default action and re-raising: the
-        // process ends with SIGSYS as it would have without tiermem.
-        unsafe {
-            let mut dfl: libc::sigaction = std::mem::zeroed();
-            dfl.sa_sigaction = libc::SIG_DFL;
-            crate::signal::c_sigaction(signo, &dfl, std::ptr::null_mut());
-            let mut one: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut one);
-            libc::sigaddset(&mut one, signo);
-            raw_sigprocmask(libc::SIG_UNBLOCK, &one, std::ptr::null_mut());
-            libc::raise(signo);
-        }
-    } else if prev.is_some_and(|p| p.sa_flags & libc::SA_SIGINFO != 0) {
-        // SAFETY: installed with SA_SIGINFO: this signature.
-        let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
-            unsafe { std::mem::transmute(h) };
-        f(signo, info, ctx);
-    } else {
-        // SAFETY: a plain handler takes the signal number.
-        let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(h) };
-        f(signo);
-    }
+    let (h, flags) = PREVIOUS
+        .get()
+        .map_or((libc::SIG_DFL, 0), |p| (p.sa_sigaction, p.sa_flags));
+    crate::signal::chain_to(h, flags, signo, info, ctx, true);
 }
 
 #[cfg(test)]
@@ -658,7 +599,7 @@ mod tests {
             (0x7_ffff_f000, 0x8_0000_1000),
         ];
         let ip = 0x10ff_ffe0_0019;
-        let p = filter_ranges(&ranges, ip, &rules);
+        let p = filter(&ranges, ip, &rules);
         let trap = uapi::SECCOMP_RET_TRAP | TRAP_DATA;
         let read = |buf: u64| run(&p, libc::SYS_read, 0x1234, [3, buf, 10, 0, 0, 0]);
         for (lo, hi) in ranges {
@@ -678,15 +619,8 @@ mod tests {
             run(&p, libc::SYS_read, ip, [1, ranges[0].0, 1, 0, 0, 0]),
             uapi::SECCOMP_RET_ALLOW
         );
-        // And the window filter.
-        let w = filter(
-            Window {
-                lo: 0x1100_0000_0000,
-                hi: 0x5100_0000_0000,
-            },
-            ip,
-            &rules,
-        );
+        // And the window.
+        let w = filter(&[(0x1100_0000_0000, 0x5100_0000_0000)], ip, &rules);
         assert_eq!(
             run(&w, libc::SYS_read, 0, [0, 0x1100_0000_0000, 1, 0, 0, 0]),
             trap
@@ -712,7 +646,7 @@ mod tests {
             hi: 0x5100_0000_0000,
         };
         let p = filter(
-            w,
+            &[(w.lo, w.hi)],
             0x10ff_ffe0_0000,
             &[
                 TrapRule {
@@ -731,7 +665,6 @@ mod tests {
                 .count(),
             6
         );
-        assert!(p.len() < 64);
         assert!(matches!(
             install(Window { lo: 5, hi: 1 << 33 }, 0, &[], |_| {}),
             Err(TrapError::BadWindow(..))

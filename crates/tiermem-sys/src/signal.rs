@@ -361,17 +361,30 @@ fn forward(
         // Sent by kill(): ignored, as it was before tiermem.
         return;
     }
+    // A fault re-executes its instruction under the default action; a
+    // signal sent by kill() does not recur, so it is raised again.
+    chain_to(h, flags, signo, info, ctx, code <= 0);
+}
+
+/// Hands a signal to the action `h` (with `flags`) installed before
+/// tiermem's: its handler, or the default action (`SIG_IGN` too: the kernel
+/// never lets a synchronous signal be ignored). With the default action,
+/// `reraise` raises the signal again now (it will not recur by itself).
+pub(crate) fn chain_to(
+    h: usize,
+    flags: libc::c_int,
+    signo: libc::c_int,
+    info: *mut libc::siginfo_t,
+    ctx: *mut libc::c_void,
+    reraise: bool,
+) {
     if h == libc::SIG_DFL || h == libc::SIG_IGN {
-        // Restore the default action; returning re-executes the faulting
-        // instruction, which now takes the default action with the original
-        // siginfo (the kernel never lets a fault signal be ignored). A
-        // signal sent by kill() does not recur, so raise it again.
         // SAFETY: sigaction with a valid struct; raise is async-signal-safe.
         unsafe {
             let mut dfl: libc::sigaction = std::mem::zeroed();
             dfl.sa_sigaction = libc::SIG_DFL;
             c_sigaction(signo, &dfl, std::ptr::null_mut());
-            if code <= 0 {
+            if reraise {
                 raw_sigprocmask(libc::SIG_UNBLOCK, &one_signal(signo), std::ptr::null_mut());
                 libc::raise(signo);
             }

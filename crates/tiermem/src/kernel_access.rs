@@ -62,6 +62,17 @@ const RULES: [Rule; 7] = [
     rule(libc::SYS_sendto, 1, 2, false, false),
 ];
 
+/// The filter's view of the rules.
+fn trap_rules() -> Vec<TrapRule> {
+    RULES
+        .iter()
+        .map(|r| TrapRule {
+            nr: r.nr,
+            buffer_arg: r.buf,
+        })
+        .collect()
+}
+
 const fn rule(nr: i64, buf: usize, len: usize, kernel_writes: bool, offset: bool) -> Rule {
     Rule {
         nr,
@@ -78,15 +89,8 @@ pub(crate) fn active(mode: KernelAccess) -> bool {
     if mode == KernelAccess::Off {
         return false;
     }
-    *STATE.get_or_init(|| {
-        let rules: Vec<TrapRule> = RULES
-            .iter()
-            .map(|r| TrapRule {
-                nr: r.nr,
-                buffer_arg: r.buf,
-            })
-            .collect();
-        match seccomp::install(WINDOW, TRAMPOLINE_AT, &rules, on_trap) {
+    *STATE.get_or_init(
+        || match seccomp::install(WINDOW, TRAMPOLINE_AT, &trap_rules(), on_trap) {
             Ok(()) => true,
             Err(e) => {
                 eprintln!(
@@ -96,8 +100,8 @@ pub(crate) fn active(mode: KernelAccess) -> bool {
                 );
                 false
             }
-        }
-    })
+        },
+    )
 }
 
 /// A buffer prepared for a system call that reads or writes it in kernel
@@ -131,14 +135,8 @@ pub fn pin_buffer(addr: usize, len: usize, kernel_writes: bool) -> PinnedBuffer 
 /// window (a program's static arrays taken over in place). The window's
 /// trap must be active.
 pub(crate) fn add_range(lo: usize, hi: usize) -> Result<(), crate::Error> {
-    let rules: Vec<TrapRule> = RULES
-        .iter()
-        .map(|r| TrapRule {
-            nr: r.nr,
-            buffer_arg: r.buf,
-        })
-        .collect();
-    seccomp::add_ranges(&[(lo as u64, hi as u64)], &rules).map_err(|e| crate::Error::Usage(e.to_string()))
+    seccomp::add_ranges(&[(lo as u64, hi as u64)], &trap_rules())
+        .map_err(|e| crate::Error::Usage(e.to_string()))
 }
 
 /// Free address space in the window: start -> length.

@@ -46,28 +46,9 @@ impl FarStore for FileStore {
     }
 
     fn read_into(&self, offset: u64, len: usize, dst: &Mapping, dst_offset: usize) -> Result<(), StoreError> {
-        let mut done = 0;
-        while done < len {
-            let n = dst
-                .pread(
-                    self.file.as_fd(),
-                    dst_offset + done,
-                    len - done,
-                    offset + done as u64,
-                )
-                .map_err(|errno| StoreError::Read { offset, len, errno })?;
-            if n == 0 {
-                // A sparse file never ends before its size: something
-                // truncated it. Never hand back silent zeros.
-                return Err(StoreError::Read {
-                    offset,
-                    len,
-                    errno: Errno(libc::EIO),
-                });
-            }
-            done += n;
-        }
-        Ok(())
+        // A sparse file never ends before its size: a short read means
+        // something truncated it.
+        super::read_fully(self.file.as_fd(), offset, len, dst, dst_offset)
     }
 
     fn store(&self, offset: u64, src: MemRange<'_>) -> Result<(), StoreError> {

@@ -73,26 +73,7 @@ impl FarStore for MemoryStore {
         dst_offset: usize,
     ) -> Result<(), StoreError> {
         // The pool's mapping is not inherited; its memfd is.
-        let mut done = 0;
-        while done < len {
-            match dst.pread(
-                self.memfd.as_fd(),
-                dst_offset + done,
-                len - done,
-                offset + done as u64,
-            ) {
-                Ok(0) => {
-                    return Err(StoreError::Read {
-                        offset,
-                        len,
-                        errno: tiermem_sys::Errno(libc::EIO),
-                    })
-                }
-                Ok(n) => done += n,
-                Err(errno) => return Err(StoreError::Read { offset, len, errno }),
-            }
-        }
-        Ok(())
+        super::read_fully(self.memfd.as_fd(), offset, len, dst, dst_offset)
     }
 
     fn same_as(&self, offset: u64, src: MemRange<'_>) -> Option<bool> {

@@ -121,6 +121,33 @@ pub trait FarStore: Send + Sync {
     fn describe(&self) -> String;
 }
 
+/// Reads `len` bytes of `fd` at `offset` into `dst` at `dst_offset`, all
+/// of them: a short read (the file was truncated behind the store's back)
+/// is an error, never silent zeros.
+pub(crate) fn read_fully(
+    fd: std::os::fd::BorrowedFd<'_>,
+    offset: u64,
+    len: usize,
+    dst: &Mapping,
+    dst_offset: usize,
+) -> Result<(), StoreError> {
+    let mut done = 0;
+    while done < len {
+        match dst.pread(fd, dst_offset + done, len - done, offset + done as u64) {
+            Ok(0) => {
+                return Err(StoreError::Read {
+                    offset,
+                    len,
+                    errno: Errno(libc::EIO),
+                })
+            }
+            Ok(n) => done += n,
+            Err(errno) => return Err(StoreError::Read { offset, len, errno }),
+        }
+    }
+    Ok(())
+}
+
 /// Page-sized staging buffers for stores that read into memory first,
 /// usable from a signal handler (a fixed pool claimed with atomics).
 pub struct StagingPool {

@@ -84,6 +84,16 @@ fn region(fp: FaultPath, dt: DirtyTracking, store: &str) -> Region {
     Region::new(config((PAGES * PAGE) as u64, (NEAR * PAGE) as u64, fp, dt, store)).unwrap()
 }
 
+/// A region of the variant with every page written and then evicted.
+fn evicted_region(fp: FaultPath, dt: DirtyTracking, store: &str) -> Region {
+    let mut r = region(fp, dt, store);
+    for p in 0..PAGES {
+        prepare(&mut r, p, "dirty");
+    }
+    r.evict_all().unwrap();
+    r
+}
+
 fn check_page(r: &mut Region, p: usize, seed: u64, what: &str) {
     let w: &[u64] = r.as_mut_slice();
     for k in 0..PAGE / 8 {
@@ -116,11 +126,7 @@ fn read_into_every_page_state() {
 fn pread_fread_recv_getrandom() {
     for (fp, dt, store) in variants() {
         let what = format!("{} {} {store}", fp.name(), dt.name());
-        let mut r = region(fp, dt, store);
-        for p in 0..PAGES {
-            prepare(&mut r, p, "dirty");
-        }
-        r.evict_all().unwrap();
+        let mut r = evicted_region(fp, dt, store);
         let base = r.as_ptr() as usize;
         // pread at an offset, into two evicted pages.
         let f = data_file(4 * PAGE, 500);
@@ -193,11 +199,7 @@ fn pread_fread_recv_getrandom() {
 fn write_and_send_from_evicted_pages() {
     for (fp, dt, store) in variants() {
         let what = format!("{} {} {store}", fp.name(), dt.name());
-        let mut r = region(fp, dt, store);
-        for p in 0..PAGES {
-            prepare(&mut r, p, "dirty");
-        }
-        r.evict_all().unwrap();
+        let mut r = evicted_region(fp, dt, store);
         let base = r.as_ptr() as usize;
         let f = tempfile();
         // 8 evicted pages in one write(2).
