@@ -246,7 +246,6 @@ static void test_deferred_cancel_file_store(int path) {
   }
   uint64_t *w = tm_region_base(r);
   for (size_t i = 0; i < (size_t)PAGES * PAGE / 8; i++) w[i] = mix(i);
-  (void)w;
   cancel_rounds(path, r, cancel_me_deferred);
 }
 

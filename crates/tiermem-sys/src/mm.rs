@@ -329,7 +329,7 @@ impl Mapping {
             offset,
         )?;
         let map = Mapping {
-            addr: NonNull::new(p as *mut u8).expect("mmap returned null"),
+            addr: NonNull::new(p).expect("mmap returned null"),
             len,
             page_size,
             dontfork_generation: None,
