@@ -199,7 +199,7 @@ fn pread_fread_recv_getrandom() {
 fn write_and_send_from_evicted_pages() {
     for (fp, dt, store) in variants() {
         let what = format!("{} {} {store}", fp.name(), dt.name());
-        let mut r = evicted_region(fp, dt, store);
+        let r = evicted_region(fp, dt, store);
         let base = r.as_ptr() as usize;
         let f = tempfile();
         // 8 evicted pages in one write(2).
