@@ -22,6 +22,8 @@
 #include <string.h>
 #include <sys/time.h>
 #include <sys/types.h>
+#include <poll.h>
+#include <sys/signalfd.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <spawn.h>
@@ -92,8 +94,10 @@ static void on_alarm_read(int sig) {
   if (timer_words[i] != mix(i)) atomic_fetch_add(&timer_bad, 1);
 }
 
-static void test_timer_handler_reads_region(int path) {
-  atomic_store(&current_case, "timer handler reads region memory");
+/* `which` timer (ITIMER_REAL: SIGALRM, wall clock; ITIMER_PROF: SIGPROF,
+ * CPU time, as profilers use) every millisecond while the program reads
+ * region memory; the handler reads region memory too. */
+static void timer_case(int path, int which, int sig) {
   tm_region *r = make_region(path, 0);
   timer_words = tm_region_base(r);
   atomic_store(&timer_reads, 0);
@@ -101,9 +105,9 @@ static void test_timer_handler_reads_region(int path) {
   struct sigaction sa = {0};
   sa.sa_handler = on_alarm_read;
   sa.sa_flags = SA_RESTART;
-  sigaction(SIGALRM, &sa, NULL);
+  sigaction(sig, &sa, NULL);
   struct itimerval it = {{0, 1000}, {0, 1000}};
-  setitimer(ITIMER_REAL, &it, NULL);
+  setitimer(which, &it, NULL);
   uint64_t bad = 0;
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -113,13 +117,23 @@ static void test_timer_handler_reads_region(int path) {
     clock_gettime(CLOCK_MONOTONIC, &t1);
   } while (t1.tv_sec - t0.tv_sec < 1 || atomic_load(&timer_reads) < 200);
   struct itimerval off = {{0, 0}, {0, 0}};
-  setitimer(ITIMER_REAL, &off, NULL);
-  signal(SIGALRM, SIG_DFL);
+  setitimer(which, &off, NULL);
+  signal(sig, SIG_DFL);
   CHECK(bad == 0 && atomic_load(&timer_bad) == 0, "%s: %lu bad words, %lu bad in handler",
         path_name(path), (unsigned long)bad, (unsigned long)atomic_load(&timer_bad));
   CHECK(atomic_load(&timer_reads) >= 200, "%s: only %lu timer reads", path_name(path),
         (unsigned long)atomic_load(&timer_reads));
   tm_region_destroy(r);
+}
+
+static void test_timer_handler_reads_region(int path) {
+  atomic_store(&current_case, "timer handler reads region memory");
+  timer_case(path, ITIMER_REAL, SIGALRM);
+}
+
+static void test_profiling_timer(int path) {
+  atomic_store(&current_case, "ITIMER_PROF handler reads region memory");
+  timer_case(path, ITIMER_PROF, SIGPROF);
 }
 
 /* ---- 2. a timer handler that siglongjmps out of region reads ---- */
@@ -451,6 +465,119 @@ static void test_app_handlers_after_tiermem(int path) {
   tm_region_destroy(r);
 }
 
+/* ---- 9. sigwait and signalfd threads, fork from a signal handler ---- */
+
+static atomic_int waiter_done;
+static atomic_ulong waiter_bad;
+static atomic_ulong waiter_got;
+static volatile uint64_t *waiter_words;
+
+static void waiter_read(unsigned long n) {
+  for (size_t k = 0; k < 8; k++) {
+    size_t i = (size_t)(mix(n * 8 + k) % ((size_t)PAGES * PAGE / 8));
+    if (waiter_words[i] != mix(i)) atomic_fetch_add(&waiter_bad, 1);
+  }
+}
+
+static void *sigwait_thread(void *arg) {
+  (void)arg;
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGUSR1);
+  while (!atomic_load(&waiter_done)) {
+    int sig;
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    if (sigtimedwait(&set, NULL, &ts) == SIGUSR1) waiter_read(atomic_fetch_add(&waiter_got, 1));
+    (void)sig;
+  }
+  return NULL;
+}
+
+static void *signalfd_thread(void *arg) {
+  int fd = *(int *)arg;
+  struct signalfd_siginfo info;
+  while (!atomic_load(&waiter_done)) {
+    struct pollfd p = {fd, POLLIN, 0};
+    if (poll(&p, 1, 10) == 1 && read(fd, &info, sizeof info) == (ssize_t)sizeof info)
+      waiter_read(atomic_fetch_add(&waiter_got, 1));
+  }
+  return NULL;
+}
+
+static void waiter_case(int path, int use_signalfd) {
+  tm_region *r = make_region(path, 1);
+  waiter_words = tm_region_base(r);
+  atomic_store(&waiter_done, 0);
+  atomic_store(&waiter_bad, 0);
+  atomic_store(&waiter_got, 0);
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGUSR1);
+  pthread_sigmask(SIG_BLOCK, &set, NULL); /* before the waiter starts: it inherits it */
+  int fd = use_signalfd ? signalfd(-1, &set, SFD_CLOEXEC) : -1;
+  pthread_t t;
+  pthread_create(&t, NULL, use_signalfd ? signalfd_thread : sigwait_thread, &fd);
+  uint64_t bad = 0;
+  for (int k = 0; k < 4000; k++) {
+    kill(getpid(), SIGUSR1);
+    size_t i = (size_t)(mix((uint64_t)k + 77) % ((size_t)PAGES * PAGE / 8));
+    if (waiter_words[i] != mix(i)) bad++;
+  }
+  usleep(50 * 1000);
+  atomic_store(&waiter_done, 1);
+  pthread_join(t, NULL);
+  if (fd >= 0) close(fd);
+  pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+  CHECK(bad == 0 && atomic_load(&waiter_bad) == 0, "%s: %lu bad words, %lu in the waiter", path_name(path),
+        (unsigned long)bad, (unsigned long)atomic_load(&waiter_bad));
+  CHECK(atomic_load(&waiter_got) > 0, "%s: the waiter got no signal", path_name(path));
+  tm_region_destroy(r);
+}
+
+static void test_sigwait_thread(int path) {
+  atomic_store(&current_case, "a sigwait thread reads region memory");
+  waiter_case(path, 0);
+}
+
+static void test_signalfd_thread(int path) {
+  atomic_store(&current_case, "a signalfd thread reads region memory");
+  waiter_case(path, 1);
+}
+
+static atomic_int forks_done;
+
+static void on_usr2_fork(int sig) {
+  (void)sig;
+  pid_t p = fork();
+  if (p == 0) _exit(0);
+  if (p > 0) {
+    int st;
+    waitpid(p, &st, 0);
+    atomic_fetch_add(&forks_done, 1);
+  }
+}
+
+static void test_fork_from_handler(int path) {
+  atomic_store(&current_case, "fork() from a signal handler while faulting");
+  tm_region *r = make_region(path, 1);
+  volatile uint64_t *w = tm_region_base(r);
+  struct sigaction sa = {0};
+  sa.sa_handler = on_usr2_fork;
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGUSR2, &sa, NULL);
+  atomic_store(&forks_done, 0);
+  uint64_t bad = 0;
+  for (int k = 0; k < 200; k++) {
+    pthread_kill(pthread_self(), SIGUSR2);
+    for (size_t i = (size_t)k; i < (size_t)PAGES * PAGE / 8; i += 4099)
+      if (w[i] != mix(i)) bad++;
+  }
+  signal(SIGUSR2, SIG_DFL);
+  CHECK(bad == 0, "%s: %lu bad words", path_name(path), (unsigned long)bad);
+  CHECK(atomic_load(&forks_done) == 200, "%s: %d forks", path_name(path), atomic_load(&forks_done));
+  tm_region_destroy(r);
+}
+
 struct test_case {
   const char *name;
   void (*run)(int path);
@@ -467,6 +594,10 @@ static const struct test_case cases[] = {
     {"handler-before", test_full_mask_handler_installed_before},
     {"ignored-sigbus", test_ignored_sigbus_stays_ignored},
     {"app-handlers", test_app_handlers_after_tiermem},
+    {"prof-timer", test_profiling_timer},
+    {"sigwait-thread", test_sigwait_thread},
+    {"signalfd-thread", test_signalfd_thread},
+    {"fork-in-handler", test_fork_from_handler},
 };
 
 /* test_signals: every case on both paths, each in a fresh process (some
