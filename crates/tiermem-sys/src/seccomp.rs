@@ -409,16 +409,14 @@ fn filter(ranges: &[(u64, u64)], ip: u64, rules: &[TrapRule]) -> Vec<SockFilter>
         labels: Vec::new(),
     };
     let allow = a.label();
-    let by_nr = a.label();
     let args: Vec<usize> = (0..6).map(|_| a.label()).collect();
+    // The system call number first, and nothing else for the calls not
+    // trapped: the kernel then finds (by emulating the filter with the
+    // number alone) that they are always allowed and skips the filter for
+    // them altogether (seccomp's action cache), so the fault path's ioctls
+    // and rt_sigreturn pay nothing.
     a.stmt(uapi::BPF_LD_W_ABS, uapi::SECCOMP_DATA_ARCH);
     a.jump(uapi::BPF_JMP_JEQ_K, uapi::AUDIT_ARCH_X86_64, None, Some(allow));
-    // The trampoline's calls always run.
-    a.stmt(uapi::BPF_LD_W_ABS, uapi::SECCOMP_DATA_IP);
-    a.jump(uapi::BPF_JMP_JEQ_K, ip as u32, None, Some(by_nr));
-    a.stmt(uapi::BPF_LD_W_ABS, uapi::SECCOMP_DATA_IP + 4);
-    a.jump(uapi::BPF_JMP_JEQ_K, (ip >> 32) as u32, Some(allow), None);
-    a.here(by_nr);
     a.stmt(uapi::BPF_LD_W_ABS, uapi::SECCOMP_DATA_NR);
     for r in rules {
         a.jump(uapi::BPF_JMP_JEQ_K, r.nr as u32, Some(args[r.buffer_arg]), None);
@@ -431,6 +429,14 @@ fn filter(ranges: &[(u64, u64)], ip: u64, rules: &[TrapRule]) -> Vec<SockFilter>
         let hi_off = uapi::SECCOMP_DATA_ARGS + 8 * k as u32 + 4;
         let lo_off = hi_off - 4;
         a.here(l);
+        // The trampoline's calls always run.
+        let not_ours = a.label();
+        a.stmt(uapi::BPF_LD_W_ABS, uapi::SECCOMP_DATA_IP);
+        a.jump(uapi::BPF_JMP_JEQ_K, ip as u32, None, Some(not_ours));
+        a.stmt(uapi::BPF_LD_W_ABS, uapi::SECCOMP_DATA_IP + 4);
+        let pass = a.label();
+        a.jump(uapi::BPF_JMP_JEQ_K, (ip >> 32) as u32, Some(pass), None);
+        a.here(not_ours);
         for &(lo, hi) in ranges {
             let (lh, ll, hh, hl) = ((lo >> 32) as u32, lo as u32, (hi >> 32) as u32, hi as u32);
             let (next, upper, trap) = (a.label(), a.label(), a.label());
@@ -451,6 +457,7 @@ fn filter(ranges: &[(u64, u64)], ip: u64, rules: &[TrapRule]) -> Vec<SockFilter>
             a.stmt(uapi::BPF_RET_K, uapi::SECCOMP_RET_TRAP | TRAP_DATA);
             a.here(next);
         }
+        a.here(pass);
         a.stmt(uapi::BPF_RET_K, uapi::SECCOMP_RET_ALLOW);
     }
     a.finish()

@@ -28,7 +28,6 @@ use crate::Error;
 use std::any::Any;
 use std::cell::Cell;
 use std::sync::{Arc, Once};
-use std::time::Duration;
 use tiermem_sys::ranges::RangeTable;
 use tiermem_sys::signal::{self, Disposition, FaultSignalKind, SignalFault, BUS_MCEERR_AR};
 
@@ -126,12 +125,9 @@ impl Drop for RangeGuard {
             // can be running on it.
             return;
         }
+        // Handlers run inside the table's read-side section, so once the
+        // removal's grace period is over none runs on the range.
         TABLE.remove(|_, _, s| Arc::ptr_eq(s, &self.slot));
-        // After the grace period nobody can find the slot; handlers already
-        // running hold clones until they return.
-        while Arc::strong_count(&self.slot) > 1 {
-            std::thread::sleep(Duration::from_micros(50));
-        }
     }
 }
 
@@ -303,25 +299,27 @@ fn dispatch(f: &SignalFault) -> Disposition {
         // access fails.
         return Disposition::Forward;
     }
-    let Some(slot) = TABLE.get(f.addr) else {
-        return Disposition::Forward;
-    };
-    if slot.generation != fork_generation() {
-        return Disposition::Forward;
-    }
     let fault = Fault {
         signal: f.kind,
         addr: f.addr,
         write: f.write,
         tid: tid(),
     };
-    match slot.handler.on_fault(&fault) {
-        Served::Resolved => {
+    let generation = fork_generation();
+    // The handler runs inside the table's read-side section: no reference
+    // count to take and drop per fault, and an unregistration's grace
+    // period waits for handlers running on the range.
+    let served = TABLE.read(f.addr, |e| {
+        e.filter(|e| e.value.generation == generation)
+            .map(|e| e.value.handler.on_fault(&fault))
+    });
+    match served {
+        Some(Served::Resolved) => {
             REPEATS.with(|r| r.set((0, 0)));
             Disposition::Retry
         }
-        Served::Spurious if !repeated(f.addr) => Disposition::Retry,
-        Served::Spurious | Served::Forward => Disposition::Forward,
+        Some(Served::Spurious) if !repeated(f.addr) => Disposition::Retry,
+        _ => Disposition::Forward,
     }
 }
 
@@ -329,6 +327,7 @@ fn dispatch(f: &SignalFault) -> Disposition {
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+    use std::time::Duration;
     use tiermem_sys::mm::{MapOptions, Mapping, Protection, UserAccess};
 
     struct Counting(AtomicUsize);

@@ -129,8 +129,10 @@ pub(crate) struct RegionCore {
     /// This region's share of the budget in its own pages (all of it when
     /// the budget is shared): sizes mover batches and the pin allowance.
     budget_pages: usize,
-    /// The near budget, own or shared with other regions.
+    /// The near budget shared with other regions (or this region's own,
+    /// unused: its resident count is its budget).
     pub(crate) budget: Arc<budget::Budget>,
+    shared_budget: bool,
     /// Pages of this region resident (or reserved for a fill).
     resident: AtomicUsize,
     /// Pages pinned by kernel-mode accesses (at most half the budget).
@@ -175,8 +177,10 @@ pub(crate) struct Parts {
 impl Drop for RegionCore {
     fn drop(&mut self) {
         // A shared budget outlives the region: give its pages' room back.
-        self.budget
-            .give_back(self.resident.load(Ordering::Relaxed), self.page_bytes);
+        if self.shared_budget {
+            self.budget
+                .give_back(self.resident.load(Ordering::Relaxed), self.page_bytes);
+        }
     }
 }
 
@@ -252,6 +256,7 @@ impl RegionCore {
             thp_staging,
             thp_stale: AtomicU64::new(0),
             budget_pages: budget,
+            shared_budget: shared.is_some(),
             budget: shared.unwrap_or_else(|| budget::Budget::new((budget * page_bytes) as u64)),
             ring,
             page_shift: page_bytes.trailing_zeros(),
@@ -424,14 +429,41 @@ impl RegionCore {
 
     /// Near slots free now.
     pub(crate) fn free_slots(&self) -> usize {
-        self.budget.free(self.page_bytes)
+        if self.shared_budget {
+            self.budget.free(self.page_bytes)
+        } else {
+            self.budget_pages
+                .saturating_sub(self.resident.load(Ordering::Relaxed))
+        }
     }
 
     /// Takes up to `n` near slots for this region; returns how many.
     fn take_slots(&self, n: usize) -> usize {
-        let got = self.budget.take(n, self.page_bytes);
-        if got > 0 {
-            let r = self.resident.fetch_add(got, Ordering::Relaxed) + got;
+        let (got, r) = if self.shared_budget {
+            let got = self.budget.take(n, self.page_bytes);
+            (got, self.resident.fetch_add(got, Ordering::Relaxed) + got)
+        } else {
+            // A region's own budget is its resident count: one CAS.
+            let mut r = self.resident.load(Ordering::Relaxed);
+            loop {
+                let got = n.min(self.budget_pages.saturating_sub(r));
+                if got == 0 {
+                    return 0;
+                }
+                // Relaxed: the counter is a budget, not a publication; page
+                // data is ordered by the page-state words.
+                match self
+                    .resident
+                    .compare_exchange_weak(r, r + got, Ordering::Relaxed, Ordering::Relaxed)
+                {
+                    Ok(_) => break (got, r + got),
+                    Err(now) => r = now,
+                }
+            }
+        };
+        // Read first: the high-water mark rarely moves, and a write to a
+        // shared line on every fault would cost more than the check.
+        if got > 0 && r as u64 > self.stats.resident_peak.load(Ordering::Relaxed) {
             self.stats.resident_peak.fetch_max(r as u64, Ordering::Relaxed);
         }
         got
@@ -440,7 +472,9 @@ impl RegionCore {
     /// Gives back `n` slots (pages that left, or fills that failed).
     pub(crate) fn release_slots(&self, n: usize) {
         self.resident.fetch_sub(n, Ordering::Relaxed);
-        self.budget.give_back(n, self.page_bytes);
+        if self.shared_budget {
+            self.budget.give_back(n, self.page_bytes);
+        }
     }
 
     /// A mover's staging buffer for file-store runs.
