@@ -2408,7 +2408,8 @@ pub unsafe extern "C" fn tm_svm_create(
         }
         // SAFETY: out is non-NULL and writable (caller's contract).
         unsafe { out.write(ptr::null_mut()) };
-        if procs <= 0 {
+        // 0: every rank of an MPI job (Svm::new refuses it for a forked team).
+        if procs < 0 {
             return Err(Failure::invalid(format!("{procs} processes")));
         }
         if flags & !(TM_SVM_NONCOHERENT | TM_SVM_PIN) != 0 {
@@ -2463,6 +2464,23 @@ pub unsafe extern "C" fn tm_svm_run(s: *mut tm_svm, f: tm_svm_fn, arg: *mut c_vo
 #[no_mangle]
 pub extern "C" fn tm_svm_rank() -> c_int {
     with_proc("tm_svm_rank", |p| Ok(p.rank() as c_int)).unwrap_or_else(|e| e)
+}
+
+/// `int tm_svm_nodes(void)`: nodes the team spans (1 for a forked team).
+#[no_mangle]
+pub extern "C" fn tm_svm_nodes() -> c_int {
+    with_proc("tm_svm_nodes", |p| Ok(p.nodes() as c_int)).unwrap_or_else(|e| e)
+}
+
+/// `void *tm_svm_malloc_cyclic(size_t size)`: collective allocation whose
+/// pages are homed on the ranks of an MPI job in turn (page `i` on rank
+/// `i % ranks`); like `tm_svm_malloc` in a forked team.
+#[no_mangle]
+pub extern "C" fn tm_svm_malloc_cyclic(size: usize) -> *mut c_void {
+    with_proc("tm_svm_malloc_cyclic", |p| {
+        Ok(p.malloc_distributed(size, tiermem::svm::Distribution::Cyclic)? as *mut c_void)
+    })
+    .unwrap_or(ptr::null_mut())
 }
 
 /// `int tm_svm_procs(void)`: processes in the team.

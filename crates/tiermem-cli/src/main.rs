@@ -103,8 +103,22 @@ enum Bench {
         plot: Option<PathBuf>,
     },
     /// Paper 5's SVM workloads (bucket sort, Malstone, BFS with a black
-    /// list) in SPM and hybrid page modes across processes.
+    /// list) in SPM and hybrid page modes across processes; with `--mpi`,
+    /// inside an MPI job (one rank per process, one node or many).
     Svm(Box<SvmArgs>),
+    /// Tables and a chart from the JSON-line records of `bench svm --mpi`
+    /// and ArgoDSM's benchmark (benches/argodsm): tiermem against ArgoDSM,
+    /// every run verified against the one-rank run.
+    SvmCompare {
+        /// Record files (JSON lines).
+        records: Vec<PathBuf>,
+        /// Write the comparison as JSON.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Draw an SVG chart.
+        #[arg(long)]
+        plot: Option<PathBuf>,
+    },
     /// (internal) the kernel-swap child of `bench stencil`.
     #[command(hide = true)]
     StencilChild {
@@ -214,6 +228,19 @@ struct SvmArgs {
     /// Draw an SVG chart.
     #[arg(long)]
     plot: Option<PathBuf>,
+    /// Run inside an MPI job (start with mpirun; needs the `mpi` feature):
+    /// every rank is one SVM process, `--procs` is the world size, modes
+    /// default to spm-coherent,dsm,hybrid.
+    #[arg(long)]
+    mpi: bool,
+    /// With --mpi: append one JSON line per run to this file (rank 0), for
+    /// `tiermem bench svm-compare`.
+    #[arg(long)]
+    record_file: Option<PathBuf>,
+    /// Write the BFS workload's graph (at --scale) to this file for
+    /// ArgoDSM's benchmark, and exit.
+    #[arg(long)]
+    export_graph: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -483,6 +510,7 @@ fn main() {
         Cmd::Bench(Bench::TranslationReport { json, plot }) => translation_report(&json, &plot),
         Cmd::Bench(Bench::TeamEvict(a)) => bench_team_evict(a),
         Cmd::Bench(Bench::Svm(a)) => bench_svm(*a),
+        Cmd::Bench(Bench::SvmCompare { records, json, plot }) => bench_svm_compare(&records, json, plot),
         Cmd::Bench(Bench::Overshadow(a)) => bench_overshadow(*a),
         Cmd::Bench(Bench::StencilChild { params }) => stencil_child(&params),
     };
@@ -1141,8 +1169,111 @@ fn bench_random(a: RandomArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// `bench svm --mpi`: every workload and mode `reps` times inside this MPI
+/// job, interleaved; rank 0 reports.
+fn bench_svm_mpi(a: SvmArgs) -> Result<(), String> {
+    use std::io::Write;
+    use tiermem_workloads::svm::{self as w, BenchMode, SvmBenchParams, Workload};
+    let workloads = list(&a.workloads, "workload", Workload::parse)?;
+    let default_modes = "spm-coherent,spm-noncoherent,hybrid,hybrid-noncoherent";
+    let modes_arg = if a.modes == default_modes {
+        "spm-coherent,dsm,hybrid"
+    } else {
+        &a.modes
+    };
+    let modes = list(modes_arg, "mode", BenchMode::parse)?;
+    let prm = SvmBenchParams {
+        keys: a.keys,
+        bucket_keys: a.bucket_keys,
+        records: a.records,
+        sites: a.sites,
+        scale: a.scale,
+        roots: a.roots,
+        black_list: a.black_list,
+    };
+    let mut runs = Vec::new();
+    for rep in 0..a.reps.max(1) {
+        for &wl in &workloads {
+            for &m in &modes {
+                if let Some(r) = w::run_one_mpi(wl, m, &prm, rep)? {
+                    eprintln!(
+                        "[{} {} {} ranks {} nodes] {:.3} s, {} fetches ({} over the network), {} diffs{}",
+                        wl.name(),
+                        m.name(),
+                        r.procs,
+                        r.nodes,
+                        r.seconds,
+                        r.stats.fetches,
+                        r.stats.net_fetch_pages,
+                        r.stats.diffs,
+                        if r.valid { "" } else { "  INVALID" }
+                    );
+                    if let Some(f) = &a.record_file {
+                        let mut fh = std::fs::OpenOptions::new()
+                            .create(true)
+                            .append(true)
+                            .open(f)
+                            .map_err(|e| format!("{}: {e}", f.display()))?;
+                        let line = serde_json::to_string(&w::Record::of(&r)).map_err(|e| e.to_string())?;
+                        writeln!(fh, "{line}").map_err(|e| format!("{}: {e}", f.display()))?;
+                    }
+                    runs.push(r);
+                }
+            }
+        }
+    }
+    if runs.is_empty() {
+        return Ok(()); // not rank 0
+    }
+    let records: Vec<w::Record> = runs.iter().map(w::Record::of).collect();
+    let c = w::compare(records)?;
+    print!("{}", w::render_comparison(&c));
+    save(&c, &a.json, &a.plot, |c, pl| {
+        w::plot_comparison(c, pl).map(|()| vec![pl.to_owned()])
+    })?;
+    if runs.iter().any(|r| !r.valid) {
+        return Err("a run failed its checks".into());
+    }
+    Ok(())
+}
+
+fn bench_svm_compare(
+    records: &[PathBuf],
+    json: Option<PathBuf>,
+    plot: Option<PathBuf>,
+) -> Result<(), String> {
+    use tiermem_workloads::svm as w;
+    let mut all = Vec::new();
+    for f in records {
+        let text = std::fs::read_to_string(f).map_err(|e| format!("{}: {e}", f.display()))?;
+        for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+            let r: w::Record =
+                serde_json::from_str(line).map_err(|e| format!("{}:{}: {e}", f.display(), i + 1))?;
+            all.push(r);
+        }
+    }
+    let c = w::compare(all)?;
+    print!("{}", w::render_comparison(&c));
+    println!("times: medians of the measured part, seconds; valid: the workload's checks and the checksum of the one-rank run");
+    save(&c, &json, &plot, |c, pl| {
+        w::plot_comparison(c, pl).map(|()| vec![pl.to_owned()])
+    })?;
+    if c.records.iter().any(|r| !r.valid) {
+        return Err("a run failed verification".into());
+    }
+    Ok(())
+}
+
 fn bench_svm(a: SvmArgs) -> Result<(), String> {
     use tiermem_workloads::svm::{self as w, BenchMode, SvmBenchParams, Workload};
+    if let Some(g) = &a.export_graph {
+        w::export_graph(a.scale, g)?;
+        eprintln!("wrote {}", g.display());
+        return Ok(());
+    }
+    if a.mpi {
+        return bench_svm_mpi(a);
+    }
     let workloads = list(&a.workloads, "workload", Workload::parse)?;
     let modes = list(&a.modes, "mode", BenchMode::parse)?;
     let procs = list(&a.procs, "process count", |x| {

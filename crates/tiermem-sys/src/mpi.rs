@@ -127,6 +127,30 @@ static INIT: Mutex<Option<Mpi>> = Mutex::new(None);
 /// Progress threads running (stopped before `MPI_Finalize` at exit).
 static PROGRESS_THREADS: AtomicUsize = AtomicUsize::new(0);
 static STOP_ALL_PROGRESS: AtomicBool = AtomicBool::new(false);
+/// Batches and collectives in flight on the program's threads. The
+/// progress thread stays out of MPI while there are some: those threads
+/// drive progress themselves, and MPI's internal locks are spinlocks (UCX's
+/// worker lock): a progress thread holding one while descheduled on an
+/// oversubscribed CPU made the owner spin through whole time slices
+/// (measured: 43% of a rank's time in `pthread_spin_lock`).
+static ACTIVE: AtomicUsize = AtomicUsize::new(0);
+
+/// Marks the calling thread as driving MPI for its life.
+struct Active;
+
+impl Active {
+    fn enter() -> Active {
+        // Relaxed: a hint to the progress thread, not a synchronisation.
+        ACTIVE.fetch_add(1, Ordering::Relaxed);
+        Active
+    }
+}
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        ACTIVE.fetch_sub(1, Ordering::Relaxed);
+    }
+}
 
 extern "C" fn finalize_at_exit() {
     // Stop progress threads first: MPI_Finalize with another thread inside
@@ -469,6 +493,7 @@ impl Pending {
         if self.done {
             return Ok(Some(std::mem::take(&mut self.recv)));
         }
+        let _active = Active::enter();
         let mut flag: c_int = 0;
         // SAFETY: req is an active request of ours; STATUS_IGNORE is allowed.
         check("MPI_Test", unsafe {
@@ -555,6 +580,7 @@ impl Window {
         Batch {
             win: self,
             pending: false,
+            _active: Active::enter(),
             _bufs: PhantomData,
         }
     }
@@ -588,6 +614,7 @@ impl Drop for Window {
 pub struct Batch<'a> {
     win: &'a Window,
     pending: bool,
+    _active: Active,
     _bufs: PhantomData<&'a mut [u8]>,
 }
 
@@ -725,6 +752,25 @@ impl<'a> Batch<'a> {
         }
     }
 
+    /// `MPI_Put` of `src` bytes to byte `disp` of `target`'s window.
+    pub fn put_bytes(&mut self, target: usize, disp: usize, src: &'a [u8]) -> Result<(), MpiError> {
+        let n = int(src.len(), "a put length")?;
+        self.pending = true;
+        // SAFETY: src is borrowed until the flush.
+        check("MPI_Put", unsafe {
+            ffi::MPI_Put(
+                src.as_ptr().cast(),
+                n,
+                byte_type(),
+                self.win.target(target),
+                disp as ffi::MPI_Aint,
+                n,
+                byte_type(),
+                self.win.raw.0,
+            )
+        })
+    }
+
     /// `MPI_Put` of `src` words to byte `disp` of `target`'s window.
     pub fn put_words(&mut self, target: usize, disp: usize, src: &'a [u64]) -> Result<(), MpiError> {
         let n = int(src.len(), "a put length")?;
@@ -819,16 +865,21 @@ impl Drop for Batch<'_> {
 /// A thread that calls into MPI's progress engine every `interval`
 /// (`MPI_Iprobe` on a private communicator, which never matches), so that
 /// one-sided operations targeting this process complete while its own
-/// threads compute. Stopped and joined on drop (and before `MPI_Finalize`
-/// at exit).
+/// threads compute, and runs a hook (no MPI calls) every round. Stopped
+/// and joined on drop (and before `MPI_Finalize` at exit).
 pub struct Progress {
     stop: Arc<AtomicBool>,
     handle: Option<JoinHandle<()>>,
 }
 
 impl Progress {
-    /// Starts the thread on a duplicate of `comm` (collective).
-    pub fn start(comm: &Comm, interval: Duration) -> Result<Progress, MpiError> {
+    /// Starts the thread on a duplicate of `comm` (collective); `hook` runs
+    /// every round (it must not call MPI).
+    pub fn start(
+        comm: &Comm,
+        interval: Duration,
+        mut hook: Box<dyn FnMut() + Send>,
+    ) -> Result<Progress, MpiError> {
         let own = comm.dup()?;
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
@@ -844,6 +895,12 @@ impl Progress {
                 let mut flag: c_int = 0;
                 // Relaxed: a flag polled every interval; the join orders the rest.
                 while !s.load(Ordering::Relaxed) && !STOP_ALL_PROGRESS.load(Ordering::SeqCst) {
+                    hook();
+                    // Relaxed: a hint (see ACTIVE).
+                    if ACTIVE.load(Ordering::Relaxed) != 0 {
+                        std::thread::sleep(interval);
+                        continue;
+                    }
                     // SAFETY: a communicator this thread owns; STATUS_IGNORE.
                     unsafe {
                         ffi::MPI_Iprobe(

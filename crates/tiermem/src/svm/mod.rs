@@ -141,6 +141,22 @@ impl SvmConfig {
     }
 }
 
+/// The ranks of the MPI job this process belongs to (initialises MPI if
+/// needed); an error without the `mpi` feature.
+pub fn mpi_ranks() -> Result<usize, Error> {
+    #[cfg(feature = "mpi")]
+    {
+        let m = tiermem_sys::mpi::init()?;
+        Ok(tiermem_sys::mpi::Comm::world(&m)?.size())
+    }
+    #[cfg(not(feature = "mpi"))]
+    {
+        Err(Error::Usage(
+            "an SVM over MPI needs tiermem built with the `mpi` cargo feature".into(),
+        ))
+    }
+}
+
 /// Whether this process runs inside an MPI job that [`Svm::new`] would
 /// join (`SvmTransport::Auto`).
 pub fn in_mpi_job() -> bool {
@@ -230,6 +246,24 @@ svm_stats! {
     locks = Locks,
     /// Barriers passed.
     barriers = Barriers,
+    /// Nanoseconds spent taking locks (waiting and the lock's own
+    /// messages; acquire invalidations not included).
+    lock_ns = LockNs,
+    /// Nanoseconds spent in barriers (waiting for the others and the
+    /// barrier's exchange; releases and validation not included).
+    barrier_ns = BarrierNs,
+    /// Pages fetched from another node (MPI_Get).
+    net_fetch_pages = NetFetchPages,
+    /// Bytes received from other nodes by one-sided operations (pages,
+    /// versions, notices).
+    net_bytes_in = NetBytesIn,
+    /// Bytes sent to other nodes by one-sided operations (diff runs,
+    /// notices).
+    net_bytes_out = NetBytesOut,
+    /// One-sided operations to other nodes (gets, puts, atomics).
+    net_ops = NetOps,
+    /// Flushes waited for (round trips to other nodes).
+    net_flushes = NetFlushes,
 }
 
 /// Who runs the processes.
@@ -661,7 +695,11 @@ impl SvmProc<'_> {
     /// range, if this process holds it, or if its holder died.
     pub fn lock(&self, id: usize) -> Result<(), Error> {
         check_lock(id)?;
+        let t0 = Instant::now();
         self.shared().t.lock(id, self.rank())?;
+        self.shared()
+            .meta()
+            .add(self.rank(), Stat::LockNs as usize, t0.elapsed().as_nanos() as u64);
         self.local.acquire(id)?;
         self.shared().meta().add(self.rank(), Stat::Locks as usize, 1);
         Ok(())
@@ -690,14 +728,24 @@ impl SvmProc<'_> {
             if j.nodes() > 1 {
                 // The barrier carries every process's changes (write
                 // notices with versions): no version reads from home.
+                let t0 = Instant::now();
                 let changes = j.barrier_exchange()?;
-                let r = self.local.after_barrier(Some(&changes));
-                self.shared().meta().add(self.rank(), Stat::Barriers as usize, 0);
-                return r;
+                self.add_barrier_ns(t0);
+                return self.local.after_barrier(Some(&changes));
             }
         }
+        let t0 = Instant::now();
         self.sync()?;
+        self.add_barrier_ns(t0);
         self.local.after_barrier(None)
+    }
+
+    fn add_barrier_ns(&self, t0: Instant) {
+        self.shared().meta().add(
+            self.rank(),
+            Stat::BarrierNs as usize,
+            t0.elapsed().as_nanos() as u64,
+        );
     }
 
     /// The team's barrier alone (no release, no validation).

@@ -58,7 +58,7 @@
 
 use super::meta::{self, Meta, MAX_LOCKS, NOTICE_CAP};
 use super::transport::{LocalShm, Notices, Transport};
-use super::{SpmFlavour, SvmConfig, SvmStats};
+use super::{SpmFlavour, Stat, SvmConfig, SvmStats};
 use crate::error::Error;
 use crate::team::{Backoff, SCRATCH_WORDS};
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
@@ -100,12 +100,25 @@ fn env_usize(name: &str, default: usize) -> usize {
     }
 }
 
+/// Bytes of an inbox slot's header: `posted` and `done` counters.
+const SLOT_HDR: usize = 64;
+/// Bytes of packed diffs one packet carries at most.
+const SLOT_DATA: usize = 4 << 20;
+const SLOT_STRIDE: usize = SLOT_HDR + SLOT_DATA;
+/// A home's runs up to this many go as one `MPI_Put` each (one message per
+/// run); more go packed through the home's inbox.
+const DIRECT_RUNS: usize = 16;
+
 /// The windows of a job that spans nodes.
 struct Remote {
     /// Every rank's view of its node's home file (displacement: heap offset).
     data: Window,
     /// Every rank's view of its node's metadata (displacement: word * 8).
     meta: Window,
+    /// Every rank's diff inbox: one slot per origin rank, a header
+    /// (`posted`, `done`) and packed diffs that this rank's progress thread
+    /// applies to its node's home copies.
+    inbox: Window,
     /// Drives MPI progress for operations that target this rank.
     _progress: Progress,
 }
@@ -134,10 +147,21 @@ pub(crate) struct MpiLink {
     /// Pages this rank changed since the last barrier, with the version
     /// after the change (what the next barrier carries; jobs across nodes).
     changed: Mutex<Vec<(u64, u64)>>,
+    /// Per home rank: diff packets sent to its inbox.
+    posted: Vec<AtomicU64>,
     timeout: Duration,
 }
 
 impl MpiLink {
+    /// Counts network traffic in this rank's statistics.
+    fn net(&self, ops: u64, flushes: u64, bytes_in: usize, bytes_out: usize) {
+        let m = self.node.meta();
+        m.add(self.rank, Stat::NetOps as usize, ops);
+        m.add(self.rank, Stat::NetFlushes as usize, flushes);
+        m.add(self.rank, Stat::NetBytesIn as usize, bytes_in as u64);
+        m.add(self.rank, Stat::NetBytesOut as usize, bytes_out as u64);
+    }
+
     fn remote(&self) -> Result<&Remote, Error> {
         self.remote
             .as_ref()
@@ -279,6 +303,7 @@ impl MpiLink {
             let mut b = r.meta.batch();
             b.compare_swap(home, disp, &zero, &mine, &mut old)?;
             b.flush()?;
+            self.net(1, 1, 8, 8);
             if old == 0 {
                 return Ok(());
             }
@@ -295,14 +320,129 @@ impl MpiLink {
         }
     }
 
+    /// Sends a diff packet to `home`'s inbox and waits until its progress
+    /// thread applied it.
+    fn send_packet(&self, home: usize, packet: &[u8]) -> Result<(), Error> {
+        let r = self.remote()?;
+        let slot = self.rank * SLOT_STRIDE;
+        let mut framed = Vec::with_capacity(8 + packet.len());
+        framed.extend_from_slice(&(packet.len() as u64).to_le_bytes());
+        framed.extend_from_slice(packet);
+        let mut b = r.inbox.batch();
+        b.put_bytes(home, slot + SLOT_HDR, &framed)?;
+        b.flush()?;
+        // Relaxed: this thread's own counter.
+        let seq = self.posted[home].fetch_add(1, Ordering::Relaxed) + 1;
+        let (one, mut old) = (1u64, 0u64);
+        let mut b = r.inbox.batch();
+        b.fetch_add(home, slot, &one, &mut old)?;
+        b.flush()?;
+        let mut backoff = Backoff::new(Duration::from_micros(20));
+        let (start, mut last) = (Instant::now(), Instant::now());
+        let mut polls = 0;
+        loop {
+            let mut done = [0u64];
+            let mut b = r.inbox.batch();
+            b.get_words(home, slot + 8, &mut done)?;
+            b.flush()?;
+            polls += 1;
+            if done[0] >= seq {
+                break;
+            }
+            backoff.snooze();
+            if last.elapsed() > Duration::from_millis(10) {
+                last = Instant::now();
+                self.check_peers(start, &|| format!("waiting for rank {home} to apply a diff"))?;
+            }
+        }
+        self.net(2 + polls, 2 + polls, 8 * polls as usize, framed.len());
+        Ok(())
+    }
+
     /// Reads words `words` of `target`'s metadata (blocking).
     fn get_meta_words(&self, target: usize, disp: usize, out: &mut [u64]) -> Result<(), Error> {
+        self.net(1, 1, out.len() * 8, 0);
         let r = self.remote()?;
         let mut b = r.meta.batch();
         b.get_words(target, disp, out)?;
         b.flush()?;
         Ok(())
     }
+}
+
+/// Appends page `page`'s runs to a packet: `u32` page, `u32` runs, the
+/// runs as (`u16` offset, `u16` length), then their bytes.
+fn pack(packet: &mut Vec<u8>, page: usize, cur: MemRange<'_>, runs: &[(u32, u32)]) {
+    packet.extend_from_slice(&(page as u32).to_le_bytes());
+    packet.extend_from_slice(&(runs.len() as u32).to_le_bytes());
+    for &(o, l) in runs {
+        packet.extend_from_slice(&(o as u16).to_le_bytes());
+        packet.extend_from_slice(&(l as u16).to_le_bytes());
+    }
+    let mut page_bytes = vec![0u8; cur.len()];
+    cur.copy_to(&mut page_bytes);
+    for &(o, l) in runs {
+        packet.extend_from_slice(&page_bytes[o as usize..(o + l) as usize]);
+    }
+}
+
+/// Applies a packet (see [`pack`]) to the home copies in `home` (a view of
+/// the node's home file); a malformed packet stops where it breaks.
+fn unpack(packet: &[u8], home: &Mapping, ps: usize) {
+    let rd16 = |b: &[u8], at: usize| u16::from_le_bytes([b[at], b[at + 1]]) as usize;
+    let rd32 = |b: &[u8], at: usize| u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]) as usize;
+    let mut at = 0;
+    while at + 8 <= packet.len() {
+        let (page, n) = (rd32(packet, at), rd32(packet, at + 4));
+        let runs_at = at + 8;
+        let mut data = runs_at + 4 * n;
+        if data > packet.len() || (page + 1) * ps > home.len() {
+            return;
+        }
+        for k in 0..n {
+            let (o, l) = (rd16(packet, runs_at + 4 * k), rd16(packet, runs_at + 4 * k + 2));
+            if o + l > ps || data + l > packet.len() {
+                return;
+            }
+            home.write_bytes(page * ps + o, &packet[data..data + l]);
+            data += l;
+        }
+        at = data;
+    }
+}
+
+/// What a rank's progress thread does besides driving MPI: applies the
+/// diff packets other ranks posted to its inbox, and marks them done.
+fn inbox_hook(
+    inbox: Arc<Mapping>,
+    user: UserAccess,
+    home: Arc<Mapping>,
+    ranks: usize,
+    ps: usize,
+) -> Box<dyn FnMut() + Send> {
+    let mut buf = Vec::new();
+    Box::new(move || {
+        let words = inbox.user_atomics(&user);
+        for o in 0..ranks {
+            let hdr = o * SLOT_STRIDE / 8;
+            // Acquire: the packet's bytes (put and flushed by the origin
+            // before it rang the doorbell) are there.
+            let posted = words[hdr].load(Ordering::Acquire);
+            // Relaxed: only this thread writes `done`.
+            if posted == words[hdr + 1].load(Ordering::Relaxed) {
+                continue;
+            }
+            let mut len = [0u8; 8];
+            inbox.copy_out(o * SLOT_STRIDE + SLOT_HDR, &mut len);
+            let len = (u64::from_le_bytes(len) as usize).min(SLOT_DATA - 8);
+            buf.resize(len, 0);
+            inbox.copy_out(o * SLOT_STRIDE + SLOT_HDR + 8, &mut buf);
+            unpack(&buf, &home, ps);
+            // Release: the applied bytes before `done`, which the origin
+            // reads before it bumps the versions.
+            words[hdr + 1].store(posted, Ordering::Release);
+        }
+    })
 }
 
 /// Sorts by page and keeps the newest version of each.
@@ -437,6 +577,7 @@ impl Transport for MpiLink {
         let mut b = r.meta.batch();
         b.compare_swap(home, disp, &mine, &zero, &mut old)?;
         b.flush()?;
+        self.net(1, 1, 8, 8);
         if old != mine {
             return Err(Error::Usage(format!(
                 "unlock of lock {id}, which this process does not hold"
@@ -485,6 +626,7 @@ impl Transport for MpiLink {
         }
         b.put_words(home, self.disp(|m| m.notice_head(id)), &new_head)?;
         b.flush()?;
+        self.net(3, 1, 0, 8 * (entries.len() + 1));
         self.heads[id].store(new_head[0], Ordering::Relaxed);
         Ok(())
     }
@@ -528,6 +670,7 @@ impl Transport for MpiLink {
                 b.get_words(home, disp, std::slice::from_mut(o))?;
             }
             b.flush()?;
+            self.net(MAX_LOCKS as u64, 1, 8 * MAX_LOCKS, 0);
         }
         Ok(())
     }
@@ -546,6 +689,7 @@ impl Transport for MpiLink {
                 let mut b = r.data.batch();
                 b.get_bytes(self.home(page), off, &mut out[at..at + len])?;
                 b.flush()?;
+                self.net(1, 1, len, 0);
             }
             at += len;
         }
@@ -567,7 +711,11 @@ impl Transport for MpiLink {
         let bit = 1u64 << rank;
         let mut before = [u64::MAX; 8];
         assert!(n <= before.len() && versions.len() >= n, "fetch of {n} pages");
+        let mut adds = 0;
         {
+            // The cacher bits and the versions in one flush (the version
+            // read may see the state before or after the bits: both are
+            // older than the data read below).
             let mut b = r.meta.batch();
             if cacher {
                 for (k, slot) in before[..n].iter_mut().enumerate() {
@@ -575,11 +723,14 @@ impl Transport for MpiLink {
                     // Relaxed: this thread's own bookkeeping.
                     if !self.in_mask[p].swap(true, Ordering::Relaxed) {
                         b.fetch_add(home, self.disp(|m| m.dsm_mask(p)), &bit, slot)?;
+                        adds += 1;
                     }
                 }
             }
+            b.get_words(home, self.disp(|m| m.version(first)), &mut versions[..n])?;
             b.flush()?;
         }
+        let mut flushes = 2;
         if before[..n].contains(&0) {
             // The page became DSM-cached: the home node's SPM writers must
             // start tracking it before we copy (see LocalShm::add_cacher).
@@ -587,17 +738,22 @@ impl Transport for MpiLink {
             let mut b = r.meta.batch();
             b.fetch_add(home, self.disp(|m| m.h(meta::H_DSM_EPOCH)), &one, &mut old)?;
             b.flush()?;
+            adds += 1;
+            flushes += 1;
         }
         // Versions before data: a copy is never newer than its version says.
-        {
-            let mut b = r.meta.batch();
-            b.get_words(home, self.disp(|m| m.version(first)), &mut versions[..n])?;
-            b.flush()?;
-        }
         let ps = self.node.page_bytes;
         let mut b = r.data.batch();
         b.get(home, first * ps, dst, first * ps, n * ps)?;
         b.flush()?;
+        let m = self.node.meta();
+        m.add(self.rank, Stat::NetFetchPages as usize, n as u64);
+        self.net(
+            adds + 2,
+            flushes,
+            n * ps + 8 * (n + adds as usize),
+            8 * adds as usize,
+        );
         Ok(())
     }
 
@@ -614,18 +770,49 @@ impl Transport for MpiLink {
         }
         let r = self.remote()?;
         let ps = self.node.page_bytes;
-        let mut runs = Vec::new();
-        let mut b = r.data.batch();
+        // Runs of every page, then per home: a few runs go as one put each;
+        // many (a page of sorted keys has ~1000) go packed to the home's
+        // inbox, one message per packet instead of one per run.
+        let mut runs: Vec<Vec<(u32, u32)>> = Vec::with_capacity(pages.len());
         for &p in pages {
-            let cur = heap.range(p * ps, ps);
-            runs.clear();
-            let bytes = cur.diff_runs(twin.range(p * ps, ps), &mut runs);
-            out.push((bytes, runs.len()));
-            if bytes > 0 {
-                b.put_runs(self.home(p), p * ps, cur, &runs)?;
+            let mut rr = Vec::new();
+            let bytes = heap.range(p * ps, ps).diff_runs(twin.range(p * ps, ps), &mut rr);
+            out.push((bytes, rr.len()));
+            runs.push(rr);
+        }
+        let mut homes: Vec<usize> = pages.iter().map(|&p| self.home(p)).collect();
+        homes.sort_unstable();
+        homes.dedup();
+        let mut b = r.data.batch();
+        let (mut puts, mut sent) = (0, 0);
+        for h in homes {
+            let mine: Vec<usize> = (0..pages.len())
+                .filter(|&i| self.home(pages[i]) == h && out[i].0 > 0)
+                .collect();
+            let total: usize = mine.iter().map(|&i| runs[i].len()).sum();
+            if total <= DIRECT_RUNS {
+                for &i in &mine {
+                    b.put_runs(h, pages[i] * ps, heap.range(pages[i] * ps, ps), &runs[i])?;
+                    puts += 1;
+                    sent += out[i].0;
+                }
+                continue;
+            }
+            let mut packet = Vec::new();
+            for &i in &mine {
+                let rec = 8 + 4 * runs[i].len() + out[i].0;
+                if !packet.is_empty() && 8 + packet.len() + rec > SLOT_DATA {
+                    self.send_packet(h, &packet)?;
+                    packet.clear();
+                }
+                pack(&mut packet, pages[i], heap.range(pages[i] * ps, ps), &runs[i]);
+            }
+            if !packet.is_empty() {
+                self.send_packet(h, &packet)?;
             }
         }
         b.flush()?;
+        self.net(puts, 1, 0, sent);
         Ok(())
     }
 
@@ -657,10 +844,12 @@ impl Transport for MpiLink {
                 None => batch.insert(self.remote()?.meta.batch()),
             };
             b.get_words(h, self.disp(|m| m.version(p)), seg)?;
+            self.net(1, 0, 8 * n, 0);
             i += n;
         }
         if let Some(b) = batch {
             b.flush()?;
+            self.net(0, 1, 0, 0);
         }
         Ok(())
     }
@@ -682,9 +871,11 @@ impl Transport for MpiLink {
                     None => batch.insert(self.remote()?.meta.batch()),
                 };
                 b.fetch_add(self.home(p), self.disp(|m| m.version(p)), &one, b0)?;
+                self.net(1, 0, 8, 8);
             }
             if let Some(b) = batch {
                 b.flush()?;
+                self.net(0, 1, 0, 0);
             }
         }
         for (&p, &b0) in pages.iter().zip(before.iter()) {
@@ -713,9 +904,11 @@ impl Transport for MpiLink {
                 None => batch.insert(self.remote()?.meta.batch()),
             };
             b.fetch_add(self.home(p), self.disp(|m| m.dsm_mask(p)), &neg, old)?;
+            self.net(1, 0, 8, 8);
         }
         if let Some(b) = batch {
             b.flush()?;
+            self.net(0, 1, 0, 0);
         }
         Ok(())
     }
@@ -877,15 +1070,25 @@ impl Job {
         };
         let remote = if nodes > 1 {
             let (data_view, _) = Mapping::shared(node.home_fd(), 0, len, ps, &MapOptions::default())?;
+            let data_view = Arc::new(data_view);
             let (meta_view, _) =
                 Mapping::shared(node.meta_fd(), 0, node.meta_map.len(), ps, &MapOptions::default())?;
-            let data = Window::create(&world, Arc::new(data_view))?;
+            let opts = MapOptions {
+                noreserve: true,
+                ..MapOptions::default()
+            };
+            let (inbox_map, inbox_user) = Mapping::anonymous((size * SLOT_STRIDE).div_ceil(ps) * ps, &opts)?;
+            let inbox_map = Arc::new(inbox_map);
+            let data = Window::create(&world, data_view.clone())?;
             let meta = Window::create(&world, Arc::new(meta_view))?;
+            let inbox = Window::create(&world, inbox_map.clone())?;
             let us = env_usize("TIERMEM_SVM_PROGRESS_US", 50);
-            let progress = Progress::start(&world, Duration::from_micros(us as u64))?;
+            let hook = inbox_hook(inbox_map, inbox_user, data_view, size, ps);
+            let progress = Progress::start(&world, Duration::from_micros(us as u64), hook)?;
             Some(Remote {
                 data,
                 meta,
+                inbox,
                 _progress: progress,
             })
         } else {
@@ -900,6 +1103,7 @@ impl Job {
             homes: (0..npages).map(|_| AtomicU16::new(0)).collect(),
             in_mask: (0..npages).map(|_| AtomicBool::new(false)).collect(),
             heads: (0..MAX_LOCKS).map(|_| AtomicU64::new(0)).collect(),
+            posted: (0..size).map(|_| AtomicU64::new(0)).collect(),
             changed: Mutex::new(Vec::new()),
             timeout: Duration::from_secs(env_usize("TIERMEM_SVM_TIMEOUT_S", 600) as u64),
         };
