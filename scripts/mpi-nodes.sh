@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Emulated cluster nodes on one machine for MPI runs (root): each "node" is a
-# network namespace on a bridge, with its own hostname, IPC and PID namespaces,
+# network namespace on a bridge, with its own hostname, IPC and PID namespaces
+# and its own /dev/shm,
 # so Open MPI starts one daemon per node (through this script as its rsh agent),
 # talks TCP between nodes, and neither Open MPI nor UCX can use shared memory
 # across them. Ranks of one node share memory as on a real node.
@@ -73,8 +74,10 @@ rsh)
   shift
   while [ "${1:-}" != "" ] && [ "${1#-}" != "$1" ]; do shift; done
   host=$1; shift
+  # A node's own /dev/shm too: programs name their shared memory after
+  # their pid, and pids repeat across PID namespaces.
   exec ip netns exec "$host" unshare --uts --ipc --pid --fork --mount-proc \
-    sh -c "hostname $host; $*"
+    sh -c "mount -t tmpfs -o mode=1777 tmpfs /dev/shm && hostname $host; $*"
   ;;
 *)
   sed -n '2,17p' "$0" >&2

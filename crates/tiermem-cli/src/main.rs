@@ -233,8 +233,9 @@ struct SvmArgs {
     /// default to spm-coherent,dsm,hybrid.
     #[arg(long)]
     mpi: bool,
-    /// With --mpi: append one JSON line per run to this file (rank 0), for
-    /// `tiermem bench svm-compare`.
+    /// Append one JSON line per run to this file (with --mpi: rank 0; a
+    /// forked team's runs as system "tiermem-local"), for `tiermem bench
+    /// svm-compare`.
     #[arg(long)]
     record_file: Option<PathBuf>,
     /// Write the BFS workload's graph (at --scale) to this file for
@@ -1318,6 +1319,22 @@ fn bench_svm(a: SvmArgs) -> Result<(), String> {
     })?;
     print!("{}", w::render(&b));
     println!("times: the measured part (bucket: all four steps; malstone: all three; bfs: the BFS kernel over all roots); counters: whole run, all processes; verified against a 1-process spm-coherent run");
+    if let Some(f) = &a.record_file {
+        // The forked team's runs, for the MPI comparison (system
+        // "tiermem-local": the same protocol over LocalShm).
+        use std::io::Write;
+        let mut fh = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(f)
+            .map_err(|e| format!("{}: {e}", f.display()))?;
+        for r in &b.runs {
+            let mut rec = w::Record::of(r);
+            rec.system = "tiermem-local".into();
+            let line = serde_json::to_string(&rec).map_err(|e| e.to_string())?;
+            writeln!(fh, "{line}").map_err(|e| format!("{}: {e}", f.display()))?;
+        }
+    }
     save(&b, &a.json, &a.plot, |b, pl| {
         w::plot(b, pl).map(|()| vec![pl.to_owned()])
     })?;

@@ -1076,6 +1076,38 @@ pub fn render_comparison(c: &Comparison) -> String {
         t.row(row);
     }
     let mut out = t.render();
+    // The MPI transport against LocalShm (the forked team), same modes.
+    let mut l = Table::new(&[
+        "workload",
+        "ranks",
+        "mode",
+        "MPI s",
+        "LocalShm s",
+        "MPI / LocalShm",
+    ]);
+    let mut pairs = 0;
+    for r in c.rows.iter().filter(|r| r.nodes == 1) {
+        for (sname, secs, _, _) in &r.times {
+            let Some(mode) = sname.strip_prefix("tiermem/") else {
+                continue;
+            };
+            if let Some(local) = r.times.iter().find(|x| x.0 == format!("tiermem-local/{mode}")) {
+                l.row(vec![
+                    r.workload.clone(),
+                    r.ranks.to_string(),
+                    mode.to_string(),
+                    format!("{secs:.3}"),
+                    format!("{:.3}", local.1),
+                    format!("{:.2}", secs / local.1),
+                ]);
+                pairs += 1;
+            }
+        }
+    }
+    if pairs > 0 {
+        out.push('\n');
+        out.push_str(&l.render());
+    }
     let keys = [
         "fetch_pages",
         "net_fetch_pages",

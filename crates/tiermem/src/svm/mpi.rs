@@ -110,7 +110,13 @@ const SLOT_STRIDE: usize = SLOT_HDR + SLOT_DATA;
 const DIRECT_RUNS: usize = 16;
 
 /// The windows of a job that spans nodes.
+///
+/// Fields: the progress thread first (stopped before the windows are
+/// freed), then the windows.
 struct Remote {
+    /// Drives MPI progress for operations that target this rank, and
+    /// applies the inbox's diffs.
+    _progress: Progress,
     /// Every rank's view of its node's home file (displacement: heap offset).
     data: Window,
     /// Every rank's view of its node's metadata (displacement: word * 8).
@@ -119,8 +125,6 @@ struct Remote {
     /// (`posted`, `done`) and packed diffs that this rank's progress thread
     /// applies to its node's home copies.
     inbox: Window,
-    /// Drives MPI progress for operations that target this rank.
-    _progress: Progress,
 }
 
 /// The transport of an MPI job: this node's [`LocalShm`] for local pages,
@@ -149,6 +153,9 @@ pub(crate) struct MpiLink {
     changed: Mutex<Vec<(u64, u64)>>,
     /// Per home rank: diff packets sent to its inbox.
     posted: Vec<AtomicU64>,
+    /// Locks homed on other nodes that this rank holds (an unlock checks
+    /// here instead of asking the home).
+    held: Vec<AtomicBool>,
     timeout: Duration,
 }
 
@@ -305,6 +312,8 @@ impl MpiLink {
             b.flush()?;
             self.net(1, 1, 8, 8);
             if old == 0 {
+                // Relaxed: this thread's own bookkeeping.
+                self.held[id].store(true, Ordering::Relaxed);
                 return Ok(());
             }
             if old == mine {
@@ -583,6 +592,7 @@ impl Transport for MpiLink {
                 "unlock of lock {id}, which this process does not hold"
             )));
         }
+        self.held[id].store(false, Ordering::Relaxed);
         Ok(())
     }
 
@@ -590,6 +600,10 @@ impl Transport for MpiLink {
         let (home, local) = self.lock_home(id);
         if local {
             return Ok(self.node.meta().lock_holder(id).load(Ordering::Relaxed));
+        }
+        // Relaxed: this thread's own bookkeeping.
+        if self.held[id].load(Ordering::Relaxed) {
+            return Ok(self.rank as u64 + 1);
         }
         let mut v = [0u64];
         self.get_meta_words(home, self.disp(|m| m.lock_holder(id)), &mut v)?;
@@ -1086,10 +1100,10 @@ impl Job {
             let hook = inbox_hook(inbox_map, inbox_user, data_view, size, ps);
             let progress = Progress::start(&world, Duration::from_micros(us as u64), hook)?;
             Some(Remote {
+                _progress: progress,
                 data,
                 meta,
                 inbox,
-                _progress: progress,
             })
         } else {
             None
@@ -1104,6 +1118,7 @@ impl Job {
             in_mask: (0..npages).map(|_| AtomicBool::new(false)).collect(),
             heads: (0..MAX_LOCKS).map(|_| AtomicU64::new(0)).collect(),
             posted: (0..size).map(|_| AtomicU64::new(0)).collect(),
+            held: (0..MAX_LOCKS).map(|_| AtomicBool::new(false)).collect(),
             changed: Mutex::new(Vec::new()),
             timeout: Duration::from_secs(env_usize("TIERMEM_SVM_TIMEOUT_S", 600) as u64),
         };
