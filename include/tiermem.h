@@ -561,6 +561,16 @@ tm_decl_export int tm_team_destroy(tm_team *t) tm_attr_noexcept;
  * Processes are fork()ed (call tm_svm_run from a process with one thread);
  * one thread per process uses the SVM. tm_svm_malloc is collective: every
  * process makes the same calls in the same order; whole pages.
+ *
+ * Inside an MPI job (a library built with the `mpi` feature, the program
+ * started by mpirun), the same calls span nodes: tm_svm_create is collective
+ * over MPI_COMM_WORLD and takes procs = 0 or the world size (anything else:
+ * TM_EINVAL); tm_svm_run runs fn once in every rank, without forking;
+ * tm_svm_rank/tm_svm_procs are the MPI rank and size. The program may call
+ * MPI_Init_thread(MPI_THREAD_MULTIPLE) itself, or let tiermem initialise
+ * (and finalise) MPI. Pages homed on another node are cached copies (SPM
+ * there keeps release consistency). Do not pass SVM memory to MPI calls.
+ * See docs/svm.md and examples/c/svm_mpi.c.
  * --------------------------------------------------------------------- */
 
 /* tm_svm_create flags */
@@ -590,18 +600,26 @@ struct tm_svm_stats {
 };
 
 /* A team of `procs` processes (1 to 53) sharing heap_bytes (a multiple of
- * 4 KiB). */
+ * 4 KiB). In an MPI job: procs 0 or the world size; TM_SVM_PIN is ignored
+ * (the launcher binds ranks). */
 tm_decl_nodiscard tm_decl_export int tm_svm_create(size_t heap_bytes, int procs, int flags,
                                                    tm_svm **out) tm_attr_noexcept;
 /* Forks the processes; each runs fn(arg) and waits for all. TM_EWORKER if
  * one returned non-zero, crashed or was killed (the others stop at their
- * next barrier or lock wait). */
+ * next barrier or lock wait). In an MPI job: runs fn(arg) in this rank
+ * (every rank calls it); TM_EWORKER if a rank's fn returned non-zero (the
+ * others stop at their next wait); a rank that dies ends the job. */
 tm_decl_export int tm_svm_run(tm_svm *s, tm_svm_fn fn, void *arg) tm_attr_noexcept;
 /* Inside fn: rank (0..procs-1) and count; TM_EINVAL outside tm_svm_run. */
 tm_decl_export int tm_svm_rank(void) tm_attr_noexcept;
 tm_decl_export int tm_svm_procs(void) tm_attr_noexcept;
+/* Nodes the processes span (1 for a forked team). */
+tm_decl_export int tm_svm_nodes(void) tm_attr_noexcept;
 /* Collective allocation / free (NULL and tm_last_error on failure). */
 tm_decl_export void *tm_svm_malloc(size_t size) tm_attr_noexcept;
+/* The same, with the pages homed on the ranks of an MPI job in turn (page
+ * i on rank i % ranks) instead of one block per rank. */
+tm_decl_export void *tm_svm_malloc_cyclic(size_t size) tm_attr_noexcept;
 tm_decl_export int tm_svm_free(void *ptr) tm_attr_noexcept;
 /* Numbered locks 0..127. lock: invalidates cached copies named in the
  * lock's write notices; TM_EWORKER if the holder died. unlock: applies the

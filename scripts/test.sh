@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Sets tiermem up on a fresh machine and runs the whole test suite: format
 # and lint checks, the Rust unit and integration tests (kernel interface,
-# regions, stress, errors, fork, huge pages, benchmarks' own tests), and the
-# C API tests (C example, C tests, C++ header check). Tests that need root
+# regions, stress, errors, fork, huge pages, benchmarks' own tests), the
+# C API tests (C example, C tests, C++ header check), and the SVM over MPI
+# (feature `mpi`: installs Open MPI and libclang when missing). Tests that need root
 # (mounting a full tmpfs, reserving huge pages, kernel-swap setup) set up
 # what they need and restore the machine, or print "skipped: <why>".
 set -euo pipefail
@@ -67,5 +68,38 @@ pool_smoke /sys/kernel/mm/hugepages/hugepages-1048576kB 1 \
     $T bench chase --sizes 4M --steps 100000 --backing 1g --provider hand,segment
 target/release/tiermem bench svm --keys 65536 --records 65536 --sites 1024 --scale 10 --roots 1 \
     --black-list 512 --procs 1,2 --json target/smoke-svm.json --plot target/smoke-svm.svg >/dev/null
+
+step "SVM over MPI (feature mpi): Open MPI, libclang, MPI tests, C example, bench smoke"
+# The default workspace builds without MPI; this step installs Open MPI and
+# libclang (rsmpi's bindings are generated at build time) when missing and
+# builds with the `mpi` feature. The tests start mpirun themselves, on one
+# node and on two network-namespace nodes (as root; else simulated nodes).
+mpi_pkgs=()
+command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1 || mpi_pkgs+=(libopenmpi-dev openmpi-bin)
+ls /usr/lib/llvm-*/lib/libclang.so >/dev/null 2>&1 || mpi_pkgs+=(libclang-dev)
+if [ ${#mpi_pkgs[@]} -gt 0 ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "installing ${mpi_pkgs[*]}"
+        DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${mpi_pkgs[@]}" >/dev/null
+    else
+        echo "missing: ${mpi_pkgs[*]} (install them, or run as root for apt-get)" >&2
+        exit 1
+    fi
+fi
+# Open MPI refuses root without these; 2 CPUs need oversubscription.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+if cargo clippy --version >/dev/null 2>&1; then
+    cargo clippy --locked --workspace --all-targets --features mpi -- -D warnings
+fi
+cargo test --locked -p tiermem --features mpi --test svm_mpi
+cargo build --locked --release -p tiermem-capi -p tiermem-cli --features mpi
+mpicc -std=c11 -Wall -Wextra -Werror -O2 -Iinclude examples/c/svm_mpi.c -Ltarget/release -ltiermem \
+    -o target/svm_mpi
+LD_LIBRARY_PATH=$PWD/target/release timeout 120 mpirun -np 2 --bind-to none --mca osc ucx \
+    -x LD_LIBRARY_PATH target/svm_mpi
+timeout 300 mpirun -np 2 --bind-to none --mca osc ucx target/release/tiermem bench svm --mpi \
+    --keys 65536 --records 65536 --sites 1024 --scale 10 --roots 1 --black-list 512 >/dev/null
+
 echo
 echo "all tests passed"

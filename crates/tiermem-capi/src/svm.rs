@@ -95,7 +95,8 @@ pub unsafe extern "C" fn tm_svm_create(
     guard("tm_svm_create", || {
         // SAFETY: out is NULL or writable (caller's contract).
         let out = unsafe { Out::new(out, "out is NULL") }?;
-        if procs <= 0 {
+        // 0: every rank of an MPI job (Svm::new refuses it for a forked team).
+        if procs < 0 {
             return Err(Failure::invalid(format!("{procs} processes")));
         }
         if flags & !(TM_SVM_NONCOHERENT | TM_SVM_PIN) != 0 {
@@ -143,6 +144,22 @@ pub unsafe extern "C" fn tm_svm_run(s: *mut tm_svm, f: tm_svm_fn, arg: *mut c_vo
 #[no_mangle]
 pub extern "C" fn tm_svm_rank() -> c_int {
     with_proc("tm_svm_rank", |p| Ok(p.rank() as c_int))
+}
+
+/// `int tm_svm_nodes(void)`: nodes the team spans (1 for a forked team).
+#[no_mangle]
+pub extern "C" fn tm_svm_nodes() -> c_int {
+    with_proc("tm_svm_nodes", |p| Ok(p.nodes() as c_int))
+}
+
+/// `void *tm_svm_malloc_cyclic(size_t size)`: collective allocation whose
+/// pages are homed on the ranks of an MPI job in turn (page `i` on rank
+/// `i % ranks`); like `tm_svm_malloc` in a forked team.
+#[no_mangle]
+pub extern "C" fn tm_svm_malloc_cyclic(size: usize) -> *mut c_void {
+    with_proc("tm_svm_malloc_cyclic", |p| {
+        Ok(p.malloc_distributed(size, tiermem::svm::Distribution::Cyclic)? as *mut c_void)
+    })
 }
 
 /// `int tm_svm_procs(void)`: processes in the team.

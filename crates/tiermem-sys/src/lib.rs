@@ -25,7 +25,9 @@
 //! - [`event`]: eventfd and poll;
 //! - [`interrupts`]: TLB-shootdown IPI counts;
 //! - [`probe`]: what the running system offers;
-//! - [`atomic`]: atomic views of exclusively borrowed words.
+//! - [`atomic`]: atomic views of exclusively borrowed words;
+//! - `mpi` (cargo feature `mpi`): MPI-3 communicators and one-sided
+//!   windows for the shared virtual memory across nodes.
 
 pub mod atomic;
 pub mod cache;
@@ -36,6 +38,8 @@ pub mod hugetlb;
 pub mod interrupts;
 pub mod memfd;
 pub mod mm;
+#[cfg(feature = "mpi")]
+pub mod mpi;
 pub mod pagemap;
 pub mod probe;
 pub mod process;

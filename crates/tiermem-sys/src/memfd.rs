@@ -33,6 +33,25 @@ impl Memfd {
         Ok(Memfd { fd })
     }
 
+    /// Opens another process's memfd through `/proc/<pid>/fd/<fd>` (a new
+    /// open file description of the same file, read-write): how processes
+    /// that were not forked from one another (MPI ranks of one node) share
+    /// one. Needs the same rights as reading that process's `/proc` entry.
+    pub fn open_peer(pid: u32, fd: i32) -> Result<Memfd, Errno> {
+        let path = CString::new(format!("/proc/{pid}/fd/{fd}")).map_err(|_| Errno(libc::EINVAL))?;
+        // SAFETY: path is a valid NUL-terminated string for the call.
+        let fd = check(unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) })?;
+        // SAFETY: fd was just returned by the kernel and is owned by nobody else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Memfd { fd })
+    }
+
+    /// The descriptor number (what [`Memfd::open_peer`] takes in another
+    /// process).
+    pub fn raw(&self) -> i32 {
+        self.fd.as_raw_fd()
+    }
+
     /// Sets the file size (`ftruncate`); the file stays sparse.
     pub fn set_len(&self, len: u64) -> Result<(), Errno> {
         set_len(self.fd.as_fd(), len)

@@ -65,6 +65,10 @@ pub enum Error {
     /// A team worker failed (its error, crash or kill stopped the team).
     #[error("team: {0}")]
     Team(String),
+    /// An MPI call failed (the SVM across nodes): a rank died, or the
+    /// network or the MPI library failed.
+    #[error("MPI: {0}")]
+    Mpi(String),
 }
 
 /// Stable error codes, as returned by the C API (negative).
@@ -113,7 +117,7 @@ impl Error {
                 ErrorCode::Permission
             }
             Error::Sys { .. } | Error::Thread(_) => ErrorCode::Internal,
-            Error::Team(_) => ErrorCode::WorkerFailed,
+            Error::Team(_) | Error::Mpi(_) => ErrorCode::WorkerFailed,
         }
     }
 }

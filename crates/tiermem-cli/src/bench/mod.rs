@@ -49,8 +49,22 @@ pub enum Bench {
         plot: Option<PathBuf>,
     },
     /// Paper 5's SVM workloads (bucket sort, Malstone, BFS with a black
-    /// list) in SPM and hybrid page modes across processes.
+    /// list) in SPM and hybrid page modes across processes; with `--mpi`,
+    /// inside an MPI job (one rank per process, one node or many).
     Svm(Box<svm::SvmArgs>),
+    /// Tables and a chart from the JSON-line records of `bench svm --mpi`
+    /// and ArgoDSM's benchmark (benches/argodsm): tiermem against ArgoDSM,
+    /// every run verified against the one-rank run.
+    SvmCompare {
+        /// Record files (JSON lines).
+        records: Vec<PathBuf>,
+        /// Write the comparison as JSON.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Draw an SVG chart.
+        #[arg(long)]
+        plot: Option<PathBuf>,
+    },
     /// The fault router's lookup cost with 1, 100, 10,000 registered ranges.
     Router(router::RouterArgs),
     /// (internal) the kernel-swap child of `bench stencil`.
@@ -76,6 +90,7 @@ pub fn run(b: Bench) -> Result<(), String> {
         Bench::TranslationReport { json, plot } => translation::translation_report(&json, &plot),
         Bench::TeamEvict(a) => team_evict::run(a),
         Bench::Svm(a) => svm::run(*a),
+        Bench::SvmCompare { records, json, plot } => svm::compare(&records, json, plot),
         Bench::Overshadow(a) => overshadow::run(*a),
         Bench::Router(a) => router::run(a),
         Bench::StencilChild { params } => stencil::child(&params),

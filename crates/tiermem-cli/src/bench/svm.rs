@@ -53,10 +53,135 @@ pub struct SvmArgs {
     /// Draw an SVG chart.
     #[arg(long)]
     plot: Option<PathBuf>,
+    /// Run inside an MPI job (start with mpirun; needs the `mpi` feature):
+    /// every rank is one SVM process, `--procs` is the world size, modes
+    /// default to spm-coherent,dsm,hybrid.
+    #[arg(long)]
+    mpi: bool,
+    /// Append one JSON line per run to this file (with --mpi: rank 0; a
+    /// forked team's runs as system "tiermem-local"), for `tiermem bench
+    /// svm-compare`.
+    #[arg(long)]
+    record_file: Option<PathBuf>,
+    /// Write the BFS workload's graph (at --scale) to this file for
+    /// ArgoDSM's benchmark, and exit.
+    #[arg(long)]
+    export_graph: Option<PathBuf>,
+}
+
+/// Appends one JSON line per record to `f`.
+fn append_records(
+    f: &std::path::Path,
+    records: impl Iterator<Item = tiermem_workloads::svm::Record>,
+) -> Result<(), String> {
+    use std::io::Write;
+    let mut fh = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(f)
+        .map_err(|e| format!("{}: {e}", f.display()))?;
+    for rec in records {
+        let line = serde_json::to_string(&rec).map_err(|e| e.to_string())?;
+        writeln!(fh, "{line}").map_err(|e| format!("{}: {e}", f.display()))?;
+    }
+    Ok(())
+}
+
+/// `bench svm --mpi`: every workload and mode `reps` times inside this MPI
+/// job, interleaved; rank 0 reports.
+fn run_mpi(a: SvmArgs) -> Result<(), String> {
+    use tiermem_workloads::svm::{self as w, BenchMode, SvmBenchParams, Workload};
+    let workloads = list(&a.workloads, "workload", Workload::parse)?;
+    let default_modes = "spm-coherent,spm-noncoherent,hybrid,hybrid-noncoherent";
+    let modes_arg = if a.modes == default_modes {
+        "spm-coherent,dsm,hybrid"
+    } else {
+        &a.modes
+    };
+    let modes = list(modes_arg, "mode", BenchMode::parse)?;
+    let prm = SvmBenchParams {
+        keys: a.keys,
+        bucket_keys: a.bucket_keys,
+        records: a.records,
+        sites: a.sites,
+        scale: a.scale,
+        roots: a.roots,
+        black_list: a.black_list,
+    };
+    let mut runs = Vec::new();
+    for rep in 0..a.reps.max(1) {
+        for &wl in &workloads {
+            for &m in &modes {
+                if let Some(r) = w::run_one_mpi(wl, m, &prm, rep)? {
+                    eprintln!(
+                        "[{} {} {} ranks {} nodes] {:.3} s, {} fetches ({} over the network), {} diffs{}",
+                        wl.name(),
+                        m.name(),
+                        r.procs,
+                        r.nodes,
+                        r.seconds,
+                        r.stats.fetches,
+                        r.stats.net_fetch_pages,
+                        r.stats.diffs,
+                        if r.valid { "" } else { "  INVALID" }
+                    );
+                    if let Some(f) = &a.record_file {
+                        append_records(f, std::iter::once(w::Record::of(&r)))?;
+                    }
+                    runs.push(r);
+                }
+            }
+        }
+    }
+    if runs.is_empty() {
+        return Ok(()); // not rank 0
+    }
+    let records: Vec<w::Record> = runs.iter().map(w::Record::of).collect();
+    let c = w::compare(records)?;
+    print!("{}", w::render_comparison(&c));
+    save(&c, &a.json, &a.plot, |c, pl| {
+        w::plot_comparison(c, pl).map(|()| vec![pl.to_owned()])
+    })?;
+    if runs.iter().any(|r| !r.valid) {
+        return Err("a run failed its checks".into());
+    }
+    Ok(())
+}
+
+/// `bench svm-compare`: tables and a chart from JSON-line records.
+pub fn compare(records: &[PathBuf], json: Option<PathBuf>, plot: Option<PathBuf>) -> Result<(), String> {
+    use tiermem_workloads::svm as w;
+    let mut all = Vec::new();
+    for f in records {
+        let text = std::fs::read_to_string(f).map_err(|e| format!("{}: {e}", f.display()))?;
+        for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+            let r: w::Record =
+                serde_json::from_str(line).map_err(|e| format!("{}:{}: {e}", f.display(), i + 1))?;
+            all.push(r);
+        }
+    }
+    let c = w::compare(all)?;
+    print!("{}", w::render_comparison(&c));
+    println!("times: medians of the measured part, seconds; valid: the workload's checks and the checksum of the one-rank run");
+    save(&c, &json, &plot, |c, pl| {
+        w::plot_comparison(c, pl).map(|()| vec![pl.to_owned()])
+    })?;
+    if c.records.iter().any(|r| !r.valid) {
+        return Err("a run failed verification".into());
+    }
+    Ok(())
 }
 
 pub fn run(a: SvmArgs) -> Result<(), String> {
     use tiermem_workloads::svm::{self as w, BenchMode, SvmBenchParams, Workload};
+    if let Some(g) = &a.export_graph {
+        w::export_graph(a.scale, g)?;
+        eprintln!("wrote {}", g.display());
+        return Ok(());
+    }
+    if a.mpi {
+        return run_mpi(a);
+    }
     let workloads = list(&a.workloads, "workload", Workload::parse)?;
     let modes = list(&a.modes, "mode", BenchMode::parse)?;
     let procs = list(&a.procs, "process count", |x| {
@@ -101,6 +226,18 @@ pub fn run(a: SvmArgs) -> Result<(), String> {
     })?;
     print!("{}", w::render(&b));
     println!("times: the measured part (bucket: all four steps; malstone: all three; bfs: the BFS kernel over all roots); counters: whole run, all processes; verified against a 1-process spm-coherent run");
+    if let Some(f) = &a.record_file {
+        // The forked team's runs, for the MPI comparison (system
+        // "tiermem-local": the same protocol over LocalShm).
+        append_records(
+            f,
+            b.runs.iter().map(|r| {
+                let mut rec = w::Record::of(r);
+                rec.system = "tiermem-local".into();
+                rec
+            }),
+        )?;
+    }
     save(&b, &a.json, &a.plot, |b, pl| {
         w::plot(b, pl).map(|()| vec![pl.to_owned()])
     })?;

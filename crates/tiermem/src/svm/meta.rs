@@ -39,6 +39,10 @@ pub(crate) const H_ALLOC_LOCK: usize = 3;
 /// processes then look for pages they must start write-protecting.
 pub(crate) const H_DSM_EPOCH: usize = 4;
 pub(crate) const H_SPM_LOG_HEAD: usize = 5;
+/// 0, or 1 + the rank of the first process whose run failed (an MPI job:
+/// waiters stop instead of hanging; the word of rank 0's node counts).
+#[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+pub(crate) const H_FAILED: usize = 6;
 const HEADER: usize = 16;
 
 const PIDS: usize = HEADER;
@@ -71,6 +75,12 @@ impl<'a> Meta<'a> {
     }
     pub(crate) fn h(&self, i: usize) -> &'a AtomicU64 {
         &self.w[i]
+    }
+    /// Word index of `word` (a word of this block): the displacement that
+    /// another node's process uses to reach it through an MPI window.
+    #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+    pub(crate) fn index(&self, word: &AtomicU64) -> usize {
+        (word as *const AtomicU64 as usize - self.w.as_ptr() as usize) / 8
     }
     pub(crate) fn pid(&self, rank: usize) -> &'a AtomicU64 {
         &self.w[PIDS + rank]

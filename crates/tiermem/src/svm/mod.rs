@@ -32,11 +32,19 @@
 //! ```
 //!
 //! Modules: [`protocol`] (the per-process state machine), [`transport`]
-//! (how home copies and metadata are reached: [`LocalShm`] now, MPI
-//! later), `meta` (the shared metadata layout). The team of processes is
+//! (how home copies and metadata are reached: [`LocalShm`] on one node),
+//! `mpi` (cargo feature `mpi`: the same inside an MPI job, across nodes),
+//! `meta` (the shared metadata layout). The forked team of processes is
 //! [`crate::team`]'s: its fork, barrier and failure handling.
+//!
+//! Inside an MPI job (the program started by `mpirun`, tiermem built with
+//! the `mpi` feature), [`Svm::new`] is collective over `MPI_COMM_WORLD`,
+//! every rank is one SVM process, and [`Svm::run`] runs the function once
+//! in each rank, without forking.
 
 mod meta;
+#[cfg(feature = "mpi")]
+mod mpi;
 pub mod protocol;
 pub mod transport;
 
@@ -44,7 +52,7 @@ pub use meta::{MAX_BLOCKS, MAX_LOCKS, NOTICE_CAP, SPM_LOG_CAP};
 pub use transport::{LocalShm, Notices, Transport};
 
 use crate::error::Error;
-use crate::team::{TeamConfig, TeamKind, TeamRegion, TeamReport, Worker, MAX_MEMBERS};
+use crate::team::{TeamConfig, TeamKind, TeamRegion, TeamReport, Worker, MAX_MEMBERS, SCRATCH_WORDS};
 use protocol::{Local, Shared};
 use serde::Serialize;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
@@ -82,17 +90,42 @@ impl SpmFlavour {
     }
 }
 
+/// Where the processes of an SVM come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum SvmTransport {
+    /// MPI if this process was started by an MPI launcher and tiermem was
+    /// built with the `mpi` feature; otherwise a forked team.
+    Auto,
+    /// A team forked by [`Svm::run`], sharing memory on this node.
+    Local,
+    /// The ranks of `MPI_COMM_WORLD` (feature `mpi`).
+    Mpi,
+}
+
+/// How an allocation's pages are dealt to home ranks in an MPI job (one
+/// node: every page is homed in the node's shared memory anyway).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Distribution {
+    /// Contiguous blocks, one per rank in rank order (the default).
+    Block,
+    /// Page `i` of the allocation on rank `i % ranks`.
+    Cyclic,
+}
+
 /// Configuration of an SVM team.
 #[derive(Clone, Debug)]
 pub struct SvmConfig {
     /// Bytes of shared heap (a multiple of 4 KiB).
     pub heap_bytes: usize,
-    /// Processes.
+    /// Processes (in an MPI job: 0 or the world size).
     pub procs: usize,
     /// SPM flavour.
     pub flavour: SpmFlavour,
-    /// CPUs to pin process `r` to (`cpus[r % len]`); empty: unpinned.
+    /// CPUs to pin process `r` to (`cpus[r % len]`); empty: unpinned
+    /// (an MPI job: the launcher's binding).
     pub cpus: Vec<usize>,
+    /// Forked team or MPI ranks.
+    pub transport: SvmTransport,
 }
 
 impl SvmConfig {
@@ -103,7 +136,37 @@ impl SvmConfig {
             procs,
             flavour: SpmFlavour::Coherent,
             cpus: Vec::new(),
+            transport: SvmTransport::Auto,
         }
+    }
+}
+
+/// The ranks of the MPI job this process belongs to (initialises MPI if
+/// needed); an error without the `mpi` feature.
+pub fn mpi_ranks() -> Result<usize, Error> {
+    #[cfg(feature = "mpi")]
+    {
+        let m = tiermem_sys::mpi::init()?;
+        Ok(tiermem_sys::mpi::Comm::world(&m)?.size())
+    }
+    #[cfg(not(feature = "mpi"))]
+    {
+        Err(Error::Usage(
+            "an SVM over MPI needs tiermem built with the `mpi` cargo feature".into(),
+        ))
+    }
+}
+
+/// Whether this process runs inside an MPI job that [`Svm::new`] would
+/// join (`SvmTransport::Auto`).
+pub fn in_mpi_job() -> bool {
+    #[cfg(feature = "mpi")]
+    {
+        mpi::launched()
+    }
+    #[cfg(not(feature = "mpi"))]
+    {
+        false
     }
 }
 
@@ -123,6 +186,16 @@ macro_rules! svm_stats {
         impl SvmStats {
             fn read(m: &meta::Meta<'_>, rank: usize) -> SvmStats {
                 SvmStats { $($field: m.stat(rank, Stat::$slot as usize).load(Ordering::Relaxed),)* }
+            }
+            #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+            pub(crate) fn from_words(w: &[u64]) -> SvmStats {
+                SvmStats { $($field: w[Stat::$slot as usize],)* }
+            }
+            #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+            fn words(&self) -> Vec<u64> {
+                let mut w = vec![0u64; meta::NSTAT];
+                $(w[Stat::$slot as usize] = self.$field;)*
+                w
             }
             /// Adds `o`'s counters to these.
             pub fn add(&mut self, o: &SvmStats) {
@@ -173,18 +246,51 @@ svm_stats! {
     locks = Locks,
     /// Barriers passed.
     barriers = Barriers,
+    /// Nanoseconds spent taking locks (waiting and the lock's own
+    /// messages; acquire invalidations not included).
+    lock_ns = LockNs,
+    /// Nanoseconds spent in barriers (waiting for the others and the
+    /// barrier's exchange; releases and validation not included).
+    barrier_ns = BarrierNs,
+    /// Pages fetched from another node (MPI_Get).
+    net_fetch_pages = NetFetchPages,
+    /// Bytes received from other nodes by one-sided operations (pages,
+    /// versions, notices).
+    net_bytes_in = NetBytesIn,
+    /// Bytes sent to other nodes by one-sided operations (diff runs,
+    /// notices).
+    net_bytes_out = NetBytesOut,
+    /// One-sided operations to other nodes (gets, puts, atomics).
+    net_ops = NetOps,
+    /// Flushes waited for (round trips to other nodes).
+    net_flushes = NetFlushes,
+}
+
+/// Who runs the processes.
+enum Runner {
+    /// A team forked by [`Svm::run`].
+    Team(TeamRegion),
+    /// The ranks of an MPI job.
+    #[cfg(feature = "mpi")]
+    Mpi(mpi::Job),
 }
 
 /// A team of processes sharing an SVM heap. Made by the parent; the
-/// processes are started by [`Svm::run`].
+/// processes are started by [`Svm::run`]. In an MPI job, made by every
+/// rank (collectively), and each rank is one process.
 pub struct Svm {
     shared: Arc<Shared>,
-    team: TeamRegion,
+    runner: Runner,
     config: SvmConfig,
 }
 
+/// Scratch words a forked team reserves at the end of its scratch area for
+/// [`SvmProc::allreduce_sum`] (two generations of one slot per process).
+const REDUCE_WORDS: usize = 2 * meta::MAX_PROCS;
+
 impl Svm {
-    /// Creates the home file, the metadata and the heap mapping.
+    /// Creates the home file, the metadata and the heap mapping; in an MPI
+    /// job (see [`SvmTransport`]), joins the other ranks (collective).
     pub fn new(config: SvmConfig) -> Result<Svm, Error> {
         let ps = tiermem_sys::mm::base_page_size();
         if config.heap_bytes == 0 || config.heap_bytes % ps != 0 {
@@ -193,16 +299,24 @@ impl Svm {
                 config.heap_bytes
             )));
         }
+        let npages = config.heap_bytes / ps;
+        if npages > u32::MAX as usize {
+            return Err(Error::Usage("SVM heap too large".into()));
+        }
+        let use_mpi = match config.transport {
+            SvmTransport::Local => false,
+            SvmTransport::Mpi => true,
+            SvmTransport::Auto => in_mpi_job(),
+        };
+        if use_mpi {
+            return Self::new_mpi(config, npages);
+        }
         if config.procs == 0 || config.procs >= MAX_MEMBERS.min(meta::MAX_PROCS) {
             return Err(Error::Usage(format!(
                 "SVM team of {} processes: 1 to {} are supported",
                 config.procs,
                 MAX_MEMBERS.min(meta::MAX_PROCS) - 1
             )));
-        }
-        let npages = config.heap_bytes / ps;
-        if npages > u32::MAX as usize {
-            return Err(Error::Usage("SVM heap too large".into()));
         }
         let t = LocalShm::create(npages, config.procs)?;
         let (heap, heap_user) =
@@ -213,10 +327,37 @@ impl Svm {
         let shared = Arc::new(Shared {
             heap,
             heap_user,
-            t,
+            t: Arc::new(t),
             flavour: config.flavour,
         });
-        Ok(Svm { shared, team, config })
+        Ok(Svm {
+            shared,
+            runner: Runner::Team(team),
+            config,
+        })
+    }
+
+    #[cfg(feature = "mpi")]
+    fn new_mpi(config: SvmConfig, npages: usize) -> Result<Svm, Error> {
+        let j = mpi::Job::join(&config, npages)?;
+        let shared = Arc::new(Shared {
+            heap: j.heap,
+            heap_user: j.heap_user,
+            t: j.job.link.clone(),
+            flavour: config.flavour,
+        });
+        Ok(Svm {
+            shared,
+            runner: Runner::Mpi(j.job),
+            config,
+        })
+    }
+
+    #[cfg(not(feature = "mpi"))]
+    fn new_mpi(_config: SvmConfig, _npages: usize) -> Result<Svm, Error> {
+        Err(Error::Usage(
+            "an SVM over MPI needs tiermem built with the `mpi` cargo feature".into(),
+        ))
     }
 
     /// The configuration.
@@ -229,35 +370,112 @@ impl Svm {
         self.shared.heap.addr()
     }
 
+    /// Processes (an MPI job: ranks).
+    pub fn procs(&self) -> usize {
+        match &self.runner {
+            Runner::Team(_) => self.config.procs,
+            #[cfg(feature = "mpi")]
+            Runner::Mpi(j) => j.procs(),
+        }
+    }
+
+    /// Nodes the processes span (1 for a forked team).
+    pub fn nodes(&self) -> usize {
+        match &self.runner {
+            Runner::Team(_) => 1,
+            #[cfg(feature = "mpi")]
+            Runner::Mpi(j) => j.nodes(),
+        }
+    }
+
+    /// This process's rank in an MPI job (`None` for a forked team, whose
+    /// parent is no SVM process).
+    pub fn mpi_rank(&self) -> Option<usize> {
+        match &self.runner {
+            Runner::Team(_) => None,
+            #[cfg(feature = "mpi")]
+            Runner::Mpi(j) => Some(j.rank()),
+        }
+    }
+
     /// Runs `f` in each of the team's processes (forked, pinned), and waits
     /// for all. A process that fails (error, panic, crash, kill) stops the
     /// others at their next barrier or lock wait, and the run returns an
     /// error naming it. At the end of `f` each process releases (its diffs
     /// reach the home copies).
+    ///
+    /// In an MPI job, `f` runs once, in this rank (collective: every rank
+    /// calls `run`); a rank whose `f` fails stops the others at their next
+    /// wait with an error naming it, and a rank that dies ends the job
+    /// (the MPI launcher's doing).
     pub fn run<F>(&self, f: F) -> Result<TeamReport, Error>
     where
         F: Fn(&SvmProc<'_>) -> Result<(), Error> + Sync,
     {
+        // A single pattern without the `mpi` feature.
+        #[allow(clippy::infallible_destructuring_match)]
+        let team = match &self.runner {
+            Runner::Team(team) => team,
+            #[cfg(feature = "mpi")]
+            Runner::Mpi(job) => return self.run_mpi(job, f),
+        };
         let m = self.shared.meta();
         for r in 0..self.config.procs {
             for s in 0..meta::NSTAT {
                 m.stat(r, s).store(0, Ordering::Relaxed);
             }
         }
-        let start = protocol::Cursors::now(&m);
-        self.team.run(TeamKind::Processes, |w| {
-            let local = Local::join(self.shared.clone(), w.rank(), &start)?;
-            let p = SvmProc { w, local };
+        let start = protocol::Cursors::now(&*self.shared.t)?;
+        team.run(TeamKind::Processes, |w| {
+            let local = Local::join(self.shared.clone(), w.rank(), &start, false)?;
+            let p = SvmProc {
+                w: Member::Team(w),
+                local,
+                reductions: AtomicU64::new(0),
+            };
             let r = f(&p).and_then(|()| p.local.release(None));
             p.local.leave();
             r
         })
     }
 
+    #[cfg(feature = "mpi")]
+    fn run_mpi<F>(&self, job: &mpi::Job, f: F) -> Result<TeamReport, Error>
+    where
+        F: Fn(&SvmProc<'_>) -> Result<(), Error>,
+    {
+        let t0 = Instant::now();
+        job.begin_run()?;
+        let start = protocol::Cursors::now(&*self.shared.t)?;
+        let local = Local::join(self.shared.clone(), job.rank(), &start, true)?;
+        let p = SvmProc {
+            w: Member::Mpi(job),
+            local,
+            reductions: AtomicU64::new(0),
+        };
+        let r = f(&p).and_then(|()| p.local.release(None));
+        p.local.leave();
+        if let Err(e) = r {
+            job.link.fail(job.rank());
+            return Err(e);
+        }
+        job.end_run()?;
+        Ok(TeamReport {
+            workers: Vec::new(),
+            seconds: t0.elapsed().as_secs_f64(),
+        })
+    }
+
     /// Counters per process, from the last run.
     pub fn stats(&self) -> Vec<SvmStats> {
-        let m = self.shared.meta();
-        (0..self.config.procs).map(|r| SvmStats::read(&m, r)).collect()
+        match &self.runner {
+            Runner::Team(_) => {
+                let m = self.shared.meta();
+                (0..self.config.procs).map(|r| SvmStats::read(&m, r)).collect()
+            }
+            #[cfg(feature = "mpi")]
+            Runner::Mpi(j) => j.stats(),
+        }
     }
 
     /// Counters of all processes, summed.
@@ -269,16 +487,21 @@ impl Svm {
         t
     }
 
-    /// The team's scratch words (what processes left there).
+    /// The team's scratch words (what processes left there). In an MPI
+    /// job: after a run, each word is the sum over ranks of what the ranks
+    /// left in it (a word only rank 0 writes reads as rank 0's value).
     pub fn scratch(&self) -> &[AtomicU64] {
-        self.team.scratch()
+        match &self.runner {
+            Runner::Team(t) => t.scratch(),
+            #[cfg(feature = "mpi")]
+            Runner::Mpi(j) => j.scratch(),
+        }
     }
 
     /// Copies home bytes at address `ptr` (after a run: the result).
     pub fn read_home(&self, ptr: usize, out: &mut [u8]) -> Result<(), Error> {
         let off = self.offset(ptr, out.len())?;
-        self.shared.t.home.copy_out(off, out);
-        Ok(())
+        self.shared.t.read_home(off, out)
     }
 
     fn offset(&self, ptr: usize, len: usize) -> Result<usize, Error> {
@@ -300,36 +523,81 @@ fn offset_in(shared: &Shared, ptr: usize, len: usize) -> Result<usize, Error> {
 
 /// One process of a running SVM team.
 pub struct SvmProc<'a> {
-    w: &'a Worker<'a>,
+    w: Member<'a>,
     local: Arc<Local>,
+    /// Calls of [`SvmProc::allreduce_sum`] so far.
+    reductions: AtomicU64,
+}
+
+/// The process's place in its team: a forked worker or an MPI rank.
+enum Member<'a> {
+    Team(&'a Worker<'a>),
+    #[cfg(feature = "mpi")]
+    Mpi(&'a mpi::Job),
 }
 
 impl SvmProc<'_> {
     /// This process's rank, `0..procs()`.
     pub fn rank(&self) -> usize {
-        self.w.rank()
+        match self.w {
+            Member::Team(w) => w.rank(),
+            #[cfg(feature = "mpi")]
+            Member::Mpi(j) => j.rank(),
+        }
     }
     /// Processes in the team.
     pub fn procs(&self) -> usize {
-        self.w.workers()
+        match self.w {
+            Member::Team(w) => w.workers(),
+            #[cfg(feature = "mpi")]
+            Member::Mpi(j) => j.procs(),
+        }
+    }
+    /// Nodes the team spans (1 for a forked team).
+    pub fn nodes(&self) -> usize {
+        match self.w {
+            Member::Team(_) => 1,
+            #[cfg(feature = "mpi")]
+            Member::Mpi(j) => j.nodes(),
+        }
     }
     fn shared(&self) -> &Shared {
         &self.local.shared
     }
     fn ps(&self) -> usize {
-        self.shared().t.page_bytes
+        self.shared().page_bytes()
     }
 
     /// Collective allocation: every process calls `malloc` in the same
     /// order with the same size, and the k-th call returns the same address
-    /// everywhere. Whole pages, not zeroed (a new heap reads zero).
+    /// everywhere. Whole pages, not zeroed (a new heap reads zero). In an
+    /// MPI job the pages are homed in blocks, one per rank.
     pub fn malloc(&self, size: usize) -> Result<usize, Error> {
+        self.malloc_distributed(size, Distribution::Block)
+    }
+
+    /// [`SvmProc::malloc`] with the pages homed by `dist` in an MPI job
+    /// (every process passes the same; a forked team ignores it).
+    pub fn malloc_distributed(&self, size: usize, dist: Distribution) -> Result<usize, Error> {
         if size == 0 {
             return Err(Error::Usage("tm_svm_malloc of 0 bytes".into()));
         }
         let ps = self.ps();
         let pages = size.div_ceil(ps) as u64;
         let call = self.local.malloc_calls.load(Ordering::Relaxed);
+        #[cfg(feature = "mpi")]
+        if let Member::Mpi(j) = self.w {
+            let d = match dist {
+                Distribution::Block => mpi::Distribution::Block,
+                Distribution::Cyclic => mpi::Distribution::Cyclic,
+            };
+            let first = j.malloc(pages as usize, call, self.shared().npages(), d)?;
+            self.local.malloc_calls.store(call + 1, Ordering::Relaxed);
+            // The pages' homes changed: map the local ones, cache the rest.
+            self.local.set_mode(first, pages as usize, protocol::SPM)?;
+            return Ok(self.shared().heap.addr() + first * ps);
+        }
+        let _ = dist;
         let m = self.shared().meta();
         let _g = AllocGuard::take(&m, self.rank())?;
         let slot = |i: usize, k: usize| m.block(i, k);
@@ -358,7 +626,7 @@ impl SvmProc<'_> {
             })
             .collect();
         live.sort_unstable();
-        let npages = self.shared().t.npages as u64;
+        let npages = self.shared().npages() as u64;
         let mut at = 0u64;
         for &(o, n) in &live {
             if o >= at + pages {
@@ -391,6 +659,16 @@ impl SvmProc<'_> {
         let ps = self.ps();
         let m = self.shared().meta();
         let off = offset_in(self.shared(), ptr, 1)?;
+        #[cfg(feature = "mpi")]
+        if let Member::Mpi(j) = self.w {
+            if off % ps != 0 {
+                return Err(Error::Usage(format!(
+                    "tm_svm_free({ptr:#x}): not an SVM allocation"
+                )));
+            }
+            let pages = j.free(off / ps, ptr)?;
+            return self.local.set_mode(off / ps, pages, protocol::SPM);
+        }
         let first = (off / ps) as u64 + 1;
         let found = {
             let _g = AllocGuard::take(&m, self.rank())?;
@@ -417,7 +695,11 @@ impl SvmProc<'_> {
     /// range, if this process holds it, or if its holder died.
     pub fn lock(&self, id: usize) -> Result<(), Error> {
         check_lock(id)?;
+        let t0 = Instant::now();
         self.shared().t.lock(id, self.rank())?;
+        self.shared()
+            .meta()
+            .add(self.rank(), Stat::LockNs as usize, t0.elapsed().as_nanos() as u64);
         self.local.acquire(id)?;
         self.shared().meta().add(self.rank(), Stat::Locks as usize, 1);
         Ok(())
@@ -427,7 +709,7 @@ impl SvmProc<'_> {
     /// attaches write notices to lock `id`, and releases it.
     pub fn unlock(&self, id: usize) -> Result<(), Error> {
         check_lock(id)?;
-        let holder = self.shared().meta().lock_holder(id).load(Ordering::Relaxed);
+        let holder = self.shared().t.lock_holder(id)?;
         if holder != self.rank() as u64 + 1 {
             return Err(Error::Usage(format!(
                 "unlock of lock {id}, which this process does not hold"
@@ -441,8 +723,64 @@ impl SvmProc<'_> {
     /// changed is invalidated. An error if another process died.
     pub fn barrier(&self) -> Result<(), Error> {
         self.local.release(None)?;
-        self.w.barrier()?;
-        self.local.after_barrier()
+        #[cfg(feature = "mpi")]
+        if let Member::Mpi(j) = self.w {
+            if j.nodes() > 1 {
+                // The barrier carries every process's changes (write
+                // notices with versions): no version reads from home.
+                let t0 = Instant::now();
+                let changes = j.barrier_exchange()?;
+                self.add_barrier_ns(t0);
+                return self.local.after_barrier(Some(&changes));
+            }
+        }
+        let t0 = Instant::now();
+        self.sync()?;
+        self.add_barrier_ns(t0);
+        self.local.after_barrier(None)
+    }
+
+    fn add_barrier_ns(&self, t0: Instant) {
+        self.shared().meta().add(
+            self.rank(),
+            Stat::BarrierNs as usize,
+            t0.elapsed().as_nanos() as u64,
+        );
+    }
+
+    /// The team's barrier alone (no release, no validation).
+    fn sync(&self) -> Result<(), Error> {
+        match self.w {
+            Member::Team(w) => w.barrier(),
+            #[cfg(feature = "mpi")]
+            Member::Mpi(j) => j.barrier(),
+        }
+    }
+
+    /// The sum of `v` over the processes (collective: every process calls
+    /// it, in the same order with its other collectives). Outside the SVM
+    /// protocol: a barrier's synchronisation without its release and
+    /// validation (`MPI_Allreduce` in an MPI job).
+    pub fn allreduce_sum(&self, v: u64) -> Result<u64, Error> {
+        match self.w {
+            Member::Team(w) => {
+                // Two generations of slots: a process that reads generation
+                // g has passed g's barrier; slots of g are written again at
+                // g + 2, after g + 1's barrier, which every reader of g
+                // enters after reading.
+                let g = self.reductions.fetch_add(1, Ordering::Relaxed) as usize;
+                let base = SCRATCH_WORDS - REDUCE_WORDS + (g % 2) * meta::MAX_PROCS;
+                let sc = w.scratch();
+                // Relaxed: the team barrier orders the slots.
+                sc[base + w.rank()].store(v, Ordering::Relaxed);
+                w.barrier()?;
+                Ok((0..w.workers())
+                    .map(|r| sc[base + r].load(Ordering::Relaxed))
+                    .sum())
+            }
+            #[cfg(feature = "mpi")]
+            Member::Mpi(j) => Ok(j.allreduce(tiermem_sys::mpi::ReduceOp::Sum, vec![v], "allreduce_sum")?[0]),
+        }
     }
 
     fn pages(&self, ptr: usize, len: usize) -> Result<(usize, usize), Error> {
@@ -515,8 +853,15 @@ impl SvmProc<'_> {
     }
 
     /// The team's scratch words (results and flags outside the protocol).
+    /// The last words are reserved for [`SvmProc::allreduce_sum`]. In an
+    /// MPI job the words are this rank's own during the run, and summed
+    /// over the ranks after it ([`Svm::scratch`]).
     pub fn scratch(&self) -> &[AtomicU64] {
-        self.w.scratch()
+        match self.w {
+            Member::Team(w) => &w.scratch()[..SCRATCH_WORDS - REDUCE_WORDS],
+            #[cfg(feature = "mpi")]
+            Member::Mpi(j) => &j.scratch()[..SCRATCH_WORDS - REDUCE_WORDS],
+        }
     }
 
     /// This process's counters so far.
@@ -525,14 +870,23 @@ impl SvmProc<'_> {
     }
 
     /// Every process's counters, summed (for a phase measured between
-    /// barriers).
-    pub fn total_stats(&self) -> SvmStats {
+    /// barriers; collective in an MPI job).
+    pub fn total_stats(&self) -> Result<SvmStats, Error> {
+        #[cfg(feature = "mpi")]
+        if let Member::Mpi(j) = self.w {
+            let sum = j.allreduce(
+                tiermem_sys::mpi::ReduceOp::Sum,
+                self.stats().words(),
+                "total_stats",
+            )?;
+            return Ok(SvmStats::from_words(&sum));
+        }
         let m = self.shared().meta();
         let mut t = SvmStats::default();
         for r in 0..self.procs() {
             t.add(&SvmStats::read(&m, r));
         }
-        t
+        Ok(t)
     }
 }
 

@@ -15,13 +15,19 @@
 //! | DSM: unlock: diff against twin into H       | byte-exact runs (only bytes that changed), version bump, write notices on the lock |
 //! | barrier                                     | release, team barrier, then every cached page whose version moved is invalidated (validation) |
 //!
+//! Across nodes (an MPI transport), pages homed on another node cannot be
+//! mapped: SPM there means a cached copy kept at *release* consistency
+//! (flag `RC`: DSM machinery, but every acquire validates every such copy
+//! by version, so a lock orders all writes, as SPM does). DSM pages are
+//! DSM whatever their home.
+//!
 //! One thread per process uses the SVM (the paper's one core per process):
 //! the fault handler and the calls below run on that thread. Page states
 //! are atomics so that nothing is undefined if that rule is broken, but
 //! the protocol's outcome then is.
 
 use super::meta::{self, Meta, SPM_LOG_CAP};
-use super::transport::{LocalShm, Notices, Transport};
+use super::transport::{Notices, Transport};
 use super::{SpmFlavour, Stat};
 use crate::error::Error;
 use crate::fault::{Fault, FaultHandler, RangeGuard, Served, Signal};
@@ -49,6 +55,11 @@ const DIRTY: u8 = 1 << 4;
 const WRITTEN: u8 = 1 << 5;
 /// SPM page kept write-protected while clean, so writes are seen.
 const TRACKED: u8 = 1 << 6;
+/// DSM page that the program put in SPM mode, homed on another node:
+/// validated at every acquire (release consistency).
+const RC: u8 = 1 << 7;
+/// Mode as the program chose it, with `RC`.
+const KIND: u8 = MODE | RC;
 
 fn mode(s: u8) -> u8 {
     s & MODE
@@ -97,13 +108,19 @@ pub(crate) struct Shared {
     /// copies, per process.
     pub(crate) heap: Mapping,
     pub(crate) heap_user: tiermem_sys::mm::UserAccess,
-    pub(crate) t: LocalShm,
+    pub(crate) t: Arc<dyn Transport>,
     pub(crate) flavour: SpmFlavour,
 }
 
 impl Shared {
     pub(crate) fn meta(&self) -> Meta<'_> {
-        self.t.meta()
+        self.t.node().meta()
+    }
+    pub(crate) fn npages(&self) -> usize {
+        self.t.node().npages
+    }
+    pub(crate) fn page_bytes(&self) -> usize {
+        self.t.node().page_bytes
     }
 }
 
@@ -115,13 +132,13 @@ pub(crate) struct Cursors {
 }
 
 impl Cursors {
-    pub(crate) fn now(m: &Meta<'_>) -> Cursors {
-        Cursors {
-            notices: (0..meta::MAX_LOCKS)
-                .map(|id| m.notice_head(id).load(Ordering::Acquire))
-                .collect(),
-            spm_log: m.h(meta::H_SPM_LOG_HEAD).load(Ordering::Acquire),
-        }
+    pub(crate) fn now(t: &dyn Transport) -> Result<Cursors, Error> {
+        let mut notices = Vec::new();
+        t.notice_heads(&mut notices)?;
+        Ok(Cursors {
+            notices,
+            spm_log: t.node().meta().h(meta::H_SPM_LOG_HEAD).load(Ordering::Acquire),
+        })
     }
 }
 
@@ -138,6 +155,8 @@ pub(crate) struct Local {
     seen: Vec<AtomicU64>,
     spm_log_seen: AtomicU64,
     epoch_seen: AtomicU64,
+    /// Pages with the `RC` flag (acquires skip the scan when none).
+    rc_pages: AtomicUsize,
     pub(crate) malloc_calls: AtomicU64,
     ps: usize,
     /// The heap's registration with the fault router, until `leave`.
@@ -160,10 +179,17 @@ impl FaultHandler for Local {
 impl Local {
     /// Joins this process as `rank`: sets the initial mapping of the heap
     /// (all SPM; write-protected for `noncoherent`) and installs the fault
-    /// handler.
-    pub(crate) fn join(shared: Arc<Shared>, rank: usize, start: &Cursors) -> Result<Arc<Local>, Error> {
-        let npages = shared.t.npages;
-        let ps = shared.t.page_bytes;
+    /// handler. `remap`: the heap may hold mappings of an earlier run (an
+    /// MPI rank runs in the process that made the heap, not in a fresh
+    /// fork of it): map every page afresh.
+    pub(crate) fn join(
+        shared: Arc<Shared>,
+        rank: usize,
+        start: &Cursors,
+        remap: bool,
+    ) -> Result<Arc<Local>, Error> {
+        let npages = shared.npages();
+        let ps = shared.page_bytes();
         let opts = MapOptions {
             noreserve: true,
             ..MapOptions::default()
@@ -177,16 +203,45 @@ impl Local {
         if tracked {
             shared.heap.protect(0, npages * ps, Protection::Read)?;
         }
+        // Pages homed on other nodes cannot be mapped: SPM there is a
+        // release-consistent cached copy (RC), faulted in on first use.
+        let state: Vec<AtomicU8> = (0..npages)
+            .map(|p| AtomicU8::new(if shared.t.is_local(p) { s0 } else { DSM | RC | NONE }))
+            .collect();
+        let remote: Vec<usize> = (0..npages).filter(|&p| !shared.t.is_local(p)).collect();
+        if remap {
+            let local: Vec<usize> = (0..npages).filter(|&p| shared.t.is_local(p)).collect();
+            let prot = if tracked {
+                Protection::Read
+            } else {
+                Protection::ReadWrite
+            };
+            for (start, n) in runs_of(&local) {
+                shared.heap.replace_shared(
+                    start * ps,
+                    n * ps,
+                    shared.t.node().home_fd(),
+                    (start * ps) as u64,
+                    prot,
+                )?;
+            }
+        }
+        for (start, n) in runs_of(&remote) {
+            shared
+                .heap
+                .replace_private(start * ps, n * ps, Protection::None)?;
+        }
         let local = Arc::new(Local {
             rank,
             twin,
-            state: (0..npages).map(|_| AtomicU8::new(s0)).collect(),
+            state,
             cached_version: (0..npages).map(|_| AtomicU64::new(0)).collect(),
             dirty: PageList::new(npages),
             written: PageList::new(npages),
             seen: start.notices.iter().map(|&h| AtomicU64::new(h)).collect(),
             spm_log_seen: AtomicU64::new(start.spm_log),
             epoch_seen: AtomicU64::new(u64::MAX),
+            rc_pages: AtomicUsize::new(remote.len()),
             malloc_calls: AtomicU64::new(0),
             ps,
             routed: Mutex::new(None),
@@ -220,9 +275,15 @@ impl Local {
     fn protect(&self, p: usize, n: usize, prot: Protection) -> Result<(), Error> {
         Ok(self.shared.heap.protect(p * self.ps, n * self.ps, prot)?)
     }
-    /// Mode of page `p` here.
+    /// Mode of page `p` here, as the program chose it (a release-consistent
+    /// copy of a page homed on another node is SPM).
     pub(crate) fn mode_of(&self, p: usize) -> u8 {
-        mode(self.st(p))
+        let s = self.st(p);
+        if s & RC != 0 {
+            SPM
+        } else {
+            mode(s)
+        }
     }
 
     /// Serves a SIGSEGV on page `p`. Runs in the signal handler: no
@@ -267,6 +328,7 @@ impl Local {
                     mode(t) == DSM && access(t) == NONE
                 })
                 .count();
+            let n = self.shared.t.home_run(p, n);
             if self.fetch(p, n, true).is_err() {
                 return false;
             }
@@ -296,8 +358,31 @@ impl Local {
     }
 
     /// Copies the home page into the private copy and maps it read-only.
+    /// `n` is at most `READ_AHEAD`, and the pages share one home.
     fn fetch(&self, first: usize, n: usize, cacher: bool) -> Result<(), Error> {
         let t = &self.shared.t;
+        if !t.is_local(first) {
+            let mut v = [0u64; READ_AHEAD];
+            self.protect(first, n, Protection::ReadWrite)?;
+            let r = t.fetch_remote(first, n, self.rank, cacher, &self.shared.heap, &mut v[..n]);
+            if let Err(e) = r {
+                // In the fault handler: the fault is forwarded and the
+                // process dies of it; say why first.
+                eprintln!(
+                    "tiermem SVM: rank {}: fetching pages {first}..{}: {e}",
+                    self.rank,
+                    first + n
+                );
+                self.protect(first, n, Protection::None)?;
+                return Err(e);
+            }
+            for (k, &ver) in v[..n].iter().enumerate() {
+                self.cached_version[first + k].store(ver, Ordering::Relaxed);
+            }
+            self.protect(first, n, Protection::Read)?;
+            self.add(Stat::Fetches, n as u64);
+            return Ok(());
+        }
         for p in first..first + n {
             if cacher {
                 t.add_cacher(p, self.rank);
@@ -305,7 +390,10 @@ impl Local {
             self.cached_version[p].store(t.version(p), Ordering::Relaxed);
             if self.shared.flavour == SpmFlavour::Noncoherent {
                 // Our cache may hold old lines of the home page.
-                self.add(Stat::LinesInvalidated, cache::invalidate(t.home_range(p)) as u64);
+                self.add(
+                    Stat::LinesInvalidated,
+                    cache::invalidate(t.node().home_range(p)) as u64,
+                );
             }
         }
         self.protect(first, n, Protection::ReadWrite)?;
@@ -317,32 +405,68 @@ impl Local {
         Ok(())
     }
 
-    /// Applies the diff of a read-write DSM page to its home copy (state
-    /// and protection unchanged: the caller's business).
-    fn diff_to_home(&self, p: usize, runs: &mut Vec<(u32, u32)>) {
+    /// Applies the diffs of read-write DSM pages to their home copies (state
+    /// and protection unchanged: the caller's business): local ones through
+    /// shared memory, remote ones in one batch, then the versions of the
+    /// pages that changed are bumped.
+    fn diff_pages(&self, pages: &[usize]) -> Result<(), Error> {
+        if pages.is_empty() {
+            return Ok(());
+        }
         let (heap, t) = (&self.shared.heap, &self.shared.t);
-        let (cur, twin) = (
-            heap.range(p * self.ps, self.ps),
-            self.twin.range(p * self.ps, self.ps),
-        );
-        let (bytes, nruns) = t.apply_diff(p, cur, twin, runs);
-        if bytes > 0 {
-            if self.shared.flavour == SpmFlavour::Noncoherent {
-                // The diff must reach memory, and SPM readers must drop
-                // their lines of the page at their next acquire.
-                self.add(Stat::LinesFlushed, cache::write_back(t.home_range(p)) as u64);
-                self.log_spm_write(p);
+        let mut runs = Vec::new();
+        let mut changed = Vec::new();
+        let mut remote = Vec::new();
+        let (mut total_bytes, mut total_runs) = (0, 0);
+        for &p in pages {
+            if !t.is_local(p) {
+                remote.push(p);
+                continue;
             }
-            let before = t.bump_version(p);
-            // Our copy equals home only if nobody else changed home since we
-            // fetched it; otherwise the next validation refetches.
-            if before == self.cached_version[p].load(Ordering::Relaxed) {
-                self.cached_version[p].store(before + 1, Ordering::Relaxed);
+            let (cur, twin) = (
+                heap.range(p * self.ps, self.ps),
+                self.twin.range(p * self.ps, self.ps),
+            );
+            let (bytes, nruns) = t.apply_diff(p, cur, twin, &mut runs);
+            if bytes > 0 {
+                if self.shared.flavour == SpmFlavour::Noncoherent {
+                    // The diff must reach memory, and SPM readers must drop
+                    // their lines of the page at their next acquire.
+                    self.add(
+                        Stat::LinesFlushed,
+                        cache::write_back(t.node().home_range(p)) as u64,
+                    );
+                    self.log_spm_write(p);
+                }
+                changed.push(p);
+            }
+            total_bytes += bytes;
+            total_runs += nruns;
+        }
+        if !remote.is_empty() {
+            let mut out = Vec::new();
+            t.apply_remote_diffs(&remote, heap, &self.twin, &mut out)?;
+            for (&p, &(bytes, nruns)) in remote.iter().zip(&out) {
+                if bytes > 0 {
+                    changed.push(p);
+                }
+                total_bytes += bytes;
+                total_runs += nruns;
             }
         }
-        self.add(Stat::Diffs, 1);
-        self.add(Stat::DiffRuns, nruns as u64);
-        self.add(Stat::DiffBytes, bytes as u64);
+        let mut before = Vec::new();
+        t.bump_versions(&changed, &mut before)?;
+        for (&p, &b) in changed.iter().zip(&before) {
+            // Our copy equals home only if nobody else changed home since we
+            // fetched it; otherwise the next validation refetches.
+            if b == self.cached_version[p].load(Ordering::Relaxed) {
+                self.cached_version[p].store(b + 1, Ordering::Relaxed);
+            }
+        }
+        self.add(Stat::Diffs, pages.len() as u64);
+        self.add(Stat::DiffRuns, total_runs as u64);
+        self.add(Stat::DiffBytes, total_bytes as u64);
+        Ok(())
     }
 
     /// Applies the diff of a read-write DSM page; the page becomes
@@ -359,27 +483,43 @@ impl Local {
     /// Drops the cached copies of `pages` (after applying the diffs of
     /// dirty ones).
     fn invalidate_pages(&self, mut pages: Vec<usize>) -> Result<(), Error> {
-        let mut runs = Vec::new();
+        let rw: Vec<usize> = pages
+            .iter()
+            .copied()
+            .filter(|&p| access(self.st(p)) == RW)
+            .collect();
+        self.diff_pages(&rw)?;
+        let mut uncache = Vec::new();
         for &p in &pages {
             let s = self.st(p);
-            if access(s) == RW {
-                self.diff_to_home(p, &mut runs);
-            }
             self.set(p, with_access(s, NONE));
             if mode(s) == DSM {
-                self.shared.t.remove_cacher(p, self.rank);
+                uncache.push(p);
             }
         }
+        self.shared.t.remove_cachers(&uncache, self.rank)?;
         self.add(Stat::Invalidations, pages.len() as u64);
         self.protect_pages(&mut pages, Protection::None)
     }
 
-    /// Whether page `p` is cached and its home moved since.
-    fn stale(&self, p: usize) -> bool {
-        let s = self.st(p);
-        mode(s) != SPM
-            && access(s) != NONE
-            && self.shared.t.version(p) != self.cached_version[p].load(Ordering::Relaxed)
+    /// Those of `pages` (sorted, distinct) that are cached and whose home
+    /// moved since they were fetched (one batch of version reads).
+    fn stale_among(&self, pages: Vec<usize>) -> Result<Vec<usize>, Error> {
+        let cached: Vec<usize> = pages
+            .into_iter()
+            .filter(|&p| {
+                let s = self.st(p);
+                mode(s) != SPM && access(s) != NONE
+            })
+            .collect();
+        let mut v = Vec::new();
+        self.shared.t.versions(&cached, &mut v)?;
+        Ok(cached
+            .into_iter()
+            .zip(v)
+            .filter(|&(p, ver)| ver != self.cached_version[p].load(Ordering::Relaxed))
+            .map(|(p, _)| p)
+            .collect())
     }
 
     /// Release (unlock `lock`, or the first half of a barrier): diffs of
@@ -387,16 +527,21 @@ impl Local {
     /// write notices attached to the lock.
     pub(crate) fn release(&self, lock: Option<usize>) -> Result<(), Error> {
         let t = &self.shared.t;
-        let mut runs = Vec::new();
         let mut notices: Vec<u32> = Vec::new();
         let mut diffed = Vec::new();
-        for p in self.dirty.take() {
-            let s = self.st(p) & !DIRTY;
+        let dirty = self.dirty.take();
+        for &p in &dirty {
+            let s = self.st(p);
             // A page that left DSM mode had its diff applied then.
             if mode(s) == DSM && access(s) == RW {
-                self.diff_to_home(p, &mut runs);
-                self.set(p, with_access(s, READ));
                 diffed.push(p);
+            }
+        }
+        self.diff_pages(&diffed)?;
+        for p in dirty {
+            let s = self.st(p) & !DIRTY;
+            if mode(s) == DSM && access(s) == RW {
+                self.set(p, with_access(s, READ));
             } else {
                 self.set(p, s);
             }
@@ -409,7 +554,10 @@ impl Local {
             if noncoherent {
                 // Through the home view: the same physical lines whatever
                 // this process maps at the page now.
-                self.add(Stat::LinesFlushed, cache::write_back(t.home_range(p)) as u64);
+                self.add(
+                    Stat::LinesFlushed,
+                    cache::write_back(t.node().home_range(p)) as u64,
+                );
                 self.log_spm_write(p);
             }
             t.bump_version(p);
@@ -427,7 +575,7 @@ impl Local {
             self.track_new_dsm_pages(&mut notices)?;
         }
         if let Some(id) = lock {
-            t.publish_notices(id, &notices);
+            t.publish_notices(id, &notices)?;
             self.add(Stat::NoticesSent, notices.len() as u64);
         }
         Ok(())
@@ -506,16 +654,22 @@ impl Local {
     pub(crate) fn acquire(&self, id: usize) -> Result<(), Error> {
         let mut pages = Vec::new();
         let seen = self.seen[id].load(Ordering::Relaxed);
-        match self.shared.t.notices_since(id, seen, &mut pages) {
+        match self.shared.t.notices_since(id, seen, &mut pages)? {
             Notices::Since(head) => {
                 self.add(Stat::NoticesReceived, pages.len() as u64);
-                let mut stale: Vec<usize> = pages
+                let mut cands: Vec<usize> = pages
                     .into_iter()
                     .map(|p| p as usize)
-                    .filter(|&p| mode(self.st(p)) == DSM && self.stale(p))
+                    .filter(|&p| mode(self.st(p)) == DSM)
                     .collect();
-                stale.sort_unstable();
-                stale.dedup();
+                // Release consistency for SPM pages homed elsewhere: every
+                // cached one is validated, whatever lock ordered its writes.
+                if self.rc_pages.load(Ordering::Relaxed) > 0 {
+                    cands.extend((0..self.state.len()).filter(|&p| self.st(p) & RC != 0));
+                }
+                cands.sort_unstable();
+                cands.dedup();
+                let stale = self.stale_among(cands)?;
                 self.invalidate_pages(stale)?;
                 self.seen[id].store(head, Ordering::Relaxed);
             }
@@ -534,18 +688,42 @@ impl Local {
     /// Validates every cached DSM page (and read-only private pages if
     /// `ro_private`).
     fn validate_all(&self, ro_private: bool) -> Result<(), Error> {
-        let stale: Vec<usize> = (0..self.state.len())
+        let cands: Vec<usize> = (0..self.state.len())
             .filter(|&p| {
                 let m = mode(self.st(p));
-                (m == DSM || (ro_private && m == RO_PRIVATE)) && self.stale(p)
+                m == DSM || (ro_private && m == RO_PRIVATE)
             })
             .collect();
+        let stale = self.stale_among(cands)?;
         self.invalidate_pages(stale)
     }
 
     /// The second half of a barrier (after every process released).
-    pub(crate) fn after_barrier(&self) -> Result<(), Error> {
-        self.validate_all(true)?;
+    /// `changes`: what the barrier carried, if it did (an MPI job across
+    /// nodes): every page some process changed since the previous barrier
+    /// with its newest version, sorted by page. Cached copies of remote
+    /// pages are then validated against it instead of reading their
+    /// versions from home.
+    pub(crate) fn after_barrier(&self, changes: Option<&[(usize, u64)]>) -> Result<(), Error> {
+        match changes {
+            None => self.validate_all(true)?,
+            Some(ch) => {
+                let t = &self.shared.t;
+                let (local, remote): (Vec<usize>, Vec<usize>) = (0..self.state.len())
+                    .filter(|&p| {
+                        let s = self.st(p);
+                        mode(s) != SPM && access(s) != NONE
+                    })
+                    .partition(|&p| t.is_local(p));
+                let mut stale = self.stale_among(local)?;
+                stale.extend(remote.into_iter().filter(|&p| {
+                    ch.binary_search_by_key(&p, |c| c.0)
+                        .is_ok_and(|i| ch[i].1 > self.cached_version[p].load(Ordering::Relaxed))
+                }));
+                stale.sort_unstable();
+                self.invalidate_pages(stale)?;
+            }
+        }
         if self.shared.flavour == SpmFlavour::Noncoherent {
             self.invalidate_spm_lines();
         }
@@ -557,22 +735,35 @@ impl Local {
     /// `RO_PRIVATE`) for this process. A dirty DSM page leaving DSM mode
     /// has its diff applied first (its notice goes out at the next
     /// release); an SPM page written since the last release keeps its place
-    /// on the written list.
+    /// on the written list. SPM on a page homed on another node is a
+    /// release-consistent cached copy (`DSM | RC`): between that and DSM
+    /// only the flag changes, and the cached copy stays.
     pub(crate) fn set_mode(&self, first: usize, n: usize, target: u8) -> Result<(), Error> {
         let t = &self.shared.t;
-        let mut runs = Vec::new();
         let mut changed = Vec::new();
+        let mut to_diff = Vec::new();
+        let mut uncache = Vec::new();
         for p in first..first + n {
             let s = self.st(p);
-            if mode(s) == target {
+            let want = if target == SPM && !t.is_local(p) {
+                DSM | RC
+            } else {
+                target
+            };
+            if s & KIND == want {
+                continue;
+            }
+            if mode(s) == DSM && mode(want) == DSM {
+                self.set(p, (s & !RC) | (want & RC));
+                self.count_rc(s, want);
                 continue;
             }
             if access(s) == RW && mode(s) == DSM {
                 // The remap below replaces the mapping and the state.
-                self.diff_to_home(p, &mut runs);
+                to_diff.push(p);
             }
             if mode(s) == DSM && access(s) != NONE {
-                t.remove_cacher(p, self.rank);
+                uncache.push(p);
             }
             if mode(s) == SPM && s & (TRACKED | WRITTEN) == 0 {
                 // Perhaps written untracked (coherent) since the last
@@ -587,28 +778,32 @@ impl Local {
             }
             changed.push(p);
         }
+        self.diff_pages(&to_diff)?;
+        t.remove_cachers(&uncache, self.rank)?;
         self.add(Stat::ModeSwitchPages, changed.len() as u64);
         let noncoherent = self.shared.flavour == SpmFlavour::Noncoherent;
-        for (start, len) in runs_of(&changed) {
+        let (to_spm, to_private): (Vec<usize>, Vec<usize>) =
+            changed.iter().partition(|&&p| target == SPM && t.is_local(p));
+        for (start, len) in runs_of(&to_spm) {
             let off = start * self.ps;
-            if target == SPM {
-                let prot = if noncoherent {
-                    Protection::Read
-                } else {
-                    Protection::ReadWrite
-                };
-                self.shared
-                    .heap
-                    .replace_shared(off, len * self.ps, t.home_fd(), off as u64, prot)?;
+            let prot = if noncoherent {
+                Protection::Read
             } else {
-                self.shared
-                    .heap
-                    .replace_private(off, len * self.ps, Protection::None)?;
-            }
+                Protection::ReadWrite
+            };
+            self.shared
+                .heap
+                .replace_shared(off, len * self.ps, t.node().home_fd(), off as u64, prot)?;
+        }
+        for (start, len) in runs_of(&to_private) {
+            self.shared
+                .heap
+                .replace_private(start * self.ps, len * self.ps, Protection::None)?;
         }
         for &p in &changed {
-            let flags = self.st(p) & (DIRTY | WRITTEN);
-            let s = if target == SPM {
+            let old = self.st(p);
+            let flags = old & (DIRTY | WRITTEN);
+            let s = if target == SPM && t.is_local(p) {
                 if noncoherent {
                     SPM | READ | TRACKED
                 } else if t.cachers(p) & !(1 << self.rank) != 0 {
@@ -617,12 +812,29 @@ impl Local {
                 } else {
                     SPM | RW
                 }
+            } else if target == SPM {
+                DSM | RC | NONE
             } else {
                 target | NONE
             };
+            self.count_rc(old, s);
             self.set(p, s | flags);
         }
         Ok(())
+    }
+
+    /// Keeps `rc_pages` right when a page's state goes from `old` to `new`.
+    fn count_rc(&self, old: u8, new: u8) {
+        // Relaxed: one thread uses the protocol state (module docs).
+        match (old & RC != 0, new & RC != 0) {
+            (false, true) => {
+                self.rc_pages.fetch_add(1, Ordering::Relaxed);
+            }
+            (true, false) => {
+                self.rc_pages.fetch_sub(1, Ordering::Relaxed);
+            }
+            _ => {}
+        }
     }
 }
 
