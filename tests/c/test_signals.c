@@ -578,6 +578,84 @@ static void test_fork_from_handler(int path) {
   tm_region_destroy(r);
 }
 
+/* ---- small stacks: a fault needs little of the faulting thread's stack ---- */
+
+struct small_stack_arg {
+  volatile uint64_t *w;
+  uint64_t bad;
+};
+
+/* Streams over the whole region (PAGES over NEAR_PAGES: nearly every
+ * access fills and evicts), reading and writing, three passes. */
+static void *stream_region(void *p) {
+  struct small_stack_arg *a = p;
+  for (int pass = 0; pass < 3; pass++) {
+    for (size_t i = 0; i < (size_t)PAGES * PAGE / 8; i += 257)
+      if (a->w[i] != mix(i) + (uint64_t)pass) a->bad++;
+    for (size_t i = 0; i < (size_t)PAGES * PAGE / 8; i++)
+      if (i % 257 == 0) a->w[i] = mix(i) + (uint64_t)pass + 1;
+  }
+  return NULL;
+}
+
+static void test_min_stack_thread(int path) {
+  atomic_store(&current_case, "a PTHREAD_STACK_MIN thread streaming over an evicting region");
+  tm_region *r = make_region(path, 0);
+  struct small_stack_arg a = {.w = tm_region_base(r)};
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  CHECK(pthread_attr_setstacksize(&attr, PTHREAD_STACK_MIN) == 0, "setstacksize(%ld)", (long)PTHREAD_STACK_MIN);
+  pthread_t t;
+  CHECK(pthread_create(&t, &attr, stream_region, &a) == 0, "pthread_create with PTHREAD_STACK_MIN");
+  pthread_join(t, NULL);
+  pthread_attr_destroy(&attr);
+  CHECK(a.bad == 0, "%s: %lu bad words", path_name(path), (unsigned long)a.bad);
+  struct tm_stats s = {.struct_size = sizeof s};
+  CHECK(tm_region_stats(r, &s) == TM_OK, "tm_region_stats: %s", tm_last_error());
+  CHECK(s.evictions > PAGES, "%s: the stream evicted (%lu evictions)", path_name(path), (unsigned long)s.evictions);
+  tm_region_destroy(r);
+}
+
+static volatile uint64_t *altstack_words;
+static atomic_ulong altstack_bad;
+static atomic_ulong altstack_runs;
+
+/* Reads 64 pages spread over the region: evicted ones, each a fill that
+ * evicts, on the alternate stack. */
+static void on_usr1_altstack(int sig) {
+  (void)sig;
+  static atomic_ulong next;
+  unsigned long start = atomic_fetch_add(&next, 1);
+  for (unsigned long k = 0; k < 64; k++) {
+    size_t i = ((start * 64 + k) * 37 % PAGES) * (PAGE / 8) + k;
+    if (altstack_words[i] != mix(i)) atomic_fetch_add(&altstack_bad, 1);
+  }
+  atomic_fetch_add(&altstack_runs, 1);
+}
+
+static void test_sigaltstack_handler(int path) {
+  atomic_store(&current_case, "an SA_ONSTACK handler on a SIGSTKSZ alternate stack reading evicted pages");
+  tm_region *r = make_region(path, 0);
+  altstack_words = tm_region_base(r);
+  CHECK(tm_region_evict_all(r) >= 0, "evict_all: %s", tm_last_error());
+  stack_t ss = {.ss_size = SIGSTKSZ, .ss_flags = 0};
+  ss.ss_sp = malloc(ss.ss_size);
+  CHECK(ss.ss_sp && sigaltstack(&ss, NULL) == 0, "sigaltstack(%zu bytes)", (size_t)ss.ss_size);
+  struct sigaction sa = {0}, old;
+  sa.sa_handler = on_usr1_altstack;
+  sa.sa_flags = SA_ONSTACK;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGUSR1, &sa, &old);
+  for (int k = 0; k < 32; k++) raise(SIGUSR1);
+  sigaction(SIGUSR1, &old, NULL);
+  stack_t off = {.ss_flags = SS_DISABLE};
+  sigaltstack(&off, NULL);
+  free(ss.ss_sp);
+  CHECK(atomic_load(&altstack_runs) == 32, "%s: %lu handler runs", path_name(path), atomic_load(&altstack_runs));
+  CHECK(atomic_load(&altstack_bad) == 0, "%s: %lu bad words", path_name(path), atomic_load(&altstack_bad));
+  tm_region_destroy(r);
+}
+
 struct test_case {
   const char *name;
   void (*run)(int path);
@@ -598,6 +676,8 @@ static const struct test_case cases[] = {
     {"sigwait-thread", test_sigwait_thread},
     {"signalfd-thread", test_signalfd_thread},
     {"fork-in-handler", test_fork_from_handler},
+    {"min-stack-thread", test_min_stack_thread},
+    {"sigaltstack-handler", test_sigaltstack_handler},
 };
 
 /* test_signals: every case on both paths, each in a fresh process (some

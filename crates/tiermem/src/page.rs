@@ -73,7 +73,7 @@ const WORD_BITS: u32 = STATE_MASK | FAR_VALID | PREFETCHED | VERIFY | PIN_MASK;
 pub(crate) struct PageWord(u32);
 
 impl PageWord {
-    pub(crate) fn new(state: PageState, far_valid: bool) -> PageWord {
+    pub(crate) const fn new(state: PageState, far_valid: bool) -> PageWord {
         PageWord(state as u32 | if far_valid { FAR_VALID } else { 0 })
     }
     pub(crate) fn state(self) -> PageState {

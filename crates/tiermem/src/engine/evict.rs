@@ -2,6 +2,7 @@
 
 use super::errors::{OP_EVICT, OP_WRITE};
 use super::ring::FrameRing;
+use super::scratch::{EvictBufs, SmallEvict};
 use super::RegionCore;
 use crate::config::DirtyTracking;
 use crate::page::{PageState, PageWord};
@@ -12,9 +13,12 @@ use tiermem_sys::mm::Protection;
 use tiermem_sys::pagemap::{Categories, PageRegion, ScanRequest};
 use tiermem_sys::uffd::Resolved;
 
-/// Most pages one eviction run can hold: a batch of victims plus the gaps
-/// filled between them.
-const MAX_RUN: usize = 2 * crate::config::MAX_EVICT_BATCH;
+/// The per-run arrays of an eviction (at least as long as the run).
+struct RunBufs<'a> {
+    dirty: &'a mut [bool],
+    failed: &'a mut [bool],
+    pos_of: &'a mut [usize],
+}
 
 /// What one eviction batch did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -40,7 +44,35 @@ impl RegionCore {
         timer: &mut FaultTimer,
         by_mover: bool,
     ) -> Result<Evicted, StoreError> {
-        let mut victims = [0usize; crate::config::MAX_EVICT_BATCH];
+        // The arrays come from the region's scratch sets, or from a small
+        // set on the stack (smaller batches) when all are taken.
+        match self.scratch.claim_evict() {
+            Some(mut set) => self.evict_batch_in(set.bufs(), want, timer, by_mover),
+            None => self.evict_batch_small(want, timer, by_mover),
+        }
+    }
+
+    /// `evict_batch_by` with the small on-stack set: a frame of its own, so
+    /// that the common case does not carry the arrays on the stack.
+    #[inline(never)]
+    fn evict_batch_small(
+        &self,
+        want: usize,
+        timer: &mut FaultTimer,
+        by_mover: bool,
+    ) -> Result<Evicted, StoreError> {
+        let mut small = SmallEvict::new();
+        self.evict_batch_in(small.bufs(), want, timer, by_mover)
+    }
+
+    fn evict_batch_in(
+        &self,
+        b: EvictBufs<'_>,
+        want: usize,
+        timer: &mut FaultTimer,
+        by_mover: bool,
+    ) -> Result<Evicted, StoreError> {
+        let victims = b.victims;
         let want = want.clamp(1, victims.len());
         let n = self.policy().select_victims(&mut victims[..want]);
         timer.lap(Cost::LockList);
@@ -48,7 +80,7 @@ impl RegionCore {
             return Ok(Evicted::default());
         }
         // Take every victim that is still resident.
-        let mut owned = [(0usize, PageWord::new(PageState::Untouched, false)); MAX_RUN];
+        let owned = b.owned;
         let mut k = 0;
         for &v in &victims[..n] {
             if let Some(w) = self.take_resident(v) {
@@ -64,8 +96,13 @@ impl RegionCore {
         // the gaps are typically a stream's trigger page or pages a thread
         // faulted in itself a moment after the mover filled their
         // neighbours.
-        let k = self.fill_gaps(&mut owned, k);
+        let k = self.fill_gaps(owned, b.extra, k);
         timer.lap(Cost::LockList);
+        let mut run_bufs = RunBufs {
+            dirty: b.dirty,
+            failed: b.failed,
+            pos_of: b.pos_of,
+        };
         let mut evicted = 0;
         let mut runs = 0;
         let mut first_error = None;
@@ -77,8 +114,8 @@ impl RegionCore {
             }
             let ring = if by_mover { self.ring.as_ref() } else { None };
             let (done, err) = match ring {
-                Some(ring) => self.evict_run_to_ring(ring, &owned[start..end], timer),
-                None => self.evict_run(&owned[start..end], timer),
+                Some(ring) => self.evict_run_to_ring(ring, &owned[start..end], &mut run_bufs, timer),
+                None => self.evict_run(&owned[start..end], &mut run_bufs, timer),
             };
             evicted += done;
             runs += 1;
@@ -120,13 +157,12 @@ impl RegionCore {
 
     /// Adds to the sorted victims `owned[..k]` the evictable resident pages
     /// of gaps of up to `GAP` pages between them. Returns the new count.
-    fn fill_gaps(&self, owned: &mut [(usize, PageWord)], k: usize) -> usize {
+    fn fill_gaps(&self, owned: &mut [(usize, PageWord)], extra: &mut [(usize, PageWord)], k: usize) -> usize {
         const GAP: usize = 32;
         if k < 2 {
             return k;
         }
-        let cap = owned.len();
-        let mut extra = [(0usize, PageWord::new(PageState::Untouched, false)); MAX_RUN];
+        let cap = owned.len().min(extra.len());
         let mut e = 0;
         {
             let mut policy = self.policy();
@@ -171,12 +207,17 @@ impl RegionCore {
     /// Evicts one run of contiguous owned pages (see the eviction protocol in
     /// the engine's module docs).
     /// Returns the pages evicted and the first write-back error.
-    fn evict_run(&self, run: &[(usize, PageWord)], timer: &mut FaultTimer) -> (usize, Option<StoreError>) {
+    fn evict_run(
+        &self,
+        run: &[(usize, PageWord)],
+        bufs: &mut RunBufs<'_>,
+        timer: &mut FaultTimer,
+    ) -> (usize, Option<StoreError>) {
         let n = run.len();
         let first = run[0].0;
         let off = first * self.page_bytes;
         let bytes = n * self.page_bytes;
-        let mut dirty = [false; MAX_RUN];
+        let dirty = &mut bufs.dirty[..n];
         for (d, (_, w)) in dirty.iter_mut().zip(run) {
             *d = w.state() == PageState::Dirty;
         }
@@ -197,7 +238,7 @@ impl RegionCore {
                 });
             timer.lap(Cost::Tlb);
             if r.is_ok() {
-                self.scan_written(first, n, &mut dirty);
+                self.scan_written(first, n, dirty);
                 timer.lap(Cost::LockList);
             }
             r
@@ -243,7 +284,8 @@ impl RegionCore {
             }
         }
         // Write back dirty pages, contiguous ones with one call.
-        let mut failed = [false; MAX_RUN];
+        let failed = &mut bufs.failed[..n];
+        failed.iter_mut().for_each(|f| *f = false);
         let mut first_error = None;
         let mut s = 0;
         while s < n {
@@ -295,7 +337,7 @@ impl RegionCore {
             self.unfreeze(off, bytes);
         }
         timer.lap(Cost::Tlb);
-        self.publish_eviction(run, &dirty[..n], &failed[..n]);
+        self.publish_eviction(run, dirty, failed);
         timer.lap(Cost::LockList);
         (evicted, first_error)
     }
@@ -359,6 +401,7 @@ impl RegionCore {
         &self,
         ring: &FrameRing,
         run: &[(usize, PageWord)],
+        bufs: &mut RunBufs<'_>,
         timer: &mut FaultTimer,
     ) -> (usize, Option<StoreError>) {
         let ps = self.page_bytes;
@@ -383,7 +426,7 @@ impl RegionCore {
             st.took(release, ring.cap);
         }
         // Move the run out, in at most two pieces (the ring wraps).
-        let mut pos_of = [0usize; MAX_RUN];
+        let pos_of = &mut bufs.pos_of[..n];
         let mut moved = 0;
         while moved < n {
             let (pos, holes) = st.holes_run(ring.cap);
@@ -420,14 +463,15 @@ impl RegionCore {
         // Which pages need writing back: the dirty ones, except those marked
         // VERIFY that turn out equal to their far copy (now unmapped, so the
         // comparison cannot race with a writer).
-        let mut dirty = [false; MAX_RUN];
+        let dirty = &mut bufs.dirty[..n];
         for k in 0..moved {
             let w = run[k].1;
             dirty[k] = w.state() == PageState::Dirty
                 && !(w.verify() && self.unchanged(first + k, w, ring.map.range(pos_of[k] * ps, ps)));
         }
         // Write back dirty pages from their frames, contiguous ones together.
-        let mut failed = [false; MAX_RUN];
+        let failed = &mut bufs.failed[..n];
+        failed.iter_mut().for_each(|f| *f = false);
         let mut first_error = None;
         let mut s = 0;
         while s < moved {
@@ -465,7 +509,7 @@ impl RegionCore {
         timer.lap(Cost::LockList);
         if moved < n {
             // The kernel would not move the rest (a pinned page): classic path.
-            let (more, err) = self.evict_run(&run[moved..], timer);
+            let (more, err) = self.evict_run(&run[moved..], bufs, timer);
             return (evicted + more, first_error.or(err));
         }
         (evicted, first_error)
@@ -567,8 +611,18 @@ impl RegionCore {
     pub(crate) fn evict_range(&self, first: usize, count: usize) -> Result<usize, StoreError> {
         let mut timer = FaultTimer::start();
         let mut evicted = 0;
-        let mut owned =
-            [(0usize, PageWord::new(PageState::Untouched, false)); crate::config::MAX_EVICT_BATCH];
+        let mut small = SmallEvict::new();
+        let mut claimed = self.scratch.claim_evict();
+        let b = match claimed.as_deref_mut() {
+            Some(set) => set.bufs(),
+            None => small.bufs(),
+        };
+        let owned = &mut b.owned[..b.victims.len()];
+        let mut run_bufs = RunBufs {
+            dirty: b.dirty,
+            failed: b.failed,
+            pos_of: b.pos_of,
+        };
         let end = (first + count).min(self.pages.len());
         let mut p = first;
         let mut first_error = None;
@@ -605,7 +659,7 @@ impl RegionCore {
                     policy.on_remove(q, false);
                 }
             }
-            let (done, err) = self.evict_run(&owned[..n], &mut timer);
+            let (done, err) = self.evict_run(&owned[..n], &mut run_bufs, &mut timer);
             evicted += done;
             if first_error.is_none() {
                 first_error = err;

@@ -3,6 +3,7 @@
 use super::errors::{OP_EVICT, OP_INSTALL, OP_READ};
 use super::prefetch::Request;
 use super::ring::FrameRing;
+use super::scratch::SmallFill;
 use super::{Outcome, RegionCore, Server};
 use crate::config::{DirtyTracking, PageSize};
 use crate::page::{PageState, PageWord};
@@ -388,14 +389,21 @@ impl RegionCore {
         let mut timer = FaultTimer::start();
         let prefetch = self.prefetcher.is_some();
         let mut filled = 0;
-        let mut owned =
-            [(0usize, PageWord::new(PageState::Untouched, false)); crate::config::MAX_EVICT_BATCH];
+        // The arrays come from the region's scratch sets, or from a small
+        // set on the stack (shorter runs) when all are taken.
+        let mut small = SmallFill::new();
+        let mut claimed = self.scratch.claim_fill();
+        let (owned, ok): (&mut [(usize, PageWord)], &mut [bool]) = match claimed.as_deref_mut() {
+            Some(set) => (&mut set.owned, &mut set.ok),
+            None => (&mut small.owned, &mut small.ok),
+        };
+        let max_run = self.max_run.min(owned.len());
         let limit = self.pages.len();
         let mut k = 0;
         while k < r.count {
             // Lock a run of consecutive pages that need filling.
             let mut n = 0;
-            while k < r.count && n < self.max_run {
+            while k < r.count && n < max_run {
                 let p = r.first as isize + k as isize * r.stride;
                 if p < 0 || p as usize >= limit {
                     k = r.count;
@@ -418,7 +426,7 @@ impl RegionCore {
                 k += 1;
             }
             if n > 0 {
-                filled += self.install_run(&owned[..n], r.write, prefetch, staging, &mut timer);
+                filled += self.install_run(&owned[..n], ok, r.write, prefetch, staging, &mut timer);
             }
         }
         self.stats.charge_mover(timer);
@@ -456,6 +464,7 @@ impl RegionCore {
     fn install_run(
         &self,
         run: &[(usize, PageWord)],
+        ok: &mut [bool],
         write: bool,
         prefetch: bool,
         staging: Option<&StagingSlot<'_>>,
@@ -466,7 +475,8 @@ impl RegionCore {
             self.pages.unlock(p, w);
         }
         let run = &run[..got];
-        let mut ok = [false; crate::config::MAX_EVICT_BATCH];
+        let ok = &mut ok[..run.len()];
+        ok.iter_mut().for_each(|x| *x = false);
         let by_move = match &self.ring {
             Some(ring) => self.install_by_move(ring, run, timer),
             None => 0,

@@ -42,6 +42,7 @@ pub(crate) mod mover;
 mod pin;
 pub(crate) mod prefetch;
 pub(crate) mod ring;
+mod scratch;
 
 pub use errors::IoErrorRecord;
 pub(crate) use evict::Evicted;
@@ -147,6 +148,9 @@ pub(crate) struct RegionCore {
     mover_pool: Option<StagingPool>,
     /// Pages per mover fill run.
     max_run: usize,
+    /// Preallocated eviction and fill arrays (keeps them off the faulting
+    /// thread's stack).
+    scratch: scratch::Scratch,
     pub(crate) movers: Option<MoverShared>,
     pub(crate) prefetcher: Option<Prefetcher>,
     /// Frames for zero-copy installs by the movers (`install = move`).
@@ -273,6 +277,7 @@ impl RegionCore {
             zeros,
             mover_pool,
             max_run,
+            scratch: scratch::Scratch::new(pages, crate::config::MAX_EVICT_BATCH, max_run),
             movers,
             prefetcher,
             scanner,

@@ -106,6 +106,100 @@ pub(crate) struct Member {
     lanes: Vec<Lane>,
     /// The view's registration with the fault router, until `leave`.
     routed: Mutex<Option<RangeGuard>>,
+    /// Eviction windows, preallocated (kept off the faulting thread's
+    /// stack; never allocated in the fault handler).
+    scratch: Box<[Mutex<WindowScratch>]>,
+}
+
+/// The arrays of one eviction window, whatever their backing.
+struct WindowBufs<'a> {
+    entries: &'a mut [u64],
+    victims: &'a mut [(u64, u64)],
+    order: &'a mut [u16],
+    keys: &'a mut [u32],
+    taken: &'a mut [bool],
+    words: &'a mut [u64],
+}
+
+/// A preallocated eviction window of `MAX_WINDOW` entries (about 20 KiB).
+struct WindowScratch {
+    entries: Vec<u64>,
+    victims: Vec<(u64, u64)>,
+    order: Vec<u16>,
+    keys: Vec<u32>,
+    taken: Vec<bool>,
+    words: Vec<u64>,
+}
+
+impl WindowScratch {
+    fn new() -> WindowScratch {
+        WindowScratch {
+            entries: vec![0; MAX_WINDOW],
+            victims: vec![(0, 0); MAX_WINDOW],
+            order: vec![0; MAX_WINDOW],
+            keys: vec![0; MAX_WINDOW],
+            taken: vec![false; MAX_WINDOW],
+            words: vec![0; MAX_WINDOW],
+        }
+    }
+
+    fn bufs(&mut self) -> WindowBufs<'_> {
+        WindowBufs {
+            entries: &mut self.entries,
+            victims: &mut self.victims,
+            order: &mut self.order,
+            keys: &mut self.keys,
+            taken: &mut self.taken,
+            words: &mut self.words,
+        }
+    }
+}
+
+/// Entries of the on-stack fallback window.
+const SMALL_WINDOW: usize = 32;
+
+/// The on-stack fallback window (about 1 KiB).
+struct SmallWindow {
+    entries: [u64; SMALL_WINDOW],
+    victims: [(u64, u64); SMALL_WINDOW],
+    order: [u16; SMALL_WINDOW],
+    keys: [u32; SMALL_WINDOW],
+    taken: [bool; SMALL_WINDOW],
+    words: [u64; SMALL_WINDOW],
+}
+
+impl SmallWindow {
+    fn new() -> SmallWindow {
+        SmallWindow {
+            entries: [0; SMALL_WINDOW],
+            victims: [(0, 0); SMALL_WINDOW],
+            order: [0; SMALL_WINDOW],
+            keys: [0; SMALL_WINDOW],
+            taken: [false; SMALL_WINDOW],
+            words: [0; SMALL_WINDOW],
+        }
+    }
+
+    fn bufs(&mut self) -> WindowBufs<'_> {
+        WindowBufs {
+            entries: &mut self.entries,
+            victims: &mut self.victims,
+            order: &mut self.order,
+            keys: &mut self.keys,
+            taken: &mut self.taken,
+            words: &mut self.words,
+        }
+    }
+}
+
+/// A free window set, without waiting (safe in a signal handler; a fault
+/// nested in one that holds a set finds it taken).
+fn claim_window(sets: &[Mutex<WindowScratch>]) -> Option<std::sync::MutexGuard<'_, WindowScratch>> {
+    sets.iter().find_map(|m| match m.try_lock() {
+        Ok(g) => Some(g),
+        Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => None,
+    })
 }
 
 thread_local! {
@@ -167,6 +261,9 @@ impl Member {
             reg,
             rank,
             host,
+            scratch: (0..lanes.max(1) + 1)
+                .map(|_| Mutex::new(WindowScratch::new()))
+                .collect(),
             lanes: v,
             routed: Mutex::new(None),
         });
@@ -430,10 +527,25 @@ impl Member {
     /// many left near memory.
     fn evict_some(&self, ctl: &Ctl<'_>, rank: usize, want: usize, timer: &mut FaultTimer) -> usize {
         let start = std::time::Instant::now();
-        let mut entries = [0u64; MAX_WINDOW];
-        // (page, its word when locked), sorted by page below.
-        let mut victims = [(0u64, 0u64); MAX_WINDOW];
-        let want = want.min(MAX_WINDOW);
+        // The arrays come from this member's scratch sets, or from a small
+        // set on the stack (a smaller window) when all are taken: a fault
+        // needs little of the faulting thread's stack.
+        let mut small = SmallWindow::new();
+        let mut claimed = claim_window(&self.scratch);
+        let WindowBufs {
+            entries,
+            victims,
+            order,
+            keys,
+            taken,
+            words,
+        } = match claimed.as_deref_mut() {
+            Some(set) => set.bufs(),
+            None => small.bufs(),
+        };
+        let cap = entries.len();
+        // `victims`: (page, its word when locked), sorted by page below.
+        let want = want.min(cap);
         self.lock_list(ctl, rank);
         let head = ctl.get(H_RING_HEAD);
         let avail = (ctl.get(H_RING_TAIL) - head) as usize;
@@ -446,13 +558,12 @@ impl Member {
             want + 16
         }
         .min(avail)
-        .min(MAX_WINDOW);
+        .min(cap);
         for (k, e) in entries[..window].iter_mut().enumerate() {
             *e = ctl.ring(head + k as u64).load(Ordering::Relaxed);
         }
         // Candidates in preference order: FIFO order, or fewest sharers
         // first (FIFO among equals). `order` holds window positions.
-        let mut order = [0u16; MAX_WINDOW];
         for (k, o) in order[..window].iter_mut().enumerate() {
             *o = k as u16;
         }
@@ -464,14 +575,13 @@ impl Member {
             // Keys are read once: other members change sharer masks while we
             // sort, and a comparison that changes its mind is not a total
             // order (Rust's sort then panics, here inside a signal handler).
-            let mut keys = [0u32; MAX_WINDOW];
             for (key, &e) in keys[..window].iter_mut().zip(&entries[..window]) {
                 let w = ctl.page(e as usize).load(Ordering::Relaxed);
                 *key = ctl::sharers(w & !me).count_ones();
             }
             order[..window].sort_unstable_by_key(|&k| (keys[k as usize], k));
         }
-        let mut taken = [false; MAX_WINDOW];
+        taken[..window].iter_mut().for_each(|t| *t = false);
         let mut nv = 0;
         for &k in &order[..window] {
             if nv == want {
@@ -509,7 +619,6 @@ impl Member {
         // By page, so that neighbours form runs (one punch each).
         let victims = &mut victims[..nv];
         victims.sort_unstable_by_key(|v| v.0);
-        let mut words = [0u64; MAX_WINDOW];
         for (w, v) in words.iter_mut().zip(victims.iter()) {
             *w = v.1;
         }

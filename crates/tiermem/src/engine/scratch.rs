@@ -1,0 +1,175 @@
+//! Scratch space for eviction and fill runs, preallocated per region so that
+//! a fault needs little of the faulting thread's stack (a thread created
+//! with `PTHREAD_STACK_MIN`, or a handler on a `SIGSTKSZ` alternate stack,
+//! can fault and evict).
+//!
+//! A region keeps a few full-size sets; a fault claims one with a
+//! non-blocking `try_lock` (no allocation, no waiting: safe in a signal
+//! handler, and a fault taken while the same thread holds a set simply
+//! finds it taken). When every set is taken the caller falls back to a small
+//! set on its own stack and works in smaller batches.
+
+use crate::page::{PageState, PageWord};
+use std::sync::{Mutex, MutexGuard, TryLockError};
+
+/// Victims per batch of the on-stack fallback.
+const SMALL_BATCH: usize = 8;
+/// Pages per run of the on-stack fallback (victims plus gaps).
+const SMALL_RUN: usize = 2 * SMALL_BATCH;
+
+const EMPTY: (usize, PageWord) = (0, PageWord::new(PageState::Untouched, false));
+
+/// The arrays of one eviction batch, whatever their backing.
+pub(super) struct EvictBufs<'a> {
+    pub(super) victims: &'a mut [usize],
+    pub(super) owned: &'a mut [(usize, PageWord)],
+    pub(super) extra: &'a mut [(usize, PageWord)],
+    pub(super) dirty: &'a mut [bool],
+    pub(super) failed: &'a mut [bool],
+    pub(super) pos_of: &'a mut [usize],
+}
+
+/// A preallocated eviction set.
+pub(super) struct EvictScratch {
+    victims: Vec<usize>,
+    owned: Vec<(usize, PageWord)>,
+    extra: Vec<(usize, PageWord)>,
+    dirty: Vec<bool>,
+    failed: Vec<bool>,
+    pos_of: Vec<usize>,
+}
+
+impl EvictScratch {
+    fn new(batch: usize) -> EvictScratch {
+        let run = 2 * batch;
+        EvictScratch {
+            victims: vec![0; batch],
+            owned: vec![EMPTY; run],
+            extra: vec![EMPTY; run],
+            dirty: vec![false; run],
+            failed: vec![false; run],
+            pos_of: vec![0; run],
+        }
+    }
+
+    pub(super) fn bufs(&mut self) -> EvictBufs<'_> {
+        EvictBufs {
+            victims: &mut self.victims,
+            owned: &mut self.owned,
+            extra: &mut self.extra,
+            dirty: &mut self.dirty,
+            failed: &mut self.failed,
+            pos_of: &mut self.pos_of,
+        }
+    }
+}
+
+/// The on-stack fallback eviction set (about 0.7 KiB).
+pub(super) struct SmallEvict {
+    victims: [usize; SMALL_BATCH],
+    owned: [(usize, PageWord); SMALL_RUN],
+    extra: [(usize, PageWord); SMALL_RUN],
+    dirty: [bool; SMALL_RUN],
+    failed: [bool; SMALL_RUN],
+    pos_of: [usize; SMALL_RUN],
+}
+
+impl SmallEvict {
+    pub(super) fn new() -> SmallEvict {
+        SmallEvict {
+            victims: [0; SMALL_BATCH],
+            owned: [EMPTY; SMALL_RUN],
+            extra: [EMPTY; SMALL_RUN],
+            dirty: [false; SMALL_RUN],
+            failed: [false; SMALL_RUN],
+            pos_of: [0; SMALL_RUN],
+        }
+    }
+
+    pub(super) fn bufs(&mut self) -> EvictBufs<'_> {
+        EvictBufs {
+            victims: &mut self.victims,
+            owned: &mut self.owned,
+            extra: &mut self.extra,
+            dirty: &mut self.dirty,
+            failed: &mut self.failed,
+            pos_of: &mut self.pos_of,
+        }
+    }
+}
+
+/// A preallocated fill set: the pages of one install run and which of them
+/// were installed.
+pub(super) struct FillScratch {
+    pub(super) owned: Vec<(usize, PageWord)>,
+    pub(super) ok: Vec<bool>,
+}
+
+impl FillScratch {
+    fn new(run: usize) -> FillScratch {
+        FillScratch {
+            owned: vec![EMPTY; run],
+            ok: vec![false; run],
+        }
+    }
+}
+
+/// The on-stack fallback fill set.
+pub(super) struct SmallFill {
+    pub(super) owned: [(usize, PageWord); SMALL_BATCH],
+    pub(super) ok: [bool; SMALL_BATCH],
+}
+
+impl SmallFill {
+    pub(super) fn new() -> SmallFill {
+        SmallFill {
+            owned: [EMPTY; SMALL_BATCH],
+            ok: [false; SMALL_BATCH],
+        }
+    }
+}
+
+/// A region's scratch sets.
+pub(super) struct Scratch {
+    evict: Box<[Mutex<EvictScratch>]>,
+    fill: Box<[Mutex<FillScratch>]>,
+}
+
+impl Scratch {
+    /// Sets sized for batches of up to `batch` victims and fill runs of up
+    /// to `run` pages, for a region of `pages` pages.
+    pub(super) fn new(pages: usize, batch: usize, run: usize) -> Scratch {
+        // One set per CPU that can fault at once, plus one for a mover;
+        // contention beyond that falls back to small batches.
+        let sets = tiermem_sys::thread::online_cpus().clamp(1, 8) + 1;
+        let batch = batch.min(pages).max(1);
+        let run = run.min(pages).max(1);
+        Scratch {
+            evict: (0..sets).map(|_| Mutex::new(EvictScratch::new(batch))).collect(),
+            fill: (0..sets).map(|_| Mutex::new(FillScratch::new(run))).collect(),
+        }
+    }
+
+    /// A free eviction set, without waiting.
+    pub(super) fn claim_evict(&self) -> Option<MutexGuard<'_, EvictScratch>> {
+        claim(&self.evict)
+    }
+
+    /// A free fill set, without waiting.
+    pub(super) fn claim_fill(&self) -> Option<MutexGuard<'_, FillScratch>> {
+        claim(&self.fill)
+    }
+}
+
+fn claim<T>(sets: &[Mutex<T>]) -> Option<MutexGuard<'_, T>> {
+    // Start at a slot that depends on the thread (its stack address: no
+    // system call) so that concurrent faults try different sets first.
+    let here = 0u8;
+    let start = std::ptr::addr_of!(here) as usize >> 16;
+    (0..sets.len()).find_map(|i| match sets[(start + i) % sets.len()].try_lock() {
+        Ok(g) => Some(g),
+        // A panic while holding a set leaves plain data behind: reuse it.
+        Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(TryLockError::WouldBlock) => None,
+    })
+}
