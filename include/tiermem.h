@@ -398,6 +398,11 @@ tm_decl_export int tm_advise(const void *addr, size_t len, int advice) tm_attr_n
  *   TIERMEM_FAR_FILE, TIERMEM_FAR_DIRECT, TIERMEM_POLICY, TIERMEM_FAULT_PATH,
  *   TIERMEM_DIRTY, TIERMEM_EVICT_BATCH, TIERMEM_HANDLER_THREADS,
  *   TIERMEM_HANDLER_CPUS, TIERMEM_VERBOSE: see docs/configuration.md.
+ *   TIERMEM_GLOBAL_HEAP  tiered (default), or 2m / 1g / thp: a huge-page heap
+ *                      without tiering (paper 3) of TIERMEM_FAR bytes, pages
+ *                      of that size from the pool, falling back 1g -> 2m ->
+ *                      THP -> 4k with one warning line; its allocations are
+ *                      page aligned and take whole pages.
  * An invalid value prints a warning on stderr and keeps the default.
  * The memory is 64-byte aligned, page aligned from one page up. As with
  * malloc, its contents are unspecified: pages never used before, or

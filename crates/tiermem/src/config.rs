@@ -852,6 +852,7 @@ pub fn env_reference_markdown() -> String {
     for o in ENV_OPTIONS {
         s += &format!("| `{}` | {} | {} | {} |\n", o.name, o.unit, o.default, o.help);
     }
+    s += "| `TIERMEM_GLOBAL_HEAP` | tiered, 2m, 1g or thp | tiered | What serves `tm_malloc_global`: the tiered process-wide region, or a huge-page heap without tiering (paper 3) of `TIERMEM_FAR` bytes on pages of that size from the pool, falling back 1g -> 2m -> THP -> 4k with one warning line. |\n";
     s += "| `TIERMEM_VERBOSE` | 0 or 1 | 0 | Print the effective configuration of the process-wide region on stderr. |\n";
     s
 }
