@@ -385,14 +385,17 @@ fn global_heap_on_huge_pages_falls_back_when_the_pool_runs_dry() {
     let a = tiermem::global::malloc_global(len).expect("16 MiB from a 64 MiB heap");
     assert_eq!(a % (2 << 20), 0, "2 MiB aligned");
     for i in (0..len).step_by(4096) {
-        // SAFETY: [a, a + len) was just allocated to us and is mapped.
         let p = (a + i) as *mut u64;
-        assert_eq!(unsafe { p.read_volatile() }, 0, "fresh memory is zero at {i}");
+        // SAFETY: [a, a + len) was just allocated to us and is mapped.
+        let fresh = unsafe { p.read_volatile() };
+        assert_eq!(fresh, 0, "fresh memory is zero at {i}");
+        // SAFETY: as above.
         unsafe { p.write_volatile(mix(i as u64)) };
     }
     for i in (0..len).step_by(4096) {
         // SAFETY: as above.
-        assert_eq!(unsafe { ((a + i) as *const u64).read_volatile() }, mix(i as u64));
+        let v = unsafe { ((a + i) as *const u64).read_volatile() };
+        assert_eq!(v, mix(i as u64));
     }
     let h = tiermem::global::global_huge_stats().expect("a huge-page heap");
     assert_eq!(h.bytes_2m, 8 << 20, "the pool's 4 pages: {h:?}");
@@ -410,9 +413,6 @@ fn global_heap_on_huge_pages_falls_back_when_the_pool_runs_dry() {
     assert!(tiermem::global::free_global(a + 4096).is_err());
     let b = tiermem::global::malloc_global(len).unwrap();
     // SAFETY: as above, for the new allocation.
-    assert_eq!(
-        unsafe { (b as *const u64).read_volatile() },
-        0,
-        "reused memory is zero"
-    );
+    let reused = unsafe { (b as *const u64).read_volatile() };
+    assert_eq!(reused, 0, "reused memory is zero");
 }
