@@ -374,8 +374,10 @@ tm_decl_export int tm_region_evict_all(tm_region *r) tm_attr_noexcept;
 tm_decl_export int tm_region_discard(tm_region *r, size_t offset, size_t len) tm_attr_noexcept;
 
 /* Asks for [addr, addr + len) to be brought into near memory: queued to
- * the region's mover threads, or done before returning when it has none.
- * Pages already resident are skipped. The range must lie in one tiermem
+ * the region's mover threads, or done before returning when it has none
+ * or their queue is full (with either far store). Pages already resident
+ * are skipped; a page the far store cannot read stays where it is (a hint:
+ * the next access retries and reports). The range must lie in one tiermem
  * region (any region of the process, including the global one). Returns
  * TM_OK or TM_EINVAL. */
 tm_decl_export int tm_prefetch(const void *addr, size_t len) tm_attr_noexcept;
