@@ -58,6 +58,12 @@
  *   TM_EINTERNAL    -8  internal error: a bug, please report it
  *   TM_EWORKER      -9  a team worker failed (returned non-zero, crashed
  *                       or was killed); the other workers were stopped
+ *   TM_EFORKED     -10  a handle (region, team, SVM, segment, overshadow)
+ *                       or an allocation (tm_malloc_global, tm_far_alloc)
+ *                       made by the parent before fork(), used in the child:
+ *                       refused, nothing of the parent's touched (docs/fork.md)
+ *                       Thread creation refused at a task limit (pids cgroup,
+ *                       RLIMIT_NPROC) is TM_ENOMEM, with the limit named.
  */
 #ifndef TIERMEM_H
 #define TIERMEM_H
@@ -128,6 +134,7 @@ extern "C" {
 #define TM_EPERM (-7)
 #define TM_EINTERNAL (-8)
 #define TM_EWORKER (-9)
+#define TM_EFORKED (-10)
 
 /* ------------------------------------------------------------------------
  * Configuration values (stable; never renumbered). Each default is 0.

@@ -37,6 +37,30 @@ enum Global {
 }
 
 static HEAP: Mutex<Option<Global>> = Mutex::new(None);
+/// The ranges of tiered heaps a parent made before fork()ing this process:
+/// frees there are refused (the far store is the parent's).
+static PARENTS: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+
+impl Global {
+    /// A tiered heap inherited across fork(): its range is absent here and
+    /// its far store is the parent's.
+    fn inherited(&self) -> Option<(usize, usize)> {
+        match self {
+            Global::Tiered(h) if h.region.is_forked_copy() => Some((h.region.base(), h.region.len())),
+            _ => None,
+        }
+    }
+}
+
+/// In a forked child, drops the parent's tiered heap (dropping touches
+/// nothing of the parent's) so that the child starts an empty one of its
+/// own, and remembers its range.
+fn forget_parents_heap(g: &mut Option<Global>) {
+    if let Some(range) = g.as_ref().and_then(Global::inherited) {
+        PARENTS.lock().unwrap_or_else(|p| p.into_inner()).push(range);
+        *g = None;
+    }
+}
 
 /// `TIERMEM_GLOBAL_HEAP`: which heap serves `tm_malloc_global`.
 pub const GLOBAL_HEAP_VAR: &str = "TIERMEM_GLOBAL_HEAP";
@@ -164,6 +188,7 @@ impl Heap {
 
 fn with_heap<T>(f: impl FnOnce(&mut Global) -> Result<T, Error>) -> Result<T, Error> {
     let mut g = HEAP.lock().unwrap_or_else(|p| p.into_inner());
+    forget_parents_heap(&mut g);
     if g.is_none() {
         *g = Some(global_from_env()?);
     }
@@ -194,11 +219,20 @@ pub fn free_global(addr: usize) -> Result<(), Error> {
             "tm_free_global: {addr:#x} was not allocated by tm_malloc_global"
         ))
     };
-    let outside = || Error::Usage(format!("tm_free_global: {addr:#x} is not in the global region"));
+    let outside = || {
+        let parents = PARENTS.lock().unwrap_or_else(|p| p.into_inner());
+        if parents.iter().any(|&(b, l)| addr.wrapping_sub(b) < l) {
+            crate::fork::inherited("tm_free_global", "allocation")
+        } else {
+            Error::Usage(format!("tm_free_global: {addr:#x} is not in the global region"))
+        }
+    };
+    forget_parents_heap(&mut g);
     match g.as_mut() {
-        None => Err(Error::Usage(format!(
+        None if PARENTS.lock().unwrap_or_else(|p| p.into_inner()).is_empty() => Err(Error::Usage(format!(
             "tm_free_global: {addr:#x} was not allocated by tm_malloc_global (nothing was)"
         ))),
+        None => Err(outside()),
         Some(Global::Tiered(h)) => {
             let base = h.region.base();
             if addr < base || addr >= base + h.region.len() {
@@ -215,6 +249,7 @@ pub fn free_global(addr: usize) -> Result<(), Error> {
 /// has no region: None).
 pub fn global_stats() -> Option<RegionStats> {
     match HEAP.lock().ok()?.as_ref()? {
+        Global::Tiered(h) if h.region.is_forked_copy() => None,
         Global::Tiered(h) => Some(h.region.stats()),
         Global::Huge(_) => None,
     }
