@@ -58,6 +58,12 @@
  *   TM_EINTERNAL    -8  internal error: a bug, please report it
  *   TM_EWORKER      -9  a team worker failed (returned non-zero, crashed
  *                       or was killed); the other workers were stopped
+ *   TM_EFORKED     -10  a handle (region, team, SVM, segment, overshadow)
+ *                       or an allocation (tm_malloc_global, tm_far_alloc)
+ *                       made by the parent before fork(), used in the child:
+ *                       refused, nothing of the parent's touched (docs/fork.md)
+ *                       Thread creation refused at a task limit (pids cgroup,
+ *                       RLIMIT_NPROC) is TM_ENOMEM, with the limit named.
  */
 #ifndef TIERMEM_H
 #define TIERMEM_H
@@ -128,6 +134,7 @@ extern "C" {
 #define TM_EPERM (-7)
 #define TM_EINTERNAL (-8)
 #define TM_EWORKER (-9)
+#define TM_EFORKED (-10)
 
 /* ------------------------------------------------------------------------
  * Configuration values (stable; never renumbered). Each default is 0.
@@ -374,8 +381,10 @@ tm_decl_export int tm_region_evict_all(tm_region *r) tm_attr_noexcept;
 tm_decl_export int tm_region_discard(tm_region *r, size_t offset, size_t len) tm_attr_noexcept;
 
 /* Asks for [addr, addr + len) to be brought into near memory: queued to
- * the region's mover threads, or done before returning when it has none.
- * Pages already resident are skipped. The range must lie in one tiermem
+ * the region's mover threads, or done before returning when it has none
+ * or their queue is full (with either far store). Pages already resident
+ * are skipped; a page the far store cannot read stays where it is (a hint:
+ * the next access retries and reports). The range must lie in one tiermem
  * region (any region of the process, including the global one). Returns
  * TM_OK or TM_EINVAL. */
 tm_decl_export int tm_prefetch(const void *addr, size_t len) tm_attr_noexcept;
@@ -398,6 +407,11 @@ tm_decl_export int tm_advise(const void *addr, size_t len, int advice) tm_attr_n
  *   TIERMEM_FAR_FILE, TIERMEM_FAR_DIRECT, TIERMEM_POLICY, TIERMEM_FAULT_PATH,
  *   TIERMEM_DIRTY, TIERMEM_EVICT_BATCH, TIERMEM_HANDLER_THREADS,
  *   TIERMEM_HANDLER_CPUS, TIERMEM_VERBOSE: see docs/configuration.md.
+ *   TIERMEM_GLOBAL_HEAP  tiered (default), or 2m / 1g / thp: a huge-page heap
+ *                      without tiering (paper 3) of TIERMEM_FAR bytes, pages
+ *                      of that size from the pool, falling back 1g -> 2m ->
+ *                      THP -> 4k with one warning line; its allocations are
+ *                      page aligned and take whole pages.
  * An invalid value prints a warning on stderr and keeps the default.
  * The memory is 64-byte aligned, page aligned from one page up. As with
  * malloc, its contents are unspecified: pages never used before, or

@@ -75,6 +75,9 @@ pub const TM_EPERM: c_int = ErrorCode::Permission as c_int;
 pub const TM_EINTERNAL: c_int = ErrorCode::Internal as c_int;
 /// A team worker failed (error, crash or kill); the team stopped.
 pub const TM_EWORKER: c_int = ErrorCode::WorkerFailed as c_int;
+/// A handle or allocation inherited across `fork()`: it belongs to the
+/// parent; the child's call touched nothing.
+pub const TM_EFORKED: c_int = ErrorCode::Forked as c_int;
 /// `tm_config.page_size_bytes`: 2 MiB transparent huge pages.
 pub const TM_PAGE_THP: u64 = (2 << 20) + 1;
 
@@ -445,6 +448,7 @@ fn strerror(code: c_int) -> &'static CStr {
             Some(ErrorCode::Permission) => c"permission denied",
             Some(ErrorCode::Internal) => c"internal error",
             Some(ErrorCode::WorkerFailed) => c"a team worker failed",
+            Some(ErrorCode::Forked) => c"handle inherited across fork()",
             None => c"unknown error code",
         }
     }

@@ -10,6 +10,7 @@ use tiermem::far::FarMemory;
 use tiermem::overshadow::{Options as OvershadowOptions, Overshadow, Switch};
 
 use crate::ffi::{guard, unless_null, Failure, Out};
+use tiermem::fork::ProcessBound;
 
 /// `tm_overshadow_create_ex` flags: switch each chunk of pages to its near
 /// copy as soon as it is copied (default).
@@ -18,10 +19,16 @@ pub const TM_OVERSHADOW_PER_PAGE: c_int = 0;
 pub const TM_OVERSHADOW_WHOLE: c_int = 1;
 
 /// Far allocations handed out to C, by address.
-static FARS: Mutex<BTreeMap<usize, FarMemory>> = Mutex::new(BTreeMap::new());
+static FARS: Mutex<BTreeMap<usize, (ProcessBound, FarMemory)>> = Mutex::new(BTreeMap::new());
 /// Overshadows handed out to C, by `to`. An `Arc` so that `wait` does not
 /// hold the lock.
-static OVERSHADOWS: Mutex<BTreeMap<usize, Arc<Overshadow>>> = Mutex::new(BTreeMap::new());
+static OVERSHADOWS: Mutex<BTreeMap<usize, (ProcessBound, Arc<Overshadow>)>> = Mutex::new(BTreeMap::new());
+
+/// An entry made by a parent before fork() is refused in the child (and
+/// stays where it is: dropping it is the parent's business).
+fn made_here(born: &ProcessBound, object: &str) -> Result<(), Failure> {
+    Ok(born.check("", object)?)
+}
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -29,7 +36,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 fn keep_far(f: FarMemory) -> *mut c_void {
     let p = f.as_ptr().cast::<c_void>();
-    lock(&FARS).insert(p as usize, f);
+    lock(&FARS).insert(p as usize, (ProcessBound::here(), f));
     p
 }
 
@@ -76,7 +83,13 @@ pub unsafe extern "C" fn tm_far_map_file(
 pub extern "C" fn tm_far_free(p: *mut c_void) -> c_int {
     unless_null("tm_far_free", p, || {
         // Taken out under the lock, dropped after it.
-        let f = lock(&FARS).remove(&(p as usize));
+        let f = {
+            let mut fars = lock(&FARS);
+            if let Some((born, _)) = fars.get(&(p as usize)) {
+                made_here(born, "far memory")?;
+            }
+            fars.remove(&(p as usize))
+        };
         f.map(drop).ok_or_else(|| {
             Failure::invalid(format!(
                 "{p:p} was not returned by tm_far_alloc or tm_far_map_file (or was freed already)"
@@ -144,7 +157,7 @@ unsafe fn overshadow_create(
         };
         let os = Overshadow::create(from as usize, size, &opts)?;
         let p = os.as_ptr().cast::<c_void>();
-        lock(&OVERSHADOWS).insert(p as usize, Arc::new(os));
+        lock(&OVERSHADOWS).insert(p as usize, (ProcessBound::here(), Arc::new(os)));
         to.set(p);
         Ok(())
     })
@@ -158,7 +171,9 @@ fn unknown_to(to: *mut c_void) -> Failure {
 
 fn overshadow_of(to: *mut c_void) -> Result<Arc<Overshadow>, Failure> {
     let os = lock(&OVERSHADOWS).get(&(to as usize)).cloned();
-    os.ok_or_else(|| unknown_to(to))
+    let (born, os) = os.ok_or_else(|| unknown_to(to))?;
+    made_here(&born, "overshadow")?;
+    Ok(os)
 }
 
 /// `int tm_overshadow_wait(void *to)`: waits until every page is near.
@@ -183,7 +198,13 @@ pub extern "C" fn tm_overshadow_destroy(to: *mut c_void) -> c_int {
     guard("tm_overshadow_destroy", || {
         // Taken out under the lock, destroyed after it (destroy waits for
         // the mover's current chunk).
-        let os = lock(&OVERSHADOWS).remove(&(to as usize));
+        let os = {
+            let mut all = lock(&OVERSHADOWS);
+            if let Some((born, _)) = all.get(&(to as usize)) {
+                made_here(born, "overshadow")?;
+            }
+            all.remove(&(to as usize))
+        };
         os.map(drop).ok_or_else(|| unknown_to(to))
     })
 }

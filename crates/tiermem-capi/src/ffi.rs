@@ -7,6 +7,7 @@ use std::panic::{self, AssertUnwindSafe};
 use std::ptr;
 
 use crate::config::{TM_EINTERNAL, TM_EINVAL, TM_OK};
+use tiermem::fork::ProcessBound;
 
 /// The largest `struct_size` accepted: anything bigger is taken for an
 /// uninitialised struct rather than a struct from the far future.
@@ -174,6 +175,43 @@ pub(crate) unsafe fn destroy<H>(func: &str, handle: *mut H) -> c_int {
         drop(unsafe { Box::from_raw(handle) });
         Ok(())
     })
+}
+
+/// A handle that remembers the process that made it: in a `fork()`ed
+/// child every call on the parent's handle fails with `TM_EFORKED` and
+/// touches nothing (docs/fork.md).
+pub(crate) trait Owned {
+    /// What the handle is, for messages ("region", "team", ...).
+    const OBJECT: &'static str;
+    /// The process that made it.
+    fn born(&self) -> &ProcessBound;
+}
+
+/// [`handle`], refused with `TM_EFORKED` in a forked child.
+///
+/// # Safety
+/// As for [`handle`].
+pub(crate) unsafe fn owned<'a, H: Owned>(p: *const H, what: &str) -> Result<&'a H, Failure> {
+    // SAFETY: forwarded caller's contract.
+    let h = unsafe { handle(p, what) }?;
+    h.born().check("", H::OBJECT)?;
+    Ok(h)
+}
+
+/// [`destroy`] of an [`Owned`] handle: in a forked child the parent's
+/// handle is left alone (`TM_EFORKED`).
+///
+/// # Safety
+/// As for [`destroy`].
+pub(crate) unsafe fn destroy_owned<H: Owned>(func: &str, handle: *mut H) -> c_int {
+    // SAFETY: NULL or a live handle (the function's contract), only read.
+    if let Some(h) = unsafe { handle.as_ref() } {
+        if !h.born().is_here() {
+            return guard(func, || h.born().check("", H::OBJECT).map_err(Failure::from));
+        }
+    }
+    // SAFETY: forwarded caller's contract.
+    unsafe { destroy(func, handle) }
 }
 
 /// The functions that cannot fail (they leave `tm_last_error` alone): a

@@ -8,12 +8,21 @@ use tiermem::stats::Cost;
 use tiermem::{Region, RegionStats};
 
 use crate::config::{config_from_c, read_config, tm_config};
-use crate::ffi::{destroy, guard, handle, non_null, Failure, Out, MAX_STRUCT_SIZE};
+use crate::ffi::{destroy_owned, guard, non_null, owned, Failure, Out, Owned, MAX_STRUCT_SIZE};
+use tiermem::fork::ProcessBound;
 
 /// An opaque region handle (`tm_region *` in C), created by
 /// [`tm_region_create`] and consumed by [`tm_region_destroy`].
 pub struct tm_region {
     region: Region,
+    born: ProcessBound,
+}
+
+impl Owned for tm_region {
+    const OBJECT: &'static str = "region";
+    fn born(&self) -> &ProcessBound {
+        &self.born
+    }
 }
 
 /// `struct tm_stats`: a snapshot of a region's statistics. All counters
@@ -143,8 +152,8 @@ unsafe fn region<'a>(r: *const tm_region) -> Result<&'a Region, Failure> {
     // SAFETY: a non-NULL r is a live handle (caller's contract): a Box
     // leaked by tm_region_create that stays valid until tm_region_destroy,
     // and Region is Sync, so shared references from several threads are
-    // fine.
-    Ok(&unsafe { handle(r, "region handle") }?.region)
+    // fine. In a forked child the parent's handle is refused.
+    Ok(&unsafe { owned(r, "region handle") }?.region)
 }
 
 /// `int tm_region_create(const struct tm_config *cfg, tm_region **out)`:
@@ -166,7 +175,10 @@ pub unsafe extern "C" fn tm_region_create(cfg: *const tm_config, out: *mut *mut 
         // SAFETY: far_path is NULL or NUL-terminated (caller's contract).
         let config = unsafe { config_from_c(&c) }?;
         let region = Region::new(config)?;
-        out.set_box(tm_region { region });
+        out.set_box(tm_region {
+            region,
+            born: ProcessBound::here(),
+        });
         Ok(())
     })
 }
@@ -181,7 +193,7 @@ pub unsafe extern "C" fn tm_region_create(cfg: *const tm_config, out: *mut *mut 
 pub unsafe extern "C" fn tm_region_destroy(r: *mut tm_region) -> c_int {
     // SAFETY: r is NULL or a live handle from tm_region_create that the
     // caller gives up here (caller's contract).
-    unsafe { destroy("tm_region_destroy", r) }
+    unsafe { destroy_owned("tm_region_destroy", r) }
 }
 
 /// `void *tm_region_base(const tm_region *r)`: the start of the region's

@@ -6,7 +6,8 @@ use tiermem::hugepages::HugePageSize;
 use tiermem::{Segment, SegmentConfig};
 
 use crate::config::TM_EHUGEPAGES;
-use crate::ffi::{destroy, guard, handle, Failure, Out};
+use crate::ffi::{destroy_owned, guard, owned, Failure, Out, Owned};
+use tiermem::fork::ProcessBound;
 
 /// `tm_segment_create`: 2 MiB pages instead of 1 GiB.
 pub const TM_SEGMENT_2M: c_int = 1;
@@ -16,6 +17,14 @@ pub const TM_SEGMENT_NO_FALLBACK: c_int = 2;
 /// `tm_segment`: a segment (opaque to C).
 pub struct tm_segment {
     segment: Segment,
+    born: ProcessBound,
+}
+
+impl Owned for tm_segment {
+    const OBJECT: &'static str = "segment";
+    fn born(&self) -> &ProcessBound {
+        &self.born
+    }
 }
 
 /// `int tm_segment_create(size_t bytes, int flags, tm_segment **out)`: a
@@ -38,7 +47,10 @@ pub unsafe extern "C" fn tm_segment_create(bytes: usize, flags: c_int, out: *mut
         }
         config.fallback = flags & TM_SEGMENT_NO_FALLBACK == 0;
         let segment = Segment::with_config(&config)?;
-        out.set_box(tm_segment { segment });
+        out.set_box(tm_segment {
+            segment,
+            born: ProcessBound::here(),
+        });
         Ok(())
     })
 }
@@ -50,7 +62,7 @@ pub unsafe extern "C" fn tm_segment_create(bytes: usize, flags: c_int, out: *mut
 #[no_mangle]
 pub unsafe extern "C" fn tm_segment_destroy(s: *mut tm_segment) -> c_int {
     // SAFETY: NULL or a live handle the caller gives up here.
-    unsafe { destroy("tm_segment_destroy", s) }
+    unsafe { destroy_owned("tm_segment_destroy", s) }
 }
 
 /// The segment behind a handle, or `TM_EINVAL` for NULL.
@@ -60,7 +72,7 @@ pub unsafe extern "C" fn tm_segment_destroy(s: *mut tm_segment) -> c_int {
 unsafe fn segment<'a>(s: *const tm_segment) -> Result<&'a Segment, Failure> {
     // SAFETY: a non-NULL s is a live handle (caller's contract), a leaked
     // Box valid until tm_segment_destroy; it is only read here.
-    Ok(&unsafe { handle(s, "segment handle") }?.segment)
+    Ok(&unsafe { owned(s, "segment handle") }?.segment)
 }
 
 /// `void *tm_segment_base(const tm_segment *s)`; NULL for NULL.

@@ -4,7 +4,8 @@ use std::ffi::{c_int, c_void};
 use std::mem::size_of;
 use std::ptr;
 
-use crate::ffi::{destroy, guard, handle, non_null, user_status, CReturn, Failure, Out, RunArg};
+use crate::ffi::{destroy_owned, guard, non_null, owned, user_status, CReturn, Failure, Out, Owned, RunArg};
+use tiermem::fork::ProcessBound;
 
 /// `tm_svm_create` flag: SPM pages in the noncoherent flavour.
 pub const TM_SVM_NONCOHERENT: c_int = 1;
@@ -14,6 +15,14 @@ pub const TM_SVM_PIN: c_int = 2;
 /// An SVM team (opaque).
 pub struct tm_svm {
     svm: tiermem::svm::Svm,
+    born: ProcessBound,
+}
+
+impl Owned for tm_svm {
+    const OBJECT: &'static str = "SVM";
+    fn born(&self) -> &ProcessBound {
+        &self.born
+    }
 }
 
 /// The function each SVM process runs.
@@ -58,8 +67,9 @@ thread_local! {
 }
 
 fn svm_ref<'a>(s: *const tm_svm) -> Result<&'a tm_svm, Failure> {
-    // SAFETY: NULL or a live handle from tm_svm_create (caller's contract).
-    unsafe { handle(s, "svm") }
+    // SAFETY: NULL or a live handle from tm_svm_create (caller's
+    // contract); the parent's handle in a forked child is refused.
+    unsafe { owned(s, "svm") }
 }
 
 /// Runs `f` (under [`guard`]) with the calling process's SVM process, or
@@ -110,7 +120,10 @@ pub unsafe extern "C" fn tm_svm_create(
             cfg.cpus = (0..tiermem_sys::thread::online_cpus()).collect();
         }
         let svm = tiermem::svm::Svm::new(cfg)?;
-        out.set_box(tm_svm { svm });
+        out.set_box(tm_svm {
+            svm,
+            born: ProcessBound::here(),
+        });
         Ok(())
     })
 }
@@ -269,5 +282,5 @@ pub unsafe extern "C" fn tm_svm_stats(s: *const tm_svm, out: *mut tm_svm_stats) 
 #[no_mangle]
 pub unsafe extern "C" fn tm_svm_destroy(s: *mut tm_svm) -> c_int {
     // SAFETY: NULL or a live handle from tm_svm_create, given up here.
-    unsafe { destroy("tm_svm_destroy", s) }
+    unsafe { destroy_owned("tm_svm_destroy", s) }
 }

@@ -3,7 +3,8 @@
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::mem::size_of;
 
-use crate::ffi::{destroy, guard, handle, non_null, user_status, Failure, Out, RunArg};
+use crate::ffi::{destroy_owned, guard, handle, non_null, owned, user_status, Failure, Out, Owned, RunArg};
+use tiermem::fork::ProcessBound;
 
 /// `tm_team_create` flag: sharer-aware replacement instead of FIFO.
 pub const TM_TEAM_SHARER_AWARE: c_int = 1;
@@ -13,6 +14,14 @@ pub const TM_TEAM_PIN: c_int = 2;
 /// A team region (opaque).
 pub struct tm_team {
     team: tiermem::team::TeamRegion,
+    born: ProcessBound,
+}
+
+impl Owned for tm_team {
+    const OBJECT: &'static str = "team";
+    fn born(&self) -> &ProcessBound {
+        &self.born
+    }
 }
 
 /// A worker inside `tm_team_run` (opaque; valid during the callback).
@@ -81,7 +90,10 @@ fn new_team(
     // SAFETY: out is NULL or writable (caller's contract).
     let out = unsafe { Out::new(out, "out is NULL") }?;
     let team = make()?;
-    out.set_box(tm_team { team });
+    out.set_box(tm_team {
+        team,
+        born: ProcessBound::here(),
+    });
     Ok(())
 }
 
@@ -163,12 +175,13 @@ pub unsafe extern "C" fn tm_team_attach(name: *const c_char, rank: c_int, out: *
 #[no_mangle]
 pub unsafe extern "C" fn tm_team_destroy(t: *mut tm_team) -> c_int {
     // SAFETY: NULL or a live handle from new_team, given up here.
-    unsafe { destroy("tm_team_destroy", t) }
+    unsafe { destroy_owned("tm_team_destroy", t) }
 }
 
 fn team_ref<'a>(t: *const tm_team) -> Result<&'a tm_team, Failure> {
-    // SAFETY: NULL or a live handle (caller's contract).
-    unsafe { handle(t, "team") }
+    // SAFETY: NULL or a live handle (caller's contract); the parent's
+    // handle in a forked child is refused.
+    unsafe { owned(t, "team") }
 }
 
 /// `void *tm_team_base(const tm_team *t)`: the region's address (the same

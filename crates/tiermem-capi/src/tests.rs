@@ -337,12 +337,12 @@ fn huge_pages_beyond_the_pool_give_ehugepages() {
 #[test]
 fn error_strings() {
     assert_eq!(tm_strerror_str(TM_OK), "success");
-    for code in TM_EWORKER..=TM_EINVAL {
+    for code in TM_EFORKED..=TM_EINVAL {
         let e = ErrorCode::from_raw(code).unwrap();
         assert_eq!(tm_strerror_str(code), e.message(), "code {code}");
     }
     assert_eq!(tm_strerror_str(1), "unknown error code");
-    assert_eq!(tm_strerror_str(-10), "unknown error code");
+    assert_eq!(tm_strerror_str(-11), "unknown error code");
     // A fresh thread has no error yet.
     std::thread::spawn(|| assert_eq!(last_error(), ""))
         .join()
@@ -526,6 +526,7 @@ fn header_matches_the_abi() {
         ("TM_DIRTY_WP_FAULT", TM_DIRTY_WP_FAULT),
         ("TM_DIRTY_WP_ASYNC", TM_DIRTY_WP_ASYNC),
         ("TM_EWORKER", TM_EWORKER),
+        ("TM_EFORKED", TM_EFORKED),
         ("TM_TEAM_SHARER_AWARE", TM_TEAM_SHARER_AWARE),
         ("TM_TEAM_PIN", TM_TEAM_PIN),
         ("TM_TEAM_PROCESSES", TM_TEAM_PROCESSES),

@@ -158,6 +158,15 @@ fn region(pages: usize, near_pages: usize, d: &Design, batch: usize) -> Result<R
     c.fault_path = d.fault_path;
     c.handler_cpus = d.handler_cpus.clone();
     c.evict_batch_pages = batch;
+    // TIERMEM_KERNEL_ACCESS=off measures without the seccomp filter that
+    // traps system calls on tiered buffers (it stays installed for the
+    // rest of the process once an in-context region made it).
+    if let Some(k) = std::env::var("TIERMEM_KERNEL_ACCESS")
+        .ok()
+        .and_then(|v| tiermem::KernelAccess::from_name(&v))
+    {
+        c.kernel_access = k;
+    }
     Region::new(c)
 }
 

@@ -416,7 +416,17 @@ impl Config {
         let mut warnings = Vec::new();
         for opt in ENV_OPTIONS {
             if let Some(v) = lookup(opt.name) {
-                if let Err(e) = (opt.apply)(self, v.trim()) {
+                // A value that parses but makes the configuration invalid
+                // (TIERMEM_NEAR=0, TIERMEM_FAR=5000) is refused the same
+                // way: the docs promise a warning and the default kept.
+                let before = self.clone();
+                let valid_before = before.validate().is_ok();
+                let applied = (opt.apply)(self, v.trim()).and_then(|()| match self.validate() {
+                    Err(e) if valid_before => Err(e.to_string()),
+                    _ => Ok(()),
+                });
+                if let Err(e) = applied {
+                    *self = before;
                     warnings.push(format!(
                         "tiermem: ignoring {}={:?}: {e}; keeping {}",
                         opt.name, v, opt.default
@@ -852,6 +862,7 @@ pub fn env_reference_markdown() -> String {
     for o in ENV_OPTIONS {
         s += &format!("| `{}` | {} | {} | {} |\n", o.name, o.unit, o.default, o.help);
     }
+    s += "| `TIERMEM_GLOBAL_HEAP` | tiered, 2m, 1g or thp | tiered | What serves `tm_malloc_global`: the tiered process-wide region, or a huge-page heap without tiering (paper 3) of `TIERMEM_FAR` bytes on pages of that size from the pool, falling back 1g -> 2m -> THP -> 4k with one warning line. |\n";
     s += "| `TIERMEM_VERBOSE` | 0 or 1 | 0 | Print the effective configuration of the process-wide region on stderr. |\n";
     s
 }
@@ -859,6 +870,45 @@ pub fn env_reference_markdown() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 18.6: values that parse but make the configuration invalid
+    /// warn, name the variable, and keep the default (the global heap
+    /// stayed unusable before).
+    #[test]
+    fn invalid_env_values_warn_and_keep_the_default() {
+        for (name, value) in [
+            ("TIERMEM_NEAR", "0"),
+            ("TIERMEM_NEAR", "12K"),
+            ("TIERMEM_NEAR", "5000"),
+            ("TIERMEM_FAR", "0"),
+            ("TIERMEM_FAR", "5000"),
+            ("TIERMEM_FAR", "65T"),
+        ] {
+            let mut c = Config::new(4 << 30, 1 << 30);
+            let w = c.apply_vars(|n| (n == name).then(|| value.to_owned()));
+            assert_eq!(w.len(), 1, "{name}={value}: {w:?}");
+            assert!(
+                w[0].contains(name) && w[0].contains(value) && w[0].contains("keeping"),
+                "{}",
+                w[0]
+            );
+            assert_eq!(
+                (c.virt_bytes, c.near_bytes),
+                (4 << 30, 1 << 30),
+                "{name}={value} kept the default"
+            );
+            c.validate().unwrap();
+        }
+        // Valid ones still apply, in any order.
+        let mut c = Config::new(4 << 30, 1 << 30);
+        let w = c.apply_vars(|n| match n {
+            "TIERMEM_FAR" => Some("16M".into()),
+            "TIERMEM_NEAR" => Some("4M".into()),
+            _ => None,
+        });
+        assert!(w.is_empty(), "{w:?}");
+        assert_eq!((c.virt_bytes, c.near_bytes), (16 << 20, 4 << 20));
+    }
 
     #[test]
     fn sizes_parse_and_format() {

@@ -61,7 +61,7 @@ pub enum Error {
     GlobalHeapFull(String),
     /// A thread could not be started.
     #[error("cannot start a thread: {0}")]
-    Thread(#[from] std::io::Error),
+    Thread(std::io::Error),
     /// A team worker failed (its error, crash or kill stopped the team).
     #[error("team: {0}")]
     Team(String),
@@ -69,6 +69,30 @@ pub enum Error {
     /// network or the MPI library failed.
     #[error("MPI: {0}")]
     Mpi(String),
+    /// A handle or allocation inherited across `fork()`: it belongs to the
+    /// parent, and the child may not use it (docs/fork.md).
+    #[error("{0}")]
+    Forked(String),
+    /// A thread could not be started because the process, its user or its
+    /// cgroup is at its task limit.
+    #[error("{0}")]
+    TaskLimit(String),
+}
+
+impl From<std::io::Error> for Error {
+    /// A thread that could not be started: at a task limit (EAGAIN: the
+    /// pids cgroup, `RLIMIT_NPROC`, `kernel.threads-max`) it is a resource
+    /// error naming the limits, otherwise an internal one.
+    fn from(e: std::io::Error) -> Error {
+        match e.raw_os_error() {
+            Some(libc::EAGAIN) | Some(libc::ENOMEM) => Error::TaskLimit(format!(
+                "cannot start a thread: {e}; the process is at a task limit (its cgroup's pids.max, \
+                 `ulimit -u` (RLIMIT_NPROC) or kernel.threads-max): raise the limit, or use fewer \
+                 movers and handler threads"
+            )),
+            _ => Error::Thread(e),
+        }
+    }
 }
 
 /// Stable error codes, as returned by the C API (negative).
@@ -93,6 +117,8 @@ pub enum ErrorCode {
     Internal = -8,
     /// A team worker failed; the team stopped.
     WorkerFailed = -9,
+    /// A handle or allocation inherited across `fork()`.
+    Forked = -10,
 }
 
 impl Error {
@@ -118,6 +144,8 @@ impl Error {
             }
             Error::Sys { .. } | Error::Thread(_) => ErrorCode::Internal,
             Error::Team(_) | Error::Mpi(_) => ErrorCode::WorkerFailed,
+            Error::Forked(_) => ErrorCode::Forked,
+            Error::TaskLimit(_) => ErrorCode::OutOfMemory,
         }
     }
 }
@@ -135,6 +163,7 @@ impl ErrorCode {
             ErrorCode::Permission => "permission denied",
             ErrorCode::Internal => "internal error",
             ErrorCode::WorkerFailed => "a team worker failed",
+            ErrorCode::Forked => "handle inherited across fork()",
         }
     }
 
@@ -151,6 +180,7 @@ impl ErrorCode {
             Permission,
             Internal,
             WorkerFailed,
+            Forked,
         ]
         .into_iter()
         .find(|c| *c as i32 == v)

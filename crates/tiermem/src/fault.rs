@@ -166,6 +166,14 @@ pub(crate) fn lookup<H: FaultHandler>(addr: usize) -> Option<Arc<H>> {
     h.downcast().ok()
 }
 
+/// Whether `addr` lies in a range that the parent registered before this
+/// process was forked from it (until the child registers a range of its
+/// own, which drops the parent's entries).
+pub(crate) fn registered_by_parent(addr: usize) -> bool {
+    let generation = fork_generation();
+    TABLE.read(addr, |e| e.is_some_and(|e| e.value.generation != generation))
+}
+
 /// Pages held for one kernel-mode access: up to a few registered ranges
 /// the buffer crosses (no allocation: this runs in the SIGSYS handler).
 pub(crate) struct KernelPins {

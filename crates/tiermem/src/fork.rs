@@ -128,3 +128,55 @@ extern "C" fn in_child() {
     }
     unlock();
 }
+
+/// The process that made an object: a handle or an allocation inherited
+/// by a `fork()`ed child belongs to the parent (its range is absent in the
+/// child and its far store is shared with the parent), so every operation
+/// on it in the child is refused with [`Error::Forked`](crate::Error::Forked)
+/// and touches nothing.
+///
+/// ```
+/// let made = tiermem::fork::ProcessBound::here();
+/// assert!(made.check("tm_region_discard", "region").is_ok());
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProcessBound {
+    generation: u64,
+}
+
+impl ProcessBound {
+    /// Stamps an object made now, in this process.
+    pub fn here() -> ProcessBound {
+        ProcessBound {
+            generation: crate::fault::fork_generation(),
+        }
+    }
+
+    /// Whether the object was made in this process (not inherited by fork).
+    pub fn is_here(&self) -> bool {
+        self.generation == crate::fault::fork_generation()
+    }
+
+    /// `Ok` in the process that made the object; in a forked child, the
+    /// error naming the call (`what`) and the kind of object.
+    pub fn check(&self, what: &str, object: &str) -> Result<(), crate::Error> {
+        if self.is_here() {
+            return Ok(());
+        }
+        Err(inherited(what, object))
+    }
+}
+
+/// The error for `what` called in a forked child on the parent's `object`.
+pub(crate) fn inherited(what: &str, object: &str) -> crate::Error {
+    let what = if what.is_empty() {
+        String::new()
+    } else {
+        format!("{what}: ")
+    };
+    crate::Error::Forked(format!(
+        "{what}this {object} was made by the parent process before fork(); a forked child \
+         cannot use it (its memory is not mapped here and its far store is the parent's), and \
+         nothing of the parent's was touched. Create new ones in the child"
+    ))
+}

@@ -7,8 +7,15 @@
 //! aligned from one page up. Freeing coalesces neighbours and discards the
 //! pages a free range covers entirely, returning their near memory and
 //! far-store space.
+//!
+//! With `TIERMEM_GLOBAL_HEAP=2m|1g|thp` the process-wide heap is instead a
+//! huge-page heap without tiering (paper 3): `TIERMEM_FAR` bytes of address
+//! space backed on demand by pages of that size from the pool, falling back
+//! 1g -> 2m -> THP -> 4k with one warning line when the pool runs dry
+//! ([`crate::heap`]); allocations are page aligned and take whole pages.
 
-use crate::config::Config;
+use crate::config::{parse_size, Config};
+use crate::heap::{HeapConfig, HugeKind};
 use crate::region::Region;
 use crate::stats::RegionStats;
 use crate::Error;
@@ -23,7 +30,82 @@ struct Heap {
     used: HashMap<usize, usize>,
 }
 
-static HEAP: Mutex<Option<Heap>> = Mutex::new(None);
+/// The process-wide heap: tiered (the default) or huge pages.
+enum Global {
+    Tiered(Heap),
+    Huge(crate::heap::Heap),
+}
+
+static HEAP: Mutex<Option<Global>> = Mutex::new(None);
+/// The ranges of tiered heaps a parent made before fork()ing this process:
+/// frees there are refused (the far store is the parent's).
+static PARENTS: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+
+impl Global {
+    /// A tiered heap inherited across fork(): its range is absent here and
+    /// its far store is the parent's.
+    fn inherited(&self) -> Option<(usize, usize)> {
+        match self {
+            Global::Tiered(h) if h.region.is_forked_copy() => Some((h.region.base(), h.region.len())),
+            _ => None,
+        }
+    }
+}
+
+/// In a forked child, drops the parent's tiered heap (dropping touches
+/// nothing of the parent's) so that the child starts an empty one of its
+/// own, and remembers its range.
+fn forget_parents_heap(g: &mut Option<Global>) {
+    if let Some(range) = g.as_ref().and_then(Global::inherited) {
+        PARENTS.lock().unwrap_or_else(|p| p.into_inner()).push(range);
+        *g = None;
+    }
+}
+
+/// `TIERMEM_GLOBAL_HEAP`: which heap serves `tm_malloc_global`.
+pub const GLOBAL_HEAP_VAR: &str = "TIERMEM_GLOBAL_HEAP";
+
+/// The huge page kind `TIERMEM_GLOBAL_HEAP` asks for (None: tiered), with
+/// a warning for a value that is not understood (the default is kept).
+fn huge_kind_from_env(warnings: &mut Vec<String>) -> Option<HugeKind> {
+    let v = std::env::var(GLOBAL_HEAP_VAR).ok()?;
+    match v.trim().to_ascii_lowercase().as_str() {
+        "" | "tiered" => None,
+        k => match HugeKind::from_name(k) {
+            Some(HugeKind::Base4K) | None => {
+                warnings.push(format!(
+                    "tiermem: ignoring {GLOBAL_HEAP_VAR}={v:?}: expected tiered, 2m, 1g or thp; keeping tiered"
+                ));
+                None
+            }
+            kind => kind,
+        },
+    }
+}
+
+/// Creates the heap the environment asks for.
+fn global_from_env() -> Result<Global, Error> {
+    let (config, mut warnings) = global_config();
+    let huge = huge_kind_from_env(&mut warnings);
+    for w in warnings {
+        eprintln!("{w}");
+    }
+    match huge {
+        None => Ok(Global::Tiered(Heap::new(config)?)),
+        Some(kind) => {
+            // The huge heap's size is TIERMEM_FAR (no near budget: nothing moves).
+            let bytes = std::env::var("TIERMEM_FAR")
+                .ok()
+                .and_then(|v| parse_size(&v).ok())
+                .filter(|&b| b > 0)
+                .unwrap_or(config.virt_bytes);
+            Ok(Global::Huge(crate::heap::Heap::new(HeapConfig::huge(
+                bytes as u64,
+                kind,
+            ))?))
+        }
+    }
+}
 
 /// The configuration of the process-wide region: 4 GiB virtual over a
 /// 1 GiB budget unless `TIERMEM_*` variables say otherwise.
@@ -40,7 +122,7 @@ pub fn init_global(config: Config) -> Result<(), Error> {
     if g.is_some() {
         return Err(Error::Usage("the global region exists already".into()));
     }
-    *g = Some(Heap::new(config)?);
+    *g = Some(Global::Tiered(Heap::new(config)?));
     Ok(())
 }
 
@@ -104,14 +186,11 @@ impl Heap {
     }
 }
 
-fn with_heap<T>(f: impl FnOnce(&mut Heap) -> Result<T, Error>) -> Result<T, Error> {
+fn with_heap<T>(f: impl FnOnce(&mut Global) -> Result<T, Error>) -> Result<T, Error> {
     let mut g = HEAP.lock().unwrap_or_else(|p| p.into_inner());
+    forget_parents_heap(&mut g);
     if g.is_none() {
-        let (config, warnings) = global_config();
-        for w in warnings {
-            eprintln!("{w}");
-        }
-        *g = Some(Heap::new(config)?);
+        *g = Some(global_from_env()?);
     }
     f(g.as_mut().expect("heap initialised above"))
 }
@@ -119,39 +198,70 @@ fn with_heap<T>(f: impl FnOnce(&mut Heap) -> Result<T, Error>) -> Result<T, Erro
 /// Allocates `size` bytes of tiered memory from the process-wide region and
 /// returns its address.
 pub fn malloc_global(size: usize) -> Result<usize, Error> {
-    with_heap(|h| {
-        let off = h.alloc(size).ok_or_else(|| {
+    with_heap(|g| {
+        let (got, len) = match g {
+            Global::Tiered(h) => (h.alloc(size).map(|o| h.region.base() + o), h.region.len()),
+            Global::Huge(h) => (h.alloc(size.max(1), 64), h.len()),
+        };
+        got.ok_or_else(|| {
             Error::GlobalHeapFull(format!(
-                "tm_malloc_global({size}): the global region ({} bytes, TIERMEM_FAR) has no free range that large",
-                h.region.len()
+                "tm_malloc_global({size}): the global region ({len} bytes, TIERMEM_FAR) has no free range that large"
             ))
-        })?;
-        Ok(h.region.base() + off)
+        })
     })
 }
 
 /// Frees an address returned by [`malloc_global`].
 pub fn free_global(addr: usize) -> Result<(), Error> {
     let mut g = HEAP.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(h) = g.as_mut() else {
-        return Err(Error::Usage(format!(
-            "tm_free_global: {addr:#x} was not allocated by tm_malloc_global (nothing was)"
-        )));
+    let not_allocated = || {
+        Error::Usage(format!(
+            "tm_free_global: {addr:#x} was not allocated by tm_malloc_global"
+        ))
     };
-    {
-        let base = h.region.base();
-        if addr < base || addr >= base + h.region.len() {
-            return Err(Error::Usage(format!(
-                "tm_free_global: {addr:#x} is not in the global region"
-            )));
+    let outside = || {
+        let parents = PARENTS.lock().unwrap_or_else(|p| p.into_inner());
+        if parents.iter().any(|&(b, l)| addr.wrapping_sub(b) < l) {
+            crate::fork::inherited("tm_free_global", "allocation")
+        } else {
+            Error::Usage(format!("tm_free_global: {addr:#x} is not in the global region"))
         }
-        h.release(addr - base)
+    };
+    forget_parents_heap(&mut g);
+    match g.as_mut() {
+        None if PARENTS.lock().unwrap_or_else(|p| p.into_inner()).is_empty() => Err(Error::Usage(format!(
+            "tm_free_global: {addr:#x} was not allocated by tm_malloc_global (nothing was)"
+        ))),
+        None => Err(outside()),
+        Some(Global::Tiered(h)) => {
+            let base = h.region.base();
+            if addr < base || addr >= base + h.region.len() {
+                return Err(outside());
+            }
+            h.release(addr - base)
+        }
+        Some(Global::Huge(h)) if !h.contains(addr) => Err(outside()),
+        Some(Global::Huge(h)) => h.free(addr).then_some(()).ok_or_else(not_allocated),
     }
 }
 
-/// Statistics of the process-wide region, if it exists.
+/// Statistics of the process-wide region, if it exists (a huge-page heap
+/// has no region: None).
 pub fn global_stats() -> Option<RegionStats> {
-    HEAP.lock().ok()?.as_ref().map(|h| h.region.stats())
+    match HEAP.lock().ok()?.as_ref()? {
+        Global::Tiered(h) if h.region.is_forked_copy() => None,
+        Global::Tiered(h) => Some(h.region.stats()),
+        Global::Huge(_) => None,
+    }
+}
+
+/// Huge pages mapped by the process-wide heap, if it is a huge-page heap
+/// (`TIERMEM_GLOBAL_HEAP`).
+pub fn global_huge_stats() -> Option<crate::heap::HugeStats> {
+    match HEAP.lock().ok()?.as_ref()? {
+        Global::Tiered(_) => None,
+        Global::Huge(h) => h.stats().huge,
+    }
 }
 
 #[cfg(test)]

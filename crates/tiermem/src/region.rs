@@ -295,6 +295,14 @@ impl Region {
         self.core.generation != crate::fault::fork_generation()
     }
 
+    /// Refuses `what` on a handle inherited across `fork()` (docs/fork.md).
+    fn here(&self, what: &str) -> Result<(), Error> {
+        if self.is_forked_copy() {
+            return Err(crate::fork::inherited(what, "region"));
+        }
+        Ok(())
+    }
+
     /// In a forked child of an `OnFork::Copy` region (plain memory there):
     /// makes `[offset, offset + len)` read as zeros, touching nothing of
     /// the parent's (its far store is shared).
@@ -395,6 +403,7 @@ impl Region {
     /// Writes back and drops every resident page. Fails if a write-back
     /// fails; the pages concerned stay resident.
     pub fn evict_all(&self) -> Result<usize, Error> {
+        self.here("evict_all")?;
         // Fills in flight (handler threads may trail the application) are
         // not on the replacement list yet: let them land first.
         self.settle();
@@ -405,6 +414,7 @@ impl Region {
     /// give back their near memory and far-store space. Both must be
     /// page aligned.
     pub fn discard(&self, offset: usize, len: usize) -> Result<(), Error> {
+        self.here("discard")?;
         let ps = self.page_bytes();
         if offset % ps != 0 || len % ps != 0 || offset.checked_add(len).is_none_or(|e| e > self.len()) {
             return Err(Error::Usage(format!(
@@ -420,6 +430,7 @@ impl Region {
     /// (`tm_prefetch`): queued to the mover threads, or done now by the
     /// caller when the region has none. Pages already resident are skipped.
     pub fn prefetch(&self, offset: usize, len: usize) -> Result<(), Error> {
+        self.here("prefetch")?;
         let (first, count) = self.pages_of(offset, len, "prefetch")?;
         self.core.prefetch_range(first, count);
         Ok(())
@@ -431,6 +442,7 @@ impl Region {
     /// (the data stays in the far store; unlike `madvise(MADV_DONTNEED)`,
     /// nothing is lost), `Normal` clears earlier advice.
     pub fn advise(&self, offset: usize, len: usize, advice: Advice) -> Result<(), Error> {
+        self.here("advise")?;
         let (first, count) = self.pages_of(offset, len, "advise")?;
         self.core.advise(first, count, advice)?;
         Ok(())
@@ -566,8 +578,15 @@ pub fn advise(addr: usize, len: usize, advice: Advice) -> Result<(), Error> {
 }
 
 fn locate(addr: usize, len: usize, what: &str) -> Result<(Arc<RegionCore>, usize, usize), Error> {
-    let core = crate::fault::lookup::<RegionCore>(addr)
-        .ok_or_else(|| Error::Usage(format!("{what}: {addr:#x} is not in a tiermem region")))?;
+    let core = crate::fault::lookup::<RegionCore>(addr).ok_or_else(|| {
+        if crate::fault::registered_by_parent(addr) {
+            crate::fork::inherited(what, "region")
+        } else {
+            Error::Usage(format!(
+                "{what}: {addr:#x} is not in a tiermem region of this process"
+            ))
+        }
+    })?;
     let base = core.mapping.addr();
     let end = addr
         .checked_add(len)

@@ -581,6 +581,29 @@ impl RegionCore {
         Ok(())
     }
 
+    /// Fills a prefetch request on the calling thread (no mover, or their
+    /// queue is full). A file store reads through the per-page staging
+    /// buffers (the movers' run buffers belong to the movers), so page by
+    /// page there.
+    fn fill_now(&self, r: &Request) {
+        match &self.staging {
+            None => {
+                self.mover_fill(r, None);
+            }
+            Some(pool) => {
+                for k in 0..r.count {
+                    let slot = pool.claim();
+                    let one = Request {
+                        first: r.first + k,
+                        count: 1,
+                        ..*r
+                    };
+                    self.mover_fill(&one, Some(&slot));
+                }
+            }
+        }
+    }
+
     /// Explicit prefetch of `[first, first+count)`: queued to the movers, or
     /// done now by the caller when the region has none.
     pub(crate) fn prefetch_range(&self, first: usize, count: usize) {
@@ -599,9 +622,7 @@ impl RegionCore {
                         pf.issued.fetch_add(n as u64, Ordering::Relaxed);
                     }
                 }
-                _ => {
-                    self.mover_fill(&r, None);
-                }
+                _ => self.fill_now(&r),
             }
             k += n;
         }

@@ -39,8 +39,15 @@ impl FarStore for FileStore {
         len: usize,
         staging: Option<&'a StagingSlot<'a>>,
     ) -> Result<MemRange<'a>, StoreError> {
-        let slot = staging.expect("the file store reads through a staging buffer");
-        assert!(len <= slot.len());
+        // Callers always pass a large enough buffer; failing (not panicking)
+        // if one does not keeps a page from being left busy.
+        let Some(slot) = staging.filter(|s| len <= s.len()) else {
+            return Err(StoreError::Read {
+                offset,
+                len,
+                errno: Errno(libc::EINVAL),
+            });
+        };
         self.read_into(offset, len, slot.mapping(), slot.offset())?;
         Ok(slot.mapping().range(slot.offset(), len))
     }

@@ -14,9 +14,9 @@
 //!   windows that every rank exposes over its node's files: the home
 //!   copies (`MPI_Get` of up to 8 pages per fault, `MPI_Put` of the diff's
 //!   byte runs as one hindexed datatype per page) and the metadata
-//!   (`MPI_Fetch_and_op` for versions, DSM masks and the DSM epoch,
-//!   `MPI_Compare_and_swap` for locks, `MPI_Get`/`MPI_Put` for the notice
-//!   rings). Passive target: one `MPI_Win_lock_all` epoch per window,
+//!   (`MPI_Fetch_and_op` for versions, DSM masks, the DSM epoch and lock
+//!   tickets, `MPI_Compare_and_swap` for lock hand-overs, `MPI_Get`/`MPI_Put`
+//!   for the notice rings). Passive target: one `MPI_Win_lock_all` epoch per window,
 //!   operations completed by `MPI_Win_flush_all`.
 //!
 //! Homes: each allocation is split into as many contiguous blocks as there
@@ -27,8 +27,8 @@
 //! What the remote operations rely on:
 //!
 //! - Remote atomics and local atomics meet on the same metadata words (a
-//!   rank of the home node takes a lock with a CPU `cmpxchg`, a rank of
-//!   another node with `MPI_Compare_and_swap`). Open MPI's `osc/ucx` (and
+//!   rank of the home node takes a lock ticket with a CPU `fetch_add`, a
+//!   rank of another node with `MPI_Fetch_and_op`). Open MPI's `osc/ucx` (and
 //!   `osc/sm`) execute MPI atomics as CPU atomics on the target's memory,
 //!   so the two are atomic with respect to each other. The MPI standard
 //!   does not promise this (a NIC with its own atomics would break it), so
@@ -108,6 +108,130 @@ const SLOT_STRIDE: usize = SLOT_HDR + SLOT_DATA;
 /// A home's runs up to this many go as one `MPI_Put` each (one message per
 /// run); more go packed through the home's inbox.
 const DIRECT_RUNS: usize = 16;
+
+/// The ticket lock that the MPI transport keeps in each lock's metadata
+/// word (the forked team's `LocalShm` keeps a plain holder word): the
+/// holder (rank + 1, 0 while nobody holds it) in bits 0-15, the ticket
+/// being served in bits 16-39, the next ticket to hand out in bits 40-63.
+/// Taking a ticket is one `MPI_SUM` of [`NEXT_ONE`](ticket::NEXT_ONE)
+/// (its carry out of bit 63 is the wrap of that counter); every other
+/// change is a compare-and-swap by the rank whose turn it is, so the
+/// served counter wraps inside its field.
+mod ticket {
+    const HOLDER: u64 = 0xffff;
+    const SERVING_SHIFT: u32 = 16;
+    const COUNTER: u64 = 0xff_ffff;
+    pub(super) const NEXT_ONE: u64 = 1 << 40;
+
+    pub(super) fn holder(w: u64) -> u64 {
+        w & HOLDER
+    }
+    pub(super) fn serving(w: u64) -> u64 {
+        (w >> SERVING_SHIFT) & COUNTER
+    }
+    pub(super) fn next(w: u64) -> u64 {
+        w >> 40
+    }
+    /// Tickets served before `mine` (the holder's included).
+    pub(super) fn ahead(w: u64, mine: u64) -> u64 {
+        mine.wrapping_sub(serving(w)) & COUNTER
+    }
+    /// The word once `who` (rank + 1) holds the lock.
+    pub(super) fn claimed(w: u64, who: u64) -> u64 {
+        (w & !HOLDER) | who
+    }
+    /// The word once the holder released it: nobody holds it and the next
+    /// ticket is served.
+    pub(super) fn released(w: u64) -> u64 {
+        let serving = ((serving(w) + 1) & COUNTER) << SERVING_SHIFT;
+        (w & !(HOLDER | COUNTER << SERVING_SHIFT)) | serving
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn tickets_are_served_in_order_and_wrap() {
+            // Three ranks take tickets on a free lock, at the edge of both counters.
+            let start = (COUNTER << 40) | (COUNTER << SERVING_SHIFT);
+            let mut w = start;
+            let mut tickets = Vec::new();
+            for _ in 0..3 {
+                tickets.push(next(w));
+                w = w.wrapping_add(NEXT_ONE);
+            }
+            assert_eq!(tickets, vec![COUNTER, 0, 1]);
+            for (k, &t) in tickets.iter().enumerate() {
+                assert_eq!(serving(w), t, "ticket {k} is served next");
+                assert_eq!(holder(w), 0);
+                assert_eq!(ahead(w, t), 0);
+                w = claimed(w, k as u64 + 1);
+                assert_eq!(holder(w), k as u64 + 1);
+                assert_eq!(next(w), 2, "claiming leaves the ticket counter");
+                w = released(w);
+            }
+            assert_eq!(serving(w), next(w), "free again after everyone released");
+            assert_eq!(ahead(start, 1), 2);
+        }
+    }
+}
+
+/// One lock's word, on this node or another.
+enum LockWord<'a> {
+    Local(&'a AtomicU64),
+    Remote {
+        link: &'a MpiLink,
+        home: usize,
+        disp: usize,
+    },
+}
+
+impl LockWord<'_> {
+    fn fetch_add(&self, v: u64) -> Result<u64, Error> {
+        match *self {
+            // Relaxed: taking a ticket orders nothing; the claim does.
+            LockWord::Local(w) => Ok(w.fetch_add(v, Ordering::Relaxed)),
+            LockWord::Remote { link, home, disp } => {
+                let mut old = 0u64;
+                let mut b = link.remote()?.meta.batch();
+                b.fetch_add(home, disp, &v, &mut old)?;
+                b.flush()?;
+                link.net(1, 1, 8, 8);
+                Ok(old)
+            }
+        }
+    }
+
+    /// An atomic read (a remote word is read with an add of 0: `MPI_Get`
+    /// is not atomic with respect to the other ranks' atomics).
+    fn read(&self) -> Result<u64, Error> {
+        match *self {
+            // Acquire: pairs with the release of the previous holder.
+            LockWord::Local(w) => Ok(w.load(Ordering::Acquire)),
+            LockWord::Remote { .. } => self.fetch_add(0),
+        }
+    }
+
+    /// Compare-and-swap; returns the value before (== `cur` on success).
+    fn compare_swap(&self, cur: u64, new: u64) -> Result<u64, Error> {
+        match *self {
+            // AcqRel: a claim acquires the previous holder's writes, a
+            // release publishes ours.
+            LockWord::Local(w) => Ok(w
+                .compare_exchange(cur, new, Ordering::AcqRel, Ordering::Acquire)
+                .unwrap_or_else(|v| v)),
+            LockWord::Remote { link, home, disp } => {
+                let mut old = 0u64;
+                let mut b = link.remote()?.meta.batch();
+                b.compare_swap(home, disp, &cur, &new, &mut old)?;
+                b.flush()?;
+                link.net(1, 1, 8, 8);
+                Ok(old)
+            }
+        }
+    }
+}
 
 /// The windows of a job that spans nodes.
 ///
@@ -299,32 +423,18 @@ impl MpiLink {
         c
     }
 
-    fn lock_remote(&self, id: usize, rank: usize, home: usize) -> Result<(), Error> {
-        let r = self.remote()?;
-        let disp = self.disp(|m| m.lock_holder(id));
-        let (zero, mine) = (0u64, rank as u64 + 1);
-        let mut backoff = Backoff::new(Duration::from_micros(50));
-        let (start, mut last) = (Instant::now(), Instant::now());
-        loop {
-            let mut old = 0u64;
-            let mut b = r.meta.batch();
-            b.compare_swap(home, disp, &zero, &mine, &mut old)?;
-            b.flush()?;
-            self.net(1, 1, 8, 8);
-            if old == 0 {
-                // Relaxed: this thread's own bookkeeping.
-                self.held[id].store(true, Ordering::Relaxed);
-                return Ok(());
-            }
-            if old == mine {
-                return Err(Error::Usage(format!("lock {id} is already held by this process")));
-            }
-            backoff.snooze();
-            if last.elapsed() > Duration::from_millis(10) {
-                last = Instant::now();
-                self.check_peers(start, &|| {
-                    format!("waiting for lock {id} (held by rank {})", old - 1)
-                })?;
+    /// The word of lock `id`, wherever its home is: CPU atomics on this
+    /// node's metadata, MPI atomics (`MPI_Fetch_and_op` with `MPI_SUM`,
+    /// `MPI_Compare_and_swap`) on another node's.
+    fn lock_word(&self, id: usize) -> LockWord<'_> {
+        let (home, local) = self.lock_home(id);
+        if local {
+            LockWord::Local(self.node.meta().lock_holder(id))
+        } else {
+            LockWord::Remote {
+                link: self,
+                home,
+                disp: self.disp(|m| m.lock_holder(id)),
             }
         }
     }
@@ -540,74 +650,82 @@ impl Transport for MpiLink {
         }
     }
 
+    /// A ticket lock (see [`ticket`]): one atomic add takes a ticket, the
+    /// rank then waits until its ticket is served, so waiters are served
+    /// in arrival order whichever node they are on, and a waiting rank
+    /// only reads the word (no compare-and-swap storm on a contended lock).
     fn lock(&self, id: usize, rank: usize) -> Result<(), Error> {
-        let (home, local) = self.lock_home(id);
-        if !local {
-            return self.lock_remote(id, rank, home);
-        }
-        // Local CPU atomics on the lock word; ranks of other nodes
-        // compare-and-swap the same word through the window. Waiting here
-        // also watches for failed ranks (LocalShm watches dead pids).
-        let word = self.node.meta().lock_holder(id);
+        let word = self.lock_word(id);
         let mine = rank as u64 + 1;
+        if ticket::holder(word.read()?) == mine {
+            return Err(Error::Usage(format!("lock {id} is already held by this process")));
+        }
+        let my_ticket = ticket::next(word.fetch_add(ticket::NEXT_ONE)?);
         let mut backoff = Backoff::new(Duration::from_micros(20));
         let (start, mut last) = (Instant::now(), Instant::now());
+        let mut cur = word.read()?;
         loop {
-            let cur = word.load(Ordering::Relaxed);
-            // Acquire: the holder's release happens before our critical section.
-            if cur == 0
-                && word
-                    .compare_exchange(0, mine, Ordering::Acquire, Ordering::Relaxed)
-                    .is_ok()
-            {
-                return Ok(());
-            }
-            if cur == mine {
-                return Err(Error::Usage(format!("lock {id} is already held by this process")));
+            if ticket::serving(cur) == my_ticket && ticket::holder(cur) == 0 {
+                // Our turn: record the holder (the ticket counter may move
+                // under us, hence the loop). Acquire (local) or the flush
+                // (remote): the previous holder's release happens before
+                // our critical section.
+                let old = word.compare_swap(cur, ticket::claimed(cur, mine))?;
+                if old == cur {
+                    break;
+                }
+                cur = old;
+                continue;
             }
             backoff.snooze();
             if last.elapsed() > Duration::from_millis(10) {
                 last = Instant::now();
-                self.check_peers(start, &|| {
-                    format!("waiting for lock {id} (held by rank {})", cur.max(1) - 1)
+                let holder = ticket::holder(cur);
+                let ahead = ticket::ahead(cur, my_ticket);
+                self.check_peers(start, &|| match holder {
+                    0 => format!("waiting for lock {id} ({ahead} ahead)"),
+                    h => format!("waiting for lock {id} (held by rank {}, {ahead} ahead)", h - 1),
                 })?;
             }
+            cur = word.read()?;
         }
+        if matches!(word, LockWord::Remote { .. }) {
+            // Relaxed: this thread's own bookkeeping.
+            self.held[id].store(true, Ordering::Relaxed);
+        }
+        Ok(())
     }
 
     fn unlock(&self, id: usize, rank: usize) -> Result<(), Error> {
-        let (home, local) = self.lock_home(id);
-        if local {
-            return self.node.unlock(id, rank);
+        let word = self.lock_word(id);
+        let mine = rank as u64 + 1;
+        let mut cur = word.read()?;
+        loop {
+            if ticket::holder(cur) != mine {
+                return Err(Error::Usage(format!(
+                    "unlock of lock {id}, which this process does not hold"
+                )));
+            }
+            // Release (local) or the flush (remote): our diffs and notices
+            // happen before the next holder's claim.
+            let old = word.compare_swap(cur, ticket::released(cur))?;
+            if old == cur {
+                break;
+            }
+            cur = old;
         }
-        let r = self.remote()?;
-        let (mine, zero, mut old) = (rank as u64 + 1, 0u64, 0u64);
-        let disp = self.disp(|m| m.lock_holder(id));
-        let mut b = r.meta.batch();
-        b.compare_swap(home, disp, &mine, &zero, &mut old)?;
-        b.flush()?;
-        self.net(1, 1, 8, 8);
-        if old != mine {
-            return Err(Error::Usage(format!(
-                "unlock of lock {id}, which this process does not hold"
-            )));
+        if matches!(word, LockWord::Remote { .. }) {
+            self.held[id].store(false, Ordering::Relaxed);
         }
-        self.held[id].store(false, Ordering::Relaxed);
         Ok(())
     }
 
     fn lock_holder(&self, id: usize) -> Result<u64, Error> {
-        let (home, local) = self.lock_home(id);
-        if local {
-            return Ok(self.node.meta().lock_holder(id).load(Ordering::Relaxed));
-        }
-        // Relaxed: this thread's own bookkeeping.
-        if self.held[id].load(Ordering::Relaxed) {
+        if !self.lock_home(id).1 && self.held[id].load(Ordering::Relaxed) {
+            // Relaxed: this thread's own bookkeeping (no round trip).
             return Ok(self.rank as u64 + 1);
         }
-        let mut v = [0u64];
-        self.get_meta_words(home, self.disp(|m| m.lock_holder(id)), &mut v)?;
-        Ok(v[0])
+        Ok(ticket::holder(self.lock_word(id).read()?))
     }
 
     fn publish_notices(&self, id: usize, pages: &[u32]) -> Result<(), Error> {

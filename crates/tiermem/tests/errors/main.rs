@@ -256,3 +256,79 @@ fn read_error_is_reported_through_the_api() {
     assert!(r.as_mut_slice::<u8>()[..4096].iter().all(|&b| b == 9));
     let _ = is_root();
 }
+
+/// The pids controller's directory for a new cgroup (v1 hierarchy or v2
+/// with the controller enabled), if this machine has one we may use.
+fn pids_cgroup_root() -> Option<std::path::PathBuf> {
+    let v1 = std::path::Path::new("/sys/fs/cgroup/pids");
+    if v1.join("cgroup.procs").exists() {
+        return Some(v1.to_owned());
+    }
+    let v2 = std::path::Path::new("/sys/fs/cgroup");
+    let controllers = std::fs::read_to_string(v2.join("cgroup.controllers")).ok()?;
+    if !controllers.split_whitespace().any(|c| c == "pids") {
+        return None;
+    }
+    let _ = std::fs::write(v2.join("cgroup.subtree_control"), "+pids");
+    Some(v2.to_owned())
+}
+
+#[test]
+fn child_thread_limit_is_a_resource_error() {
+    const NAME: &str = "child_thread_limit_is_a_resource_error";
+    if !is_child(NAME) {
+        return;
+    }
+    let dir = std::path::PathBuf::from(std::env::var("TIERMEM_TEST_CGROUP").unwrap());
+    // Exactly the threads we have: the next one is refused (EAGAIN).
+    let threads = std::fs::read_dir("/proc/self/task").unwrap().count();
+    std::fs::write(dir.join("pids.max"), threads.to_string()).unwrap();
+    std::fs::write(dir.join("cgroup.procs"), std::process::id().to_string()).unwrap();
+    for fp in FaultPath::ALL {
+        let mut c = Config::new(4 * MIB, MIB);
+        c.fault_path = *fp;
+        c.movers = 1;
+        let e = Region::new(c).expect_err("no thread can start");
+        assert_eq!(e.code(), ErrorCode::OutOfMemory, "{fp:?}: {e}");
+        let msg = e.to_string();
+        assert!(
+            msg.contains("task limit") && msg.contains("pids.max"),
+            "{fp:?}: {msg}"
+        );
+    }
+    eprintln!("refused as expected");
+}
+
+/// Issue 18.6: thread creation refused at a pids cgroup limit is
+/// `ErrorCode::OutOfMemory` (`TM_ENOMEM`) naming the limit, not an
+/// internal error. Root only (makes a cgroup and removes it).
+#[test]
+fn thread_limit_is_a_resource_error() {
+    let Some(root) = pids_cgroup_root().filter(|_| is_root()) else {
+        eprintln!("skipped: needs root and a pids cgroup controller");
+        return;
+    };
+    let dir = root.join(format!("tiermem-test-{}", std::process::id()));
+    if std::fs::create_dir(&dir).is_err() {
+        eprintln!("skipped: cannot create {}", dir.display());
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_thread_limit_is_a_resource_error",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("TIERMEM_CHILD", "child_thread_limit_is_a_resource_error")
+        .env("TIERMEM_TEST_CGROUP", &dir)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir(&dir);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && err.contains("refused as expected"),
+        "{err}"
+    );
+    assert!(!dir.exists(), "the test cgroup was left behind");
+}

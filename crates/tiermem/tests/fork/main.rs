@@ -53,6 +53,18 @@ fn scenario(fp: FaultPath) {
         if maps.contains(&format!("{base:x}-")) {
             return 10;
         }
+        // Every operation on the parent's handle is refused and touches
+        // nothing (issue 18.1: discard punched holes in the shared file).
+        let len = region.len();
+        let forked = |r: Result<(), tiermem::Error>| matches!(r, Err(ref e) if e.code() == tiermem::ErrorCode::Forked && e.to_string().contains("fork()"));
+        if !forked(region.discard(0, len))
+            || !forked(region.evict_all().map(drop))
+            || !forked(region.prefetch(0, len))
+            || !forked(region.advise(0, len, tiermem::Advice::DontNeed))
+            || !forked(tiermem::region::prefetch(base, 4096))
+        {
+            return 13;
+        }
         let mut own = Region::new(Config::new(4 * MIB, MIB)).unwrap();
         own.as_mut_slice::<u64>()
             .iter_mut()

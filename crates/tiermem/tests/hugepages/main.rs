@@ -358,3 +358,61 @@ fn page_sizes_mix_in_one_process() {
         assert_eq!(s.bytes_in % r.page_bytes() as u64, 0, "{p}");
     }
 }
+
+/// `TIERMEM_GLOBAL_HEAP=2m`: `tm_malloc_global` is served by a huge-page
+/// heap (paper 3): 2 MiB pages from the pool while it lasts, then THP with
+/// a fallback counted; memory reads as zeros, frees are checked. Runs in a
+/// child process (the process-wide heap is made once, from the
+/// environment).
+#[test]
+fn global_heap_on_huge_pages_falls_back_when_the_pool_runs_dry() {
+    const NAME: &str = "global_heap_on_huge_pages_falls_back_when_the_pool_runs_dry";
+    if !common::is_child(NAME) {
+        let _one = POOL.lock().unwrap_or_else(|p| p.into_inner());
+        // Exactly 4 pages for the child: its 16 MiB need 8 chunks.
+        let Some(_pool) = HugePool::set_of(tiermem_sys::hugetlb::HugePageSize::Size2M, 4) else {
+            eprintln!("skipped: {NAME} needs a 2 MiB pool of exactly 4 pages");
+            return;
+        };
+        let (status, err) = common::run_child(NAME);
+        assert!(status.success(), "child failed: {err}");
+        assert!(err.contains("falls back to thp"), "one warning line: {err}");
+        return;
+    }
+    std::env::set_var("TIERMEM_GLOBAL_HEAP", "2m");
+    std::env::set_var("TIERMEM_FAR", "64M");
+    let len = 16 << 20;
+    let a = tiermem::global::malloc_global(len).expect("16 MiB from a 64 MiB heap");
+    assert_eq!(a % (2 << 20), 0, "2 MiB aligned");
+    for i in (0..len).step_by(4096) {
+        let p = (a + i) as *mut u64;
+        // SAFETY: [a, a + len) was just allocated to us and is mapped.
+        let fresh = unsafe { p.read_volatile() };
+        assert_eq!(fresh, 0, "fresh memory is zero at {i}");
+        // SAFETY: as above.
+        unsafe { p.write_volatile(mix(i as u64)) };
+    }
+    for i in (0..len).step_by(4096) {
+        // SAFETY: as above.
+        let v = unsafe { ((a + i) as *const u64).read_volatile() };
+        assert_eq!(v, mix(i as u64));
+    }
+    let h = tiermem::global::global_huge_stats().expect("a huge-page heap");
+    assert_eq!(h.bytes_2m, 8 << 20, "the pool's 4 pages: {h:?}");
+    assert!(
+        h.fallbacks >= 1 && h.bytes_thp >= 8 << 20,
+        "the rest fell back: {h:?}"
+    );
+    assert!(tiermem::global::global_stats().is_none(), "no tiered region");
+    assert!(tiermem::global::malloc_global(64 << 20).is_err(), "full");
+    tiermem::global::free_global(a).unwrap();
+    assert!(
+        tiermem::global::free_global(a).is_err(),
+        "double free is detected"
+    );
+    assert!(tiermem::global::free_global(a + 4096).is_err());
+    let b = tiermem::global::malloc_global(len).unwrap();
+    // SAFETY: as above, for the new allocation.
+    let reused = unsafe { (b as *const u64).read_volatile() };
+    assert_eq!(reused, 0, "reused memory is zero");
+}

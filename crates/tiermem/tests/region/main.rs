@@ -364,3 +364,45 @@ fn shared_budget_holds_both_regions() {
     assert_eq!(a.stats().resident_bytes, 4 * MIB);
     assert_eq!(budget.bytes(), 4 * MIB);
 }
+
+/// Explicit prefetch and `WillNeed` on every fault path, dirty tracking and
+/// far store, with no mover (filled by the caller) and with one mover
+/// whose queue overflows (the rest filled by the caller): no page is left
+/// busy, every page reads back. Issue 18.2: with a file store this
+/// panicked inside the fill and left the pages busy, and the next access
+/// hung. A watchdog turns a hang into a failure.
+#[test]
+fn prefetch_without_a_free_mover_fills_every_store() {
+    let _one = MOVER_TESTS.lock().unwrap_or_else(|p| p.into_inner());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for (fp, dt, store) in variants() {
+            for movers in [0, 1] {
+                let mut c = config(16 * MIB, 4 * MIB, fp, dt, store);
+                c.movers = movers;
+                let what = format!("{fp:?}/{dt:?}/{store}/{movers} movers");
+                let mut r = Region::new(c).unwrap();
+                let w = r.as_mut_slice::<u64>();
+                w.iter_mut().enumerate().for_each(|(i, x)| *x = mix(i as u64));
+                r.evict_all().unwrap();
+                // Far more than a mover queue holds, then the advice form.
+                r.prefetch(0, 3 * MIB as usize).unwrap();
+                r.advise(8 * MIB as usize, 3 * MIB as usize, tiermem::Advice::WillNeed)
+                    .unwrap();
+                if movers == 0 {
+                    // Done on this thread, nothing in flight: nothing busy.
+                    assert_eq!(r.page_census().busy, 0, "{what}: pages left busy");
+                    assert!(r.page_census().clean >= 768, "{what}: filled now");
+                }
+                // A page left busy would make this read wait forever.
+                for (i, x) in r.as_mut_slice::<u64>().iter().enumerate() {
+                    assert_eq!(*x, mix(i as u64), "{what}: word {i}");
+                }
+                assert!(r.errors().is_empty(), "{what}: {:?}", r.errors());
+            }
+        }
+        tx.send(()).unwrap();
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(120))
+        .expect("prefetch hung (or the test thread panicked: see above)");
+}
