@@ -66,6 +66,11 @@ pool_smoke /sys/kernel/mm/hugepages/hugepages-2048kB 16 \
     $T bench gups --table 16M --backing 2m --provider hand,tiered,segment --near 50% --updates 2000
 pool_smoke /sys/kernel/mm/hugepages/hugepages-1048576kB 1 \
     $T bench chase --sizes 4M --steps 100000 --backing 1g --provider hand,segment
+# Random configurations and operations, every byte checked (issue 16):
+# one minute in CI, and the same program unmodified under tiermem run.
+target/release/tiermem stress --minutes "${TIERMEM_STRESS_MINUTES:-1}" --json target/stress.json
+cargo build --locked --release -p tiermem-preload
+target/release/tiermem run --near 8M --quiet -- target/release/tiermem stress --plain --minutes 0.2 --per-config 2
 target/release/tiermem bench svm --keys 65536 --records 65536 --sites 1024 --scale 10 --roots 1 \
     --black-list 512 --procs 1,2 --json target/smoke-svm.json --plot target/smoke-svm.svg >/dev/null
 

@@ -16,6 +16,7 @@ mod env;
 mod hugepages;
 mod info;
 mod run;
+mod stress;
 
 #[derive(Parser)]
 #[command(
@@ -50,6 +51,9 @@ enum Cmd {
     /// Runs an unmodified program with its heap tiered over a near budget
     /// (--near 8G) or on huge pages (--page-size 2m|1g).
     Run(Box<run::RunArgs>),
+    /// Random configurations and operations with every byte checked
+    /// against a shadow copy; exits 1 on any mismatch.
+    Stress(stress::StressArgs),
 }
 
 fn main() {
@@ -60,6 +64,7 @@ fn main() {
         Cmd::Hugepages { action } => hugepages::run(action),
         Cmd::Bench(b) => bench::run(b),
         Cmd::Run(a) => run::run(*a),
+        Cmd::Stress(a) => stress::run(a),
     };
     if let Err(e) = r {
         eprintln!("tiermem: {e}");

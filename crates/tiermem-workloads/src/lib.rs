@@ -46,6 +46,7 @@ pub mod report;
 pub mod rng;
 pub mod router;
 pub mod stencil;
+pub mod stress;
 pub mod svm;
 pub mod team_stencil;
 pub mod translation;

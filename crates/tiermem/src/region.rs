@@ -284,7 +284,7 @@ impl Region {
     /// regions only; a no-op when `kernel_access` is off.
     pub fn trap_kernel_access(&self, from: usize) -> Result<(), Error> {
         let c = &self.core.config;
-        if c.fault_path != FaultPath::InContext || !crate::kernel_access::active(c.kernel_access) {
+        if !kernel_calls_trapped(c) {
             return Ok(());
         }
         crate::kernel_access::add_range(from.min(self.base()), self.base() + self.len())
@@ -524,14 +524,26 @@ impl std::fmt::Debug for Region {
     }
 }
 
+/// Whether system calls on the region's memory are trapped and run with
+/// its pages pinned: on the in-context path (the kernel cannot take a
+/// fault for it), and with wp-async dirty tracking on the handler-thread
+/// path too: eviction freezes a victim run read-only with `mprotect`, and
+/// a kernel write into a frozen page fails with EFAULT instead of taking
+/// a fault the handler could serve; a pinned page is never frozen.
+fn kernel_calls_trapped(config: &Config) -> bool {
+    (config.fault_path == FaultPath::InContext
+        || config.dirty_tracking == crate::config::DirtyTracking::WpAsync)
+        && crate::kernel_access::active(config.kernel_access)
+}
+
 /// Maps the region's range: in the kernel-access window when system calls
-/// on it are trapped (in-context path), anywhere otherwise.
+/// on it are trapped, anywhere otherwise.
 fn map_region(
     config: &Config,
     opts: &MapOptions,
 ) -> Result<(Mapping, UserAccess, Option<crate::kernel_access::Placement>), Error> {
     let len = config.virt_bytes as usize;
-    if config.fault_path == FaultPath::InContext && crate::kernel_access::active(config.kernel_access) {
+    if kernel_calls_trapped(config) {
         // Another mapping may sit in the window (the window is not
         // reserved): step over it a few times, then map anywhere.
         for _ in 0..8 {

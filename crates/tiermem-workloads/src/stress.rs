@@ -1,0 +1,477 @@
+//! `tiermem stress`: random configurations, random operations, every byte
+//! checked (issue 16).
+//!
+//! Each configuration draws a page size (4 KiB, THP, 2 MiB when the pool
+//! has pages), a policy, 0-2 movers, prefetch on or off, a dirty-tracking
+//! mode, a fault path, a memory or file far store, a budget from 4 pages to
+//! 90% of the region, 1-4 threads and an eviction batch. The threads then
+//! run random operations on 4 KiB blocks of the region: whole-block writes,
+//! partial writes, `memcpy` between blocks, `read(2)` into a block and
+//! `write(2)` from one (through a socket pair: the kernel itself reads and writes
+//! region memory), discards, evictions and reads that check a block at
+//! once. Every block's content is a function of a tag kept in a shadow
+//! table outside the region; at the end of the configuration every block is
+//! checked against it. A mismatch names the block, the seed and the
+//! configuration that reproduce it.
+//!
+//! With `plain` the same operations run on ordinary heap memory (`Vec`), so
+//! that the program, unmodified, checks `tiermem run`'s transparent mode.
+
+use crate::rng::{mix, Rng};
+use serde::Serialize;
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+use tiermem::{Config, DirtyTracking, FarStoreConfig, FaultPath, PageSize, PolicyKind, Region};
+
+const BLOCK: usize = 4096;
+const WORDS: usize = BLOCK / 8;
+/// A block's tag when it reads as zeros (never written, or discarded).
+const ZERO: u64 = 0;
+
+/// One drawn configuration.
+#[derive(Clone, Debug, Serialize)]
+pub struct StressConfig {
+    /// "4k", "thp" or "2m" ("plain": heap memory, no region).
+    pub page_size: String,
+    /// Replacement policy.
+    pub policy: String,
+    /// Mover threads.
+    pub movers: usize,
+    /// Stream prefetch (with movers).
+    pub prefetch: bool,
+    /// Dirty tracking.
+    pub dirty: String,
+    /// Fault path.
+    pub fault_path: String,
+    /// "memory" or "file".
+    pub store: String,
+    /// Region size in bytes.
+    pub virt_bytes: u64,
+    /// Near budget in bytes.
+    pub near_bytes: u64,
+    /// Application threads.
+    pub threads: usize,
+    /// Eviction batch (pages).
+    pub evict_batch: usize,
+}
+
+impl StressConfig {
+    /// One line for the table and for reproducing a failure.
+    pub fn describe(&self) -> String {
+        if self.page_size == "plain" {
+            return format!("plain heap {} MiB, {} thr", self.virt_bytes >> 20, self.threads);
+        }
+        format!(
+            "{} {} movers={} prefetch={} {} {} {} virt={}K near={}K thr={} batch={}",
+            self.page_size,
+            self.policy,
+            self.movers,
+            u8::from(self.prefetch),
+            self.dirty,
+            self.fault_path,
+            self.store,
+            self.virt_bytes >> 10,
+            self.near_bytes >> 10,
+            self.threads,
+            self.evict_batch
+        )
+    }
+
+    fn region_config(&self) -> Config {
+        let page_size = match self.page_size.as_str() {
+            "thp" => PageSize::Thp2M,
+            "2m" => PageSize::Huge2M,
+            _ => PageSize::Base4K,
+        };
+        let mut c = Config::new(self.virt_bytes, self.near_bytes);
+        c.page_size = page_size;
+        c.policy = PolicyKind::from_name(&self.policy).unwrap_or(PolicyKind::Fifo);
+        c.movers = self.movers;
+        c.prefetch = self.prefetch;
+        c.dirty_tracking = DirtyTracking::from_name(&self.dirty).unwrap_or(DirtyTracking::WpFault);
+        c.fault_path = FaultPath::from_name(&self.fault_path).unwrap_or(FaultPath::InContext);
+        c.evict_batch_pages = self.evict_batch;
+        if self.store == "file" {
+            c.far = FarStoreConfig::File {
+                path: std::env::temp_dir(),
+                direct: false,
+            };
+        }
+        c
+    }
+}
+
+/// Draws configuration number `index` of the run seeded by `seed`.
+/// `huge_2m_pages` is what the 2 MiB pool has free (0: no 2m configs).
+pub fn draw(seed: u64, index: u64, huge_2m_pages: u64) -> StressConfig {
+    let mut r = Rng::for_item(seed, index);
+    let pick = |r: &mut Rng, xs: &[&str]| xs[r.below(xs.len() as u64) as usize].to_owned();
+    let page_size = match r.below(10) {
+        0..=5 => "4k",
+        6..=8 => "thp",
+        _ if huge_2m_pages >= 16 => "2m",
+        _ => "4k",
+    }
+    .to_owned();
+    let page: u64 = if page_size == "4k" { 4096 } else { 2 << 20 };
+    let pages = match page_size.as_str() {
+        "4k" => 64 + r.below(4033),
+        "thp" => 8 + r.below(9),
+        _ => 8 + r.below(huge_2m_pages.min(24) - 7),
+    };
+    // 4 pages .. 90% of the region (the 2m budget must fit the pool).
+    let most = (pages * 9 / 10).max(4);
+    let mut near_pages = 4 + r.below(most - 3);
+    if page_size == "2m" {
+        near_pages = near_pages.min(huge_2m_pages.saturating_sub(4)).max(4);
+    }
+    StressConfig {
+        page_size,
+        policy: pick(&mut r, &["fifo", "clock", "scan"]),
+        movers: r.below(3) as usize,
+        prefetch: r.below(2) == 0,
+        dirty: pick(&mut r, &["wp-fault", "wp-async"]),
+        fault_path: pick(&mut r, &["in-context", "handler-thread"]),
+        store: pick(&mut r, &["memory", "file"]),
+        virt_bytes: pages * page,
+        near_bytes: near_pages * page,
+        threads: 1 + r.below(4) as usize,
+        evict_batch: [1, 2, 8, 64, 512][r.below(5) as usize],
+    }
+}
+
+/// The seed of configuration `index` of the run seeded by `seed`.
+pub fn config_seed(seed: u64, index: u64) -> u64 {
+    mix(seed ^ mix(index ^ 0x5bd1_e995))
+}
+
+/// The plain-heap configuration (for `tiermem run`).
+pub fn plain(seed: u64, index: u64) -> StressConfig {
+    let mut r = Rng::for_item(seed, index);
+    StressConfig {
+        page_size: "plain".into(),
+        policy: String::new(),
+        movers: 0,
+        prefetch: false,
+        dirty: String::new(),
+        fault_path: String::new(),
+        store: String::new(),
+        virt_bytes: (16 + r.below(49)) << 20,
+        near_bytes: 0,
+        threads: 1 + r.below(4) as usize,
+        evict_batch: 0,
+    }
+}
+
+/// What one configuration did.
+#[derive(Clone, Debug, Serialize)]
+pub struct StressOutcome {
+    /// The configuration.
+    pub config: StressConfig,
+    /// Its seed (with the run's seed and index: reproduces it).
+    pub seed: u64,
+    /// Operations run.
+    pub ops: u64,
+    /// `read(2)`/`write(2)` calls on region memory among them.
+    pub syscalls: u64,
+    /// Blocks checked at the end (every block of the region).
+    pub blocks_verified: u64,
+    /// Blocks whose content did not match the shadow (must be 0).
+    pub corrupted: u64,
+    /// The first mismatch, if any.
+    pub first_mismatch: Option<String>,
+    /// Pages tiermem evicted.
+    pub evictions: u64,
+    /// Faults tiermem served.
+    pub faults: u64,
+    /// Seconds.
+    pub seconds: f64,
+}
+
+/// The content of word `k` of a block with tag `tag`.
+fn word(tag: u64, k: usize) -> u64 {
+    if tag == ZERO {
+        0
+    } else {
+        mix(tag ^ (k as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15))
+    }
+}
+
+fn fill(block: &mut [u64], tag: u64) {
+    for (k, w) in block.iter_mut().enumerate() {
+        *w = word(tag, k);
+    }
+}
+
+fn matches(block: &[u64], tag: u64) -> bool {
+    block.iter().enumerate().all(|(k, &w)| w == word(tag, k))
+}
+
+/// One thread's share: blocks `[first, first + tags.len())` and their
+/// shadow tags.
+struct Share<'a> {
+    first: usize,
+    blocks: &'a mut [u64],
+    tags: &'a mut [u64],
+}
+
+/// Operations counted by a thread.
+#[derive(Default)]
+struct Counts {
+    ops: u64,
+    syscalls: u64,
+}
+
+/// Where the memory under test is: a region's base and page size (evictions
+/// go through the address-based `tiermem::advise`), or a plain heap.
+#[derive(Clone, Copy)]
+struct Tier {
+    region_base: Option<usize>,
+    blocks_per_page: usize,
+}
+
+/// Runs random operations on a thread's share until `deadline`.
+fn churn(share: Share<'_>, tier: Tier, seed: u64, deadline: Instant) -> Counts {
+    let Share { first, blocks, tags } = share;
+    let n = tags.len();
+    let bpp = tier.blocks_per_page;
+    let mut r = Rng::new(seed);
+    // A socket pair: the kernel copies into and out of region memory.
+    let (mut rx, mut tx) = std::os::unix::net::UnixStream::pair().expect("a socket pair");
+    let mut buf = vec![0u64; WORDS];
+    let mut c = Counts::default();
+    while Instant::now() < deadline {
+        for _ in 0..64 {
+            let b = r.below(n as u64) as usize;
+            match r.below(100) {
+                0..=29 => {
+                    let tag = r.next_u64() | 1;
+                    fill(&mut blocks[b * WORDS..(b + 1) * WORDS], tag);
+                    tags[b] = tag;
+                }
+                30..=44 => {
+                    // A write of one word, then the old value back.
+                    let k = b * WORDS + r.below(WORDS as u64) as usize;
+                    let old = blocks[k];
+                    blocks[k] = !old;
+                    blocks[k] = old;
+                }
+                45..=59 => {
+                    let other = r.below(n as u64) as usize;
+                    if other != b {
+                        blocks.copy_within(other * WORDS..(other + 1) * WORDS, b * WORDS);
+                        tags[b] = tags[other];
+                    }
+                }
+                60..=69 => {
+                    // read(2) into the block: the kernel writes region memory.
+                    let tag = r.next_u64() | 1;
+                    fill(&mut buf, tag);
+                    tx.write_all(bytemuck::cast_slice(&buf)).expect("socket write");
+                    rx.read_exact(bytemuck::cast_slice_mut(&mut blocks[b * WORDS..(b + 1) * WORDS]))
+                        .expect("read(2) into a block");
+                    tags[b] = tag;
+                    c.syscalls += 1;
+                }
+                70..=79 => {
+                    // write(2) from the block: the kernel reads region memory.
+                    tx.write_all(bytemuck::cast_slice(&blocks[b * WORDS..(b + 1) * WORDS]))
+                        .expect("write(2) from a block");
+                    rx.read_exact(bytemuck::cast_slice_mut(&mut buf))
+                        .expect("socket read");
+                    assert!(
+                        matches(&buf, tags[b]),
+                        "block {}: write(2) from it sent other bytes",
+                        first + b
+                    );
+                    c.syscalls += 1;
+                }
+                80..=84 => {
+                    // Evict the block's page, if it lies wholly in this share.
+                    let p0 = (first + b) / bpp * bpp;
+                    if let Some(base) = tier.region_base.filter(|_| p0 >= first && p0 + bpp <= first + n) {
+                        let _ = tiermem::advise(base + p0 * BLOCK, bpp * BLOCK, tiermem::Advice::DontNeed);
+                    }
+                }
+                _ => assert!(
+                    matches(&blocks[b * WORDS..(b + 1) * WORDS], tags[b]),
+                    "block {}: wrong content",
+                    first + b
+                ),
+            }
+            c.ops += 1;
+        }
+    }
+    c
+}
+
+/// Runs one configuration for `secs` seconds, then checks every block.
+/// `seed` reproduces it (with the configuration).
+pub fn run_one(cfg: &StressConfig, seed: u64, secs: f64) -> Result<StressOutcome, String> {
+    let t0 = Instant::now();
+    let nblocks = cfg.virt_bytes as usize / BLOCK;
+    let mut tags = vec![ZERO; nblocks];
+    let mut heap = Vec::new();
+    let mut region = None;
+    if cfg.page_size == "plain" {
+        heap = vec![0u64; nblocks * WORDS];
+    } else {
+        region = Some(Region::new(cfg.region_config()).map_err(|e| format!("{}: {e}", cfg.describe()))?);
+    }
+    let bpp = region.as_ref().map_or(1, |r| r.page_bytes() / BLOCK);
+    let pages = nblocks / bpp;
+    let threads = cfg.threads.clamp(1, pages.max(1));
+    let mut r = Rng::new(seed);
+    let mut counts = Counts::default();
+    let mut early: Option<String> = None;
+    // Rounds of threads, with discards of whole pages in between (a
+    // discard needs the region, which the threads' slices borrow).
+    let rounds = ((secs / 0.25).ceil() as usize).max(1);
+    let round = Duration::from_secs_f64(secs / rounds as f64);
+    for k in 0..rounds {
+        let deadline = Instant::now() + round;
+        let words: &mut [u64] = match region.as_mut() {
+            Some(reg) => reg.as_mut_slice(),
+            None => &mut heap,
+        };
+        let tier = Tier {
+            region_base: cfg.page_size.ne("plain").then_some(words.as_ptr() as usize),
+            blocks_per_page: bpp,
+        };
+        let per = pages / threads * bpp;
+        let results: Vec<std::thread::Result<Counts>> = std::thread::scope(|s| {
+            let (mut rest_w, mut rest_t) = (&mut *words, &mut tags[..]);
+            let mut handles = Vec::new();
+            for t in 0..threads {
+                let take = if t + 1 == threads { rest_t.len() } else { per };
+                let (w, rw) = rest_w.split_at_mut(take * WORDS);
+                let (tg, rt) = rest_t.split_at_mut(take);
+                let share = Share {
+                    first: t * per,
+                    blocks: w,
+                    tags: tg,
+                };
+                let seed = mix(seed ^ mix((k * 64 + t) as u64));
+                handles.push(s.spawn(move || churn(share, tier, seed, deadline)));
+                (rest_w, rest_t) = (rw, rt);
+            }
+            handles.into_iter().map(|h| h.join()).collect()
+        });
+        for c in results {
+            match c {
+                Ok(c) => {
+                    counts.ops += c.ops;
+                    counts.syscalls += c.syscalls;
+                }
+                // A check inside a thread failed: a mismatch seen early.
+                Err(p) => {
+                    let msg = p
+                        .downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                        .unwrap_or_default();
+                    early.get_or_insert(msg);
+                }
+            }
+        }
+        if early.is_some() {
+            break;
+        }
+        if let Some(reg) = region.as_ref() {
+            for _ in 0..2 {
+                let p = r.below(pages as u64) as usize;
+                reg.discard(p * bpp * BLOCK, bpp * BLOCK)
+                    .map_err(|e| e.to_string())?;
+                tags[p * bpp..(p + 1) * bpp].fill(ZERO);
+                counts.ops += 1;
+            }
+        }
+    }
+    let words: &[u64] = match region.as_mut() {
+        Some(reg) => reg.as_mut_slice(),
+        None => &heap,
+    };
+    let mut corrupted = u64::from(early.is_some());
+    let mut first_mismatch = early;
+    for (b, &tag) in tags.iter().enumerate() {
+        if !matches(&words[b * WORDS..(b + 1) * WORDS], tag) {
+            corrupted += 1;
+            first_mismatch.get_or_insert_with(|| format!("block {b} (byte offset {:#x})", b * BLOCK));
+        }
+    }
+    let stats = region.as_ref().map(|r| r.stats());
+    if let (Some(m), Some(r)) = (first_mismatch.as_mut(), region.as_ref()) {
+        // What the region recorded: an I/O error, a poisoned page.
+        let st = r.stats();
+        m.push_str(&format!(
+            "; region: {} I/O errors, {} poisoned pages{}",
+            st.io_errors,
+            st.poisoned_pages,
+            r.errors()
+                .first()
+                .map(|e| format!(", first: {e:?}"))
+                .unwrap_or_default()
+        ));
+    }
+    Ok(StressOutcome {
+        config: cfg.clone(),
+        seed,
+        ops: counts.ops,
+        syscalls: counts.syscalls,
+        blocks_verified: nblocks as u64,
+        corrupted,
+        first_mismatch,
+        evictions: stats.as_ref().map_or(0, |s| s.evictions),
+        faults: stats.as_ref().map_or(0, |s| s.faults()),
+        seconds: t0.elapsed().as_secs_f64(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn draws_are_valid_and_reproducible() {
+        for i in 0..200 {
+            let c = draw(7, i, 0);
+            assert_eq!(c.describe(), draw(7, i, 0).describe());
+            assert_ne!(c.page_size, "2m", "no pool, no 2m");
+            c.region_config().validate().unwrap();
+            assert!(c.near_bytes < c.virt_bytes || c.virt_bytes <= 4 * 4096);
+        }
+    }
+
+    #[test]
+    fn a_short_run_verifies_every_block() {
+        let mut c = draw(1, 0, 0);
+        c.page_size = "4k".into();
+        c.virt_bytes = 256 * 4096;
+        c.near_bytes = 16 * 4096;
+        c.threads = 2;
+        let o = run_one(&c, 3, 0.3).unwrap();
+        assert_eq!(o.corrupted, 0, "{:?}", o.first_mismatch);
+        assert_eq!(o.blocks_verified, 256);
+        assert!(o.ops > 1000 && o.syscalls > 0 && o.evictions > 0, "{o:?}");
+        let p = run_one(&plain(1, 0), 3, 0.2).unwrap();
+        assert_eq!(p.corrupted, 0);
+    }
+
+    /// Found by `tiermem stress`: on the handler-thread path with wp-async
+    /// dirty tracking, a `read(2)` into a page that an eviction had frozen
+    /// read-only failed with EFAULT (the kernel does not fault to user
+    /// space for a VMA it may not write). Such calls are now trapped and
+    /// pinned as on the in-context path.
+    #[test]
+    fn read_into_pages_being_evicted_handler_thread_wp_async() {
+        let mut c = draw(1, 0, 0);
+        (c.page_size, c.policy, c.movers, c.prefetch) = ("4k".into(), "clock".into(), 1, false);
+        (c.dirty, c.fault_path, c.store) = ("wp-async".into(), "handler-thread".into(), "file".into());
+        (c.virt_bytes, c.near_bytes, c.threads, c.evict_batch) = (76 * 4096, 46 * 4096, 4, 1);
+        for seed in 0..3 {
+            let o = run_one(&c, seed, 0.4).unwrap();
+            assert_eq!(o.corrupted, 0, "seed {seed}: {:?}", o.first_mismatch);
+            assert!(o.syscalls > 100 && o.evictions > 100, "{o:?}");
+        }
+    }
+}
