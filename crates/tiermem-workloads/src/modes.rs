@@ -187,6 +187,10 @@ pub fn run_tiered(
         prefetch_issued: s.prefetch.issued,
         prefetch_used: s.prefetch.used,
         prefetch_wasted: s.prefetch.wasted,
+        prefetch_triggers: s.prefetch.triggers,
+        prefetch_late: s.prefetch.late,
+        prefetch_shrinks: s.prefetch.shrinks,
+        prefetch_inline: s.prefetch.inline,
         mover_fills: s.mover_fills,
         inline_evictions: s.inline_evictions,
         eviction_pauses: s.eviction_pauses,
@@ -607,6 +611,20 @@ pub fn table(r: &StencilResult) -> String {
                 o.inline_evictions,
                 o.eviction_pauses
             );
+            if o.prefetch_issued > 0 {
+                s += &format!(
+                    "{} ({} thr): prefetch issued {} used {} wasted (evicted before use) {}, demand faults on triggers {}, late (in window, off trigger) {}, window shrinks {}, pages filled by faulting threads up to the trigger {}\n",
+                    o.mode,
+                    o.threads,
+                    o.prefetch_issued,
+                    o.prefetch_used,
+                    o.prefetch_wasted,
+                    o.prefetch_triggers,
+                    o.prefetch_late,
+                    o.prefetch_shrinks,
+                    o.prefetch_inline
+                );
+            }
         }
     }
     s
