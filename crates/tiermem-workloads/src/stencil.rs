@@ -125,6 +125,9 @@ pub struct StencilOutcome {
     /// Pages late-faulting threads filled themselves up to the trigger.
     #[serde(default)]
     pub prefetch_inline: u64,
+    /// Prefetched, unused victims given a second chance by eviction.
+    #[serde(default)]
+    pub prefetch_spared: u64,
     /// Pages filled by movers.
     pub mover_fills: u64,
     /// Pages evicted by faulting threads themselves.

@@ -372,6 +372,7 @@ impl Region {
                 late: pf.late.load(Relaxed),
                 shrinks: pf.shrinks.load(Relaxed),
                 inline: pf.inline.load(Relaxed),
+                spared: pf.spared.load(Relaxed),
                 window_cap: pf.cap() as u64,
             };
         }

@@ -386,6 +386,9 @@ pub struct PrefetchStats {
     /// Pages threads that faulted inside a stream's window filled
     /// themselves, up to the trigger (not counted in `issued`).
     pub inline: u64,
+    /// Prefetched victims not used yet that eviction gave a second chance
+    /// (bit cleared, back to the policy as just filled).
+    pub spared: u64,
 }
 
 /// Faults served for one application thread.

@@ -140,6 +140,8 @@ pub(crate) struct Prefetcher {
     pub(crate) shrinks: AtomicU64,
     /// Pages late-faulting threads filled themselves (`Requests::inline`).
     pub(crate) inline: AtomicU64,
+    /// Prefetched, unused victims given a second chance by eviction.
+    pub(crate) spared: AtomicU64,
 }
 
 impl Prefetcher {
@@ -163,6 +165,7 @@ impl Prefetcher {
             late: AtomicU64::new(0),
             shrinks: AtomicU64::new(0),
             inline: AtomicU64::new(0),
+            spared: AtomicU64::new(0),
         }
     }
 
@@ -403,6 +406,7 @@ impl Prefetcher {
             &self.late,
             &self.shrinks,
             &self.inline,
+            &self.spared,
         ] {
             c.store(0, Ordering::Relaxed);
         }

@@ -350,7 +350,7 @@ fn sweeps_with_prefetch_and_catch_up_keep_every_page() {
             let s = r.stats();
             assert!(r.errors().is_empty(), "{what}: {:?}", r.errors());
             eprintln!(
-                "{what:<12} evictions {}, demand fills {}, mover fills {}, prefetch issued {} used {} wasted {} late {} catch-up pages {}",
+                "{what:<12} evictions {}, demand fills {}, mover fills {}, prefetch issued {} used {} wasted {} late {} catch-up pages {} spared {}",
                 s.evictions,
                 s.fills(),
                 s.mover_fills,
@@ -358,7 +358,8 @@ fn sweeps_with_prefetch_and_catch_up_keep_every_page() {
                 s.prefetch.used,
                 s.prefetch.wasted,
                 s.prefetch.late,
-                s.prefetch.inline
+                s.prefetch.inline,
+                s.prefetch.spared
             );
             assert!(s.evictions > 4096, "{what}: too little churn: {s:?}");
             assert!(s.prefetch.used > 0, "{what}: prefetch never used: {s:?}");
@@ -366,4 +367,5 @@ fn sweeps_with_prefetch_and_catch_up_keep_every_page() {
         }
     }
     eprintln!("catch-up pages over all variants: {caught_up}");
+    assert!(caught_up > 0, "no thread ever caught up with the mover");
 }
