@@ -303,7 +303,7 @@ fn app_cpus(allowed: &[usize], threads: usize) -> Vec<usize> {
 pub fn run_all(spec: &BenchSpec, progress: &mut dyn FnMut(&str)) -> StencilResult {
     let allowed = tiermem_sys::thread::affinity().unwrap_or_else(|_| vec![0]);
     progress("measuring memcpy bandwidth for the lower bounds");
-    let bw = crate::report::memcpy_bandwidth();
+    let bw = crate::report::memcpy_bandwidth(spec.virt);
     progress(&format!("memcpy: {:.2} GB/s", bw / 1e9));
     let mut results = Vec::new();
     let mut skipped: Vec<(String, String)> = Vec::new();

@@ -153,11 +153,13 @@ pub fn mib(b: u64) -> String {
 }
 
 /// Streaming memcpy bandwidth in bytes per second, copying 4 KiB pages
-/// between two buffers much larger than the caches (best of three).
-pub fn memcpy_bandwidth() -> f64 {
-    const LEN: usize = 256 << 20;
-    let src = vec![1u8; LEN];
-    let mut dst = vec![2u8; LEN];
+/// between two buffers larger than the caches (best of three), each a
+/// quarter of `work_bytes` between 32 and 128 MiB: a small run in a small
+/// memory cgroup is not killed for its yardstick.
+pub fn memcpy_bandwidth(work_bytes: u64) -> f64 {
+    let len = ((work_bytes / 4) as usize).clamp(32 << 20, 128 << 20);
+    let src = vec![1u8; len];
+    let mut dst = vec![2u8; len];
     let mut best = 0.0f64;
     for _ in 0..3 {
         let t = std::time::Instant::now();
@@ -165,7 +167,7 @@ pub fn memcpy_bandwidth() -> f64 {
             d.copy_from_slice(s);
         }
         std::hint::black_box(&dst);
-        best = best.max(LEN as f64 / t.elapsed().as_secs_f64());
+        best = best.max(len as f64 / t.elapsed().as_secs_f64());
     }
     best
 }

@@ -117,6 +117,13 @@ pub fn run(a: StencilArgs) -> Result<(), String> {
     let mut probe = base.clone();
     probe.near_bytes = a.near.min(a.virt);
     probe.validate().map_err(|e| e.to_string())?;
+    // Everything a run needs beyond the numbers (userfaultfd, the far
+    // directory or file, the huge page pool) is tried on a tiny region
+    // before anything large is allocated (issue 18.6: `--far /no/such/dir`
+    // was OOM-killed in a small cgroup before it said so).
+    probe.virt_bytes = 16 * page_size.bytes() as u64;
+    probe.near_bytes = 4 * page_size.bytes() as u64;
+    tiermem::Region::new(probe).map_err(|e| format!("cannot run the stencil: {e}"))?;
     if thread_counts.is_empty() || a.iters == 0 {
         return Err("--threads and --iters must be at least 1".into());
     }
