@@ -187,6 +187,11 @@ pub fn run_tiered(
         prefetch_issued: s.prefetch.issued,
         prefetch_used: s.prefetch.used,
         prefetch_wasted: s.prefetch.wasted,
+        prefetch_triggers: s.prefetch.triggers,
+        prefetch_late: s.prefetch.late,
+        prefetch_shrinks: s.prefetch.shrinks,
+        prefetch_inline: s.prefetch.inline,
+        prefetch_spared: s.prefetch.spared,
         mover_fills: s.mover_fills,
         inline_evictions: s.inline_evictions,
         eviction_pauses: s.eviction_pauses,
@@ -592,7 +597,7 @@ pub fn table(r: &StencilResult) -> String {
             .collect();
         if !o.faults_per_thread.is_empty() {
             s += &format!(
-                "{} ({} thr): threads on CPUs [{}]{}, demand faults per thread {:?}, fault service p50 {:.1} us p99 {:.1} us, inline evictions {}, eviction pauses {}\n",
+                "{} ({} thr): threads on CPUs [{}]{}, demand faults per thread {:?}, fault service {}, inline evictions {}, eviction pauses {}\n",
                 o.mode,
                 o.threads,
                 cpus.join(","),
@@ -602,14 +607,41 @@ pub fn table(r: &StencilResult) -> String {
                     String::new()
                 },
                 o.faults_per_thread,
-                o.fault_p50_ns as f64 / 1e3,
-                o.fault_p99_ns as f64 / 1e3,
+                fault_service(o),
                 o.inline_evictions,
                 o.eviction_pauses
             );
+            if o.prefetch_issued > 0 {
+                s += &format!(
+                    "{} ({} thr): prefetch issued {} used {} wasted (evicted before use) {}, demand faults on triggers {}, late (in window, off trigger) {}, window shrinks {}, pages filled by faulting threads up to the trigger {}, unused prefetched victims spared once {}\n",
+                    o.mode,
+                    o.threads,
+                    o.prefetch_issued,
+                    o.prefetch_used,
+                    o.prefetch_wasted,
+                    o.prefetch_triggers,
+                    o.prefetch_late,
+                    o.prefetch_shrinks,
+                    o.prefetch_inline,
+                    o.prefetch_spared
+                );
+            }
         }
     }
     s
+}
+
+/// The fault service time of a run: p50/p99 where a histogram was kept; a
+/// team keeps only the total time in faults, so its mean.
+fn fault_service(o: &StencilOutcome) -> String {
+    match &o.team {
+        Some(t) if o.fault_p50_ns == 0 => format!("mean {:.1} us (team: no histogram)", t.ns_per_fault / 1e3),
+        _ => format!(
+            "p50 {:.1} us p99 {:.1} us",
+            o.fault_p50_ns as f64 / 1e3,
+            o.fault_p99_ns as f64 / 1e3
+        ),
+    }
 }
 
 /// Team modes: what partially separated page tables change per fault and

@@ -111,6 +111,23 @@ pub struct StencilOutcome {
     pub prefetch_used: u64,
     /// Prefetched pages evicted unused.
     pub prefetch_wasted: u64,
+    /// Demand faults on a stream's trigger page (expected: one per half
+    /// window).
+    #[serde(default)]
+    pub prefetch_triggers: u64,
+    /// Demand faults inside an issued window off its trigger (the mover was
+    /// late, or the page was evicted before use).
+    #[serde(default)]
+    pub prefetch_late: u64,
+    /// Halvings of the prefetch window cap under waste.
+    #[serde(default)]
+    pub prefetch_shrinks: u64,
+    /// Pages late-faulting threads filled themselves up to the trigger.
+    #[serde(default)]
+    pub prefetch_inline: u64,
+    /// Prefetched, unused victims given a second chance by eviction.
+    #[serde(default)]
+    pub prefetch_spared: u64,
     /// Pages filled by movers.
     pub mover_fills: u64,
     /// Pages evicted by faulting threads themselves.

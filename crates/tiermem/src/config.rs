@@ -323,7 +323,7 @@ impl Config {
     /// Pages the scan-resistant policy protects from eviction: the working
     /// neighbourhood plus what the prefetcher may have brought in ahead.
     pub fn protected_window_pages(&self) -> usize {
-        let want = 2 * self.prefetch_max_pages + 2 * MAX_EVICT_BATCH;
+        let want = 4 * self.prefetch_max_pages + 2 * MAX_EVICT_BATCH;
         want.min(self.near_pages() / 4).max(1)
     }
 

@@ -368,6 +368,11 @@ impl Region {
                 used: pf.used.load(Relaxed),
                 wasted: pf.wasted.load(Relaxed),
                 dropped: pf.dropped.load(Relaxed),
+                triggers: pf.triggers.load(Relaxed),
+                late: pf.late.load(Relaxed),
+                shrinks: pf.shrinks.load(Relaxed),
+                inline: pf.inline.load(Relaxed),
+                spared: pf.spared.load(Relaxed),
                 window_cap: pf.cap() as u64,
             };
         }

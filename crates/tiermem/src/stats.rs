@@ -374,6 +374,21 @@ pub struct PrefetchStats {
     pub dropped: u64,
     /// The current cap on the prefetch window (adaptive), in pages.
     pub window_cap: u64,
+    /// Demand faults on a stream's trigger page (one per half window: the
+    /// expected ones).
+    pub triggers: u64,
+    /// Demand faults inside a stream's issued window on a page that was not
+    /// the trigger: the mover had not filled it yet, or it was evicted
+    /// before use (then it is also counted in `wasted`).
+    pub late: u64,
+    /// Times the window cap was halved because of waste.
+    pub shrinks: u64,
+    /// Pages threads that faulted inside a stream's window filled
+    /// themselves, up to the trigger (not counted in `issued`).
+    pub inline: u64,
+    /// Prefetched victims not used yet that eviction gave a second chance
+    /// (bit cleared, back to the policy as just filled).
+    pub spared: u64,
 }
 
 /// Faults served for one application thread.

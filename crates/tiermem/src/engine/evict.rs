@@ -82,7 +82,15 @@ impl RegionCore {
         // Take every victim that is still resident.
         let owned = b.owned;
         let mut k = 0;
+        // Prefetched pages not used yet get a second chance (their bit is
+        // cleared and they go back to the policy as if just filled), up to
+        // half the victims so that the batch still frees slots.
+        let mut spare = if self.prefetcher.is_some() { n / 2 } else { 0 };
         for &v in &victims[..n] {
+            if spare > 0 && self.spare_prefetched(v) {
+                spare -= 1;
+                continue;
+            }
             if let Some(w) = self.take_resident(v) {
                 owned[k] = (v, w);
                 k += 1;
@@ -128,6 +136,27 @@ impl RegionCore {
             Some(e) if evicted == 0 => Err(e),
             _ => Ok(Evicted { pages: evicted, runs }),
         }
+    }
+
+    /// Gives victim `v` a second chance if it is resident and was
+    /// prefetched but not used yet: clears its bit and hands it back to the
+    /// policy as just filled (FIFO: to the back; scan: into the protected
+    /// window). A prefetched page then leaves only once it was used or
+    /// aged through the policy a second time (then it counts as wasted
+    /// only if it was prefetched again).
+    fn spare_prefetched(&self, v: usize) -> bool {
+        let w = self.pages.load(v);
+        if !matches!(w.state(), PageState::Clean | PageState::Dirty) || !w.prefetched() {
+            return false;
+        }
+        if !self.pages.take_prefetched(v) {
+            return false;
+        }
+        self.policy().on_fill(v);
+        if let Some(pf) = &self.prefetcher {
+            pf.spared.fetch_add(1, Ordering::Relaxed);
+        }
+        true
     }
 
     /// Locks page `v` for eviction if it is resident, waiting out a brief

@@ -386,8 +386,13 @@ impl RegionCore {
     /// Fills the pages of a request that are not resident yet (a mover's
     /// prefetch, or an explicit prefetch). Returns pages filled.
     pub(crate) fn mover_fill(&self, r: &Request, staging: Option<&StagingSlot<'_>>) -> usize {
+        self.fill_request(r, staging, self.prefetcher.is_some())
+    }
+
+    /// `mover_fill`; `prefetch` marks the pages prefetched (a catch-up
+    /// fill by a faulting thread does not: see `Requests::inline`).
+    fn fill_request(&self, r: &Request, staging: Option<&StagingSlot<'_>>, prefetch: bool) -> usize {
         let mut timer = FaultTimer::start();
-        let prefetch = self.prefetcher.is_some();
         let mut filled = 0;
         // The arrays come from the region's scratch sets, or from a small
         // set on the stack (shorter runs) when all are taken.
@@ -603,20 +608,27 @@ impl RegionCore {
     /// buffers (the movers' run buffers belong to the movers), so page by
     /// page there.
     fn fill_now(&self, r: &Request) {
+        self.fill_on_caller(r, self.prefetcher.is_some());
+    }
+
+    /// `fill_now`; `prefetch` marks the pages prefetched. Returns pages
+    /// filled.
+    pub(super) fn fill_on_caller(&self, r: &Request, prefetch: bool) -> usize {
         match &self.staging {
-            None => {
-                self.mover_fill(r, None);
-            }
+            None => self.fill_request(r, None, prefetch),
             Some(pool) => {
+                let mut filled = 0;
                 for k in 0..r.count {
                     let slot = pool.claim();
+                    // Requests run forward (stride > 0).
                     let one = Request {
-                        first: r.first + k,
+                        first: (r.first as isize + k as isize * r.stride) as usize,
                         count: 1,
                         ..*r
                     };
-                    self.mover_fill(&one, Some(&slot));
+                    filled += self.fill_request(&one, Some(&slot), prefetch);
                 }
+                filled
             }
         }
     }

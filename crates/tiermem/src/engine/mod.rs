@@ -430,6 +430,11 @@ impl RegionCore {
         if !reqs.as_slice().is_empty() {
             m.wake();
         }
+        if reqs.inline.count > 0 {
+            // Not marked prefetched: the thread is right there.
+            let n = self.fill_on_caller(&reqs.inline, false);
+            pf.inline.fetch_add(n as u64, Ordering::Relaxed);
+        }
     }
 
     /// Near slots free now.

@@ -35,11 +35,13 @@ pub(crate) struct Request {
     pub(crate) write: bool,
 }
 
-/// Up to four requests, on the stack.
+/// Up to four requests, on the stack, and what the faulting thread should
+/// fill itself (`inline`, count 0 if nothing).
 #[derive(Default)]
 pub(crate) struct Requests {
     items: [Request; 4],
     n: usize,
+    pub(crate) inline: Request,
 }
 
 impl Requests {
@@ -61,6 +63,9 @@ const MAX_STRIDE: isize = 64;
 /// First window of a new stream, in pages.
 pub(crate) const INITIAL_DEPTH: usize = 16;
 const ADVICE_SLOTS: usize = 16;
+/// The most pages a thread that caught up with the movers fills itself, up
+/// to its stream's trigger (see `detect`).
+pub(crate) const CATCH_UP: usize = 64;
 
 #[derive(Clone, Copy, Default)]
 struct Stream {
@@ -127,6 +132,16 @@ pub(crate) struct Prefetcher {
     pub(crate) used: AtomicU64,
     pub(crate) wasted: AtomicU64,
     pub(crate) dropped: AtomicU64,
+    /// Demand faults on a trigger page.
+    pub(crate) triggers: AtomicU64,
+    /// Demand faults inside an issued window, not on its trigger.
+    pub(crate) late: AtomicU64,
+    /// Halvings of the cap.
+    pub(crate) shrinks: AtomicU64,
+    /// Pages late-faulting threads filled themselves (`Requests::inline`).
+    pub(crate) inline: AtomicU64,
+    /// Prefetched, unused victims given a second chance by eviction.
+    pub(crate) spared: AtomicU64,
 }
 
 impl Prefetcher {
@@ -146,6 +161,11 @@ impl Prefetcher {
             used: AtomicU64::new(0),
             wasted: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
+            triggers: AtomicU64::new(0),
+            late: AtomicU64::new(0),
+            shrinks: AtomicU64::new(0),
+            inline: AtomicU64::new(0),
+            spared: AtomicU64::new(0),
         }
     }
 
@@ -172,7 +192,7 @@ impl Prefetcher {
     pub(crate) fn on_fault(&self, table: &PageTable, tid: u32, page: usize, write: bool) -> Requests {
         let mut d = self.detector.lock().unwrap_or_else(|p| p.into_inner());
         let out = self.detect(&mut d, table, tid, page, write);
-        if !out.as_slice().is_empty() {
+        if !out.as_slice().is_empty() || out.inline.count > 0 {
             self.adapt(&mut d.checkpoint);
         }
         out
@@ -219,6 +239,11 @@ impl Prefetcher {
             }
             self.used.fetch_add(used, Ordering::Relaxed);
             let at_or_past_trigger = (p - s.trigger) * s.stride.signum() >= 0;
+            if p == s.trigger {
+                self.triggers.fetch_add(1, Ordering::Relaxed);
+            } else if (s.end - p) * s.stride.signum() > 0 {
+                self.late.fetch_add(1, Ordering::Relaxed);
+            }
             if at_or_past_trigger {
                 s.depth = (s.depth * 2).min(cap).max(1);
                 let start = if (s.end - p) * s.stride.signum() > 0 {
@@ -227,6 +252,33 @@ impl Prefetcher {
                     p + s.stride
                 };
                 self.issue(s, start, write, &mut out);
+            }
+            // A late fault: the thread caught up with the movers inside
+            // the window (they are behind, typically busy evicting). It
+            // fills the pages ahead of it up to the trigger itself, in one
+            // run, and the movers skip what it took: the two leapfrog
+            // instead of faulting page by page behind each other. The
+            // trigger stays missing, so the next window still fires.
+            if p != s.trigger {
+                let ahead = (s.trigger - p) / s.stride - 1;
+                let n = (ahead.max(0) as usize).min(CATCH_UP);
+                if n > 0 {
+                    let last = p + n as isize * s.stride;
+                    let (first, stride) = if s.stride < 0 {
+                        (last, -s.stride)
+                    } else {
+                        (p + s.stride, s.stride)
+                    };
+                    if first >= 0 && (first as usize) < self.pages {
+                        let room = (self.pages - first as usize - 1) / stride as usize + 1;
+                        out.inline = Request {
+                            first: first as usize,
+                            count: n.min(room),
+                            stride,
+                            write: s.write,
+                        };
+                    }
+                }
             }
             s.pos = p;
             return out;
@@ -332,6 +384,7 @@ impl Prefetcher {
         let ratio = (wasted - w0) as f64 / (issued - i0) as f64;
         let cap = self.cap.load(Ordering::Relaxed);
         let next = if ratio > 0.25 {
+            self.shrinks.fetch_add(1, Ordering::Relaxed);
             (cap / 2).max(INITIAL_DEPTH)
         } else if ratio < 0.05 {
             (cap * 2).min(self.max_depth)
@@ -344,7 +397,17 @@ impl Prefetcher {
 
     /// Zeroes the counters (statistics reset).
     pub(crate) fn reset_counters(&self) {
-        for c in [&self.issued, &self.used, &self.wasted, &self.dropped] {
+        for c in [
+            &self.issued,
+            &self.used,
+            &self.wasted,
+            &self.dropped,
+            &self.triggers,
+            &self.late,
+            &self.shrinks,
+            &self.inline,
+            &self.spared,
+        ] {
             c.store(0, Ordering::Relaxed);
         }
         self.detector.lock().unwrap_or_else(|p| p.into_inner()).checkpoint = (0, 0);

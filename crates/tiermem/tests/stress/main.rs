@@ -298,3 +298,74 @@ fn first_read_racing_a_first_write_loses_nothing() {
         );
     }
 }
+
+/// Sequential sweeps (forward, backward, a read stream beside a write
+/// stream) over four times the budget with one mover, every policy: the
+/// prefetcher's windows, its triggers and the catch-up fills of threads
+/// that fault late inside a window (they fill up to the trigger
+/// themselves) all run; every word is checked after each pass.
+#[test]
+fn sweeps_with_prefetch_and_catch_up_keep_every_page() {
+    let mut caught_up = 0;
+    for &policy in tiermem::PolicyKind::ALL {
+        for install in [tiermem::InstallMethod::Copy, tiermem::InstallMethod::Move] {
+            let mut cfg = Config::new(16 << 20, 4 << 20);
+            cfg.policy = policy;
+            cfg.install = install;
+            cfg.movers = 1;
+            cfg.prefetch_max_pages = 128;
+            let what = format!("{policy} {}", install.name());
+            let page_words = cfg.page_size.bytes() / 8;
+            let r = Region::new(cfg).expect("region");
+            let words = r.as_atomic_u64();
+            let n = words.len();
+            let half = n / 2;
+            let val = |w: usize, pass: u64| (w as u64).wrapping_mul(0x9e37_79b9) ^ (pass << 48);
+            // Pass 0 writes everything forward.
+            for (w, x) in words.iter().enumerate() {
+                x.store(val(w, 0), Ordering::Relaxed);
+            }
+            for pass in 1..4u64 {
+                // Read the first half (checking pass - 1), write the second
+                // half with the new pass, in lock step page by page; the
+                // direction alternates.
+                let pages = half / page_words;
+                for k in 0..pages {
+                    let pg = if pass % 2 == 0 { k } else { pages - 1 - k };
+                    for j in 0..page_words {
+                        let a = pg * page_words + j;
+                        let v = words[a].load(Ordering::Relaxed);
+                        assert_eq!(v, val(a, pass - 1), "{what}: pass {pass} word {a}");
+                        words[a].store(val(a, pass), Ordering::Relaxed);
+                        let b = half + a;
+                        let v = words[b].load(Ordering::Relaxed);
+                        assert_eq!(v, val(b, pass - 1), "{what}: pass {pass} word {b}");
+                        words[b].store(val(b, pass), Ordering::Relaxed);
+                    }
+                }
+            }
+            for (w, x) in words.iter().enumerate() {
+                assert_eq!(x.load(Ordering::Relaxed), val(w, 3), "{what}: final word {w}");
+            }
+            let s = r.stats();
+            assert!(r.errors().is_empty(), "{what}: {:?}", r.errors());
+            eprintln!(
+                "{what:<12} evictions {}, demand fills {}, mover fills {}, prefetch issued {} used {} wasted {} late {} catch-up pages {} spared {}",
+                s.evictions,
+                s.fills(),
+                s.mover_fills,
+                s.prefetch.issued,
+                s.prefetch.used,
+                s.prefetch.wasted,
+                s.prefetch.late,
+                s.prefetch.inline,
+                s.prefetch.spared
+            );
+            assert!(s.evictions > 4096, "{what}: too little churn: {s:?}");
+            assert!(s.prefetch.used > 0, "{what}: prefetch never used: {s:?}");
+            caught_up += s.prefetch.inline;
+        }
+    }
+    eprintln!("catch-up pages over all variants: {caught_up}");
+    assert!(caught_up > 0, "no thread ever caught up with the mover");
+}
