@@ -15,7 +15,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <dirent.h>
 #include <unistd.h>
 
 #include <tiermem.h>
@@ -385,6 +387,135 @@ static void strerror_static(void) {
   CHECK(strcmp(tm_strerror(1), "unknown error code") == 0, "positive code");
 }
 
+
+/* ---- struct tm_config field ranges as documented. */
+static int create_rc(const struct tm_config *cfg) {
+  tm_region *r = NULL;
+  int rc = tm_region_create(cfg, &r);
+  if (rc == TM_OK) {
+    volatile unsigned char *b = tm_region_base(r);
+    size_t n = tm_region_size(r) / PAGE;
+    for (size_t i = 0; i < n; i++) b[i * PAGE] = (unsigned char)(i + 1);
+    for (size_t i = 0; i < n; i++)
+      if (b[i * PAGE] != (unsigned char)(i + 1)) rc = 1000; /* data lost */
+    tm_region_destroy(r);
+  }
+  return rc;
+}
+
+static void config_ranges(void) {
+  struct tm_config cfg;
+  /* "at least 4 pages unless >= virt_bytes" */
+  tm_config_init(&cfg, 2 * PAGE, 2 * PAGE);
+  CHECK(create_rc(&cfg) == TM_OK, "a 2-page region with a 2-page budget: %s", tm_last_error());
+  tm_config_init(&cfg, 3 * PAGE, 8 * PAGE);
+  CHECK(create_rc(&cfg) == TM_OK, "a budget above virt_bytes: %s", tm_last_error());
+  /* "at most 64 TiB" */
+  tm_config_init(&cfg, ((uint64_t)64 << 40) + PAGE, 1 * MiB);
+  EXPECT_RC(create_rc(&cfg), TM_EINVAL);
+  /* evict_batch_pages "1 to 512" */
+  tm_config_init(&cfg, 1 * MiB, 16 * PAGE);
+  cfg.evict_batch_pages = 0;
+  EXPECT_RC(create_rc(&cfg), TM_EINVAL);
+  cfg.evict_batch_pages = 1;
+  CHECK(create_rc(&cfg) == TM_OK, "evict_batch_pages 1: %s", tm_last_error());
+  cfg.evict_batch_pages = 512;
+  CHECK(create_rc(&cfg) == TM_OK, "evict_batch_pages 512: %s", tm_last_error());
+  /* handler_threads "at least 1" */
+  tm_config_init(&cfg, 1 * MiB, 16 * PAGE);
+  cfg.fault_path = TM_FAULT_HANDLER_THREAD;
+  cfg.handler_threads = 0;
+  EXPECT_RC(create_rc(&cfg), TM_EINVAL);
+  cfg.handler_threads = 2;
+  CHECK(create_rc(&cfg) == TM_OK, "2 handler threads: %s", tm_last_error());
+  /* prefetch_max_pages "4 to 2048; 0 = default" */
+  tm_config_init(&cfg, 1 * MiB, 16 * PAGE);
+  cfg.movers = 1;
+  cfg.prefetch_max_pages = 2049;
+  EXPECT_RC(create_rc(&cfg), TM_EINVAL);
+  cfg.prefetch_max_pages = 2048;
+  CHECK(create_rc(&cfg) == TM_OK, "prefetch_max_pages 2048: %s", tm_last_error());
+  cfg.prefetch_max_pages = 4;
+  CHECK(create_rc(&cfg) == TM_OK, "prefetch_max_pages 4: %s", tm_last_error());
+  /* "A value below the version-1 size is TM_EINVAL" */
+  tm_config_init(&cfg, 1 * MiB, 1 * MiB);
+  cfg.struct_size = 64;
+  EXPECT_RC(create_rc(&cfg), TM_EINVAL);
+  /* "The TIERMEM_* environment variables are NOT applied" by tm_config_init. */
+  setenv("TIERMEM_POLICY", "scan", 1);
+  setenv("TIERMEM_FAULT_PATH", "handler-thread", 1);
+  setenv("TIERMEM_EVICT_BATCH", "8", 1);
+  tm_config_init(&cfg, 1 * MiB, 1 * MiB);
+  CHECK(cfg.policy == TM_POLICY_FIFO && cfg.fault_path == TM_FAULT_IN_CONTEXT &&
+            cfg.evict_batch_pages == 64,
+        "tm_config_init applied TIERMEM_* variables");
+}
+
+/* ---- tm_last_error: "A successful call does not clear it." */
+static void last_error_sticks(void) {
+  CHECK(tm_region_evict_all(NULL) == TM_EINVAL, "fail");
+  char before[512];
+  snprintf(before, sizeof before, "%s", tm_last_error());
+  struct tm_config cfg;
+  tm_config_init(&cfg, 1 * MiB, 1 * MiB);
+  tm_region *r = NULL;
+  CHECK(tm_region_create(&cfg, &r) == TM_OK, "succeed");
+  CHECK(tm_region_destroy(r) == TM_OK, "succeed");
+  CHECK(before[0] != '\0' && strcmp(before, tm_last_error()) == 0,
+        "a successful call changed the last error from \"%s\" to \"%s\"", before, tm_last_error());
+}
+
+/* ---- far_path: "Any bytes but NUL"; a new file name is "created mode
+ * 0600, removed with the region; an existing file is refused"; a directory
+ * gets an unnamed file (nothing left in it). */
+static size_t entries(const char *dir) {
+  DIR *d = opendir(dir);
+  size_t n = 0;
+  if (d == NULL) return (size_t)-1;
+  for (struct dirent *e; (e = readdir(d)) != NULL;)
+    if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) n++;
+  closedir(d);
+  return n;
+}
+
+static void far_path_bytes(void) {
+  char base[] = "/tmp/tiermem-promises-XXXXXX";
+  CHECK(mkdtemp(base) != NULL, "mkdtemp");
+  char dir[256], file[300];
+  snprintf(dir, sizeof dir, "%s/a dir\nwith \xff\xfe bytes; $(x) *", base);
+  CHECK(mkdir(dir, 0700) == 0, "mkdir odd name");
+  umask(0);
+  for (int path = 0; path < 2; path++) {
+    struct tm_config cfg;
+    tm_config_init(&cfg, 1 * MiB, 16 * PAGE);
+    cfg.far_kind = TM_FAR_FILE;
+    cfg.fault_path = path ? TM_FAULT_HANDLER_THREAD : TM_FAULT_IN_CONTEXT;
+    cfg.far_path = dir; /* a directory */
+    tm_region *r = NULL;
+    CHECK(tm_region_create(&cfg, &r) == TM_OK, "far file in an odd directory: %s", tm_last_error());
+    CHECK(create_rc(&cfg) == TM_OK, "data through it");
+    tm_region_destroy(r);
+    CHECK(entries(dir) == 0, "the directory holds %zu entries after destroy", entries(dir));
+    snprintf(file, sizeof file, "%s/\x01\xc3(far\tfile)", dir); /* a new file name */
+    cfg.far_path = file;
+    r = NULL;
+    CHECK(tm_region_create(&cfg, &r) == TM_OK, "odd new file name: %s", tm_last_error());
+    struct stat st;
+    int exists = stat(file, &st) == 0;
+    CHECK(!exists || (st.st_mode & 0777) == 0600, "far file mode %o, umask 0",
+          (unsigned)(st.st_mode & 0777));
+    tm_region *r2 = (tm_region *)1;
+    if (exists) {
+      EXPECT_RC(tm_region_create(&cfg, &r2), TM_EINVAL); /* existing file refused */
+      CHECK(r2 == NULL, "*out NULL");
+    }
+    tm_region_destroy(r);
+    CHECK(entries(dir) == 0, "the far file outlived its region");
+  }
+  rmdir(dir);
+  rmdir(base);
+}
+
 struct test {
   const char *name;
   void (*fn)(void);
@@ -404,6 +535,9 @@ static const struct test tests[] = {
     {"svm_outside_run", svm_outside_run},
     {"team_bounds", team_bounds},
     {"strerror_static", strerror_static},
+    {"config_ranges", config_ranges},
+    {"last_error_sticks", last_error_sticks},
+    {"far_path_bytes", far_path_bytes},
 };
 
 int main(int argc, char **argv) {
