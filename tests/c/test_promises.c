@@ -8,6 +8,7 @@
 #define _GNU_SOURCE /* memfd_create, pthreads */
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stddef.h>
@@ -516,6 +517,71 @@ static void far_path_bytes(void) {
   rmdir(base);
 }
 
+
+/* ---- As an unprivileged user: tm_hugepages_reserve "needs root;
+ * TM_EPERM otherwise"; tm_region_create is TM_EPERM when userfaultfd is not
+ * allowed for this user (vm.unprivileged_userfaultfd=0), with the fix named. */
+static void unprivileged(void) {
+  if (geteuid() != 0) {
+    printf("  unprivileged: skipped (needs root to drop to nobody)\n");
+    return;
+  }
+  CHECK(tm_hugepages_reserve(12345, 1, NULL) == TM_EINVAL, "page_size 12345");
+  if (setgid(65534) != 0 || setuid(65534) != 0) {
+    printf("  unprivileged: skipped (setuid(65534): %s)\n", strerror(errno));
+    return;
+  }
+  uint64_t available = 0;
+  EXPECT_RC(tm_hugepages_reserve(2 * MiB, 1, &available), TM_EPERM);
+  CHECK(strstr(tm_last_error(), "root") != NULL, "the message says root is needed");
+  FILE *f = fopen("/proc/sys/vm/unprivileged_userfaultfd", "r");
+  int allowed = 1;
+  if (f != NULL) {
+    if (fscanf(f, "%d", &allowed) != 1) allowed = 1;
+    fclose(f);
+  }
+  for (int path = 0; path < 2; path++) {
+    struct tm_config cfg;
+    tm_config_init(&cfg, 1 * MiB, 16 * PAGE);
+    cfg.fault_path = path ? TM_FAULT_HANDLER_THREAD : TM_FAULT_IN_CONTEXT;
+    int rc = create_rc(&cfg);
+    if (allowed) {
+      CHECK(rc == TM_OK, "unprivileged_userfaultfd=1, path %d: %d", path, rc);
+    } else {
+      CHECK(rc == TM_EPERM, "unprivileged_userfaultfd=0, path %d: %d", path, rc);
+      CHECK(strstr(tm_last_error(), "unprivileged_userfaultfd") != NULL, "the fix is named");
+    }
+  }
+}
+
+/* ---- docs/errors.md: "an existing file is never overwritten". */
+static void existing_file_kept(void) {
+  char path[] = "/tmp/tiermem-promises-XXXXXX";
+  int fd = mkstemp(path);
+  CHECK(fd >= 0, "mkstemp");
+  const char text[] = "the next job's data";
+  CHECK(write(fd, text, sizeof text) == (ssize_t)sizeof text, "write");
+  close(fd);
+  for (int direct = 0; direct < 2; direct++) {
+    struct tm_config cfg;
+    tm_config_init(&cfg, 1 * MiB, 16 * PAGE);
+    cfg.far_kind = TM_FAR_FILE;
+    cfg.far_path = path;
+    cfg.far_direct = direct;
+    tm_region *r = (tm_region *)1;
+    EXPECT_RC(tm_region_create(&cfg, &r), TM_EINVAL);
+    CHECK(r == NULL, "*out NULL");
+  }
+  char back[sizeof text] = {0};
+  fd = open(path, O_RDONLY);
+  CHECK(fd >= 0 && read(fd, back, sizeof back) == (ssize_t)sizeof text && memcmp(back, text, sizeof text) == 0,
+        "the existing file changed");
+  struct stat st;
+  CHECK(fstat(fd, &st) == 0 && st.st_size == (off_t)sizeof text, "size %lld", (long long)st.st_size);
+  close(fd);
+  unlink(path);
+}
+
 struct test {
   const char *name;
   void (*fn)(void);
@@ -538,6 +604,8 @@ static const struct test tests[] = {
     {"config_ranges", config_ranges},
     {"last_error_sticks", last_error_sticks},
     {"far_path_bytes", far_path_bytes},
+    {"unprivileged", unprivileged},
+    {"existing_file_kept", existing_file_kept},
 };
 
 int main(int argc, char **argv) {
