@@ -521,7 +521,8 @@ struct tm_team_stats {
     uint64_t victims_many;     /* ... several members mapped */
 };
 
-/* A team region of virt_bytes over near_bytes for `workers` workers (1 to
+/* A team region of virt_bytes (a non-zero multiple of the page size, at
+ * most 64 TiB; TM_EINVAL otherwise) over near_bytes for `workers` workers (1 to
  * 53). This process may use it too (to initialise or check data). */
 tm_decl_nodiscard tm_decl_export int tm_team_create(size_t virt_bytes, size_t near_bytes, int workers,
                                                     int flags, tm_team **out) tm_attr_noexcept;

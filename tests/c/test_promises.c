@@ -377,6 +377,11 @@ static void team_bounds(void) {
   CHECK(t == NULL, "*out NULL on failure");
   EXPECT_RC(tm_team_create(4 * MiB, 1 * MiB, 54, 0, &t), TM_EINVAL);
   EXPECT_RC(tm_team_create(0, 1 * MiB, 2, 0, &t), TM_EINVAL);
+  /* A size no file or mapping can have: refused, not TM_EINTERNAL ("a bug"). */
+  volatile size_t max = SIZE_MAX;
+  EXPECT_RC(tm_team_create(max - 4095, 1 * MiB, 2, 0, &t), TM_EINVAL);
+  EXPECT_RC(tm_team_create(((size_t)64 << 40) + 4096, 1 * MiB, 2, 0, &t), TM_EINVAL);
+  EXPECT_RC(tm_team_create_named("tiermem-promises-huge", max - 4095, 1 * MiB, 2, 0, &t), TM_EINVAL);
   EXPECT_RC(tm_team_attach("tiermem-promises-no-such-team", 1, &t), TM_EINVAL);
 }
 
