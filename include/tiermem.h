@@ -466,8 +466,9 @@ tm_decl_export int tm_segment_destroy(tm_segment *s) tm_attr_noexcept;
 /* Makes `pages` huge pages of `page_size` bytes (2097152 or 1073741824)
  * available in addition to those in use, growing the pool (needs root;
  * TM_EPERM otherwise). Stores the pages then available in *available (may
- * be NULL); fewer than asked is TM_EHUGEPAGES (memory fragmented). The
- * static pool of paper 3: call it at start-up, or set
+ * be NULL); fewer than asked is TM_EHUGEPAGES (memory fragmented). A pool
+ * larger than the machine's memory (MemTotal) is TM_EINVAL, the pool left
+ * as it was. The static pool of paper 3: call it at start-up, or set
  * TIERMEM_HUGEPAGES=2M:512,1G:2 for the process-wide region. */
 tm_decl_nodiscard tm_decl_export int tm_hugepages_reserve(size_t page_size, uint64_t pages,
                                                           uint64_t *available) tm_attr_noexcept;

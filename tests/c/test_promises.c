@@ -587,6 +587,41 @@ static void existing_file_kept(void) {
   unlink(path);
 }
 
+
+/* ---- tm_hugepages_reserve beyond the machine's memory: refused with
+ * TM_EINVAL before the pool is touched (it used to turn all free memory
+ * into 2 MiB pages, keep them, and report TM_EHUGEPAGES). Root only; the
+ * pool is put back as found whatever happens (see main). */
+static const char *const nr_2m = "/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages";
+
+static long read_long(const char *path) {
+  FILE *f = fopen(path, "r");
+  long v = -1;
+  if (f != NULL) {
+    if (fscanf(f, "%ld", &v) != 1) v = -1;
+    fclose(f);
+  }
+  return v;
+}
+
+static void hugepages_beyond_memory(void) {
+  long before = read_long(nr_2m);
+  if (geteuid() != 0 || before < 0) {
+    printf("  hugepages_beyond_memory: skipped (needs root and %s)\n", nr_2m);
+    return;
+  }
+  long mem_kib = 0;
+  FILE *f = fopen("/proc/meminfo", "r");
+  CHECK(f != NULL && fscanf(f, "MemTotal: %ld kB", &mem_kib) == 1, "MemTotal");
+  if (f != NULL) fclose(f);
+  uint64_t available = 12345;
+  EXPECT_RC(tm_hugepages_reserve(2 * MiB, UINT64_MAX, &available), TM_EINVAL);
+  CHECK(strstr(tm_last_error(), "memory") != NULL, "the message names the memory");
+  EXPECT_RC(tm_hugepages_reserve(2 * MiB, (uint64_t)mem_kib / 2048 + 1, NULL), TM_EINVAL);
+  EXPECT_RC(tm_hugepages_reserve(1 << 30, (uint64_t)mem_kib / (1 << 20) + 1, NULL), TM_EINVAL);
+  CHECK(read_long(nr_2m) == before, "the 2M pool went from %ld to %ld pages", before, read_long(nr_2m));
+}
+
 struct test {
   const char *name;
   void (*fn)(void);
@@ -611,12 +646,14 @@ static const struct test tests[] = {
     {"far_path_bytes", far_path_bytes},
     {"unprivileged", unprivileged},
     {"existing_file_kept", existing_file_kept},
+    {"hugepages_beyond_memory", hugepages_beyond_memory},
 };
 
 int main(int argc, char **argv) {
   setenv("TIERMEM_FAR", "64M", 1);
   setenv("TIERMEM_NEAR", "16M", 1);
   int failed = 0;
+  long pool_2m = read_long(nr_2m);
   for (size_t k = 0; k < sizeof tests / sizeof tests[0]; k++) {
     if (argc > 1 && strcmp(argv[1], tests[k].name) != 0) continue;
     fflush(NULL);
@@ -636,6 +673,15 @@ int main(int argc, char **argv) {
         fprintf(stderr, "  %s: killed by signal %d\n", tests[k].name, WTERMSIG(status));
     }
     printf("%s %s\n", ok ? "ok  " : "FAIL", tests[k].name);
+    /* A case that grew the 2 MiB pool (a regression) must not leave this
+     * machine's memory in it. */
+    if (pool_2m >= 0 && read_long(nr_2m) != pool_2m) {
+      FILE *f = fopen(nr_2m, "w");
+      if (f != NULL) {
+        fprintf(f, "%ld\n", pool_2m);
+        fclose(f);
+      }
+    }
   }
   return failed == 0 ? 0 : 1;
 }
