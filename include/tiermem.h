@@ -190,9 +190,11 @@ extern "C" {
 #define TM_FAULT_IN_CONTEXT 0
 /* tm_config.fault_path: faults are served by handler threads reading the
  * userfaultfd, also the faults the kernel takes on the process's behalf
- * (every system call above, iovec calls too); each fault pays a thread
- * wake-up. Accesses by other processes (/proc/PID/mem, ptrace,
- * process_vm_readv) are not served (EIO/EFAULT on a missing page). */
+ * (every system call above, iovec calls too, and another process's
+ * process_vm_readv/writev); each fault pays a thread wake-up. Not served on
+ * either path: /proc/PID/mem and ptrace(PEEKDATA/POKEDATA), i.e. debuggers
+ * (the kernel faults there without allowing a retry, so a userfaultfd
+ * cannot answer; EIO on a missing page): call tm_touch first. */
 #define TM_FAULT_HANDLER_THREAD 1
 
 /* tm_config.dirty_tracking: pages are installed write-protected and the
@@ -388,6 +390,16 @@ tm_decl_export int tm_region_discard(tm_region *r, size_t offset, size_t len) tm
  * region (any region of the process, including the global one). Returns
  * TM_OK or TM_EINVAL. */
 tm_decl_export int tm_prefetch(const void *addr, size_t len) tm_attr_noexcept;
+
+/* Makes [addr, addr + len) of one tiermem region resident now, on the
+ * calling thread and without a page fault; returns the number of pages of
+ * the range resident afterwards, or TM_EINVAL / TM_EFORKED. For debuggers:
+ * /proc/<pid>/mem and ptrace(PTRACE_PEEKDATA) cannot have a page brought in
+ * (on either fault path: the kernel gives a userfaultfd no chance to serve
+ * them and they fail with EIO), so gdb shows evicted or untouched pages as
+ * "Cannot access memory". In gdb: `call (int) tm_touch(p, 4096)`, then
+ * `x/4gx p` (docs/design.md "Kernel accesses"). */
+tm_decl_export int tm_touch(const void *addr, size_t len) tm_attr_noexcept;
 
 /* Access advice for [addr, addr + len) of one tiermem region: one of the
  * TM_ADVICE_* values. Returns TM_OK, TM_EINVAL, or for TM_ADVICE_DONTNEED

@@ -31,6 +31,18 @@ pub extern "C" fn tm_prefetch(addr: *const c_void, len: usize) -> c_int {
     })
 }
 
+/// `int tm_touch(const void *addr, size_t len)`: makes the range resident
+/// now, on the calling thread and without a fault (a debugger's way to look
+/// at any page: `/proc/<pid>/mem` and `ptrace` cannot bring one in).
+/// Returns the number of pages of the range resident afterwards.
+#[no_mangle]
+pub extern "C" fn tm_touch(addr: *const c_void, len: usize) -> c_int {
+    guard("tm_touch", || {
+        let n = tiermem::touch(addr as usize, len)?;
+        Ok(c_int::try_from(n).unwrap_or(c_int::MAX))
+    })
+}
+
 /// `int tm_advise(const void *addr, size_t len, int advice)`: access advice
 /// for a range of one tiermem region (`TM_ADVICE_*`).
 #[no_mangle]

@@ -2,8 +2,10 @@
 //!
 //! A path naming a directory gets an unnamed `O_TMPFILE` inside it (gone
 //! when closed); a path naming a file that does not exist yet is created and
-//! unlinked again when the [`FarFile`] is dropped. An existing file is never
-//! overwritten.
+//! unlinked again when the [`FarFile`] is dropped, if the name still names
+//! the file tiermem created (same device and inode): a file renamed behind
+//! tiermem's back, and whatever took its name, are left alone. An existing
+//! file is never overwritten.
 
 use crate::errno::{check, Errno};
 use std::ffi::CString;
@@ -57,8 +59,9 @@ pub enum FileError {
 #[derive(Debug)]
 pub struct FarFile {
     fd: OwnedFd,
-    /// The name to unlink on drop (None for an O_TMPFILE).
-    created: Option<PathBuf>,
+    /// The name to unlink on drop (None for an O_TMPFILE), and the
+    /// (device, inode) it must still name then.
+    created: Option<(PathBuf, (u64, u64))>,
     direct: bool,
     owner_pid: u32,
 }
@@ -113,6 +116,16 @@ impl FarFile {
         })?;
         // SAFETY: the kernel returned a fresh descriptor that we own.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let created = match created {
+            Some(p) => Some((
+                p,
+                identity(fd.as_fd()).map_err(|errno| FileError::Other {
+                    path: path.to_path_buf(),
+                    errno,
+                })?,
+            )),
+            None => None,
+        };
         Ok(FarFile {
             fd,
             created,
@@ -128,7 +141,7 @@ impl FarFile {
 
     /// The file's name, if it has one.
     pub fn path(&self) -> Option<&Path> {
-        self.created.as_deref()
+        self.created.as_ref().map(|(p, _)| p.as_path())
     }
 
     /// Bytes free on the file's file system for an unprivileged writer.
@@ -149,13 +162,26 @@ impl AsFd for FarFile {
 
 impl Drop for FarFile {
     fn drop(&mut self) {
-        // A fork()ed child holding a copy must not delete its parent's file.
-        if let Some(p) = &self.created {
-            if std::process::id() == self.owner_pid {
+        // A fork()ed child holding a copy must not delete its parent's file,
+        // and a name that now names another file (ours was renamed, another
+        // took the name) is not ours to delete.
+        if let Some((p, id)) = &self.created {
+            use std::os::unix::fs::MetadataExt;
+            let still_ours = std::fs::symlink_metadata(p).is_ok_and(|m| (m.dev(), m.ino()) == *id);
+            if std::process::id() == self.owner_pid && still_ours {
                 let _ = std::fs::remove_file(p);
             }
         }
     }
+}
+
+/// The (device, inode) of an open file.
+fn identity(fd: BorrowedFd<'_>) -> Result<(u64, u64), Errno> {
+    // SAFETY: stat is plain data, filled by the kernel.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid descriptor and a valid struct.
+    check(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
+    Ok((st.st_dev, st.st_ino))
 }
 
 /// Writes a file's dirty pages back and drops its pages from the page

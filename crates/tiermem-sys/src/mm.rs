@@ -363,6 +363,14 @@ impl Mapping {
         } else {
             libc::PROT_READ | libc::PROT_WRITE
         };
+        // After mlockall(MCL_FUTURE) the kernel populates and locks every
+        // new accessible mapping: a tiered region would sit in RSS whole,
+        // outside its budget, and could not be evicted. Mapped PROT_NONE
+        // (never populated), unlocked, then opened, it stays out of the
+        // lock (issue 20.4). MAP_POPULATE mappings want their pages.
+        let keep_unlocked = !opts.populate;
+        let final_prot = prot;
+        let prot = if keep_unlocked { libc::PROT_NONE } else { prot };
         let addr = if opts.at != 0 {
             Self::map_at(opts.at, len, page_size, flags, prot, raw_fd, offset)?
         } else if align > page_size {
@@ -395,6 +403,15 @@ impl Mapping {
             dontfork_generation: None,
             shared: fd.is_some() && flags & libc::MAP_SHARED != 0,
         };
+        if keep_unlocked {
+            // SAFETY: our fresh mapping; munlock changes no contents (it
+            // fails harmlessly with nothing locked, or without the right
+            // to lock, which then locked nothing either).
+            unsafe { libc::munlock(addr.cast(), len) };
+            // SAFETY: our fresh mapping, nothing in it yet.
+            let r = unsafe { crate::raw::mprotect(addr.cast(), len, final_prot) };
+            check(r).map_err(|errno| MmError::Protect { len, errno })?;
+        }
         if opts.dontfork {
             map.advise(0, len, Advice::DontFork)?;
             map.dontfork_generation = Some(crate::thread::fork_generation());

@@ -569,6 +569,20 @@ pub fn prefetch(addr: usize, len: usize) -> Result<(), Error> {
     Ok(())
 }
 
+/// Makes `[addr, addr+len)`, which must lie in one region of this process,
+/// resident now, on the calling thread and without a fault (`tm_touch`).
+/// For debuggers: `/proc/<pid>/mem` and `ptrace(PEEKDATA)` cannot have a
+/// page brought in (docs/design.md "Kernel accesses"); after this call
+/// they read it (until it is evicted again). Returns the pages of the
+/// range that are resident afterwards.
+pub fn touch(addr: usize, len: usize) -> Result<usize, Error> {
+    let (core, first, count) = locate(addr, len, "touch")?;
+    core.fill_range_now(first, count);
+    Ok((first..first + count)
+        .filter(|&p| matches!(core.pages.load(p).state(), PageState::Clean | PageState::Dirty))
+        .count())
+}
+
 /// Access advice for `[addr, addr+len)`, which must lie in one region of
 /// this process (`tm_advise`): the address-based form of [`Region::advise`].
 pub fn advise(addr: usize, len: usize, advice: Advice) -> Result<(), Error> {

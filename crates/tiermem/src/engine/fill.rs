@@ -581,6 +581,23 @@ impl RegionCore {
         Ok(())
     }
 
+    /// Brings `[first, first+count)` in now, on the calling thread, without a
+    /// fault (`tm_touch`: what a debugger calls before reading a page through
+    /// `/proc/<pid>/mem`, which no userfaultfd can serve).
+    pub(crate) fn fill_range_now(&self, first: usize, count: usize) {
+        let mut k = 0;
+        while k < count {
+            let n = (count - k).min(self.max_run);
+            self.fill_now(&Request {
+                first: first + k,
+                count: n,
+                stride: 1,
+                write: false,
+            });
+            k += n;
+        }
+    }
+
     /// Fills a prefetch request on the calling thread (no mover, or their
     /// queue is full). A file store reads through the per-page staging
     /// buffers (the movers' run buffers belong to the movers), so page by

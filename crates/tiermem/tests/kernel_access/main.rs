@@ -277,3 +277,73 @@ fn trap_off_gives_efault_as_documented() {
     let (status, out) = common::run_child("trap_off_gives_efault_as_documented");
     assert!(status.success(), "{out}");
 }
+
+/// Reads `len` bytes at `addr` of process `pid` through `/proc/PID/mem`.
+fn proc_mem_read(pid: u32, addr: usize, len: usize) -> std::io::Result<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::File::open(format!("/proc/{pid}/mem"))?;
+    let mut buf = vec![0u8; len];
+    f.read_exact_at(&mut buf, addr as u64)?;
+    Ok(buf)
+}
+
+/// Issue 20.4: `/proc/PID/mem` (how gdb reads memory; `ptrace(PEEKDATA)`
+/// takes the same kernel path, `access_remote_vm`) cannot have a missing
+/// page brought in by a userfaultfd on either path: the kernel faults
+/// without `FAULT_FLAG_ALLOW_RETRY` there, and `handle_userfault` then
+/// answers `VM_FAULT_SIGBUS`, so the read fails with EIO. `tiermem::touch`
+/// (`tm_touch`) brings the range in first, without a fault; then it reads.
+#[test]
+fn proc_mem_reads_evicted_pages_after_touch() {
+    for &fp in FaultPath::ALL {
+        let mut r = evicted_region(fp, DirtyTracking::WpFault, "memory");
+        let p = 3;
+        let addr = r.as_ptr() as usize + p * PAGE;
+        let pid = std::process::id();
+        let e = proc_mem_read(pid, addr, 8).expect_err("an evicted page is not served");
+        assert_eq!(e.raw_os_error(), Some(libc::EIO), "{}: {e}", fp.name());
+        // Another process's process_vm_readv (MPI libraries' single-copy
+        // path) pins with retry allowed: the handler thread serves it; the
+        // in-context path has no thread to, and the seccomp trap only sees
+        // this process's own calls.
+        let mut v = 0u64;
+        // SAFETY: test code; the child only reads into its own copy of `v`
+        // and leaves with _exit.
+        let child = unsafe { libc::fork() };
+        if child == 0 {
+            let local = libc::iovec {
+                iov_base: (&mut v as *mut u64).cast(),
+                iov_len: 8,
+            };
+            let remote = libc::iovec {
+                iov_base: addr as *mut libc::c_void,
+                iov_len: 8,
+            };
+            // SAFETY: reads into our own `v`; the remote range is the parent's.
+            let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+            let ok = n == 8 && v == mix((p * 512) as u64);
+            // SAFETY: leaving the forked child without the parent's atexit.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        // SAFETY: waiting for our own child.
+        unsafe { libc::waitpid(child, &mut status, 0) };
+        let served = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
+        assert_eq!(
+            served,
+            fp == FaultPath::HandlerThread,
+            "{}: process_vm_readv from another process",
+            fp.name()
+        );
+        let resident = tiermem::touch(addr, PAGE).unwrap();
+        assert_eq!(resident, 1, "{}", fp.name());
+        let got = proc_mem_read(pid, addr, 8).unwrap();
+        assert_eq!(
+            u64::from_ne_bytes(got.try_into().unwrap()),
+            mix((p * 512) as u64),
+            "{}",
+            fp.name()
+        );
+        check_page(&mut r, p, (p * 512) as u64, "after touch");
+    }
+}

@@ -406,3 +406,114 @@ fn prefetch_without_a_free_mover_fills_every_store() {
     rx.recv_timeout(std::time::Duration::from_secs(120))
         .expect("prefetch hung (or the test thread panicked: see above)");
 }
+
+/// Issue 20.4: destroy removes the far file by name only if the name still
+/// names the file tiermem created. Here the file is renamed behind
+/// tiermem's back and another file (the next job's) takes the name: destroy
+/// leaves both alone (it used to delete the other job's file).
+#[test]
+fn destroy_never_deletes_a_file_it_did_not_create() {
+    let dir = std::env::temp_dir().join(format!("tiermem-rename-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let name = dir.join("far.bin");
+    let mut c = Config::new(4 * MIB, MIB);
+    c.far = tiermem::FarStoreConfig::File {
+        path: name.clone(),
+        direct: false,
+    };
+    let mut r = Region::new(c).unwrap();
+    r.as_mut_slice::<u64>()
+        .iter_mut()
+        .enumerate()
+        .for_each(|(i, x)| *x = mix(i as u64));
+    std::fs::rename(&name, dir.join("moved.bin")).unwrap();
+    std::fs::write(&name, b"the next job's far file").unwrap();
+    // The region still works through its descriptor.
+    assert!(r
+        .as_mut_slice::<u64>()
+        .iter()
+        .enumerate()
+        .all(|(i, &x)| x == mix(i as u64)));
+    drop(r);
+    assert_eq!(
+        std::fs::read(&name).unwrap(),
+        b"the next job's far file",
+        "destroy deleted a file it did not create"
+    );
+    assert!(
+        dir.join("moved.bin").exists(),
+        "tiermem's own file, renamed, is left where it was moved"
+    );
+    // Not renamed: removed as before.
+    let mut c = Config::new(4 * MIB, MIB);
+    let second = dir.join("second.bin");
+    c.far = tiermem::FarStoreConfig::File {
+        path: second.clone(),
+        direct: false,
+    };
+    drop(Region::new(c).unwrap());
+    assert!(!second.exists());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn vm_kib(field: &str) -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap();
+    s.lines()
+        .find_map(|l| {
+            l.strip_prefix(field)?
+                .trim()
+                .strip_suffix("kB")?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .unwrap()
+}
+
+#[test]
+fn child_region_under_mlockall() {
+    if !common::is_child("child_region_under_mlockall") {
+        return;
+    }
+    // SAFETY: plain syscall; affects only this (child test) process.
+    if unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) } != 0 {
+        eprintln!("skipped: mlockall: {}", std::io::Error::last_os_error());
+        return;
+    }
+    let before = vm_kib("VmRSS:");
+    for fp in tiermem::FaultPath::ALL {
+        let mut c = Config::new(64 * MIB, 4 * MIB);
+        c.fault_path = *fp;
+        let mut r = Region::new(c).unwrap();
+        let grown = vm_kib("VmRSS:").saturating_sub(before);
+        assert!(
+            grown < 16 << 10,
+            "{fp:?}: creating a 64 MiB region grew RSS by {grown} KiB"
+        );
+        r.as_mut_slice::<u64>()
+            .iter_mut()
+            .enumerate()
+            .for_each(|(i, x)| *x = mix(i as u64));
+        assert!(r.stats().evictions > 0, "{fp:?}: the budget bounds the region");
+        assert!(r.stats().resident_bytes <= 4 * MIB, "{fp:?}");
+        assert!(r
+            .as_mut_slice::<u64>()
+            .iter()
+            .enumerate()
+            .all(|(i, &x)| x == mix(i as u64)));
+    }
+    eprintln!("region under mlockall: ok");
+}
+
+/// Issue 20.4: after `mlockall(MCL_CURRENT | MCL_FUTURE)` a new region was
+/// populated and locked at creation (its budget bounded nothing and it
+/// could not be evicted). Regions are now mapped out of the lock.
+#[test]
+fn region_under_mlockall() {
+    let (status, err) = common::run_child("child_region_under_mlockall");
+    assert!(status.success(), "{err}");
+    assert!(
+        err.contains("region under mlockall: ok") || err.contains("skipped"),
+        "{err}"
+    );
+}
