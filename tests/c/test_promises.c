@@ -62,6 +62,7 @@ static void null_everywhere(void) {
   EXPECT_RC(tm_region_discard(NULL, 0, PAGE), TM_EINVAL);
   EXPECT_RC(tm_prefetch(NULL, PAGE), TM_EINVAL);
   EXPECT_RC(tm_advise(NULL, PAGE, TM_ADVICE_WILLNEED), TM_EINVAL);
+  EXPECT_RC(tm_touch(NULL, PAGE), TM_EINVAL);
   CHECK(tm_region_destroy(NULL) == TM_OK, "tm_region_destroy(NULL) is a no-op");
 
   EXPECT_RC(tm_segment_create(2 * MiB, TM_SEGMENT_2M, NULL), TM_EINVAL);
@@ -187,9 +188,13 @@ static void prefetch_bounds(void) {
   EXPECT_RC(tm_advise(b + PAGE, SIZE_MAX - PAGE, TM_ADVICE_DONTNEED), TM_EINVAL);
   EXPECT_RC(tm_advise(b - PAGE, 2 * PAGE, TM_ADVICE_WILLNEED), TM_EINVAL);
   CHECK(tm_prefetch(b, 1 * MiB) == TM_OK, "whole region: %s", tm_last_error());
+  EXPECT_RC(tm_touch(b + 1 * MiB - PAGE, 2 * PAGE), TM_EINVAL);
+  EXPECT_RC(tm_touch(b, SIZE_MAX), TM_EINVAL);
+  EXPECT_RC(tm_touch(b - PAGE, 2 * PAGE), TM_EINVAL);
   tm_region_destroy(r);
   /* After destroy the range is no region's any more. */
   EXPECT_RC(tm_prefetch(b, PAGE), TM_EINVAL);
+  EXPECT_RC(tm_touch(b, PAGE), TM_EINVAL);
 }
 
 /* ---- tm_region_evict_all: "the number of pages evicted (>= 0)". */
