@@ -465,7 +465,8 @@ tm_decl_export int tm_free_global(void *ptr) tm_attr_noexcept;
 
 typedef struct tm_segment tm_segment;
 
-/* A segment of `bytes` (rounded up to whole pages; 0 is TM_EINVAL). */
+/* A segment of `bytes` (rounded up to whole pages; 0, or more than the
+ * machine's memory, is TM_EINVAL). */
 tm_decl_nodiscard tm_decl_export int tm_segment_create(size_t bytes, int flags, tm_segment **out) tm_attr_noexcept;
 /* Its start (aligned to its page size), size, and page size in bytes
  * (1073741824 or 2097152); NULL/0 for a NULL handle. */

@@ -624,6 +624,13 @@ static void hugepages_beyond_memory(void) {
   CHECK(strstr(tm_last_error(), "memory") != NULL, "the message names the memory");
   EXPECT_RC(tm_hugepages_reserve(2 * MiB, (uint64_t)mem_kib / 2048 + 1, NULL), TM_EINVAL);
   EXPECT_RC(tm_hugepages_reserve(1 << 30, (uint64_t)mem_kib / (1 << 20) + 1, NULL), TM_EINVAL);
+  /* A segment or 2 MiB region larger than memory: no pool can help, so
+   * the message must not suggest reserving one. */
+  volatile size_t max = SIZE_MAX;
+  tm_segment *s = (tm_segment *)1;
+  EXPECT_RC(tm_segment_create(max - 4095, TM_SEGMENT_2M, &s), TM_EINVAL);
+  CHECK(s == NULL && strstr(tm_last_error(), "MemTotal") != NULL, "segment beyond memory");
+  EXPECT_RC(tm_segment_create((size_t)mem_kib * 1024 + (1u << 30), 0, &s), TM_EINVAL);
   CHECK(read_long(nr_2m) == before, "the 2M pool went from %ld to %ld pages", before, read_long(nr_2m));
 }
 

@@ -55,6 +55,16 @@ pub fn check_available(size: HugePageSize, need: u64, purpose: &'static str) -> 
     if p.available() >= need {
         return Ok(());
     }
+    // No pool can help: do not suggest reserving more than the machine has.
+    let mem_total = mem_total_bytes();
+    if mem_total > 0 && need > mem_total / size.bytes() as u64 {
+        return Err(Error::Usage(format!(
+            "{purpose} needs {need} huge pages of {}, more than this machine's memory \
+             (MemTotal {} MiB)",
+            size_name(size),
+            mem_total >> 20
+        )));
+    }
     Err(Error::HugePages {
         size: size_name(size),
         purpose,
