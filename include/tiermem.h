@@ -465,7 +465,8 @@ tm_decl_export int tm_free_global(void *ptr) tm_attr_noexcept;
 
 typedef struct tm_segment tm_segment;
 
-/* A segment of `bytes` (rounded up to whole pages; 0 is TM_EINVAL). */
+/* A segment of `bytes` (rounded up to whole pages; 0, or more than the
+ * machine's memory, is TM_EINVAL). */
 tm_decl_nodiscard tm_decl_export int tm_segment_create(size_t bytes, int flags, tm_segment **out) tm_attr_noexcept;
 /* Its start (aligned to its page size), size, and page size in bytes
  * (1073741824 or 2097152); NULL/0 for a NULL handle. */
@@ -478,8 +479,9 @@ tm_decl_export int tm_segment_destroy(tm_segment *s) tm_attr_noexcept;
 /* Makes `pages` huge pages of `page_size` bytes (2097152 or 1073741824)
  * available in addition to those in use, growing the pool (needs root;
  * TM_EPERM otherwise). Stores the pages then available in *available (may
- * be NULL); fewer than asked is TM_EHUGEPAGES (memory fragmented). The
- * static pool of paper 3: call it at start-up, or set
+ * be NULL); fewer than asked is TM_EHUGEPAGES (memory fragmented). A pool
+ * larger than the machine's memory (MemTotal) is TM_EINVAL, the pool left
+ * as it was. The static pool of paper 3: call it at start-up, or set
  * TIERMEM_HUGEPAGES=2M:512,1G:2 for the process-wide region. */
 tm_decl_nodiscard tm_decl_export int tm_hugepages_reserve(size_t page_size, uint64_t pages,
                                                           uint64_t *available) tm_attr_noexcept;
@@ -533,7 +535,8 @@ struct tm_team_stats {
     uint64_t victims_many;     /* ... several members mapped */
 };
 
-/* A team region of virt_bytes over near_bytes for `workers` workers (1 to
+/* A team region of virt_bytes (a non-zero multiple of the page size, at
+ * most 64 TiB; TM_EINVAL otherwise) over near_bytes for `workers` workers (1 to
  * 53). This process may use it too (to initialise or check data). */
 tm_decl_nodiscard tm_decl_export int tm_team_create(size_t virt_bytes, size_t near_bytes, int workers,
                                                     int flags, tm_team **out) tm_attr_noexcept;

@@ -142,9 +142,10 @@ impl Heap {
         let ps = self.region.page_bytes();
         let size = size.max(1).checked_next_multiple_of(64)?;
         let align = if size >= ps { ps } else { 64 };
+        // Checked: a size near usize::MAX must not wrap into a "fit".
         let (&start, &len) = self.free.iter().find(|(&o, &l)| {
             let a = o.next_multiple_of(align);
-            a + size <= o + l
+            a.checked_add(size).is_some_and(|end| end <= o + l)
         })?;
         let a = start.next_multiple_of(align);
         self.free.remove(&start);

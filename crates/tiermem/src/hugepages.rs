@@ -55,6 +55,16 @@ pub fn check_available(size: HugePageSize, need: u64, purpose: &'static str) -> 
     if p.available() >= need {
         return Ok(());
     }
+    // No pool can help: do not suggest reserving more than the machine has.
+    let mem_total = mem_total_bytes();
+    if mem_total > 0 && need > mem_total / size.bytes() as u64 {
+        return Err(Error::Usage(format!(
+            "{purpose} needs {need} huge pages of {}, more than this machine's memory \
+             (MemTotal {} MiB)",
+            size_name(size),
+            mem_total >> 20
+        )));
+    }
     Err(Error::HugePages {
         size: size_name(size),
         purpose,
@@ -132,9 +142,39 @@ pub fn set_pool(size: HugePageSize, target: u64) -> Result<PoolChange, Error> {
 
 /// Makes `req.pages` pages available (free and unpromised) beyond what is
 /// already used, growing the pool as needed; never shrinks it.
+///
+/// A pool larger than the machine's memory is refused before the pool is
+/// touched: the kernel would otherwise turn all free memory into huge pages
+/// (and keep them) before reporting that it fell short.
 pub fn reserve(req: &PoolRequest) -> Result<PoolChange, Error> {
     let p = pool(req.size);
-    set_pool(req.size, p.total + req.pages.saturating_sub(p.available()))
+    let target = p.total.saturating_add(req.pages.saturating_sub(p.available()));
+    let mem_total = mem_total_bytes();
+    let most = mem_total / req.size.bytes() as u64;
+    if mem_total > 0 && target > most {
+        return Err(Error::Usage(format!(
+            "{req}: a pool of {target} pages of {} is more than this machine's memory \
+             (MemTotal {} MiB holds at most {most}); the pool was left at {} pages",
+            req.size,
+            mem_total >> 20,
+            p.total
+        )));
+    }
+    set_pool(req.size, target)
+}
+
+/// MemTotal from /proc/meminfo in bytes (0 if unreadable).
+fn mem_total_bytes() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|k| k.parse::<u64>().ok())
+        })
+        .unwrap_or(0)
+        * 1024
 }
 
 /// Gives `pages` free pages back to the kernel (all free ones for None).

@@ -141,6 +141,13 @@ impl TeamConfig {
                 self.virt_bytes
             ));
         }
+        // The limit of a region (64 TiB): larger cannot be sized or mapped.
+        if self.virt_bytes > 1 << 46 {
+            return bad(format!(
+                "team region size {} is larger than 64 TiB",
+                self.virt_bytes
+            ));
+        }
         if self.workers == 0 || self.workers >= MAX_MEMBERS {
             return bad(format!(
                 "team of {} workers: 1 to {} are supported",
