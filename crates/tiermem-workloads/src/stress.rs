@@ -457,6 +457,21 @@ mod tests {
         assert_eq!(p.corrupted, 0);
     }
 
+    /// Found by `tiermem stress`: with 2 MiB pages and a budget of five, the
+    /// pin allowance is two pages; a third thread's `read(2)` found it used
+    /// up and ran unpinned into a missing page (EFAULT). It now waits for a
+    /// pin.
+    #[test]
+    fn many_threads_read_into_few_huge_pages() {
+        let mut c = draw(1, 0, 0);
+        (c.page_size, c.policy, c.movers, c.prefetch) = ("thp".into(), "fifo".into(), 0, false);
+        (c.dirty, c.fault_path, c.store) = ("wp-fault".into(), "in-context".into(), "memory".into());
+        (c.virt_bytes, c.near_bytes, c.threads, c.evict_batch) = (32 << 20, 10 << 20, 4, 64);
+        let o = run_one(&c, 5, 1.0).unwrap();
+        assert_eq!(o.corrupted, 0, "{:?}", o.first_mismatch);
+        assert!(o.syscalls > 100, "{o:?}");
+    }
+
     /// Found by `tiermem stress`: on the handler-thread path with wp-async
     /// dirty tracking, a `read(2)` into a page that an eviction had frozen
     /// read-only failed with EFAULT (the kernel does not fault to user
