@@ -166,7 +166,9 @@ pub(crate) fn reset_fork_gate_in_child() {
 
 /// The state words of every page of a region.
 pub(crate) struct PageTable {
-    words: Box<[AtomicU32]>,
+    /// Zero-mapped: `Untouched` is 0, so the words of pages never touched
+    /// cost no memory (metadata grows with use, not with the range).
+    words: tiermem_sys::zeroed::ZeroedArray<AtomicU32>,
     /// Transitions pass the fork gate (`OnFork::Copy` regions).
     gated: AtomicBool,
 }
@@ -176,13 +178,19 @@ pub(crate) struct PageTable {
 const SLEEP_CHECK: Duration = Duration::from_millis(50);
 
 impl PageTable {
+    /// A table of `pages` untouched pages (panics if it cannot be mapped).
+    #[cfg(test)]
     pub(crate) fn new(pages: usize) -> PageTable {
-        PageTable {
-            words: (0..pages)
-                .map(|_| AtomicU32::new(PageState::Untouched as u32))
-                .collect(),
+        PageTable::try_new(pages).expect("mapping a page table")
+    }
+
+    /// A table of `pages` untouched pages: address space only, O(1).
+    pub(crate) fn try_new(pages: usize) -> Result<PageTable, tiermem_sys::mm::MmError> {
+        const { assert!(PageState::Untouched as u32 == 0) };
+        Ok(PageTable {
+            words: tiermem_sys::zeroed::ZeroedArray::new(pages)?,
             gated: AtomicBool::new(false),
-        }
+        })
     }
 
     pub(crate) fn len(&self) -> usize {
