@@ -158,3 +158,35 @@ fn a_1_tib_region_touching_16_mib_runs_in_a_64_mib_cgroup() {
         out.status
     );
 }
+
+#[test]
+fn walks_over_a_64_tib_region_visit_only_what_was_used() {
+    // The census (like fork's pass over evicted pages and `settle`) walks
+    // the chunks of pages in use, not 2^34 page words.
+    let mut c = Config::new(64 * TIB, 64 * MIB);
+    c.far = tiermem::FarStoreConfig::File {
+        path: "/dev/shm".into(),
+        direct: false,
+    };
+    let mut r = Region::new(c).unwrap();
+    let words: &mut [u64] = r.as_mut_slice();
+    let far_end = words.len() - 1;
+    words[0] = 1;
+    words[far_end] = 2;
+    r.evict_all().unwrap();
+    let before = rss();
+    let t = std::time::Instant::now();
+    let census = r.page_census();
+    let took = t.elapsed();
+    r.settle();
+    assert_eq!(census.far, 2, "{census:?}");
+    assert_eq!(census.untouched, (64 * TIB / 4096) as usize - 2, "{census:?}");
+    assert!(
+        took.as_secs_f64() < 2.0,
+        "census of a 64 TiB region took {took:?}"
+    );
+    assert!(
+        rss().saturating_sub(before) < 16 * MIB,
+        "the census mapped the page table"
+    );
+}
