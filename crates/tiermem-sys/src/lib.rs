@@ -51,5 +51,6 @@ pub mod splice;
 pub mod thread;
 mod uapi;
 pub mod uffd;
+pub mod zeroed;
 
 pub use errno::Errno;

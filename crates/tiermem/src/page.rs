@@ -29,7 +29,7 @@
 
 use crossbeam_utils::Backoff;
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 use tiermem_sys::thread::{futex_wait, futex_wake};
 
@@ -164,9 +164,18 @@ pub(crate) fn reset_fork_gate_in_child() {
     open_fork_gate();
 }
 
+/// Page words per bit of `PageTable::used`: one 4 KiB page of words.
+const CHUNK: usize = 1024;
+
 /// The state words of every page of a region.
 pub(crate) struct PageTable {
-    words: Box<[AtomicU32]>,
+    /// Zero-mapped: `Untouched` is 0, so the words of pages never touched
+    /// cost no memory (metadata grows with use, not with the range).
+    words: tiermem_sys::zeroed::ZeroedArray<AtomicU32>,
+    /// One bit per `CHUNK` words: set once a page of the chunk was locked
+    /// (left `Untouched`), so that walks over the table (fork, census)
+    /// visit the chunks in use instead of every page of the range.
+    used: tiermem_sys::zeroed::ZeroedArray<AtomicU64>,
     /// Transitions pass the fork gate (`OnFork::Copy` regions).
     gated: AtomicBool,
 }
@@ -176,13 +185,20 @@ pub(crate) struct PageTable {
 const SLEEP_CHECK: Duration = Duration::from_millis(50);
 
 impl PageTable {
+    /// A table of `pages` untouched pages (panics if it cannot be mapped).
+    #[cfg(test)]
     pub(crate) fn new(pages: usize) -> PageTable {
-        PageTable {
-            words: (0..pages)
-                .map(|_| AtomicU32::new(PageState::Untouched as u32))
-                .collect(),
+        PageTable::try_new(pages).expect("mapping a page table")
+    }
+
+    /// A table of `pages` untouched pages: address space only, O(1).
+    pub(crate) fn try_new(pages: usize) -> Result<PageTable, tiermem_sys::mm::MmError> {
+        const { assert!(PageState::Untouched as u32 == 0) };
+        Ok(PageTable {
+            words: tiermem_sys::zeroed::ZeroedArray::new(pages)?,
+            used: tiermem_sys::zeroed::ZeroedArray::new(pages.div_ceil(CHUNK).div_ceil(64))?,
             gated: AtomicBool::new(false),
-        }
+        })
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -252,7 +268,33 @@ impl PageTable {
         let locked = self.words[i]
             .compare_exchange(seen.bits(), busy, Ordering::Acquire, Ordering::Relaxed)
             .is_ok();
+        if locked {
+            self.mark_used(i);
+        }
         locked && (!self.gated() || self.enter_gate(i, seen))
+    }
+
+    /// Notes that page `i`'s chunk is in use (every state but `Untouched`
+    /// is reached through `try_lock`). One relaxed load once it is set.
+    fn mark_used(&self, i: usize) {
+        let c = i / CHUNK;
+        let (w, bit) = (&self.used[c / 64], 1u64 << (c % 64));
+        if w.load(Ordering::Relaxed) & bit == 0 {
+            w.fetch_or(bit, Ordering::Relaxed);
+        }
+    }
+
+    /// The pages of the chunks in use (a superset of the pages that are not
+    /// `Untouched`), in order.
+    fn used_pages(&self) -> impl Iterator<Item = usize> + '_ {
+        let len = self.words.len();
+        self.used.iter().enumerate().flat_map(move |(w, bits)| {
+            let bits = bits.load(Ordering::Relaxed);
+            (0..64).filter(move |b| bits & (1 << b) != 0).flat_map(move |b| {
+                let c = w * 64 + b;
+                c * CHUNK..((c + 1) * CHUNK).min(len)
+            })
+        })
     }
 
     /// Publishes the page's next state and wakes its waiters.
@@ -349,20 +391,24 @@ impl PageTable {
 
     /// Pages whose data is only in the far store.
     pub(crate) fn far_pages(&self) -> impl Iterator<Item = usize> + '_ {
-        (0..self.words.len()).filter(|&i| self.load(i).state() == PageState::Far)
+        self.used_pages()
+            .filter(|&i| self.load(i).state() == PageState::Far)
     }
 
     /// Counts pages per state (for statistics and tests).
     /// Whether any page is in transition.
     pub(crate) fn any_busy(&self) -> bool {
-        (0..self.words.len()).any(|i| self.load(i).state() == PageState::Busy)
+        self.used_pages().any(|i| self.load(i).state() == PageState::Busy)
     }
 
     pub(crate) fn census(&self) -> [usize; 6] {
         let mut c = [0; 6];
-        for i in 0..self.words.len() {
+        let mut seen = 0;
+        for i in self.used_pages() {
             c[self.load(i).state() as usize] += 1;
+            seen += 1;
         }
+        c[PageState::Untouched as usize] += self.words.len() - seen;
         c
     }
 }

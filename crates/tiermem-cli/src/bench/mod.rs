@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 mod dirty;
 mod faults;
+mod metadata;
 mod overshadow;
 mod random;
 mod router;
@@ -67,6 +68,9 @@ pub enum Bench {
     },
     /// The fault router's lookup cost with 1, 100, 10,000 registered ranges.
     Router(router::RouterArgs),
+    /// Resident memory a region's metadata costs by virtual size (1 GiB,
+    /// 1 TiB, 64 TiB): at creation and after touching 16 MiB.
+    Metadata(metadata::MetadataArgs),
     /// (internal) the kernel-swap child of `bench stencil`.
     #[command(hide = true)]
     StencilChild {
@@ -93,6 +97,7 @@ pub fn run(b: Bench) -> Result<(), String> {
         Bench::SvmCompare { records, json, plot } => svm::compare(&records, json, plot),
         Bench::Overshadow(a) => overshadow::run(*a),
         Bench::Router(a) => router::run(a),
+        Bench::Metadata(a) => metadata::run(a),
         Bench::StencilChild { params } => stencil::child(&params),
     }
 }

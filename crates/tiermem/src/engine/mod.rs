@@ -268,7 +268,7 @@ impl RegionCore {
             mapping: parts.mapping,
             reg: parts.reg,
             uffd: parts.uffd,
-            pages: PageTable::new(pages),
+            pages: PageTable::try_new(pages)?,
             resident: AtomicUsize::new(0),
             pinned: AtomicUsize::new(0),
             policy: Mutex::new(parts.policy),

@@ -17,7 +17,7 @@ use super::Policy;
 /// Second-chance replacement.
 pub struct Clock {
     ring: List,
-    referenced: Box<[bool]>,
+    referenced: tiermem_sys::zeroed::ZeroedArray<bool>,
 }
 
 impl Clock {
@@ -25,7 +25,8 @@ impl Clock {
     pub fn new(pages: usize) -> Clock {
         Clock {
             ring: List::new(pages),
-            referenced: vec![false; pages].into_boxed_slice(),
+            referenced: tiermem_sys::zeroed::ZeroedArray::new(pages)
+                .unwrap_or_else(|e| panic!("mapping reference bits for {pages} pages: {e}")),
         }
     }
 }

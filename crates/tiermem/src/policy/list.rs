@@ -1,34 +1,60 @@
 //! An intrusive doubly linked list over page indices, preallocated for a
 //! whole region: push, pop and remove are O(1) and never allocate (policies
-//! run inside the SIGBUS handler).
+//! run inside the SIGBUS handler). The link arrays are zero-mapped
+//! (`ZeroedArray`, links stored plus one so that "none" is 0): they cost
+//! memory only where pages were listed, not per page of the region.
 
-const NONE: u32 = u32::MAX;
+use tiermem_sys::zeroed::ZeroedArray;
+
+/// A page index in a link (64 bits: a 64 TiB region has 2^34 pages).
+type Link = u64;
+
+const NONE: Link = Link::MAX;
+
+/// A zero-mapped link array (address space only until written).
+fn zeroed(pages: usize) -> ZeroedArray<Link> {
+    ZeroedArray::new(pages).unwrap_or_else(|e| panic!("mapping a replacement list for {pages} pages: {e}"))
+}
 
 /// A list of page indices; each page is in at most one position.
 pub(crate) struct List {
-    prev: Box<[u32]>,
-    next: Box<[u32]>,
-    head: u32,
-    tail: u32,
+    /// Links plus one (0: none).
+    prev: ZeroedArray<Link>,
+    next: ZeroedArray<Link>,
+    head: Link,
+    tail: Link,
     len: usize,
 }
 
 impl List {
     /// A list for pages `0..pages`.
     pub(crate) fn new(pages: usize) -> List {
-        assert!(pages < NONE as usize, "region too large for 32-bit page indices");
+        assert!(pages < NONE as usize, "region too large for its page indices");
         List {
-            prev: vec![NONE; pages].into_boxed_slice(),
-            next: vec![NONE; pages].into_boxed_slice(),
+            prev: zeroed(pages),
+            next: zeroed(pages),
             head: NONE,
             tail: NONE,
             len: 0,
         }
     }
 
+    fn prev(&self, p: usize) -> Link {
+        self.prev[p].wrapping_sub(1)
+    }
+    fn next(&self, p: usize) -> Link {
+        self.next[p].wrapping_sub(1)
+    }
+    fn set_prev(&mut self, p: usize, v: Link) {
+        self.prev[p] = v.wrapping_add(1);
+    }
+    fn set_next(&mut self, p: usize, v: Link) {
+        self.next[p] = v.wrapping_add(1);
+    }
+
     /// Whether `p` is in the list.
     pub(crate) fn contains(&self, p: usize) -> bool {
-        self.prev[p] != NONE || self.head == p as u32
+        self.prev(p) != NONE || self.head == p as Link
     }
 
     /// Entries.
@@ -41,47 +67,47 @@ impl List {
         if !self.contains(p) {
             return;
         }
-        let (pr, nx) = (self.prev[p], self.next[p]);
+        let (pr, nx) = (self.prev(p), self.next(p));
         if pr == NONE {
             self.head = nx;
         } else {
-            self.next[pr as usize] = nx;
+            self.set_next(pr as usize, nx);
         }
         if nx == NONE {
             self.tail = pr;
         } else {
-            self.prev[nx as usize] = pr;
+            self.set_prev(nx as usize, pr);
         }
-        self.prev[p] = NONE;
-        self.next[p] = NONE;
+        self.set_prev(p, NONE);
+        self.set_next(p, NONE);
         self.len -= 1;
     }
 
     /// Appends `p` (which must not be present).
     pub(crate) fn push_back(&mut self, p: usize) {
         debug_assert!(!self.contains(p));
-        self.prev[p] = self.tail;
-        self.next[p] = NONE;
+        self.set_prev(p, self.tail);
+        self.set_next(p, NONE);
         if self.tail == NONE {
-            self.head = p as u32;
+            self.head = p as Link;
         } else {
-            self.next[self.tail as usize] = p as u32;
+            self.set_next(self.tail as usize, p as Link);
         }
-        self.tail = p as u32;
+        self.tail = p as Link;
         self.len += 1;
     }
 
     /// Prepends `p` (which must not be present).
     pub(crate) fn push_front(&mut self, p: usize) {
         debug_assert!(!self.contains(p));
-        self.next[p] = self.head;
-        self.prev[p] = NONE;
+        self.set_next(p, self.head);
+        self.set_prev(p, NONE);
         if self.head == NONE {
-            self.tail = p as u32;
+            self.tail = p as Link;
         } else {
-            self.prev[self.head as usize] = p as u32;
+            self.set_prev(self.head as usize, p as Link);
         }
-        self.head = p as u32;
+        self.head = p as Link;
         self.len += 1;
     }
 
