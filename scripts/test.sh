@@ -29,6 +29,18 @@ TIERMEM_STRESS_SECS="${TIERMEM_STRESS_SECS:-2}" cargo test --locked --workspace
 step "C API: example, C tests, C++ header"
 bash scripts/ctest.sh
 
+step "real programs under tiermem run (C++, Fortran, OpenMP, Python/numpy)"
+prog_pkgs=()
+command -v gfortran >/dev/null 2>&1 || prog_pkgs+=(gfortran)
+/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1 || prog_pkgs+=(python3-numpy)
+if [ ${#prog_pkgs[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "installing ${prog_pkgs[*]}"
+    DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null || true
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${prog_pkgs[@]}" >/dev/null || echo "could not install ${prog_pkgs[*]}: those programs are skipped"
+fi
+cargo build --locked --release -p tiermem-cli -p tiermem-preload
+bash tests/programs/run.sh
+
 step "tiermem command smoke test"
 cargo build --locked --release -p tiermem-cli
 target/release/tiermem info >/dev/null
