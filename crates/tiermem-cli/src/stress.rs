@@ -66,11 +66,15 @@ pub fn run(a: StressArgs) -> Result<(), String> {
             stress::draw(seed, i, pool)
         };
         let secs = a.per_config.min((budget - elapsed).max(0.5));
+        // The configuration first: if it hangs, the line says which.
+        eprint!(
+            "[{:7.1}s] #{i:<4} {:<78}",
+            t0.elapsed().as_secs_f64(),
+            cfg.describe()
+        );
         let o = stress::run_one(&cfg, stress::config_seed(seed, i), secs)?;
         eprintln!(
-            "[{:7.1}s] #{i:<4} {:<78} {:>9} ops {:>7} syscalls {:>7} blocks {:>8} evictions  {}",
-            t0.elapsed().as_secs_f64(),
-            cfg.describe(),
+            " {:>9} ops {:>7} syscalls {:>7} blocks {:>8} evictions  {}",
             o.ops,
             o.syscalls,
             o.blocks_verified,

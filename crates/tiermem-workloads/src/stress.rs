@@ -457,6 +457,28 @@ mod tests {
         assert_eq!(p.corrupted, 0);
     }
 
+    /// Found by `tiermem stress` (seed 20261125, configuration 172): two
+    /// threads evicting to make room for their fills each waited for a
+    /// victim the other held locked (a stale list entry for a page being
+    /// filled), while the movers spun: the process hung. Eviction no longer
+    /// waits for a busy victim. A watchdog turns a hang into a failure.
+    #[test]
+    fn concurrent_evictions_with_a_batch_larger_than_half_the_budget() {
+        let mut c = draw(1, 0, 0);
+        (c.page_size, c.policy, c.movers, c.prefetch) = ("4k".into(), "clock".into(), 2, true);
+        (c.dirty, c.fault_path, c.store) = ("wp-fault".into(), "in-context".into(), "memory".into());
+        (c.virt_bytes, c.near_bytes, c.threads, c.evict_batch) = (6980 << 10, 3480 << 10, 4, 512);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(run_one(&c, config_seed(20261125, 172), 2.0));
+        });
+        let o = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("hung (two evictors waiting for each other)")
+            .unwrap();
+        assert_eq!(o.corrupted, 0, "{:?}", o.first_mismatch);
+    }
+
     /// Found by `tiermem stress`: with 2 MiB pages and a budget of five, the
     /// pin allowance is two pages; a third thread's `read(2)` found it used
     /// up and ran unpinned into a missing page (EFAULT). It now waits for a

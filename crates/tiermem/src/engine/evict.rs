@@ -159,9 +159,15 @@ impl RegionCore {
         true
     }
 
-    /// Locks page `v` for eviction if it is resident, waiting out a brief
-    /// transition. None if it is not resident, or pinned by a kernel-mode
-    /// access (then it goes back on the policy's list).
+    /// Locks page `v` for eviction if it is resident. None if it is not
+    /// resident, or pinned by a kernel-mode access, or busy (a write-protect
+    /// fault, a discard, another thread's fill or eviction holds it): then
+    /// it goes back on the policy's list, and the page is looked at again
+    /// later. Never waits: the caller may hold other victims locked, and
+    /// two evictors whose victim lists meet (a stale list entry for a page
+    /// another thread is filling, which evicts to make room) would wait for
+    /// each other forever. `tiermem stress` found that hang (4 threads, 2
+    /// movers, a batch of 512 over 870 pages).
     fn take_resident(&self, v: usize) -> Option<PageWord> {
         loop {
             let w = self.pages.load(v);
@@ -175,9 +181,11 @@ impl RegionCore {
                         return Some(w);
                     }
                 }
-                // A write-protect fault or a discard holds it briefly.
                 PageState::Busy => {
-                    self.pages.wait_not_busy(v);
+                    // Every policy's on_fill is idempotent, and a list entry
+                    // for a page that is no longer resident is skipped.
+                    self.policy().on_fill(v);
+                    return None;
                 }
                 _ => return None, // discarded meanwhile
             }
