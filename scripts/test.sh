@@ -28,6 +28,8 @@ TIERMEM_STRESS_SECS="${TIERMEM_STRESS_SECS:-2}" cargo test --locked --workspace
 
 step "C API: example, C tests, C++ header"
 bash scripts/ctest.sh
+step "C API under AddressSanitizer and UBSan"
+bash scripts/ctest-sanitize.sh
 
 step "real programs under tiermem run (C++, Fortran, OpenMP, Python/numpy)"
 prog_pkgs=()
