@@ -28,6 +28,8 @@ TIERMEM_STRESS_SECS="${TIERMEM_STRESS_SECS:-2}" cargo test --locked --workspace
 
 step "C API: example, C tests, C++ header"
 bash scripts/ctest.sh
+step "C API under AddressSanitizer and UBSan"
+bash scripts/ctest-sanitize.sh
 
 step "real programs under tiermem run (C++, Fortran, OpenMP, Python/numpy)"
 prog_pkgs=()
@@ -81,6 +83,10 @@ pool_smoke /sys/kernel/mm/hugepages/hugepages-1048576kB 1 \
 # Random configurations and operations, every byte checked (issue 16):
 # one minute in CI, and the same program unmodified under tiermem run.
 target/release/tiermem stress --minutes "${TIERMEM_STRESS_MINUTES:-1}" --json target/stress.json
+# Half a minute more with the far store failing on purpose (test-only
+# switch): every injected failure must be reported, no byte lost.
+target/release/tiermem stress --minutes 0.5 --per-config 2 --json target/stress-inject.json \
+    --fault-inject read:0.01,write:0.01,short:0.05,full:after=3000
 cargo build --locked --release -p tiermem-preload
 target/release/tiermem run --near 8M --quiet -- target/release/tiermem stress --plain --minutes 0.2 --per-config 2
 target/release/tiermem bench svm --keys 65536 --records 65536 --sites 1024 --scale 10 --roots 1 \

@@ -239,6 +239,62 @@ pub fn set_chained(kind: FaultSignalKind, mut act: libc::sigaction) -> Option<li
     old
 }
 
+static APP_CALLBACKS: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
+
+/// Installs `callback` as the application's own handler for `kind`: the
+/// handler tiermem chains to for the faults it does not serve (a poisoned
+/// page). `Retry` restarts the access (the callback repaired it, e.g. with
+/// `tiermem::clear_poison_at`); `Forward` takes the default action (the
+/// process dies of the signal). Installed with `sigaction` like any
+/// application handler, whether tiermem's router is installed yet or not.
+pub fn install_application_handler(kind: FaultSignalKind, callback: FaultCallback) -> Result<(), Errno> {
+    APP_CALLBACKS[kind.slot()].store(callback as usize, Ordering::Release);
+    // SAFETY: sigaction is plain data; zeroed is a valid empty action.
+    let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
+    sa.sa_sigaction = on_app_fault as *const () as usize;
+    sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+    sa.sa_mask = async_signals();
+    let _g = INSTALL.lock().unwrap_or_else(|p| p.into_inner());
+    if INSTALLED[kind.slot()].get().is_some() {
+        set_chained(kind, sa);
+        return Ok(());
+    }
+    // SAFETY: a valid action for a fault signal; tiermem's router, when
+    // installed later, chains to it.
+    if unsafe { c_sigaction(kind.signo(), &sa, std::ptr::null_mut()) } != 0 {
+        return Err(Errno::last());
+    }
+    Ok(())
+}
+
+extern "C" fn on_app_fault(signo: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    let kind = if signo == libc::SIGBUS {
+        FaultSignalKind::Bus
+    } else {
+        FaultSignalKind::Segv
+    };
+    // SAFETY: the kernel (or tiermem's router, passing the kernel's
+    // arguments on) gives a valid siginfo for SA_SIGINFO handlers.
+    let (addr, code) = unsafe { ((*info).si_addr() as usize, (*info).si_code) };
+    let cb = APP_CALLBACKS[kind.slot()].load(Ordering::Acquire);
+    let disposition = if cb != 0 && code > 0 {
+        // SAFETY: only `install_application_handler` stores into
+        // APP_CALLBACKS, always a FaultCallback.
+        let f: FaultCallback = unsafe { std::mem::transmute::<usize, FaultCallback>(cb) };
+        f(&SignalFault {
+            kind,
+            addr,
+            code,
+            write: false,
+        })
+    } else {
+        Disposition::Forward
+    };
+    if disposition == Disposition::Forward {
+        chain_to(libc::SIG_DFL, 0, signo, info, ctx, code <= 0);
+    }
+}
+
 /// Strips SIGBUS and SIGSEGV from the `sa_mask` of every handler installed
 /// now: such a handler, touching tiered memory, would be killed by the
 /// fault. Returns the signals whose handlers were changed.

@@ -16,11 +16,23 @@
 //!
 //! With `plain` the same operations run on ordinary heap memory (`Vec`), so
 //! that the program, unmodified, checks `tiermem run`'s transparent mode.
+//!
+//! With fault injection (`fault_inject`, or `TIERMEM_FAULT_INJECT`; tests
+//! only) the far store fails reads and writes, shortens I/O and fills up.
+//! Each failure must end as docs/errors.md promises: a failed read poisons
+//! the page and the access raises SIGBUS (a `read(2)`/`write(2)` gets
+//! `EFAULT`); the program's SIGBUS handler counts it, makes room in a full
+//! store, clears the page's poison (`tiermem::clear_poison_at`) and
+//! retries, so the data must still be intact. A run counts the failures
+//! injected and those the region reported (`RegionStats::io_errors`): they
+//! must be equal.
 
 use crate::rng::{mix, Rng};
 use serde::Serialize;
 use std::io::{Read, Write};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+use tiermem::store::inject::{self, InjectTotals};
 use tiermem::{Config, DirtyTracking, FarStoreConfig, FaultPath, PageSize, PolicyKind, Region};
 
 const BLOCK: usize = 4096;
@@ -53,6 +65,9 @@ pub struct StressConfig {
     pub threads: usize,
     /// Eviction batch (pages).
     pub evict_batch: usize,
+    /// Fault injection specification (tests only), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fault_inject: Option<String>,
 }
 
 impl StressConfig {
@@ -91,6 +106,7 @@ impl StressConfig {
         c.dirty_tracking = DirtyTracking::from_name(&self.dirty).unwrap_or(DirtyTracking::WpFault);
         c.fault_path = FaultPath::from_name(&self.fault_path).unwrap_or(FaultPath::InContext);
         c.evict_batch_pages = self.evict_batch;
+        c.fault_inject = self.fault_inject.clone();
         if self.store == "file" {
             c.far = FarStoreConfig::File {
                 path: std::env::temp_dir(),
@@ -137,6 +153,7 @@ pub fn draw(seed: u64, index: u64, huge_2m_pages: u64) -> StressConfig {
         near_bytes: near_pages * page,
         threads: 1 + r.below(4) as usize,
         evict_batch: [1, 2, 8, 64, 512][r.below(5) as usize],
+        fault_inject: None,
     }
 }
 
@@ -160,6 +177,7 @@ pub fn plain(seed: u64, index: u64) -> StressConfig {
         near_bytes: 0,
         threads: 1 + r.below(4) as usize,
         evict_batch: 0,
+        fault_inject: None,
     }
 }
 
@@ -184,6 +202,15 @@ pub struct StressOutcome {
     pub evictions: u64,
     /// Faults tiermem served.
     pub faults: u64,
+    /// Far-store failures injected during the configuration.
+    pub injected: InjectTotals,
+    /// Far-store failures the region reported (`io_errors`): must equal
+    /// `injected.failures()`.
+    pub reported: u64,
+    /// SIGBUS on poisoned pages caught by the program's handler.
+    pub sigbus: u64,
+    /// `read(2)`/`write(2)` calls that got `EFAULT` (a poisoned page).
+    pub efault: u64,
     /// Seconds.
     pub seconds: f64,
 }
@@ -220,6 +247,42 @@ struct Share<'a> {
 struct Counts {
     ops: u64,
     syscalls: u64,
+    efault: u64,
+}
+
+/// SIGBUS on poisoned region pages, caught by [`on_sigbus`].
+static SIGBUS_SEEN: AtomicU64 = AtomicU64::new(0);
+
+/// The program's SIGBUS handler (installed only with fault injection): a
+/// poisoned page of a region is counted, the store gets room if it was
+/// full, the page's poison is cleared and the access retried (it re-reads
+/// the page from the far store). Anything else takes the default action.
+fn on_sigbus(f: &tiermem_sys::signal::SignalFault) -> tiermem_sys::signal::Disposition {
+    use tiermem_sys::signal::Disposition;
+    if f.kind != tiermem_sys::signal::FaultSignalKind::Bus {
+        return Disposition::Forward;
+    }
+    inject::make_room();
+    match tiermem::clear_poison_at(f.addr, 1) {
+        Some(_) => {
+            SIGBUS_SEEN.fetch_add(1, Ordering::Relaxed);
+            Disposition::Retry
+        }
+        None => Disposition::Forward,
+    }
+}
+
+/// `EFAULT` from a system call on region memory at `addr`: the page was
+/// poisoned by a failed read (or no room); repair as [`on_sigbus`] does.
+fn repair_efault(e: &std::io::Error, addr: usize, c: &mut Counts) {
+    assert_eq!(
+        e.raw_os_error(),
+        Some(libc::EFAULT),
+        "system call on region memory: {e}"
+    );
+    inject::make_room();
+    tiermem::clear_poison_at(addr, BLOCK).expect("EFAULT outside a region");
+    c.efault += 1;
 }
 
 /// Where the memory under test is: a region's base and page size (evictions
@@ -268,15 +331,29 @@ fn churn(share: Share<'_>, tier: Tier, seed: u64, deadline: Instant) -> Counts {
                     let tag = r.next_u64() | 1;
                     fill(&mut buf, tag);
                     tx.write_all(bytemuck::cast_slice(&buf)).expect("socket write");
-                    rx.read_exact(bytemuck::cast_slice_mut(&mut blocks[b * WORDS..(b + 1) * WORDS]))
-                        .expect("read(2) into a block");
+                    let dst: &mut [u8] = bytemuck::cast_slice_mut(&mut blocks[b * WORDS..(b + 1) * WORDS]);
+                    let mut done = 0;
+                    while done < BLOCK {
+                        match rx.read(&mut dst[done..]) {
+                            Ok(n) => done += n,
+                            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                            Err(e) => repair_efault(&e, dst.as_ptr() as usize, &mut c),
+                        }
+                    }
                     tags[b] = tag;
                     c.syscalls += 1;
                 }
                 70..=79 => {
                     // write(2) from the block: the kernel reads region memory.
-                    tx.write_all(bytemuck::cast_slice(&blocks[b * WORDS..(b + 1) * WORDS]))
-                        .expect("write(2) from a block");
+                    let src: &[u8] = bytemuck::cast_slice(&blocks[b * WORDS..(b + 1) * WORDS]);
+                    let mut done = 0;
+                    while done < BLOCK {
+                        match tx.write(&src[done..]) {
+                            Ok(n) => done += n,
+                            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                            Err(e) => repair_efault(&e, src.as_ptr() as usize, &mut c),
+                        }
+                    }
                     rx.read_exact(bytemuck::cast_slice_mut(&mut buf))
                         .expect("socket read");
                     assert!(
@@ -309,6 +386,21 @@ fn churn(share: Share<'_>, tier: Tier, seed: u64, deadline: Instant) -> Counts {
 /// `seed` reproduces it (with the configuration).
 pub fn run_one(cfg: &StressConfig, seed: u64, secs: f64) -> Result<StressOutcome, String> {
     let t0 = Instant::now();
+    let injecting = cfg.page_size != "plain"
+        && (cfg.fault_inject.is_some()
+            || std::env::var_os("TIERMEM_FAULT_INJECT").is_some_and(|v| !v.is_empty()));
+    if injecting {
+        static HANDLER: std::sync::Once = std::sync::Once::new();
+        HANDLER.call_once(|| {
+            tiermem_sys::signal::install_application_handler(
+                tiermem_sys::signal::FaultSignalKind::Bus,
+                on_sigbus,
+            )
+            .expect("installing the SIGBUS handler")
+        });
+    }
+    let sigbus0 = SIGBUS_SEEN.load(Ordering::Relaxed);
+    inject::make_room();
     let nblocks = cfg.virt_bytes as usize / BLOCK;
     let mut tags = vec![ZERO; nblocks];
     let mut heap = Vec::new();
@@ -362,6 +454,7 @@ pub fn run_one(cfg: &StressConfig, seed: u64, secs: f64) -> Result<StressOutcome
                 Ok(c) => {
                     counts.ops += c.ops;
                     counts.syscalls += c.syscalls;
+                    counts.efault += c.efault;
                 }
                 // A check inside a thread failed: a mismatch seen early.
                 Err(p) => {
@@ -399,7 +492,29 @@ pub fn run_one(cfg: &StressConfig, seed: u64, secs: f64) -> Result<StressOutcome
             first_mismatch.get_or_insert_with(|| format!("block {b} (byte offset {:#x})", b * BLOCK));
         }
     }
-    let stats = region.as_ref().map(|r| r.stats());
+    // Movers may still be evicting: take the counts when they agree.
+    let injected_now = || region.as_ref().and_then(|r| r.injected()).unwrap_or_default();
+    let (mut stats, mut injected);
+    let mut tries = 0;
+    loop {
+        let before = injected_now();
+        stats = region.as_ref().map(|r| r.stats());
+        injected = injected_now();
+        tries += 1;
+        if before == injected || tries > 100 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let reported = stats.as_ref().map_or(0, |s| s.io_errors);
+    if injected.failures() != reported && first_mismatch.is_none() {
+        // A failure neither reported nor hidden must never happen.
+        first_mismatch = Some(format!(
+            "{} far-store failures injected ({injected:?}) but {reported} reported",
+            injected.failures()
+        ));
+        corrupted += 1;
+    }
     if let (Some(m), Some(r)) = (first_mismatch.as_mut(), region.as_ref()) {
         // What the region recorded: an I/O error, a poisoned page.
         let st = r.stats();
@@ -423,6 +538,10 @@ pub fn run_one(cfg: &StressConfig, seed: u64, secs: f64) -> Result<StressOutcome
         first_mismatch,
         evictions: stats.as_ref().map_or(0, |s| s.evictions),
         faults: stats.as_ref().map_or(0, |s| s.faults()),
+        injected,
+        reported,
+        sigbus: SIGBUS_SEEN.load(Ordering::Relaxed) - sigbus0,
+        efault: counts.efault,
         seconds: t0.elapsed().as_secs_f64(),
     })
 }
@@ -455,6 +574,35 @@ mod tests {
         assert!(o.ops > 100 && o.syscalls > 0 && o.evictions > 0, "{o:?}");
         let p = run_one(&plain(1, 0), 3, 0.2).unwrap();
         assert_eq!(p.corrupted, 0);
+    }
+
+    /// Fault injection: every injected read, write and full-store failure
+    /// is reported by the region, poisoned pages raise SIGBUS (or EFAULT)
+    /// and are repaired, short I/O is absorbed, and no byte is lost.
+    #[test]
+    fn injected_failures_are_all_reported_and_nothing_is_lost() {
+        let mut total = InjectTotals::default();
+        let mut caught = 0;
+        for (k, fp) in ["in-context", "handler-thread"].into_iter().enumerate() {
+            let mut c = draw(1, 0, 0);
+            (c.page_size, c.policy, c.movers, c.prefetch) = ("4k".into(), "clock".into(), k, k == 1);
+            (c.dirty, c.fault_path, c.store) = ("wp-fault".into(), fp.into(), "file".into());
+            (c.virt_bytes, c.near_bytes, c.threads, c.evict_batch) = (512 * 4096, 64 * 4096, 2, 8);
+            c.fault_inject = Some("read:0.02,write:0.02,short:0.1,full:after=300".into());
+            let o = run_one(&c, 11, 1.0).unwrap();
+            assert_eq!(o.corrupted, 0, "{fp}: {:?}", o.first_mismatch);
+            assert_eq!(o.injected.failures(), o.reported, "{fp}: {o:?}");
+            total.read += o.injected.read;
+            total.write += o.injected.write;
+            total.full += o.injected.full;
+            total.short += o.injected.short;
+            caught += o.sigbus + o.efault;
+        }
+        assert!(
+            total.read > 0 && total.write > 0 && total.full > 0 && total.short > 0,
+            "{total:?}"
+        );
+        assert!(caught > 0, "no SIGBUS or EFAULT on a poisoned page");
     }
 
     /// Found by `tiermem stress` (seed 20261125, configuration 172): two

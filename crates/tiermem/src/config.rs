@@ -293,6 +293,12 @@ pub struct Config {
     /// created (paper 3's static pool; needs root). Empty: those of
     /// `TIERMEM_HUGEPAGES`, if set.
     pub reserve_huge_pages: Vec<crate::pool_request::PoolRequest>,
+    /// **Tests only**: make the far store fail on purpose
+    /// (`read:0.01,write:0.01,short:0.01,full:after=N`, see
+    /// [`crate::store::inject`]). `None`: `TIERMEM_FAULT_INJECT` if set,
+    /// else off.
+    #[serde(default)]
+    pub fault_inject: Option<String>,
 }
 
 impl Config {
@@ -317,6 +323,7 @@ impl Config {
             prefetch_max_pages: 512,
             install: InstallMethod::Copy,
             reserve_huge_pages: Vec::new(),
+            fault_inject: None,
         }
     }
 
@@ -392,6 +399,15 @@ impl Config {
                 value: self.movers.to_string(),
                 expected: "0 to 64",
             });
+        }
+        if let Some(spec) = &self.fault_inject {
+            if crate::store::inject::FaultInjectSpec::parse(spec).is_err() {
+                return Err(ConfigError::BadValue {
+                    name: "fault_inject",
+                    value: spec.clone(),
+                    expected: "read:P,write:P,short:P,full:after=N,seed:S (P from 0 to 1)",
+                });
+            }
         }
         if let FarStoreConfig::File { path, .. } = &self.far {
             if path.as_os_str().is_empty() {
@@ -864,6 +880,7 @@ pub fn env_reference_markdown() -> String {
     }
     s += "| `TIERMEM_GLOBAL_HEAP` | tiered, 2m, 1g or thp | tiered | What serves `tm_malloc_global`: the tiered process-wide region, or a huge-page heap without tiering (paper 3) of `TIERMEM_FAR` bytes on pages of that size from the pool, falling back 1g -> 2m -> THP -> 4k with one warning line. |\n";
     s += "| `TIERMEM_VERBOSE` | 0 or 1 | 0 | Print the effective configuration of the process-wide region on stderr. |\n";
+    s += "| `TIERMEM_FAULT_INJECT` | `read:P,write:P,short:P,full:after=N,seed:S` | off | **Tests only.** Every region's far store fails a fraction P of reads (EIO: page poisoned, SIGBUS, error recorded) and of writes (EIO: victim kept resident), shortens a fraction P of the file store's pread/pwrite calls, and refuses writes (ENOSPC) after N successful ones until space is made. Never set it in production. |\n";
     s
 }
 

@@ -80,7 +80,7 @@ pub use error::{Error, ErrorCode};
 pub use kernel_access::{pin_buffer, PinnedBuffer};
 pub use page::PageState;
 pub use policy::PolicyKind;
-pub use region::{advise, prefetch, touch, Advice, PageCensus, Region};
+pub use region::{advise, clear_poison_at, prefetch, touch, Advice, PageCensus, Region};
 pub use segment::{Segment, SegmentConfig};
 pub use stats::RegionStats;
 pub use tiermem_sys::probe::SystemInfo;

@@ -46,6 +46,8 @@ pub struct Region {
     user: UserAccess,
     handlers: Option<HandlerThreads>,
     movers: Option<Movers>,
+    /// Fault injection into the far store (tests only).
+    inject: Option<Arc<crate::store::inject::Injector>>,
 }
 
 /// Near memory shared by several regions: each region made with
@@ -209,14 +211,34 @@ impl Region {
             mapping.advise(0, mapping.len(), tiermem_sys::mm::Advice::NoHugePage)?;
         }
         let reg = uffd.register(&mapping, RegisterMode::MISSING | RegisterMode::WP)?;
+        // Fault injection (tests only): the config's, else the environment's.
+        let inject = match config.fault_inject.clone().or_else(|| {
+            std::env::var("TIERMEM_FAULT_INJECT")
+                .ok()
+                .filter(|s| !s.trim().is_empty())
+        }) {
+            Some(spec) => Some(Arc::new(crate::store::inject::Injector::new(
+                crate::store::inject::FaultInjectSpec::parse(&spec)
+                    .map_err(|e| Error::Usage(format!("fault injection {spec:?}: {e}")))?,
+            ))),
+            None => None,
+        };
         let store: Box<dyn FarStore> = match store {
             Some(s) => s,
             None => match &config.far {
                 FarStoreConfig::Memory => Box::new(MemoryStore::new(config.virt_bytes)?),
                 FarStoreConfig::File { path, direct } => {
-                    Box::new(FileStore::create(path, *direct, config.virt_bytes)?)
+                    let mut f = FileStore::create(path, *direct, config.virt_bytes)?;
+                    if let Some(i) = &inject {
+                        f.set_injector(i.clone());
+                    }
+                    Box::new(f)
                 }
             },
+        };
+        let store: Box<dyn FarStore> = match &inject {
+            Some(i) => Box::new(crate::store::inject::InjectingStore::new(store, i.clone())),
+            None => store,
         };
         let policy = config
             .policy
@@ -268,6 +290,7 @@ impl Region {
             user,
             handlers,
             movers,
+            inject,
         };
         if crate::config::verbose_from_env() {
             eprintln!("tiermem: region at {:#x}: {}", region.base(), region.describe());
@@ -467,6 +490,14 @@ impl Region {
         Ok((offset / ps, end.div_ceil(ps) - offset / ps))
     }
 
+    /// The far-store failures injected so far, when fault injection is on
+    /// (`Config::fault_inject`, `TIERMEM_FAULT_INJECT`; tests only): each
+    /// read, write and full-store failure must also be in
+    /// `stats().io_errors`.
+    pub fn injected(&self) -> Option<crate::store::inject::InjectTotals> {
+        self.inject.as_ref().map(|i| i.injected())
+    }
+
     /// Makes pages poisoned by errors accessible again (they are re-read
     /// from the far store on the next access). Returns how many.
     pub fn clear_poison(&self) -> usize {
@@ -606,6 +637,22 @@ pub fn advise(addr: usize, len: usize, advice: Advice) -> Result<(), Error> {
     let (core, first, count) = locate(addr, len, "advise")?;
     core.advise(first, count, advice)?;
     Ok(())
+}
+
+/// Makes the poisoned pages of `[addr, addr+len)` accessible again (they
+/// are re-read from the far store on the next access): the address-based
+/// form of [`Region::clear_poison`], for an application's SIGBUS handler
+/// that repairs and retries. Returns how many pages it cleared; `None` if
+/// the range is not in a region of this process (no allocation then).
+pub fn clear_poison_at(addr: usize, len: usize) -> Option<usize> {
+    let core = crate::fault::lookup::<RegionCore>(addr)?;
+    let base = core.mapping.addr();
+    let end = addr
+        .checked_add(len)
+        .filter(|&e| e <= base + core.mapping.len())?;
+    let ps = core.page_bytes();
+    let first = (addr - base) / ps;
+    Some(core.clear_poison_range(first, (end - base).div_ceil(ps) - first))
 }
 
 fn locate(addr: usize, len: usize, what: &str) -> Result<(Arc<RegionCore>, usize, usize), Error> {

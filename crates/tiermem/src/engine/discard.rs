@@ -68,8 +68,14 @@ impl RegionCore {
     /// Makes poisoned pages accessible again (their far copy, if any, is
     /// read on the next access). Returns how many were cleared.
     pub(crate) fn clear_poison(&self) -> usize {
+        self.clear_poison_range(0, self.pages.len())
+    }
+
+    /// [`Self::clear_poison`] for pages `[first, first + count)`. Lock-free
+    /// and allocation-free: an application's SIGBUS handler may call it.
+    pub(crate) fn clear_poison_range(&self, first: usize, count: usize) -> usize {
         let mut n = 0;
-        for i in 0..self.pages.len() {
+        for i in first..(first + count).min(self.pages.len()) {
             let w = self.pages.load(i);
             if w.state() == PageState::Poisoned && self.pages.try_lock(i, w) {
                 let _ = self

@@ -415,6 +415,20 @@ impl RegionCore {
                 .count();
             pf.wasted.fetch_add(wasted as u64, Ordering::Relaxed);
         }
+        // wp-fault: a page whose write-back failed is still write-protected.
+        // A user write would unprotect it (a write-protect fault on a Dirty
+        // page), but a kernel-mode write (`read(2)` into it, pinned as
+        // Dirty) would get EFAULT every time: unprotect it now (failures
+        // only; found by `tiermem stress` with fault injection).
+        if self.config.dirty_tracking == DirtyTracking::WpFault {
+            for (k, &(p, _)) in run.iter().enumerate() {
+                if failed[k] {
+                    let _ =
+                        self.uffd
+                            .writeprotect(&self.reg, p * self.page_bytes, self.page_bytes, false, false);
+                }
+            }
+        }
         let mut policy = None;
         for (k, &(p, w)) in run.iter().enumerate() {
             let next = if failed[k] {

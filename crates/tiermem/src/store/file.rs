@@ -2,9 +2,11 @@
 //! optionally `O_DIRECT` (buffers and offsets are page aligned, which
 //! satisfies any logical block size up to the page size).
 
+use super::inject::Injector;
 use super::{FarStore, StagingSlot, StoreError};
 use std::os::fd::AsFd;
 use std::path::Path;
+use std::sync::Arc;
 use tiermem_sys::file::FarFile;
 use tiermem_sys::memfd;
 use tiermem_sys::mm::{Mapping, MemRange};
@@ -14,6 +16,7 @@ use tiermem_sys::Errno;
 pub struct FileStore {
     file: FarFile,
     capacity: u64,
+    inject: Option<Arc<Injector>>,
 }
 
 impl FileStore {
@@ -24,7 +27,26 @@ impl FileStore {
             what: "sizing the far file",
             errno,
         })?;
-        Ok(FileStore { file, capacity })
+        Ok(FileStore {
+            file,
+            capacity,
+            inject: None,
+        })
+    }
+
+    /// Shortens some of its `pread`/`pwrite` calls as `inject` draws
+    /// (fault injection, tests only).
+    pub fn set_injector(&mut self, inject: Arc<Injector>) {
+        self.inject = Some(inject);
+    }
+
+    /// Transfer unit of one call: O_DIRECT needs whole blocks.
+    fn align(&self) -> usize {
+        if self.file.direct() {
+            4096
+        } else {
+            1
+        }
     }
 }
 
@@ -55,13 +77,18 @@ impl FarStore for FileStore {
     fn read_into(&self, offset: u64, len: usize, dst: &Mapping, dst_offset: usize) -> Result<(), StoreError> {
         // A sparse file never ends before its size: a short read means
         // something truncated it.
-        super::read_fully(self.file.as_fd(), offset, len, dst, dst_offset)
+        let inject = self.inject.as_deref().map(|i| (i, self.align()));
+        super::read_fully(self.file.as_fd(), offset, len, dst, dst_offset, inject)
     }
 
     fn store(&self, offset: u64, src: MemRange<'_>) -> Result<(), StoreError> {
         let mut done = 0;
         while done < src.len() {
-            let part = src.sub(done, src.len() - done);
+            let want = self
+                .inject
+                .as_ref()
+                .map_or(src.len() - done, |i| i.io_len(src.len() - done, self.align()));
+            let part = src.sub(done, want);
             let n = part
                 .pwrite_to(self.file.as_fd(), offset + done as u64)
                 .map_err(|errno| StoreError::Write {

@@ -73,7 +73,7 @@ impl FarStore for MemoryStore {
         dst_offset: usize,
     ) -> Result<(), StoreError> {
         // The pool's mapping is not inherited; its memfd is.
-        super::read_fully(self.memfd.as_fd(), offset, len, dst, dst_offset)
+        super::read_fully(self.memfd.as_fd(), offset, len, dst, dst_offset, None)
     }
 
     fn same_as(&self, offset: u64, src: MemRange<'_>) -> Option<bool> {

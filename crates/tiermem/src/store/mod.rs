@@ -14,6 +14,7 @@
 //! not written meanwhile.
 
 pub mod file;
+pub mod inject;
 pub mod memory;
 
 use crossbeam_utils::Backoff;
@@ -123,17 +124,19 @@ pub trait FarStore: Send + Sync {
 
 /// Reads `len` bytes of `fd` at `offset` into `dst` at `dst_offset`, all
 /// of them: a short read (the file was truncated behind the store's back)
-/// is an error, never silent zeros.
+/// is an error, never silent zeros. `inject` may shorten calls (tests).
 pub(crate) fn read_fully(
     fd: std::os::fd::BorrowedFd<'_>,
     offset: u64,
     len: usize,
     dst: &Mapping,
     dst_offset: usize,
+    inject: Option<(&inject::Injector, usize)>,
 ) -> Result<(), StoreError> {
     let mut done = 0;
     while done < len {
-        match dst.pread(fd, dst_offset + done, len - done, offset + done as u64) {
+        let want = inject.map_or(len - done, |(i, align)| i.io_len(len - done, align));
+        match dst.pread(fd, dst_offset + done, want, offset + done as u64) {
             Ok(0) => {
                 return Err(StoreError::Read {
                     offset,

@@ -70,6 +70,30 @@ fn far_file_in_missing_or_read_only_directory() {
     std::fs::remove_file(existing).unwrap();
 }
 
+/// Found by `tiermem stress` with fault injection: a page whose write-back
+/// failed stayed write-protected (wp-fault) while published Dirty, and a
+/// kernel-mode write into it (`read(2)` from a pipe) got EFAULT every time.
+#[test]
+fn kernel_write_into_a_page_whose_write_back_failed() {
+    for fp in [FaultPath::InContext, FaultPath::HandlerThread] {
+        let (store, faults) = FailingStore::new(4 * MIB);
+        let mut c = Config::new(4 * MIB, 4 * MIB);
+        c.fault_path = fp;
+        let mut r = Region::with_store(c, Box::new(store)).unwrap();
+        r.as_mut_slice::<u8>().fill(7);
+        faults.writes.store(true, Ordering::Relaxed);
+        assert!(r.evict_all().is_err());
+        faults.writes.store(false, Ordering::Relaxed);
+        let (mut rx, mut tx) = std::os::unix::net::UnixStream::pair().unwrap();
+        std::io::Write::write_all(&mut tx, &[9u8; 4096]).unwrap();
+        let page = &mut r.as_mut_slice::<u8>()[8192..12288];
+        rx.read_exact(page)
+            .unwrap_or_else(|e| panic!("{fp:?}: read(2) into the page: {e}"));
+        let w: &[u8] = r.as_mut_slice();
+        assert!(w[8192..12288].iter().all(|&b| b == 9) && w[..8192].iter().all(|&b| b == 7));
+    }
+}
+
 #[test]
 fn huge_pages_with_a_pool_too_small() {
     let avail = tiermem_sys::hugetlb::pool(tiermem_sys::hugetlb::HugePageSize::Size2M)
