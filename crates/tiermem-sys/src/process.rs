@@ -48,6 +48,19 @@ pub fn fork(parent_death_kill: bool) -> Result<Forked, Errno> {
     }
 }
 
+/// Asks the kernel to SIGKILL this process when the thread that started
+/// it dies, and exits now (status 127) if `parent` is already gone (this
+/// process was reparented before the request took effect). For a child
+/// started with `std::process::Command`, whose parent passed its pid.
+pub fn die_with_parent(parent: u32) {
+    // SAFETY: plain prctl with integer arguments.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
+    // SAFETY: getppid cannot fail.
+    if unsafe { libc::getppid() } as u32 != parent {
+        exit_now(127);
+    }
+}
+
 /// How a child ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ExitStatus {

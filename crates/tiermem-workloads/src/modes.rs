@@ -203,6 +203,11 @@ pub fn run_tiered(
 /// the stencil on plain memory and returns its outcome (printed as JSON on
 /// stdout by the caller).
 pub fn child_main(p: &StencilParams) -> Result<StencilOutcome, String> {
+    // A parent killed mid-run must not leave this child running in the
+    // cgroup (found by the kill tests).
+    if let Some(parent) = std::env::var(PARENT_ENV).ok().and_then(|v| v.parse().ok()) {
+        tiermem_sys::process::die_with_parent(parent);
+    }
     let joined = kernel_swap::join_cgroup_from_env().map_err(|e| e.to_string())?;
     let n = p.n;
     let w = Workers::new(p.threads, &p.cpus);
@@ -244,6 +249,10 @@ pub fn child_main(p: &StencilParams) -> Result<StencilOutcome, String> {
     })
 }
 
+/// The pid of the benchmark that started a kernel-swap child: the child
+/// dies with it.
+const PARENT_ENV: &str = "TIERMEM_BENCH_PARENT";
+
 /// Runs the stencil in a child process inside a memory cgroup with swap.
 pub fn run_kernel_swap(
     p: &StencilParams,
@@ -253,6 +262,9 @@ pub fn run_kernel_swap(
     progress: &mut dyn FnMut(&str),
 ) -> Result<StencilOutcome, String> {
     kernel_swap::preflight(swap)?;
+    // What killed runs left behind (their cgroups; swap areas are swept by
+    // SwapDevice::setup).
+    kernel_swap::clean_leftovers().map_err(|e| e.to_string())?;
     let swap_bytes = (p.footprint() + p.footprint() / 4 + (256 << 20)).next_multiple_of(1 << 20);
     progress(&format!(
         "[kernel-swap] setting up swap ({} MiB) and a {} MiB cgroup",
@@ -265,6 +277,7 @@ pub fn run_kernel_swap(
     let out = Command::new(&launcher.exe)
         .args(crate::stencil::child_args(p))
         .env(kernel_swap::CGROUP_PROCS_ENV, cg.procs_file())
+        .env(PARENT_ENV, std::process::id().to_string())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())

@@ -173,7 +173,9 @@ pub(super) fn clean_leftover_cgroup(dir: &Path) -> Result<(), KernelSwapError> {
 }
 
 /// Removes the cgroups `tiermem-bench-run-<pid>-<seq>` of
-/// [`super::LimitedRun`] whose process is dead.
+/// [`super::LimitedRun`] and `tiermem-bench-<pid>` of `tiermem bench`'s
+/// kernel-swap mode whose process is dead (killed before it could remove
+/// them).
 pub(super) fn clean_leftover_run_cgroups() -> Result<(), KernelSwapError> {
     let Ok((root, _)) = locate_memory_cgroup() else {
         return Ok(());
@@ -183,7 +185,13 @@ pub(super) fn clean_leftover_run_cgroups() -> Result<(), KernelSwapError> {
     };
     for entry in entries.flatten() {
         let name = entry.file_name();
-        let Some(pid) = owner_pid(&name.to_string_lossy(), RUN_CGROUP_PREFIX) else {
+        let name = name.to_string_lossy();
+        let Some(pid) = owner_pid(&name, RUN_CGROUP_PREFIX).or_else(|| {
+            // `tiermem-bench-<pid>`: digits only after the prefix.
+            name.strip_prefix("tiermem-bench-")
+                .filter(|r| !r.is_empty() && r.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|r| r.parse().ok())
+        }) else {
             continue;
         };
         if !pid_alive(pid) {

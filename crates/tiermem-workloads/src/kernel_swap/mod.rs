@@ -151,6 +151,13 @@ pub use run::{LimitedRun, RunOutcome, Stream, DEFAULT_RUN_SWAP_BYTES, MIN_LIMIT_
 
 use control::{find_tool, fmt_bytes};
 
+/// Removes what killed runs left behind: the cgroups of `tiermem bench`
+/// and [`LimitedRun`] whose process is dead. (Swap files and zram devices
+/// of dead runs are removed by [`SwapDevice::setup`].)
+pub fn clean_leftovers() -> Result<(), KernelSwapError> {
+    leftovers::clean_leftover_run_cgroups()
+}
+
 /// Environment variable naming the `cgroup.procs` file a child process joins
 /// with [`join_cgroup_from_env`] before it allocates anything.
 pub const CGROUP_PROCS_ENV: &str = "TIERMEM_CGROUP_PROCS";

@@ -148,8 +148,11 @@ pub fn totals() -> InjectTotals {
 /// writes succeed again. Returns whether a store was full. Lock-free (a
 /// signal handler may call it).
 pub fn make_room() -> bool {
-    ROOM.fetch_add(1, Ordering::Relaxed);
-    ANY_FULL.swap(false, Ordering::Relaxed)
+    let full = ANY_FULL.swap(false, Ordering::Relaxed);
+    if full {
+        ROOM.fetch_add(1, Ordering::Relaxed);
+    }
+    full
 }
 
 /// The draws of one store.

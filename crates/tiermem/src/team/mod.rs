@@ -469,6 +469,68 @@ fn shm_path(name: &str, part: &str) -> PathBuf {
     PathBuf::from(format!("/dev/shm/tiermem-team.{name}.{part}"))
 }
 
+/// Removes the `/dev/shm/tiermem-team.<name>.*` files of teams that no
+/// process holds any more (open or mapped): what a named team leaves when
+/// its creator is killed. A file is created open (`O_CREAT`) and its
+/// members keep it open or mapped, so a file no process holds belongs to
+/// no live team. Only the owner (mode 0600) or root could hold it, and
+/// their `/proc` entries are readable.
+fn sweep_stale_named() {
+    const PREFIX: &str = "/dev/shm/tiermem-team.";
+    let Ok(entries) = std::fs::read_dir("/dev/shm") else {
+        return;
+    };
+    let mut names: std::collections::BTreeMap<String, Vec<PathBuf>> = Default::default();
+    for e in entries.flatten() {
+        let p = e.path();
+        let s = p.to_string_lossy().into_owned();
+        if let Some(rest) = s.strip_prefix(PREFIX) {
+            if let Some((name, _part)) = rest.rsplit_once('.') {
+                names.entry(name.to_owned()).or_default().push(p);
+            }
+        }
+    }
+    if names.is_empty() {
+        return;
+    }
+    let mut held = std::collections::BTreeSet::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for pr in procs.flatten() {
+        let dir = pr.path();
+        if !pr
+            .file_name()
+            .to_string_lossy()
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+        {
+            continue;
+        }
+        if let Ok(fds) = std::fs::read_dir(dir.join("fd")) {
+            for fd in fds.flatten() {
+                if let Ok(l) = std::fs::read_link(fd.path()) {
+                    held.insert(l.to_string_lossy().into_owned());
+                }
+            }
+        }
+        if let Ok(maps) = std::fs::read_to_string(dir.join("maps")) {
+            for line in maps.lines().filter(|l| l.contains(PREFIX)) {
+                if let Some(i) = line.find(PREFIX) {
+                    held.insert(line[i..].to_owned());
+                }
+            }
+        }
+    }
+    for files in names.values() {
+        if files.iter().all(|f| !held.contains(&*f.to_string_lossy())) {
+            for f in files {
+                let _ = std::fs::remove_file(f);
+            }
+        }
+    }
+}
+
 fn valid_name(name: &str) -> Result<(), Error> {
     if name.is_empty()
         || name.len() > 100
@@ -528,6 +590,9 @@ impl TeamRegion {
     pub fn create_named(name: &str, config: TeamConfig) -> Result<TeamRegion, Error> {
         valid_name(name)?;
         config.validate()?;
+        // Files of named teams whose members were all killed before they
+        // could remove them (found by the kill tests).
+        sweep_stale_named();
         let mut files = Vec::new();
         let mut names = Vec::new();
         for part in ["ctl", "data", "far"] {

@@ -303,3 +303,63 @@ fn bad_input_is_refused_with_a_message() {
         .to_string()
         .contains("cannot attach"));
 }
+
+/// Found by the kill tests (issue 16): a named team whose creator was
+/// killed left its /dev/shm files forever. The next `create_named` (any
+/// name) removes the files no process holds; a live team's are kept.
+#[test]
+fn files_of_a_killed_named_team_are_swept() {
+    let name = format!("killed-{}", std::process::id());
+    if is_child("files_of_a_killed_named_team_are_swept") {
+        let team = TeamRegion::create_named(&name, TeamConfig::new(2 * MIB, 128 * 4096, 2)).unwrap();
+        team.atomics()[0].store(1, Ordering::Relaxed);
+        println!("ready");
+        std::thread::sleep(std::time::Duration::from_secs(60));
+        return;
+    }
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "files_of_a_killed_named_team_are_swept",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("TIERMEM_CHILD", "files_of_a_killed_named_team_are_swept")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The child names the team after its own pid.
+    let name = format!("killed-{}", child.id());
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("ready") {
+        line.clear();
+        if std::io::BufRead::read_line(&mut out, &mut line).unwrap() == 0 {
+            break;
+        }
+    }
+    let files: Vec<_> = ["ctl", "data", "far"]
+        .iter()
+        .map(|p| std::path::PathBuf::from(format!("/dev/shm/tiermem-team.{name}.{p}")))
+        .collect();
+    assert!(files.iter().all(|f| f.exists()), "the child made no team: {line}");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        files.iter().all(|f| f.exists()),
+        "killed: its files stay until the next create"
+    );
+    let live = format!("live-{}", std::process::id());
+    let team = TeamRegion::create_named(&live, TeamConfig::new(2 * MIB, 128 * 4096, 2)).unwrap();
+    assert!(
+        files.iter().all(|f| !f.exists()),
+        "the killed team's files were not swept"
+    );
+    // A second create does not sweep the live team's files.
+    let other =
+        TeamRegion::create_named(&format!("{live}-2"), TeamConfig::new(2 * MIB, 128 * 4096, 2)).unwrap();
+    assert!(std::path::Path::new(&format!("/dev/shm/tiermem-team.{live}.ctl")).exists());
+    drop(other);
+    drop(team);
+    assert!(!std::path::Path::new(&format!("/dev/shm/tiermem-team.{live}.ctl")).exists());
+}
