@@ -85,8 +85,16 @@ pool_smoke /sys/kernel/mm/hugepages/hugepages-1048576kB 1 \
 target/release/tiermem stress --minutes "${TIERMEM_STRESS_MINUTES:-1}" --json target/stress.json
 # Half a minute more with the far store failing on purpose (test-only
 # switch): every injected failure must be reported, no byte lost.
-target/release/tiermem stress --minutes 0.5 --per-config 2 --json target/stress-inject.json \
-    --fault-inject read:0.01,write:0.01,short:0.05,full:after=3000
+# With 2 MiB pool pages reserved so that 2m configurations are drawn too,
+# and first configuration 49 of seed 1795588121595989328, which hung before
+# the fix (a poisoned 2 MiB page on the handler-thread path: EEXIST from
+# UFFDIO_POISON on a write-protect marker, the faulting thread retried
+# forever).
+inject="read:0.01,write:0.01,short:0.05,full:after=3000"
+pool_smoke /sys/kernel/mm/hugepages/hugepages-2048kB 64 \
+    $T stress --seed 1795588121595989328 --only 49 --fault-inject "$inject"
+pool_smoke /sys/kernel/mm/hugepages/hugepages-2048kB 64 \
+    $T stress --minutes 0.5 --per-config 2 --json target/stress-inject.json --fault-inject "$inject"
 cargo build --locked --release -p tiermem-preload
 target/release/tiermem run --near 8M --quiet -- target/release/tiermem stress --plain --minutes 0.2 --per-config 2
 target/release/tiermem bench svm --keys 65536 --records 65536 --sites 1024 --scale 10 --roots 1 \

@@ -405,9 +405,7 @@ impl RegionCore {
                     if server == Server::HandlerThread {
                         // The pte may already carry the poison marker; make
                         // sure the waiting thread is released into SIGBUS.
-                        let _ = self
-                            .uffd
-                            .poison(&self.reg, i * self.page_bytes, self.page_bytes, true);
+                        self.place_poison_marker(i * self.page_bytes);
                         let _ = self.uffd.wake(&self.reg, i * self.page_bytes, self.page_bytes);
                     }
                     return Outcome::Poisoned;
