@@ -211,14 +211,14 @@ fn fmt_s(r: Option<f64>) -> String {
 
 fn describe(r: &RunResult) -> String {
     let mut s = format!(
-        "npb {} s, wall {:.2} s, rss {}",
+        "npb {} s, wall {:.2} s, rss {} MiB",
         fmt_s(r.npb_seconds),
         r.wall_seconds,
         mib(r.max_rss_bytes)
     );
     if let Some(t) = &r.tiermem {
         s += &format!(
-            ", {} faults, {} evictions, in {}",
+            ", {} faults, {} evictions, in {} MiB",
             t.faults,
             t.evictions,
             mib(t.bytes_in)
@@ -268,6 +268,17 @@ pub fn run(a: NpbArgs) -> Result<(), String> {
             .contains(&m)
             .then(|| m.to_string())
     })?;
+    let mut modes = modes;
+    if modes.iter().any(|m| m == "swap") {
+        let probe = tiermem_workloads::kernel_swap::LimitedRun::new(
+            tiermem_workloads::kernel_swap::SwapKind::Zram,
+            1 << 30,
+        );
+        if let Err(e) = probe.preflight() {
+            eprintln!("kernel-swap baseline skipped: {e}");
+            modes.retain(|m| m != "swap");
+        }
+    }
     let variants = crate::common::list(&a.variants, "variant", Variant::parse)?;
     let exe = std::env::current_exe().map_err(|e| format!("finding the tiermem binary: {e}"))?;
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
