@@ -249,6 +249,10 @@ pub struct RunResult {
     pub status: String,
     /// Killed at the time limit.
     pub timed_out: bool,
+    /// User plus system CPU time of the process and its threads (plain and
+    /// tiermem runs; `None` for kernel swap): on a machine shared with
+    /// other work, steadier than any wall time.
+    pub cpu_seconds: Option<f64>,
     /// Peak resident set (plain and tiermem runs: rusage of the process).
     pub max_rss_bytes: u64,
     /// `tiermem run`'s report.
@@ -264,6 +268,11 @@ impl RunResult {
     /// NPB prints two decimals: a run under 10 ms has no usable time.
     pub fn seconds(&self) -> Option<f64> {
         self.npb_seconds.filter(|&s| self.verified && s >= 0.01)
+    }
+
+    /// CPU time if it verified, else `None`.
+    pub fn cpu(&self) -> Option<f64> {
+        self.cpu_seconds.filter(|&s| self.verified && s > 0.0)
     }
 
     /// Wall time if it verified, else `None`.
@@ -352,6 +361,7 @@ pub fn run(binary: &Path, threads: usize, launch: &Launch, limit: Duration) -> R
                 verified: verified(&text),
                 status: out.status.to_string(),
                 timed_out: out.timed_out,
+                cpu_seconds: None,
                 max_rss_bytes: out.cgroup.max_usage_bytes,
                 tiermem: None,
                 swap: Some(SwapFigures {
@@ -416,6 +426,7 @@ fn spawn_and_wait(cmd: &mut Command, limit: Duration) -> Result<RunResult, Strin
         verified: verified(&text) && status.success(),
         status: status.to_string(),
         timed_out,
+        cpu_seconds: Some((usage.user_us + usage.system_us) as f64 * 1e-6),
         max_rss_bytes: usage.max_rss_bytes,
         tiermem: None,
         swap: None,

@@ -483,59 +483,84 @@ fn label(k: &str, c: char, v: Variant) -> String {
     )
 }
 
+type Key = fn(&RunResult) -> Option<f64>;
+
+fn pages_table(
+    r: &Report,
+    pages: &[(String, char, Variant, usize)],
+    backings: &[String],
+    title: &str,
+    key: Key,
+) {
+    let mut header: Vec<String> = vec!["benchmark".into(), "thr".into()];
+    header.extend(backings.iter().map(|b| format!("{b} s")));
+    header.extend(
+        backings
+            .iter()
+            .filter(|b| *b != "4k")
+            .map(|b| format!("{b} vs 4k")),
+    );
+    header.push("paper 3 (2m)".into());
+    let hdr: Vec<&str> = header.iter().map(|s| s.as_str()).collect();
+    let mut t = Table::new(&hdr);
+    let mut speedups: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    for (k, c, v, thr) in pages {
+        let time = |b: &str| {
+            med(
+                &r.rows,
+                |x| {
+                    x.experiment == "pages"
+                        && &x.kernel == k
+                        && x.class == *c
+                        && x.variant == *v
+                        && x.threads == *thr
+                        && x.config == b
+                },
+                key,
+            )
+        };
+        let base = time("4k");
+        let mut cells = vec![label(k, *c, *v), thr.to_string()];
+        cells.extend(backings.iter().map(|b| fmt_s(time(b))));
+        for b in backings.iter().filter(|b| *b != "4k") {
+            let s = base.zip(time(b)).map(|(x, y)| x / y);
+            if let Some(s) = s {
+                speedups.entry(b.as_str()).or_default().push(s);
+            }
+            cells.push(pct(s));
+        }
+        cells.push(paper_speedup(k).into());
+        t.row(cells);
+    }
+    println!("\n{title}");
+    print!("{}", t.render());
+    for (b, v) in &speedups {
+        let label = if *b == "plain" {
+            "plain vs 4k (tiermem run's cost, inverted)"
+        } else {
+            b
+        };
+        println!("geometric mean {label}: {}", pct(geomean(v)));
+    }
+}
+
 fn print_tables(r: &Report, backings: &[String], modes: &[String]) {
     let pages = benches_of(r, "pages");
     if !pages.is_empty() {
-        let mut header: Vec<String> = vec!["benchmark".into(), "thr".into()];
-        header.extend(backings.iter().map(|b| format!("{b} s")));
-        header.extend(
-            backings
-                .iter()
-                .filter(|b| *b != "4k")
-                .map(|b| format!("{b} vs 4k")),
+        pages_table(
+            r,
+            &pages,
+            backings,
+            "Heap page size (no tiering): the benchmark's own time in seconds (its timed section), median of rounds; speedup over the 4k heap",
+            RunResult::seconds,
         );
-        header.push("paper 3 (2m)".into());
-        let hdr: Vec<&str> = header.iter().map(|s| s.as_str()).collect();
-        let mut t = Table::new(&hdr);
-        let mut speedups: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
-        for (k, c, v, thr) in &pages {
-            let time = |b: &str| {
-                med(
-                    &r.rows,
-                    |x| {
-                        x.experiment == "pages"
-                            && &x.kernel == k
-                            && x.class == *c
-                            && x.variant == *v
-                            && x.threads == *thr
-                            && x.config == b
-                    },
-                    RunResult::seconds,
-                )
-            };
-            let base = time("4k");
-            let mut cells = vec![label(k, *c, *v), thr.to_string()];
-            cells.extend(backings.iter().map(|b| fmt_s(time(b))));
-            for b in backings.iter().filter(|b| *b != "4k") {
-                let s = base.zip(time(b)).map(|(x, y)| x / y);
-                if let Some(s) = s {
-                    speedups.entry(b.as_str()).or_default().push(s);
-                }
-                cells.push(pct(s));
-            }
-            cells.push(paper_speedup(k).into());
-            t.row(cells);
-        }
-        println!("\nHeap page size (no tiering): the benchmark's own time in seconds, median of rounds; speedup over the 4k heap");
-        print!("{}", t.render());
-        for (b, v) in &speedups {
-            let label = if *b == "plain" {
-                "plain vs 4k (tiermem run's cost, inverted)"
-            } else {
-                b
-            };
-            println!("geometric mean {label}: {}", pct(geomean(v)));
-        }
+        pages_table(
+            r,
+            &pages,
+            backings,
+            "The same runs in CPU seconds (user + system of the whole process, set-up included): steadier than wall time on a shared machine",
+            RunResult::cpu,
+        );
     }
     let tiering = benches_of(r, "tiering");
     if !tiering.is_empty() {
