@@ -238,6 +238,54 @@ static void test_siglongjmp_out_of_reads(int path) {
   tm_region_destroy(r);
 }
 
+/* ---- 2b. the same out of tiermem's own calls (evict_all, advise
+ * DONTNEED, prefetch, touch): each owns pages, near slots or a range-table
+ * lookup for a moment, which an abandoned call would keep forever (the
+ * next access hung or died of SIGBUS, or destroy hung) ---- */
+
+static void test_siglongjmp_out_of_calls(int path) {
+  atomic_store(&current_case, "siglongjmp out of tiermem calls");
+  tm_region *r = make_region(path, 0);
+  volatile uint64_t *w = tm_region_base(r);
+  atomic_store(&slice_tid, (int)syscall(SYS_gettid));
+  atomic_store(&slice_stray, 0);
+  struct sigaction sa = {0};
+  sa.sa_handler = on_alarm_jump;
+  sigaction(SIGALRM, &sa, NULL);
+  struct itimerval it = {{0, 100}, {0, 100}};
+  setitimer(ITIMER_REAL, &it, NULL);
+  volatile unsigned jumps = 0;
+  volatile uint64_t bad = 0;
+  volatile size_t k = 0;
+  while (jumps < 2000) {
+    if (sigsetjmp(slice_jump, 1)) {
+      jumps++;
+      continue;
+    }
+    slice_armed = 1;
+    for (;;) {
+      void *at = (void *)(w + (k % (PAGES / 8)) * 8 * (PAGE / 8));
+      switch (k++ % 4) {
+      case 0: tm_region_evict_all(r); break;
+      case 1: tm_advise(at, 8 * PAGE, TM_ADVICE_DONTNEED); break;
+      case 2: tm_prefetch(at, 8 * PAGE); break;
+      default: tm_touch(at, 8 * PAGE); break;
+      }
+      size_t i = (k * 577) % ((size_t)PAGES * PAGE / 8);
+      if (w[i] != mix(i)) bad++;
+    }
+  }
+  slice_armed = 0;
+  struct itimerval off = {{0, 0}, {0, 0}};
+  setitimer(ITIMER_REAL, &off, NULL);
+  signal(SIGALRM, SIG_DFL);
+  for (size_t i = 0; i < (size_t)PAGES * PAGE / 8; i += 512)
+    if (w[i] != mix(i)) bad++;
+  CHECK(bad == 0, "%s: %lu bad words after %u jumps", path_name(path), (unsigned long)bad, jumps);
+  CHECK(tm_region_evict_all(r) >= 0, "%s: evict_all after the jumps: %s", path_name(path), tm_last_error());
+  tm_region_destroy(r); /* a lookup left open would hang here */
+}
+
 /* ---- 3. asynchronous cancellation of threads that touch region memory ---- */
 
 struct cancel_arg {
@@ -724,6 +772,7 @@ struct test_case {
 static const struct test_case cases[] = {
     {"timer", test_timer_handler_reads_region},
     {"longjmp", test_siglongjmp_out_of_reads},
+    {"longjmp-calls", test_siglongjmp_out_of_calls},
     {"cancel", test_async_cancel},
     {"deferred-cancel", test_deferred_cancel_file_store},
     {"runtime-threads", test_runtime_threads_get_no_app_signals},
