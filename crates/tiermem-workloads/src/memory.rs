@@ -179,6 +179,9 @@ pub struct TierStats {
     pub evictions: u64,
     /// Bytes moved in and out.
     pub bytes_moved: u64,
+    /// Neighbours fault-around installed with the faulting pages.
+    #[serde(default)]
+    pub fault_around: u64,
 }
 
 /// One contiguous range of memory a workload runs in.
@@ -243,6 +246,7 @@ impl Memory for TieredMemory {
             faults: s.faults(),
             evictions: s.evictions,
             bytes_moved: s.bytes_in + s.bytes_out,
+            fault_around: s.fault_around.installed,
         })
     }
     fn reset_tier_stats(&self) {
@@ -475,7 +479,7 @@ mod tests {
             *b = 1;
         }
         let s = a.memory.tier_stats().unwrap();
-        assert!(s.faults >= 1024 && s.evictions > 0, "{s:?}");
+        assert!(s.faults + s.fault_around >= 1024 && s.evictions > 0, "{s:?}");
         assert!(matches!(
             allocate(Backing::Huge1G, Provider::Tiered { near: 1 << 30 }, 1 << 30),
             Err(MemoryError::Unsupported(_))
