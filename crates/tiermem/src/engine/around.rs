@@ -60,9 +60,12 @@ struct Slot {
     hist: [AtomicUsize; HISTORY],
     next: AtomicU32,
     score: AtomicU32,
-    /// The last cluster installed for this thread: `[first, end)`.
-    last_first: AtomicUsize,
-    last_end: AtomicUsize,
+    /// The last clusters installed for this thread, `[first, end)` each
+    /// (one per stream a loop may interleave: a stencil reads three rows
+    /// and writes one).
+    last_first: [AtomicUsize; HISTORY],
+    last_end: [AtomicUsize; HISTORY],
+    last_next: AtomicU32,
 }
 
 /// Fault-around state of one region.
@@ -128,15 +131,14 @@ impl FaultAround {
     /// size its locality calls for (1: no fault-around).
     fn window(&self, tid: u32, page: usize) -> usize {
         let s = &self.slots[tid as usize % SLOTS];
-        // A fault right next to the thread's last cluster: it walked
-        // through it.
-        let (a, b) = (
-            s.last_first.load(Ordering::Relaxed),
-            s.last_end.load(Ordering::Relaxed),
-        );
-        if b > a && (page >= b && page - b < WALKED || page < a && a - page <= WALKED) {
-            self.take_used(a, b);
-            s.last_end.store(0, Ordering::Relaxed);
+        // A fault right next to one of the thread's last clusters: it
+        // walked through it.
+        for (first, end) in s.last_first.iter().zip(&s.last_end) {
+            let (a, b) = (first.load(Ordering::Relaxed), end.load(Ordering::Relaxed));
+            if b > a && (page >= b && page - b < WALKED || page < a && a - page <= WALKED) {
+                self.take_used(a, b);
+                end.store(0, Ordering::Relaxed);
+            }
         }
         let near = s.hist.iter().any(|h| {
             let h = h.load(Ordering::Relaxed);
@@ -160,8 +162,9 @@ impl FaultAround {
 
     fn remember(&self, tid: u32, first: usize, end: usize) {
         let s = &self.slots[tid as usize % SLOTS];
-        s.last_first.store(first, Ordering::Relaxed);
-        s.last_end.store(end, Ordering::Relaxed);
+        let k = s.last_next.fetch_add(1, Ordering::Relaxed) as usize % HISTORY;
+        s.last_first[k].store(first, Ordering::Relaxed);
+        s.last_end[k].store(end, Ordering::Relaxed);
     }
 
     fn mark(&self, p: usize) {
