@@ -47,6 +47,8 @@ pub enum ModeSpec {
         movers: Option<(usize, Placement)>,
         /// How movers install pages.
         install: InstallMethod,
+        /// Fault-around on.
+        fault_around: bool,
     },
     /// A team region: workers as threads (`regular`) or processes (`pspt`).
     Team(crate::team_stencil::TeamMode),
@@ -192,6 +194,12 @@ pub fn run_tiered(
         prefetch_shrinks: s.prefetch.shrinks,
         prefetch_inline: s.prefetch.inline,
         prefetch_spared: s.prefetch.spared,
+        fault_around: [
+            s.fault_around.clusters,
+            s.fault_around.installed,
+            s.fault_around.used,
+            s.fault_around.evicted_unused,
+        ],
         mover_fills: s.mover_fills,
         inline_evictions: s.inline_evictions,
         eviction_pauses: s.eviction_pauses,
@@ -423,8 +431,10 @@ fn run_mode(
             policy,
             movers,
             install,
+            fault_around,
         } => {
             let mut c = spec.base.clone();
+            c.fault_around = *fault_around;
             c.virt_bytes = spec.virt;
             c.near_bytes = spec.near;
             c.fault_path = *fault_path;
@@ -637,6 +647,13 @@ pub fn table(r: &StencilResult) -> String {
                     o.prefetch_shrinks,
                     o.prefetch_inline,
                     o.prefetch_spared
+                );
+            }
+            if o.fault_around[0] > 0 {
+                let [clusters, installed, used, unused] = o.fault_around;
+                s += &format!(
+                    "{} ({} thr): fault-around: {clusters} faults brought {installed} neighbours, {used} known used, {unused} evicted unused\n",
+                    o.mode, o.threads
                 );
             }
         }

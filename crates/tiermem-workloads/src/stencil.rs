@@ -128,6 +128,10 @@ pub struct StencilOutcome {
     /// Prefetched, unused victims given a second chance by eviction.
     #[serde(default)]
     pub prefetch_spared: u64,
+    /// Fault-around: demand faults that brought neighbours, the
+    /// neighbours installed, those known used, those evicted unused.
+    #[serde(default)]
+    pub fault_around: [u64; 4],
     /// Pages filled by movers.
     pub mover_fills: u64,
     /// Pages evicted by faulting threads themselves.

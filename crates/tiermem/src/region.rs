@@ -399,6 +399,9 @@ impl Region {
                 window_cap: pf.cap() as u64,
             };
         }
+        if let Some(fa) = &self.core.around {
+            s.fault_around = fa.stats(&self.core.pages);
+        }
         s
     }
 
@@ -420,6 +423,9 @@ impl Region {
         self.core.stats.reset();
         if let Some(pf) = &self.core.prefetcher {
             pf.reset_counters();
+        }
+        if let Some(fa) = &self.core.around {
+            fa.reset_counters();
         }
     }
 
