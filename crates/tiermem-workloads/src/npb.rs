@@ -8,7 +8,7 @@
 //! place), once per [`Variant`]. `tiermem bench npb` drives the experiments.
 
 use crate::kernel_swap::{LimitedRun, SwapKind};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -22,7 +22,7 @@ pub const KERNELS: [&str; 8] = ["cg", "mg", "ft", "sp", "bt", "lu", "is", "ep"];
 pub const STATIC_ARRAYS_DEFINE: &str = "DO_NOT_ALLOCATE_ARRAYS_WITH_DYNAMIC_MEMORY_AND_AS_SINGLE_DIMENSION";
 
 /// Where a build keeps its arrays.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Variant {
     /// The default build: arrays from `malloc`/`new` (the heap).
@@ -154,7 +154,7 @@ pub enum Launch {
 }
 
 /// What `tiermem run`'s report says about a run.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct TiermemFigures {
     /// Bytes served by tiermem: heap allocations plus static sections.
     pub tiered_bytes: u64,
@@ -220,7 +220,7 @@ impl TiermemFigures {
 }
 
 /// What the kernel-swap baseline reports.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct SwapFigures {
     /// The cgroup's memory limit.
     pub limit_bytes: u64,
@@ -235,7 +235,7 @@ pub struct SwapFigures {
 }
 
 /// One run of one benchmark.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct RunResult {
     /// The benchmark's own timed section ("Time in seconds").
     pub npb_seconds: Option<f64>,
@@ -249,6 +249,7 @@ pub struct RunResult {
     pub status: String,
     /// Killed at the time limit.
     pub timed_out: bool,
+    #[serde(default)]
     /// User plus system CPU time of the process and its threads (plain and
     /// tiermem runs; `None` for kernel swap): on a machine shared with
     /// other work, steadier than any wall time.

@@ -7,7 +7,7 @@ use std::path::Path;
 use tiermem::SystemInfo;
 
 /// The machine a result was measured on.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Machine {
     /// Host name.
     pub hostname: String,

@@ -9,7 +9,7 @@
 
 use crate::common::{progress_printer, save};
 use clap::Args;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -21,8 +21,12 @@ use tiermem_workloads::report::{mib, Machine, Table};
 pub struct NpbArgs {
     /// The NPB-CPP tree (the repository root or its NPB-OMP directory);
     /// it is copied into --build-dir and built there, never modified.
+    #[arg(long, required_unless_present = "from_json")]
+    npb_dir: Option<PathBuf>,
+    /// Print the tables (and draw the charts) of an earlier run's JSON
+    /// instead of running anything.
     #[arg(long)]
-    npb_dir: PathBuf,
+    from_json: Option<PathBuf>,
     /// Where the benchmarks are built.
     #[arg(long, default_value = "target/npb")]
     build_dir: PathBuf,
@@ -92,9 +96,9 @@ fn paper_speedup(kernel: &str) -> &'static str {
     }
 }
 
-#[derive(Serialize, Clone)]
+#[derive(Serialize, Deserialize, Clone)]
 struct Row {
-    experiment: &'static str,
+    experiment: String,
     kernel: String,
     class: char,
     variant: Variant,
@@ -108,7 +112,7 @@ struct Row {
     result: RunResult,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, Deserialize)]
 struct Footprint {
     kernel: String,
     class: char,
@@ -118,7 +122,7 @@ struct Footprint {
     plain_wall_seconds: f64,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, Deserialize)]
 struct Report {
     machine: Machine,
     command: String,
@@ -241,6 +245,27 @@ fn describe(r: &RunResult) -> String {
 }
 
 pub fn run(a: NpbArgs) -> Result<(), String> {
+    if let Some(path) = &a.from_json {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let report: Report = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        let backings = tiermem_workloads::report::first_seen(
+            report
+                .rows
+                .iter()
+                .filter(|x| x.experiment == "pages")
+                .map(|x| x.config.clone()),
+        );
+        let modes = tiermem_workloads::report::first_seen(
+            report
+                .rows
+                .iter()
+                .filter(|x| x.experiment == "tiering")
+                .map(|x| x.config.clone()),
+        );
+        print_tables(&report, &backings, &modes);
+        return save(&report, &None, &a.plot, draw);
+    }
+    let npb_dir = a.npb_dir.clone().unwrap_or_default();
     let kernels: Vec<String> = crate::common::list(&a.kernels, "benchmark", |k| {
         let k = k.to_ascii_lowercase();
         npb::KERNELS.contains(&k.as_str()).then_some(k)
@@ -293,7 +318,7 @@ pub fn run(a: NpbArgs) -> Result<(), String> {
     let mut benches = Vec::new();
     let mut footprints = Vec::new();
     for &variant in &variants {
-        let tree = npb::prepare(&a.npb_dir, &a.build_dir, variant)?;
+        let tree = npb::prepare(&npb_dir, &a.build_dir, variant)?;
         for k in &kernels {
             let class = classes[k];
             progress(&format!("building {k}.{class} ({})", variant.name()));
@@ -360,7 +385,7 @@ pub fn run(a: NpbArgs) -> Result<(), String> {
                     ""
                 }
             );
-            let mut record = |experiment,
+            let mut record = |experiment: &str,
                               threads,
                               config: &str,
                               near: Option<(u64, u64)>,
@@ -374,7 +399,7 @@ pub fn run(a: NpbArgs) -> Result<(), String> {
                     describe(&result)
                 ));
                 rows.push(Row {
-                    experiment,
+                    experiment: experiment.to_string(),
                     kernel: b.kernel.clone(),
                     class: b.class,
                     variant: b.variant,
@@ -580,20 +605,22 @@ fn print_tables(r: &Report, backings: &[String], modes: &[String]) {
         let mut ratios: BTreeMap<(u64, String), Vec<f64>> = BTreeMap::new();
         for (k, c, v, thr) in &tiering {
             for &p in &fractions {
-                let wall = |m: &str| {
-                    med(
-                        &r.rows,
-                        |x| {
-                            x.experiment == "tiering"
-                                && &x.kernel == k
-                                && x.class == *c
-                                && x.variant == *v
-                                && x.threads == *thr
-                                && x.config == m
-                                && x.near_percent == Some(p)
-                        },
-                        RunResult::wall,
-                    )
+                let pick = |x: &Row, m: &str| {
+                    x.experiment == "tiering"
+                        && &x.kernel == k
+                        && x.class == *c
+                        && x.variant == *v
+                        && x.threads == *thr
+                        && x.config == m
+                        && x.near_percent == Some(p)
+                };
+                let wall = |m: &str| med(&r.rows, |x| pick(x, m), RunResult::wall);
+                // Every run of the mode killed at the time limit: its time
+                // is at least the limit.
+                let at_least = |m: &str| {
+                    let runs: Vec<&Row> = r.rows.iter().filter(|x| pick(x, m)).collect();
+                    (!runs.is_empty() && runs.iter().all(|x| x.result.timed_out))
+                        .then(|| runs.iter().map(|x| x.result.wall_seconds).fold(0.0, f64::max))
                 };
                 let near = r
                     .rows
@@ -602,25 +629,38 @@ fn print_tables(r: &Report, backings: &[String], modes: &[String]) {
                     .and_then(|x| x.near_bytes)
                     .unwrap_or(0);
                 let mut cells = vec![label(k, *c, *v), format!("{p}% {}", mib(near))];
-                cells.extend(modes.iter().map(|m| fmt_s(wall(m))));
+                cells.extend(modes.iter().map(|m| match (wall(m), at_least(m)) {
+                    (Some(w), _) => format!("{w:.2}"),
+                    (None, Some(t)) => format!(">{t:.0}"),
+                    _ => "-".into(),
+                }));
                 if has_swap {
                     for m in &tiermem_modes {
-                        let ratio = wall("swap").zip(wall(m)).map(|(s, x)| s / x);
+                        let (ratio, bound) = match (wall("swap"), at_least("swap"), wall(m)) {
+                            (Some(s), _, Some(x)) => (Some(s / x), false),
+                            (None, Some(t), Some(x)) => (Some(t / x), true),
+                            _ => (None, false),
+                        };
                         if let Some(x) = ratio {
                             ratios.entry((p, m.to_string())).or_default().push(x);
                         }
-                        cells.push(ratio.map_or("-".into(), |x| format!("{x:.2}x")));
+                        cells.push(
+                            ratio.map_or("-".into(), |x| format!("{}{x:.2}x", if bound { ">" } else { "" })),
+                        );
                     }
                 }
                 t.row(cells);
             }
         }
-        println!("\nTiering: wall seconds (initialisation included), median of rounds; swap/X = how many times faster X is than kernel swap");
+        println!(
+            "\nTiering: wall seconds (initialisation included), median of rounds; >T: killed at the time limit T; \
+             swap/X = how many times faster X is than kernel swap (>: at least, kernel swap was killed)"
+        );
         print!("{}", t.render());
         for ((p, m), v) in &ratios {
             let worst = v.iter().cloned().fold(f64::INFINITY, f64::min);
             println!(
-                "near {p}%: {m} is {:.2}x faster than kernel swap (geometric mean), {worst:.2}x at worst",
+                "near {p}%: {m} is {:.2}x faster than kernel swap (geometric mean; a killed swap run counts at its limit), {worst:.2}x at worst",
                 geomean(v).unwrap_or(0.0)
             );
         }
