@@ -377,7 +377,9 @@ tm_decl_export int tm_region_stats(const tm_region *r, struct tm_stats *out) tm_
 /* Writes back the dirty pages and drops every resident page, leaving near
  * memory empty. Returns the number of pages evicted (>= 0, saturated at
  * INT_MAX) or a negative code (TM_EIO, TM_ENOSPC: the pages whose
- * write-back failed stay resident). */
+ * write-back failed stay resident). Pages held by a system call in
+ * progress (a recv into the region, blocked) are waited for up to a
+ * second, then left resident. */
 tm_decl_export int tm_region_evict_all(tm_region *r) tm_attr_noexcept;
 
 /* Forgets the bytes [offset, offset + len) of the region: they read as

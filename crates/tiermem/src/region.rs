@@ -435,13 +435,15 @@ impl Region {
     }
 
     /// Writes back and drops every resident page. Fails if a write-back
-    /// fails; the pages concerned stay resident.
+    /// fails; the pages concerned stay resident. Pages pinned by a system
+    /// call in progress (a `recv` into the region, blocked) are waited for
+    /// up to a second, then left resident.
     pub fn evict_all(&self) -> Result<usize, Error> {
         self.here("evict_all")?;
         // Fills in flight (handler threads may trail the application) are
         // not on the replacement list yet: let them land first.
         self.settle();
-        let _blocked = owning_pages();
+        // Blocks asynchronous signals batch by batch.
         Ok(self.core.evict_all()?)
     }
 

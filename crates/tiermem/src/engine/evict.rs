@@ -29,6 +29,10 @@ pub(crate) struct Evicted {
     pub(crate) runs: usize,
 }
 
+/// How long `evict_all` waits for pages that cannot leave (pinned by a
+/// system call in progress) when nothing else is left to evict.
+const EVICT_ALL_PATIENCE: std::time::Duration = std::time::Duration::from_secs(1);
+
 impl RegionCore {
     /// Evicts up to `want` pages chosen by the policy. Returns how many left
     /// near memory; fails only when write-back failed for all of them.
@@ -624,19 +628,45 @@ impl RegionCore {
         }
     }
 
-    /// Evicts every resident page (writing back dirty ones).
+    /// Evicts every resident page (writing back dirty ones). Pages that
+    /// cannot leave now (pinned by a system call in progress, such as a
+    /// `recv` blocked on a socket into the region) are waited for up to
+    /// [`EVICT_ALL_PATIENCE`] without progress, then left resident.
+    ///
+    /// Called on an application thread: asynchronous signals are blocked
+    /// while a batch owns pages (a handler's `siglongjmp` must not abandon
+    /// them), and open between batches, so that a program stuck here can
+    /// still be interrupted.
     pub(crate) fn evict_all(&self) -> Result<usize, StoreError> {
         let mut total = 0;
         let mut timer = FaultTimer::start();
+        let mut stuck_since: Option<std::time::Instant> = None;
         let result = loop {
-            match self.evict_batch(crate::config::MAX_EVICT_BATCH, &mut timer) {
+            let (batch, tracked) = {
+                let _blocked = tiermem_sys::signal::AsyncSignalsBlocked::new();
+                let b = self.evict_batch(crate::config::MAX_EVICT_BATCH, &mut timer);
+                let t = if matches!(b, Ok(0)) {
+                    self.policy().tracked()
+                } else {
+                    0
+                };
+                (b, t)
+            };
+            match batch {
                 Ok(0) => {
-                    if self.policy().tracked() == 0 {
+                    if tracked == 0 {
+                        break Ok(total);
+                    }
+                    let since = *stuck_since.get_or_insert_with(std::time::Instant::now);
+                    if since.elapsed() > EVICT_ALL_PATIENCE {
                         break Ok(total);
                     }
                     std::thread::yield_now();
                 }
-                Ok(n) => total += n,
+                Ok(n) => {
+                    total += n;
+                    stuck_since = None;
+                }
                 Err(e) => break Err(e),
             }
         };

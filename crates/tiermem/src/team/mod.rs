@@ -486,7 +486,7 @@ fn named_identity(path: &std::path::Path) -> Option<FileId> {
 /// `fork()`ed child dropping its copy.
 struct OwnFile {
     path: PathBuf,
-    id: (u64, u64),
+    id: FileId,
     owner_pid: u32,
 }
 
@@ -583,7 +583,7 @@ fn sweep_stale_named() {
 }
 
 /// The (device, inode) of the file a `/proc/PID/fd/N` link opens.
-fn named_identity_of_fd(link: &std::path::Path) -> Option<(u64, u64)> {
+fn named_identity_of_fd(link: &std::path::Path) -> Option<FileId> {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata(link).ok().map(|m| (m.dev(), m.ino()))
 }

@@ -347,3 +347,79 @@ fn proc_mem_reads_evicted_pages_after_touch() {
         check_page(&mut r, p, (p * 512) as u64, "after touch");
     }
 }
+
+/// `evict_all` while another thread's `recv` into the region is blocked
+/// (its page pinned for the kernel): it used to spin forever, since the
+/// pinned page stays on the replacement list and never leaves. Now it waits
+/// up to a second, leaves that page resident and returns; the `recv` then
+/// gets its data.
+#[test]
+fn evict_all_returns_while_a_blocked_recv_holds_a_page() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static DONE: AtomicBool = AtomicBool::new(false);
+    std::thread::spawn(|| {
+        std::thread::sleep(std::time::Duration::from_secs(60));
+        if !DONE.load(Ordering::SeqCst) {
+            eprintln!("evict_all_returns_while_a_blocked_recv_holds_a_page: hangs (60 s)");
+            std::process::exit(1);
+        }
+    });
+    let mut r = evicted_region(FaultPath::InContext, DirtyTracking::WpFault, "memory");
+    let base = r.as_ptr() as usize;
+    let mut sv = [0; 2];
+    // SAFETY: a socket pair of our own.
+    let made = unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, sv.as_mut_ptr()) };
+    assert_eq!(made, 0);
+    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        tid_tx.send(tiermem_sys_gettid()).unwrap();
+        // SAFETY: into page 40 of the region, which outlives the thread.
+        unsafe {
+            libc::recv(
+                sv[1],
+                (base + 40 * PAGE) as *mut libc::c_void,
+                PAGE,
+                libc::MSG_WAITALL,
+            )
+        }
+    });
+    // Wait until the reader blocks in recvfrom (its page pinned first).
+    let tid = tid_rx.recv().unwrap();
+    let blocked = || {
+        std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall"))
+            .is_ok_and(|s| s.split_whitespace().next() == Some(&libc::SYS_recvfrom.to_string()))
+    };
+    let t = std::time::Instant::now();
+    while !blocked() {
+        assert!(t.elapsed().as_secs() < 30, "the reader never blocked in recv");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let t = std::time::Instant::now();
+    r.evict_all().unwrap();
+    let took = t.elapsed();
+    let c = r.page_census();
+    assert!(
+        c.clean + c.dirty >= 1,
+        "the pinned page was evicted under the recv: {c:?}"
+    );
+    assert!(took.as_secs() < 10, "evict_all took {took:?}");
+    let words: Vec<u8> = (0..PAGE / 8)
+        .flat_map(|i| mix(7000 + i as u64).to_ne_bytes())
+        .collect();
+    // SAFETY: a plain buffer and our socket.
+    let sent = unsafe { libc::send(sv[0], words.as_ptr().cast(), PAGE, 0) };
+    assert_eq!(sent, PAGE as isize);
+    assert_eq!(reader.join().unwrap(), PAGE as isize);
+    check_page(&mut r, 40, 7000, "recv after evict_all");
+    // SAFETY: our sockets.
+    unsafe {
+        libc::close(sv[0]);
+        libc::close(sv[1]);
+    }
+    DONE.store(true, Ordering::SeqCst);
+}
+
+fn tiermem_sys_gettid() -> i32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() }
+}
