@@ -223,8 +223,12 @@ fn movers_prefetch_sequential_sweeps() {
             s.faults() * 10 < pages,
             "{policy}: prefetch should absorb most faults: {s:?}"
         );
+        // Most prefetched pages were not wasted (evicted unused). `used`
+        // alone depends on the machine's load: when the mover falls behind,
+        // the faulting thread fills the rest of the window itself (counted
+        // as `inline`), which is not waste either.
         assert!(
-            s.prefetch.used > s.prefetch.issued / 2,
+            s.prefetch.wasted * 2 < s.prefetch.issued.max(1),
             "{policy}: {:?}",
             s.prefetch
         );
