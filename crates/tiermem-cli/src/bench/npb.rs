@@ -58,6 +58,11 @@ pub struct NpbArgs {
     /// on zram under a memory cgroup).
     #[arg(long, default_value = "plain,sync,fifo,scan,swap")]
     modes: String,
+    /// Extra room in the kernel-swap baseline's cgroup beyond the near
+    /// budget and the untiered footprint (a cgroup also charges page
+    /// tables, kernel stacks and page cache, which a bare limit can OOM on).
+    #[arg(long, default_value = "0")]
+    swap_slack: String,
     /// OpenMP threads of the tiering experiment (its mover runs on the last
     /// CPU).
     #[arg(long, default_value_t = 1)]
@@ -305,6 +310,7 @@ pub fn run(a: NpbArgs) -> Result<(), String> {
         }
     }
     let variants = crate::common::list(&a.variants, "variant", Variant::parse)?;
+    let swap_slack = tiermem::config::parse_size(&a.swap_slack).map_err(|e| format!("--swap-slack: {e}"))?;
     let exe = std::env::current_exe().map_err(|e| format!("finding the tiermem binary: {e}"))?;
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mover_cpu = cpus - 1;
@@ -371,6 +377,18 @@ pub fn run(a: NpbArgs) -> Result<(), String> {
         }
     }
 
+    // Written to --json after every run, so that a run stopped half-way
+    // keeps what it measured (tables: --from-json).
+    let mut partial = Report {
+        machine: Machine::collect(),
+        command: tiermem_workloads::report::command_line(),
+        cpus: format!(
+            "OpenMP threads bound one per CPU from CPU 0 (OMP_PROC_BIND=true, OMP_PLACES=cores); \
+             the tiering experiment's mover on CPU {mover_cpu}; {cpus} CPUs"
+        ),
+        footprints,
+        rows: Vec::new(),
+    };
     let mut rows: Vec<Row> = Vec::new();
     for round in 0..a.repeat {
         for b in &benches {
@@ -398,7 +416,7 @@ pub fn run(a: NpbArgs) -> Result<(), String> {
                     near.map_or(String::new(), |(p, _)| format!(" near {p}%")),
                     describe(&result)
                 ));
-                rows.push(Row {
+                let row = Row {
                     experiment: experiment.to_string(),
                     kernel: b.kernel.clone(),
                     class: b.class,
@@ -409,7 +427,13 @@ pub fn run(a: NpbArgs) -> Result<(), String> {
                     near_bytes: near.map(|n| n.1),
                     round,
                     result,
-                });
+                };
+                rows.push(row);
+                if let Some(j) = &a.json {
+                    partial.rows = rows.clone();
+                    tiermem_workloads::report::write_json(j, &partial)
+                        .map_err(|e| format!("{}: {e}", j.display()))?;
+                }
                 Ok(())
             };
             if experiments.iter().any(|e| e == "pages") {
@@ -436,7 +460,7 @@ pub fn run(a: NpbArgs) -> Result<(), String> {
                         let launch = match mode.as_str() {
                             "plain" => Launch::Plain,
                             "swap" => Launch::KernelSwap {
-                                limit_bytes: near + untiered,
+                                limit_bytes: near + untiered + swap_slack,
                                 swap_bytes: round_up(b.rss * 2 + (256 << 20), 1 << 20),
                             },
                             m => Launch::Tiermem {
@@ -451,16 +475,7 @@ pub fn run(a: NpbArgs) -> Result<(), String> {
         }
     }
 
-    let report = Report {
-        machine: Machine::collect(),
-        command: tiermem_workloads::report::command_line(),
-        cpus: format!(
-            "OpenMP threads bound one per CPU from CPU 0 (OMP_PROC_BIND=true, OMP_PLACES=cores); \
-             the tiering experiment's mover on CPU {mover_cpu}; {cpus} CPUs"
-        ),
-        footprints,
-        rows,
-    };
+    let report = Report { rows, ..partial };
     print_tables(&report, &backings, &modes);
     save(&report, &a.json, &a.plot, draw)
 }
@@ -617,6 +632,15 @@ fn print_tables(r: &Report, backings: &[String], modes: &[String]) {
                 let wall = |m: &str| med(&r.rows, |x| pick(x, m), RunResult::wall);
                 // Every run of the mode killed at the time limit: its time
                 // is at least the limit.
+                let oom = |m: &str| {
+                    r.rows
+                        .iter()
+                        .filter(|x| pick(x, m))
+                        .any(|x| x.result.swap.as_ref().is_some_and(|s| s.oom_kill))
+                };
+                if modes.iter().all(|m| !r.rows.iter().any(|x| pick(x, m))) {
+                    continue;
+                }
                 let at_least = |m: &str| {
                     let runs: Vec<&Row> = r.rows.iter().filter(|x| pick(x, m)).collect();
                     (!runs.is_empty() && runs.iter().all(|x| x.result.timed_out))
@@ -632,6 +656,7 @@ fn print_tables(r: &Report, backings: &[String], modes: &[String]) {
                 cells.extend(modes.iter().map(|m| match (wall(m), at_least(m)) {
                     (Some(w), _) => format!("{w:.2}"),
                     (None, Some(t)) => format!(">{t:.0}"),
+                    _ if oom(m) => "OOM".into(),
                     _ => "-".into(),
                 }));
                 if has_swap {
@@ -653,7 +678,7 @@ fn print_tables(r: &Report, backings: &[String], modes: &[String]) {
             }
         }
         println!(
-            "\nTiering: wall seconds (initialisation included), median of rounds; >T: killed at the time limit T; \
+            "\nTiering: wall seconds (initialisation included), median of rounds; >T: killed at the time limit T; OOM: killed by the cgroup's OOM killer; \
              swap/X = how many times faster X is than kernel swap (>: at least, kernel swap was killed)"
         );
         print!("{}", t.render());
