@@ -177,7 +177,10 @@ impl FaultAround {
     /// Clears page `p`'s mark; true if it was set.
     fn take(&self, p: usize) -> bool {
         let bit = 1u64 << (p % 64);
-        self.marks[p / 64].fetch_and(!bit, Ordering::Relaxed) & bit != 0
+        let word = &self.marks[p / 64];
+        // Look before clearing: most pages carry no mark, and a plain load
+        // keeps the line shared (random faults from several threads).
+        word.load(Ordering::Relaxed) & bit != 0 && word.fetch_and(!bit, Ordering::Relaxed) & bit != 0
     }
 
     fn take_used(&self, a: usize, b: usize) {
