@@ -1,7 +1,8 @@
 //! Fault-around: a demand fault outside any prefetch stream installs a
-//! small cluster of missing neighbours with it, in the same UFFDIO_COPY,
-//! when the thread's recent faults show spatial locality (the kernel's
-//! fault-around for file pages, made adaptive).
+//! small cluster of missing neighbours with it, in the same UFFDIO_COPY
+//! (one per run of untouched or far pages), when the thread's recent
+//! faults show spatial locality (the kernel's fault-around for file pages,
+//! made adaptive). Demand faults a prefetch stream takes are left to it.
 //!
 //! Each thread (hashed into one of [`SLOTS`] cache-line slots, plain
 //! atomics, no lock) keeps its last [`HISTORY`] demand-fault pages and a
@@ -9,9 +10,9 @@
 //! score by one, any other fault lowers it by two (random access switches
 //! fault-around off within a few faults; GUPS never turns it on). The
 //! cluster is the aligned window of `2^(score-1)` pages (at most
-//! [`MAX_CLUSTER`]) around the fault, narrowed to the contiguous pages of
-//! the same kind as the faulting one (all untouched: one copy of zeros; all
-//! far: one fetch) that can be locked at once: a busy neighbour ends the
+//! [`MAX_CLUSTER`]) around the fault, narrowed to the contiguous pages
+//! that are untouched or far (far ones only from a store that fetches runs
+//! without staging) and can be locked at once: a busy neighbour ends the
 //! cluster, nothing ever waits. Neighbours take free near slots only: the
 //! faulting page evicts as before when the budget is full, its neighbours
 //! never evict.
@@ -24,8 +25,9 @@
 //! no further fault on them.
 //!
 //! Accounting (statistics only): a bit per page marks neighbours installed
-//! by fault-around. A later demand fault of the same thread right next to
-//! its last cluster (it walked through it) or a write-protect fault on a
+//! by fault-around. A later demand fault of the same thread within
+//! [`WALKED`] pages past one of its last clusters (it walked through it)
+//! or a write-protect fault on a
 //! marked page counts the pages as *used*. A marked page found out of near
 //! memory (at its next fill, or when statistics are read) was *evicted
 //! unused*: reads in the middle of a cluster leave no trace in user space,
@@ -288,16 +290,16 @@ impl RegionCore {
         }
         // Free slots only: neighbours never evict.
         let got = self.take_slots(want);
-        let mut drop = want - got;
-        while drop > 0 && c.end > i + 1 {
+        let mut excess = want - got;
+        while excess > 0 && c.end > i + 1 {
             c.end -= 1;
             self.pages.unlock(c.end, c.word(c.end));
-            drop -= 1;
+            excess -= 1;
         }
-        while drop > 0 && c.first < i {
+        while excess > 0 && c.first < i {
             self.pages.unlock(c.first, c.word(c.first));
             c.first += 1;
-            drop -= 1;
+            excess -= 1;
         }
         for (p, _) in c.neighbours() {
             fa.refilled(p);
