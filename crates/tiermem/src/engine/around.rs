@@ -146,7 +146,11 @@ impl FaultAround {
             let h = h.load(Ordering::Relaxed);
             h != 0 && (h - 1).abs_diff(page) <= NEAR
         });
-        let k = s.next.fetch_add(1, Ordering::Relaxed) as usize % HISTORY;
+        // Load and store, not a read-modify-write: a slot is one thread's
+        // (threads sharing a slot only blur each other's history).
+        let k = s.next.load(Ordering::Relaxed);
+        s.next.store(k.wrapping_add(1), Ordering::Relaxed);
+        let k = k as usize % HISTORY;
         s.hist[k].store(page + 1, Ordering::Relaxed);
         let score = s.score.load(Ordering::Relaxed);
         let score = if near {
@@ -164,7 +168,9 @@ impl FaultAround {
 
     fn remember(&self, tid: u32, first: usize, end: usize) {
         let s = &self.slots[tid as usize % SLOTS];
-        let k = s.last_next.fetch_add(1, Ordering::Relaxed) as usize % HISTORY;
+        let k = s.last_next.load(Ordering::Relaxed);
+        s.last_next.store(k.wrapping_add(1), Ordering::Relaxed);
+        let k = k as usize % HISTORY;
         s.last_first[k].store(first, Ordering::Relaxed);
         s.last_end[k].store(end, Ordering::Relaxed);
     }
