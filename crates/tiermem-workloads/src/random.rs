@@ -45,6 +45,9 @@ pub struct RandomRecord {
     pub fault_around: bool,
     /// Neighbours fault-around installed (should be few: no locality).
     pub fault_around_installed: u64,
+    /// Median fault service time, ns (robust to a loaded machine, unlike
+    /// the wall time).
+    pub fault_p50_ns: u64,
 }
 
 /// The result file.
@@ -151,6 +154,7 @@ pub fn run(
                     eviction_pauses: s.eviction_pauses,
                     fault_around: fa,
                     fault_around_installed: s.fault_around.installed,
+                    fault_p50_ns: s.fault_latency.p50_ns,
                 });
             }
         }
@@ -187,6 +191,7 @@ pub fn table(r: &RandomResult) -> String {
         "Mupdates/s",
         "vs fifo",
         "faults",
+        "fault p50 us",
         "GiB moved",
         "prefetched",
         "neighbours",
@@ -217,11 +222,15 @@ pub fn table(r: &RandomResult) -> String {
             .contains(&("fifo", m, fa))
             .then(|| median_by(&runs_of("fifo", m, fa), |y| y.seconds).seconds);
         if fa && keys.contains(&(p, m, false)) {
-            let off = median_by(&runs_of(p, m, false), |y| y.seconds).seconds;
+            let offs = runs_of(p, m, false);
+            let off = median_by(&offs, |y| y.seconds).seconds;
+            let p50 = |v: &[&RandomRecord]| median_by(v, |y| y.fault_p50_ns as f64).fault_p50_ns as f64 / 1e3;
             vs_off += &format!(
-                "{p} movers={m}: fault-around on vs off: {:+.1}% seconds (medians {:.2} vs {off:.2})\n",
+                "{p} movers={m}: fault-around on vs off: {:+.1}% seconds (medians {:.2} vs {off:.2}), fault p50 {:.2} vs {:.2} us\n",
                 (x.seconds / off - 1.0) * 100.0,
-                x.seconds
+                x.seconds,
+                p50(&runs),
+                p50(&offs)
             );
         }
         t.row(vec![
@@ -233,6 +242,10 @@ pub fn table(r: &RandomResult) -> String {
             format!("{:.2}", x.mups),
             fifo.map_or("-".into(), |f| format!("{:+.1}%", (x.seconds / f - 1.0) * 100.0)),
             x.faults.to_string(),
+            format!(
+                "{:.2}",
+                median_by(&runs, |y| y.fault_p50_ns as f64).fault_p50_ns as f64 / 1e3
+            ),
             format!("{:.2}", x.bytes_moved as f64 / (1u64 << 30) as f64),
             x.prefetch_issued.to_string(),
             x.fault_around_installed.to_string(),

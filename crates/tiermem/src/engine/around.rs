@@ -1,7 +1,8 @@
 //! Fault-around: a demand fault outside any prefetch stream installs a
-//! small cluster of missing neighbours with it, in the same UFFDIO_COPY,
-//! when the thread's recent faults show spatial locality (the kernel's
-//! fault-around for file pages, made adaptive).
+//! small cluster of missing neighbours with it, in the same UFFDIO_COPY
+//! (one per run of untouched or far pages), when the thread's recent
+//! faults show spatial locality (the kernel's fault-around for file pages,
+//! made adaptive). Demand faults a prefetch stream takes are left to it.
 //!
 //! Each thread (hashed into one of [`SLOTS`] cache-line slots, plain
 //! atomics, no lock) keeps its last [`HISTORY`] demand-fault pages and a
@@ -9,9 +10,9 @@
 //! score by one, any other fault lowers it by two (random access switches
 //! fault-around off within a few faults; GUPS never turns it on). The
 //! cluster is the aligned window of `2^(score-1)` pages (at most
-//! [`MAX_CLUSTER`]) around the fault, narrowed to the contiguous pages of
-//! the same kind as the faulting one (all untouched: one copy of zeros; all
-//! far: one fetch) that can be locked at once: a busy neighbour ends the
+//! [`MAX_CLUSTER`]) around the fault, narrowed to the contiguous pages
+//! that are untouched or far (far ones only from a store that fetches runs
+//! without staging) and can be locked at once: a busy neighbour ends the
 //! cluster, nothing ever waits. Neighbours take free near slots only: the
 //! faulting page evicts as before when the budget is full, its neighbours
 //! never evict.
@@ -24,8 +25,9 @@
 //! no further fault on them.
 //!
 //! Accounting (statistics only): a bit per page marks neighbours installed
-//! by fault-around. A later demand fault of the same thread right next to
-//! its last cluster (it walked through it) or a write-protect fault on a
+//! by fault-around. A later demand fault of the same thread within
+//! [`WALKED`] pages past one of its last clusters (it walked through it)
+//! or a write-protect fault on a
 //! marked page counts the pages as *used*. A marked page found out of near
 //! memory (at its next fill, or when statistics are read) was *evicted
 //! unused*: reads in the middle of a cluster leave no trace in user space,
@@ -144,7 +146,11 @@ impl FaultAround {
             let h = h.load(Ordering::Relaxed);
             h != 0 && (h - 1).abs_diff(page) <= NEAR
         });
-        let k = s.next.fetch_add(1, Ordering::Relaxed) as usize % HISTORY;
+        // Load and store, not a read-modify-write: a slot is one thread's
+        // (threads sharing a slot only blur each other's history).
+        let k = s.next.load(Ordering::Relaxed);
+        s.next.store(k.wrapping_add(1), Ordering::Relaxed);
+        let k = k as usize % HISTORY;
         s.hist[k].store(page + 1, Ordering::Relaxed);
         let score = s.score.load(Ordering::Relaxed);
         let score = if near {
@@ -162,7 +168,9 @@ impl FaultAround {
 
     fn remember(&self, tid: u32, first: usize, end: usize) {
         let s = &self.slots[tid as usize % SLOTS];
-        let k = s.last_next.fetch_add(1, Ordering::Relaxed) as usize % HISTORY;
+        let k = s.last_next.load(Ordering::Relaxed);
+        s.last_next.store(k.wrapping_add(1), Ordering::Relaxed);
+        let k = k as usize % HISTORY;
         s.last_first[k].store(first, Ordering::Relaxed);
         s.last_end[k].store(end, Ordering::Relaxed);
     }
@@ -177,7 +185,10 @@ impl FaultAround {
     /// Clears page `p`'s mark; true if it was set.
     fn take(&self, p: usize) -> bool {
         let bit = 1u64 << (p % 64);
-        self.marks[p / 64].fetch_and(!bit, Ordering::Relaxed) & bit != 0
+        let word = &self.marks[p / 64];
+        // Look before clearing: most pages carry no mark, and a plain load
+        // keeps the line shared (random faults from several threads).
+        word.load(Ordering::Relaxed) & bit != 0 && word.fetch_and(!bit, Ordering::Relaxed) & bit != 0
     }
 
     fn take_used(&self, a: usize, b: usize) {
@@ -285,16 +296,16 @@ impl RegionCore {
         }
         // Free slots only: neighbours never evict.
         let got = self.take_slots(want);
-        let mut drop = want - got;
-        while drop > 0 && c.end > i + 1 {
+        let mut excess = want - got;
+        while excess > 0 && c.end > i + 1 {
             c.end -= 1;
             self.pages.unlock(c.end, c.word(c.end));
-            drop -= 1;
+            excess -= 1;
         }
-        while drop > 0 && c.first < i {
+        while excess > 0 && c.first < i {
             self.pages.unlock(c.first, c.word(c.first));
             c.first += 1;
-            drop -= 1;
+            excess -= 1;
         }
         for (p, _) in c.neighbours() {
             fa.refilled(p);
