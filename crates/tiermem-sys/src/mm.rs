@@ -1279,7 +1279,9 @@ impl<'a> MemRange<'a> {
         // SAFETY: the range is mapped for 'a and readable; reading it as u8 is
         // valid for any contents; no writer touches it (caller's protocol).
         let bytes = unsafe { std::slice::from_raw_parts(self.addr as *const u8, self.len) };
-        bytes.iter().all(|&b| b == 0)
+        // An OR over each 512-byte chunk, without an early exit inside it,
+        // vectorises (a byte-by-byte `all` does not: ~10x slower on a page).
+        bytes.chunks(512).all(|c| c.iter().fold(0u8, |a, &b| a | b) == 0)
     }
 }
 

@@ -136,6 +136,13 @@ pub struct StencilOutcome {
     pub eviction_pauses: u64,
     /// Time per cost category spent by movers, ns.
     pub mover_cost_ns: Vec<(String, u64)>,
+    /// The mover threads' own work: time busy, pages in and out, and the
+    /// install (UFFDIO_COPY) and unmap calls they issued.
+    #[serde(default)]
+    pub mover_work: tiermem::stats::MoverWork,
+    /// Mover time per 4 KiB page moved (one in plus one out), ns.
+    #[serde(default)]
+    pub mover_ns_per_page: Option<f64>,
     /// Lower bound: max(none runtime, bytes moved / memcpy bandwidth).
     pub lower_bound_seconds: Option<f64>,
     /// Runtime over the lower bound.

@@ -57,6 +57,10 @@ impl RegionCore {
         // THP blocks are installed writable: write-protected small pages
         // cannot collapse.
         let wp_on_install = !write && !self.thp();
+        // A read zero-fill in wp-fault mode maps the shared zero page and
+        // then protects it; `raced` says that another thread wrote the page
+        // in between (see `zero_fill_wp`).
+        let mut raced = false;
         let (installed, kind) = match w.state() {
             PageState::Untouched => {
                 // The shared zero page costs no memory, but only wp-async can
@@ -67,16 +71,19 @@ impl RegionCore {
                 // in which another thread's write is a plain kernel COW,
                 // invisible to us, and the page would later be dropped as
                 // still zero (a lost write; see the stress test
-                // `first_read_racing_a_first_write_loses_nothing`). So
-                // wp-fault, writes, hugetlb (no ZEROPAGE there) and handler
-                // threads (which need COPY's wake-up) install a copy of
-                // zeros in one atomic UFFDIO_COPY, write-protected for reads.
-                let zero_page = !write
-                    && self.config.dirty_tracking == DirtyTracking::WpAsync
-                    && self.config.page_size == PageSize::Base4K
-                    && server == Server::InContext;
-                let r = if zero_page {
+                // `first_read_racing_a_first_write_loses_nothing`). A read
+                // in wp-fault mode therefore maps the zero page, protects
+                // it, and then looks at the page: a write in the window
+                // left non-zero data there, and the page is published
+                // Dirty (see `zero_fill_wp`). Writes, hugetlb (no ZEROPAGE
+                // there) and handler threads (which need COPY's wake-up)
+                // install a copy of zeros in one atomic UFFDIO_COPY.
+                let zero_page =
+                    !write && self.config.page_size == PageSize::Base4K && server == Server::InContext;
+                let r = if zero_page && self.config.dirty_tracking == DirtyTracking::WpAsync {
                     self.retry_again(|| self.uffd.zeropage(&self.reg, off, self.page_bytes, dont_wake))
+                } else if zero_page {
+                    self.zero_fill_wp(off).map(|r| raced = r)
                 } else if self.thp() {
                     self.install_thp(off, None, dont_wake)
                 } else {
@@ -126,13 +133,42 @@ impl RegionCore {
         // List the page before publishing it, so an evictor that pops it
         // finds it Busy and waits rather than missing it.
         self.policy().on_fill(i);
-        let next = self.filled_state(write, w);
+        let next = self.filled_state(write || raced, w);
         timer.lap(Cost::LockList);
         // Record before publishing: a page that is no longer Busy has its
         // fault counted (Region::settle relies on it).
         self.stats.record_fault(kind, tid, timer);
         self.pages.unlock(i, next);
         Outcome::Resolved
+    }
+
+    /// wp-fault read zero-fill at the cost of UFFDIO_ZEROPAGE (the shared
+    /// zero page, no allocation, no copy) instead of a UFFDIO_COPY of zeros
+    /// with MODE_WP. UFFDIO_ZEROPAGE cannot map the page write-protected
+    /// (it takes no MODE_WP, and refuses a pte that carries a wp marker:
+    /// EEXIST), so the page is protected by a second call, and another
+    /// thread can write it in between: the kernel COWs the zero page
+    /// without telling us (the pte has no uffd-wp bit yet). Once protected,
+    /// no write can land unseen (UFFDIO_WRITEPROTECT flushes every CPU's
+    /// TLB before it returns), so the page's contents decide: all zeros,
+    /// and it is a clean zero page whatever happened (a write of zeros
+    /// loses nothing); anything else was written in the window, and the
+    /// page is published Dirty and unprotected (a protected Dirty page
+    /// would fail kernel-mode writes with EFAULT). Returns whether a write
+    /// raced. A failed protection also publishes the page Dirty: it is
+    /// then written back at eviction whatever it holds.
+    fn zero_fill_wp(&self, off: usize) -> Result<bool, UffdError> {
+        let ps = self.page_bytes;
+        self.retry_again(|| self.uffd.zeropage(&self.reg, off, ps, true))?;
+        if self.uffd.writeprotect(&self.reg, off, ps, true, false).is_err() {
+            return Ok(true);
+        }
+        if self.mapping.range(off, ps).is_zero() {
+            return Ok(false);
+        }
+        self.stats.zero_fill_races.fetch_add(1, Ordering::Relaxed);
+        let _ = self.uffd.writeprotect(&self.reg, off, ps, false, true);
+        Ok(true)
     }
 
     /// The state of a page just filled for a read or a write. A THP block
@@ -567,8 +603,12 @@ impl RegionCore {
             write_protect: wp,
             dont_wake: false,
         };
+        let mover = super::mover::on_mover();
         let mut done = 0;
         while done < src.len() {
+            if mover {
+                self.stats.mover_copy_calls.fetch_add(1, Ordering::Relaxed);
+            }
             match self
                 .uffd
                 .copy(&self.reg, off + done, src.sub(done, src.len() - done), mode)
