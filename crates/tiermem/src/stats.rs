@@ -179,6 +179,7 @@ pub(crate) struct Stats {
     /// that fill or evict in the same functions): time busy, pages moved
     /// in and out, and the kernel calls that moved them.
     pub(crate) mover_busy_ns: AtomicU64,
+    pub(crate) mover_busy_wall_ns: AtomicU64,
     pub(crate) mover_pages_in: AtomicU64,
     pub(crate) mover_pages_out: AtomicU64,
     pub(crate) mover_copy_calls: AtomicU64,
@@ -224,6 +225,7 @@ impl Stats {
             mover_fills: AtomicU64::new(0),
             eviction_pauses: AtomicU64::new(0),
             mover_busy_ns: AtomicU64::new(0),
+            mover_busy_wall_ns: AtomicU64::new(0),
             mover_pages_in: AtomicU64::new(0),
             mover_pages_out: AtomicU64::new(0),
             mover_copy_calls: AtomicU64::new(0),
@@ -296,6 +298,7 @@ impl Stats {
             &self.mover_fills,
             &self.eviction_pauses,
             &self.mover_busy_ns,
+            &self.mover_busy_wall_ns,
             &self.mover_pages_in,
             &self.mover_pages_out,
             &self.mover_copy_calls,
@@ -373,6 +376,7 @@ impl Stats {
             eviction_pauses: ld(&self.eviction_pauses),
             mover: MoverWork {
                 busy_ns: ld(&self.mover_busy_ns),
+                busy_wall_ns: ld(&self.mover_busy_wall_ns),
                 pages_in: ld(&self.mover_pages_in),
                 pages_out: ld(&self.mover_pages_out),
                 copy_calls: ld(&self.mover_copy_calls),
@@ -530,8 +534,13 @@ pub struct RegionStats {
 /// application threads filling or evicting in their faults).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MoverWork {
-    /// Time the movers spent filling and evicting (not idle).
+    /// CPU time the movers spent filling and evicting (their threads'
+    /// clock: what the work cost, also on a machine where other processes
+    /// take turns on the movers' CPUs).
     pub busy_ns: u64,
+    /// Wall-clock time the movers spent filling and evicting (not idle).
+    #[serde(default)]
+    pub busy_wall_ns: u64,
     /// Pages the movers filled.
     pub pages_in: u64,
     /// Pages the movers evicted.
@@ -544,7 +553,7 @@ pub struct MoverWork {
 }
 
 impl MoverWork {
-    /// The movers' time per 4 KiB-page round trip (one page in plus one
+    /// The movers' CPU time per 4 KiB-page round trip (one page in plus one
     /// page out), in ns: busy time over the mean of pages in and out,
     /// scaled to 4 KiB pages. None when the movers moved nothing.
     pub fn ns_per_page_moved(&self, page_bytes: usize) -> Option<f64> {

@@ -470,18 +470,31 @@ impl RegionCore {
                 filled += self.install_run(&owned[..n], ok, r.write, prefetch, staging, &mut timer);
             }
         }
-        self.stats.charge_mover(timer);
+        // A faulting thread's catch-up fill is its own cost, not a mover's.
+        if super::mover::on_mover() {
+            self.stats.charge_mover(timer);
+        } else {
+            self.stats.charge(timer);
+        }
         self.stats.mover_fills.fetch_add(filled as u64, Ordering::Relaxed);
         filled
     }
 
     /// Takes up to `want` near slots for a mover, evicting to make room.
+    /// Only a failed eviction leaves it short: a run cut at the free slots
+    /// would leave its tail to demand faults (one install call each) while
+    /// the next batch of victims frees room for the whole run anyway.
+    /// A run longer than half the budget is cut there: making room for it
+    /// would evict pages still in use.
     fn reserve_up_to(&self, want: usize, timer: &mut FaultTimer) -> usize {
+        let want = want.min((self.budget_pages / 2).max(1));
+        let mut got = 0;
         loop {
-            let got = self.take_slots(want);
-            if got > 0 {
+            got += self.take_slots(want - got);
+            if got == want {
                 return got;
             }
+            let want = want - got;
             // A whole batch amortizes the unmap calls of long victim runs;
             // while eviction is paused the victims are scattered (one
             // shootdown per page), so evict only what is needed.
@@ -494,7 +507,7 @@ impl RegionCore {
                     self.stats.mover_evictions.fetch_add(n as u64, Ordering::Relaxed);
                 }
                 _ if self.evict_elsewhere(timer) > 0 => {}
-                _ => return 0,
+                _ => return got,
             }
         }
     }

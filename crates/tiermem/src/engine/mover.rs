@@ -251,6 +251,7 @@ fn run(core: &RegionCore) {
         }
         let mut worked = false;
         let t = Instant::now();
+        let cpu = tiermem_sys::thread::thread_cpu_time();
         // Eviction duty first: fills need free slots, and so do faults.
         if m.eviction_wanted(core, m.target_free) {
             let e = core.mover_evict(m.batch);
@@ -265,8 +266,12 @@ fn run(core: &RegionCore) {
             worked = true;
         }
         if worked {
+            let cpu = tiermem_sys::thread::thread_cpu_time().saturating_sub(cpu);
             core.stats
                 .mover_busy_ns
+                .fetch_add(cpu.as_nanos() as u64, Ordering::Relaxed);
+            core.stats
+                .mover_busy_wall_ns
                 .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
             continue;
         }

@@ -284,11 +284,18 @@ impl Prefetcher {
             return out;
         }
         // A new stream from the history?
-        let stride = (0..t.hlen).find_map(|k| {
-            let h = t.hist[k];
-            let d = p - h;
-            (d != 0 && d.abs() <= MAX_STRIDE && t.hist[..t.hlen].contains(&(h - d))).then_some(d)
-        });
+        // The smallest stride among the progressions that end here: a dense
+        // sweep whose faults interleave with another stream's can also
+        // show a progression of twice its stride, and a stream of stride
+        // 2 over dense data prefetches every other page (one install call
+        // each) while the thread faults on the rest.
+        let stride = (0..t.hlen)
+            .filter_map(|k| {
+                let h = t.hist[k];
+                let d = p - h;
+                (d != 0 && d.abs() <= MAX_STRIDE && t.hist[..t.hlen].contains(&(h - d))).then_some(d)
+            })
+            .min_by_key(|d| d.abs());
         let stride = match (stride, advice) {
             (Some(s), _) => Some(s),
             (None, Some(Advice::Sequential)) => Some(1),
