@@ -194,6 +194,7 @@ pub fn run_tiered(
         prefetch_shrinks: s.prefetch.shrinks,
         prefetch_inline: s.prefetch.inline,
         prefetch_spared: s.prefetch.spared,
+        prefetch_stale: s.prefetch.stale,
         mover_fills: s.mover_fills,
         inline_evictions: s.inline_evictions,
         eviction_pauses: s.eviction_pauses,
@@ -662,7 +663,7 @@ pub fn table(r: &StencilResult) -> String {
             }
             if o.prefetch_issued > 0 {
                 s += &format!(
-                    "{} ({} thr): prefetch issued {} used {} wasted (evicted before use) {}, demand faults on triggers {}, late (in window, off trigger) {}, window shrinks {}, pages filled by faulting threads up to the trigger {}, unused prefetched victims spared once {}\n",
+                    "{} ({} thr): prefetch issued {} used {} wasted (evicted before use) {}, demand faults on triggers {}, late (in window, off trigger) {}, window shrinks {}, pages filled by faulting threads up to the trigger {}, unused prefetched victims spared once {}, stale requested pages skipped {}\n",
                     o.mode,
                     o.threads,
                     o.prefetch_issued,
@@ -672,7 +673,8 @@ pub fn table(r: &StencilResult) -> String {
                     o.prefetch_late,
                     o.prefetch_shrinks,
                     o.prefetch_inline,
-                    o.prefetch_spared
+                    o.prefetch_spared,
+                    o.prefetch_stale
                 );
             }
         }

@@ -128,6 +128,9 @@ pub struct StencilOutcome {
     /// Prefetched, unused victims given a second chance by eviction.
     #[serde(default)]
     pub prefetch_spared: u64,
+    /// Requested pages movers skipped because the thread had passed them.
+    #[serde(default)]
+    pub prefetch_stale: u64,
     /// Pages filled by movers.
     pub mover_fills: u64,
     /// Pages evicted by faulting threads themselves.

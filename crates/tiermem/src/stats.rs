@@ -422,6 +422,9 @@ pub struct PrefetchStats {
     /// Prefetched victims not used yet that eviction gave a second chance
     /// (bit cleared, back to the policy as just filled).
     pub spared: u64,
+    /// Requested pages movers skipped: the stream's thread had passed them
+    /// (and they had been evicted) by the time a mover got there.
+    pub stale: u64,
 }
 
 /// Faults served for one application thread.

@@ -455,6 +455,13 @@ impl RegionCore {
                     break; // runs are contiguous in memory
                 }
                 let w = self.pages.load(p);
+                if prefetch && self.stale(r, p) {
+                    k += 1;
+                    if n > 0 {
+                        break;
+                    }
+                    continue;
+                }
                 if !matches!(w.state(), PageState::Untouched | PageState::Far) || !self.pages.try_lock(p, w) {
                     k += 1;
                     if n > 0 {
@@ -478,6 +485,25 @@ impl RegionCore {
         }
         self.stats.mover_fills.fetch_add(filled as u64, Ordering::Relaxed);
         filled
+    }
+
+    /// Whether page `p` of prefetch request `r` is stale: the stream's thread
+    /// passed it before a mover got there (counted). Only pages that need
+    /// filling are asked about: one was evicted behind the thread (the scan
+    /// policy does that to pages it will not keep), and filling it again
+    /// would cost a slot and a copy for nothing. Before this check, a mover
+    /// running behind refilled such pages, and the eviction that followed
+    /// gave them a second chance as unused prefetches, pushing pages the
+    /// thread was about to use out of scan's protected window.
+    fn stale(&self, r: &Request, p: usize) -> bool {
+        let Some(pf) = &self.prefetcher else {
+            return false;
+        };
+        if !matches!(self.pages.load(p).state(), PageState::Untouched | PageState::Far) || !pf.passed(r, p) {
+            return false;
+        }
+        pf.stale.fetch_add(1, Ordering::Relaxed);
+        true
     }
 
     /// Takes up to `want` near slots for a mover, evicting to make room.
@@ -651,6 +677,7 @@ impl RegionCore {
                 count: n,
                 stride: 1,
                 write: false,
+                ..Default::default()
             });
             k += n;
         }
@@ -697,6 +724,7 @@ impl RegionCore {
                 count: n,
                 stride: 1,
                 write: false,
+                ..Default::default()
             };
             match &self.movers {
                 Some(m) if m.submit(r) => {
