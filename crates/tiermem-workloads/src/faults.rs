@@ -122,6 +122,11 @@ pub struct FaultBenchParams {
     pub evict_batch: usize,
     /// CPU of the application thread.
     pub app_cpu: usize,
+    /// A second thread of the process spins on this CPU during the run (as
+    /// a mover or another application thread would): a TLB flush by the
+    /// fault path then interrupts it (an IPI), as in a multi-threaded
+    /// program. None: the faulting thread is alone.
+    pub spinner_cpu: Option<usize>,
 }
 
 /// The whole result file.
@@ -334,6 +339,16 @@ pub fn run(
     mut progress: impl FnMut(&str),
 ) -> Result<FaultBenchResult, tiermem::Error> {
     let prev = tiermem_sys::thread::affinity().unwrap_or_default();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let spinner = params.spinner_cpu.map(|cpu| {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let _ = tiermem_sys::thread::set_affinity(&[cpu]);
+            while !stop.load(Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+        })
+    });
     let _ = tiermem_sys::thread::set_affinity(&[params.app_cpu]);
     let mut samples: Vec<(String, String, Vec<f64>, Counted)> = Vec::new();
     for round in 0..=params.rounds {
@@ -369,6 +384,10 @@ pub fn run(
                 }
             }
         }
+    }
+    stop.store(true, Ordering::Relaxed);
+    if let Some(t) = spinner {
+        let _ = t.join();
     }
     let _ = tiermem_sys::thread::set_affinity(&prev);
     let results = samples
@@ -494,6 +513,7 @@ mod tests {
             rounds: 1,
             evict_batch: 16,
             app_cpu: cpus[0],
+            spinner_cpu: None,
         };
         let ds = designs(cpus[0], &cpus);
         let r = run(&params, &ds, KINDS, |_| {}).unwrap();
