@@ -260,7 +260,11 @@ struct tm_config {
   const int32_t *mover_cpus;  /* CPUs to pin the movers to, round robin; NULL (default) =
                                  unpinned. Read during tm_region_create only. */
   uint32_t mover_cpu_count;   /* entries in mover_cpus; default 0. */
-  uint32_t reserved2;         /* padding; must be 0. */
+  int32_t fault_around_off;   /* 1 turns fault-around off: a demand fault outside any
+                                 prefetch stream then installs only its own page. Default
+                                 0: up to 16 missing neighbours come with it, in the same
+                                 call, while the thread's faults show spatial locality
+                                 (4 KiB pages). */
 };
 
 /* A snapshot of a region's statistics; counters count since creation. Set

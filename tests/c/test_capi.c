@@ -121,6 +121,7 @@ static void test_data_survives_eviction(void) {
   const uint64_t virt = 32 * MiB, near = 8 * MiB;
   struct tm_config cfg;
   tm_config_init(&cfg, virt, near);
+  cfg.fault_around_off = 1; /* the counts below are one fault per page */
   tm_region *r = NULL;
   int rc = tm_region_create(&cfg, &r);
   CHECK(rc == TM_OK, "tm_region_create returned %d", rc);

@@ -28,6 +28,7 @@ int main() {
 
   tm_config cfg;
   tm_config_init(&cfg, 8u << 20, 2u << 20);
+  cfg.fault_around_off = 1;  // one zero fill per page, counted below
   tm_region *r = nullptr;
   int rc = tm_region_create(&cfg, &r);
   if (rc != TM_OK) {

@@ -201,6 +201,7 @@ static void prefetch_bounds(void) {
 static void evict_all_counts(void) {
   struct tm_config cfg;
   tm_config_init(&cfg, 4 * MiB, 1 * MiB);
+  cfg.fault_around_off = 1; /* exactly the pages touched are resident */
   tm_region *r = NULL;
   CHECK(tm_region_create(&cfg, &r) == TM_OK, "tm_region_create");
   unsigned char *b = tm_region_base(r);

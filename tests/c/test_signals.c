@@ -60,12 +60,16 @@ static tm_region *make_region(int path, uint32_t movers) {
 /* ---- watchdog: a hang is a failure with a message, not a stuck job ---- */
 
 static _Atomic(const char *) current_case;
+/* What the watchdog's first instruction found: 1 if every asynchronous
+ * signal was blocked, 0 if not; -1 until it looked. */
+static atomic_int watchdog_masked = -1;
 
 static void *watchdog(void *arg) {
   (void)arg;
-  sigset_t all;
-  sigfillset(&all);
-  pthread_sigmask(SIG_BLOCK, &all, NULL);
+  sigset_t now;
+  pthread_sigmask(SIG_BLOCK, NULL, &now);
+  atomic_store(&watchdog_masked, sigismember(&now, SIGALRM) == 1 && sigismember(&now, SIGPROF) == 1 &&
+                                     sigismember(&now, SIGUSR1) == 1 && sigismember(&now, SIGUSR2) == 1);
   const char *last = NULL;
   int same = 0;
   for (;;) {
@@ -79,6 +83,39 @@ static void *watchdog(void *arg) {
     }
   }
   return NULL;
+}
+
+/* Starts the watchdog with every signal blocked from its first instruction
+ * (it inherits the mask in place while it is created). A thread that opens
+ * them even briefly, as one that blocks them in its own body does until it
+ * gets there, can take the process-directed signals the cases send: the
+ * kernel hands SIGALRM to it while the main thread serves a fault with
+ * them blocked, and a handler that siglongjmps then moves it onto the main
+ * thread's stack (two threads on one stack: "stack smashing detected" or
+ * SIGSEGV in the longjmp case, about 1 run in 100 on a loaded machine); a
+ * SIGUSR1 handler run on it counts as one run on a tiermem thread.
+ * Returns 0 if the watchdog did not start with them blocked. */
+static int start_watchdog(void) {
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old);
+  pthread_t dog;
+  int r = pthread_create(&dog, NULL, watchdog, NULL);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (r != 0) return 0;
+  while (atomic_load(&watchdog_masked) < 0) sched_yield();
+  return atomic_load(&watchdog_masked) == 1;
+}
+
+/* The kernel's name of thread `tid` of this process ("?" if gone). */
+static const char *thread_name(pid_t tid, char *buf, size_t len) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/self/task/%d/comm", (int)tid);
+  FILE *f = fopen(path, "r");
+  if (!f || !fgets(buf, (int)len, f)) snprintf(buf, len, "?");
+  if (f) fclose(f);
+  buf[strcspn(buf, "\n")] = 0;
+  return buf;
 }
 
 /* ---- 1. a 1 ms timer whose handler reads region memory ---- */
@@ -140,9 +177,19 @@ static void test_profiling_timer(int path) {
 
 static sigjmp_buf slice_jump;
 static volatile sig_atomic_t slice_armed;
+static atomic_int slice_tid;
+static atomic_ulong slice_stray;
+static atomic_int stray_tid;
 
 static void on_alarm_jump(int sig) {
   (void)sig;
+  pid_t me = (pid_t)syscall(SYS_gettid);
+  if (me != atomic_load(&slice_tid)) {
+    /* Another thread: jumping would run it on the main thread's stack. */
+    atomic_fetch_add(&slice_stray, 1);
+    atomic_store(&stray_tid, (int)me);
+    return;
+  }
   if (slice_armed) {
     slice_armed = 0;
     siglongjmp(slice_jump, 1);
@@ -153,6 +200,8 @@ static void test_siglongjmp_out_of_reads(int path) {
   atomic_store(&current_case, "siglongjmp out of region reads");
   tm_region *r = make_region(path, 0);
   volatile uint64_t *w = tm_region_base(r);
+  atomic_store(&slice_tid, (int)syscall(SYS_gettid));
+  atomic_store(&slice_stray, 0);
   struct sigaction sa = {0};
   sa.sa_handler = on_alarm_jump;
   sigaction(SIGALRM, &sa, NULL);
@@ -182,7 +231,59 @@ static void test_siglongjmp_out_of_reads(int path) {
   for (size_t i = 0; i < (size_t)PAGES * PAGE / 8; i += 512)
     if (w[i] != mix(i)) bad++;
   CHECK(bad == 0, "%s: %lu bad words after %u jumps", path_name(path), (unsigned long)bad, jumps);
+  char name[32];
+  CHECK(atomic_load(&slice_stray) == 0, "%s: %lu SIGALRM handlers ran on another thread (last: %d, %s)",
+        path_name(path), (unsigned long)atomic_load(&slice_stray), atomic_load(&stray_tid),
+        thread_name(atomic_load(&stray_tid), name, sizeof name));
   tm_region_destroy(r);
+}
+
+/* ---- 2b. the same out of tiermem's own calls (evict_all, advise
+ * DONTNEED, prefetch, touch): each owns pages, near slots or a range-table
+ * lookup for a moment, which an abandoned call would keep forever (the
+ * next access hung or died of SIGBUS, or destroy hung) ---- */
+
+static void test_siglongjmp_out_of_calls(int path) {
+  atomic_store(&current_case, "siglongjmp out of tiermem calls");
+  tm_region *r = make_region(path, 0);
+  volatile uint64_t *w = tm_region_base(r);
+  atomic_store(&slice_tid, (int)syscall(SYS_gettid));
+  atomic_store(&slice_stray, 0);
+  struct sigaction sa = {0};
+  sa.sa_handler = on_alarm_jump;
+  sigaction(SIGALRM, &sa, NULL);
+  struct itimerval it = {{0, 100}, {0, 100}};
+  setitimer(ITIMER_REAL, &it, NULL);
+  volatile unsigned jumps = 0;
+  volatile uint64_t bad = 0;
+  volatile size_t k = 0;
+  while (jumps < 2000) {
+    if (sigsetjmp(slice_jump, 1)) {
+      jumps++;
+      continue;
+    }
+    slice_armed = 1;
+    for (;;) {
+      void *at = (void *)(w + (k % (PAGES / 8)) * 8 * (PAGE / 8));
+      switch (k++ % 4) {
+      case 0: tm_region_evict_all(r); break;
+      case 1: tm_advise(at, 8 * PAGE, TM_ADVICE_DONTNEED); break;
+      case 2: tm_prefetch(at, 8 * PAGE); break;
+      default: tm_touch(at, 8 * PAGE); break;
+      }
+      size_t i = (k * 577) % ((size_t)PAGES * PAGE / 8);
+      if (w[i] != mix(i)) bad++;
+    }
+  }
+  slice_armed = 0;
+  struct itimerval off = {{0, 0}, {0, 0}};
+  setitimer(ITIMER_REAL, &off, NULL);
+  signal(SIGALRM, SIG_DFL);
+  for (size_t i = 0; i < (size_t)PAGES * PAGE / 8; i += 512)
+    if (w[i] != mix(i)) bad++;
+  CHECK(bad == 0, "%s: %lu bad words after %u jumps", path_name(path), (unsigned long)bad, jumps);
+  CHECK(tm_region_evict_all(r) >= 0, "%s: evict_all after the jumps: %s", path_name(path), tm_last_error());
+  tm_region_destroy(r); /* a lookup left open would hang here */
 }
 
 /* ---- 3. asynchronous cancellation of threads that touch region memory ---- */
@@ -278,14 +379,19 @@ static int is_app_thread(pid_t tid) {
 static void on_usr1(int sig) {
   (void)sig;
   atomic_fetch_add(&usr1_runs, 1);
-  if (!is_app_thread((pid_t)syscall(SYS_gettid))) atomic_fetch_add(&foreign_runs, 1);
+  pid_t me = (pid_t)syscall(SYS_gettid);
+  if (!is_app_thread(me)) {
+    atomic_fetch_add(&foreign_runs, 1);
+    atomic_store(&stray_tid, (int)me);
+  }
 }
 
 static void test_runtime_threads_get_no_app_signals(int path) {
   atomic_store(&current_case, "process-directed signals at a high rate");
   memset(app_tids, 0, sizeof app_tids);
   atomic_store(&app_tids[0], (int)syscall(SYS_gettid));
-  /* The watchdog thread blocks everything; it counts as the application's. */
+  /* The watchdog blocks every signal from its first instruction
+   * (start_watchdog): a handler run on it counts as a foreign run too. */
   tm_region *r = make_region(path, 1);
   struct sigaction sa = {0};
   sa.sa_handler = on_usr1;
@@ -309,8 +415,10 @@ static void test_runtime_threads_get_no_app_signals(int path) {
   }
   signal(SIGUSR1, SIG_IGN);
   CHECK(bad == 0, "%s: %lu bad words", path_name(path), (unsigned long)bad);
-  CHECK(atomic_load(&foreign_runs) == 0, "%s: %lu of %lu SIGUSR1 handlers ran on tiermem threads",
-        path_name(path), (unsigned long)atomic_load(&foreign_runs), (unsigned long)atomic_load(&usr1_runs));
+  char name[32];
+  CHECK(atomic_load(&foreign_runs) == 0, "%s: %lu of %lu SIGUSR1 handlers ran on other threads (last: %d, %s)",
+        path_name(path), (unsigned long)atomic_load(&foreign_runs), (unsigned long)atomic_load(&usr1_runs),
+        atomic_load(&stray_tid), thread_name(atomic_load(&stray_tid), name, sizeof name));
   CHECK(atomic_load(&usr1_runs) > 0, "%s: SIGUSR1 never delivered", path_name(path));
   tm_region_destroy(r);
   signal(SIGUSR1, SIG_DFL);
@@ -664,6 +772,7 @@ struct test_case {
 static const struct test_case cases[] = {
     {"timer", test_timer_handler_reads_region},
     {"longjmp", test_siglongjmp_out_of_reads},
+    {"longjmp-calls", test_siglongjmp_out_of_calls},
     {"cancel", test_async_cancel},
     {"deferred-cancel", test_deferred_cancel_file_store},
     {"runtime-threads", test_runtime_threads_get_no_app_signals},
@@ -686,15 +795,21 @@ static const struct test_case cases[] = {
 int main(int argc, char **argv) {
   int paths[2] = {TM_FAULT_IN_CONTEXT, TM_FAULT_HANDLER_THREAD};
   if (argc == 3) {
-    pthread_t dog;
-    pthread_create(&dog, NULL, watchdog, NULL);
+    if (!start_watchdog()) {
+      fprintf(stderr, "FAIL: the watchdog thread started with asynchronous signals open\n");
+      return 1;
+    }
+    int found = 0;
     for (int p = 0; p < 2; p++) {
       if (strcmp(argv[2], path_name(paths[p])) != 0) continue;
       for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
-        if (strcmp(argv[1], cases[k].name) == 0) cases[k].run(paths[p]);
+        if (strcmp(argv[1], cases[k].name) == 0) {
+          found = 1;
+          cases[k].run(paths[p]);
+        }
     }
     atomic_store(&current_case, NULL);
-    if (checks == 0) {
+    if (!found) {
       fprintf(stderr, "no case %s on path %s\n", argv[1], argv[2]);
       return 2;
     }

@@ -173,8 +173,9 @@ pub struct tm_config {
     pub mover_cpus: *const i32,
     /// Entries of `mover_cpus`.
     pub mover_cpu_count: u32,
-    /// Padding; must be 0.
-    pub reserved2: u32,
+    /// 1 turns fault-around off; default 0 (on). Was padding (`reserved2`)
+    /// before: the layout and size are unchanged, and 0 keeps the default.
+    pub fault_around_off: i32,
 }
 
 /// The size of version 1 of `struct tm_config`, the smallest accepted.
@@ -231,7 +232,7 @@ impl tm_config {
             },
             mover_cpus: ptr::null(),
             mover_cpu_count: 0,
-            reserved2: 0,
+            fault_around_off: i32::from(!c.fault_around),
         }
     }
 
@@ -258,7 +259,7 @@ impl tm_config {
             install: 0,
             mover_cpus: ptr::null(),
             mover_cpu_count: 0,
-            reserved2: 0,
+            fault_around_off: 0,
         }
     }
 }
@@ -316,7 +317,7 @@ pub(crate) unsafe fn read_config(cfg: *const tm_config) -> Result<tm_config, Fai
 /// # Safety
 /// `c.far_path` is NULL or points to a NUL-terminated string.
 pub(crate) unsafe fn config_from_c(c: &tm_config) -> Result<Config, Failure> {
-    if c.reserved0 != 0 || c.reserved1 != 0 || c.reserved2 != 0 {
+    if c.reserved0 != 0 || c.reserved1 != 0 {
         return Err(Failure::invalid(
             "reserved fields of struct tm_config must be 0 (use tm_config_init)",
         ));
@@ -366,6 +367,7 @@ pub(crate) unsafe fn config_from_c(c: &tm_config) -> Result<Config, Failure> {
     config.handler_threads = c.handler_threads as usize;
     config.movers = c.movers as usize;
     config.prefetch = !flag("prefetch_off", c.prefetch_off)?;
+    config.fault_around = !flag("fault_around_off", c.fault_around_off)?;
     if c.prefetch_max_pages != 0 {
         config.prefetch_max_pages = c.prefetch_max_pages as usize;
     }

@@ -107,7 +107,8 @@ fn create_write_through_evictions_and_destroy() {
     }
     let s = stats(r);
     assert_eq!(s.struct_size as usize, size_of::<tm_stats>());
-    assert_eq!(s.faults_zero_fill, virt / PAGE);
+    // At most one zero fill per page (fault-around fills neighbours).
+    assert!(s.faults_zero_fill > 0 && s.faults_zero_fill <= virt / PAGE);
     assert!(s.evictions > 0 && s.evict_calls > 0 && s.write_backs > 0);
     assert!(s.faults_far_fill > 0 && s.bytes_in > 0 && s.bytes_out > 0);
     assert!(s.resident_bytes <= near);
@@ -559,7 +560,7 @@ fn header_matches_the_abi() {
     let config = offsets!(tm_config: struct_size, reserved0, virt_bytes, near_bytes,
         page_size_bytes, far_kind, reserved1, far_path, far_direct, policy, fault_path,
         dirty_tracking, evict_batch_pages, handler_threads, movers, prefetch_off,
-        prefetch_max_pages, install, mover_cpus, mover_cpu_count, reserved2);
+        prefetch_max_pages, install, mover_cpus, mover_cpu_count, fault_around_off);
     let stats = offsets!(tm_stats: struct_size, reserved0, faults_zero_fill, faults_far_fill,
         faults_write_protect, evictions, evict_calls, write_backs, bytes_in, bytes_out,
         io_errors, poisoned_pages, resident_bytes, fault_ns_total, fault_p50_ns, fault_p90_ns,

@@ -49,3 +49,12 @@ pub fn list<T>(s: &str, what: &str, f: impl Fn(&str) -> Option<T>) -> Result<Vec
         .map(|x| f(x).ok_or_else(|| format!("unknown {what} {x:?}")))
         .collect()
 }
+
+/// `on` / `off` (a fault-around setting in a list).
+pub fn parse_on_off(s: &str) -> Option<bool> {
+    match s {
+        "on" => Some(true),
+        "off" => Some(false),
+        _ => None,
+    }
+}

@@ -12,6 +12,7 @@
 //! | `TIERMEM_QUIET` | `1`: no summary on stderr at exit | `0` |
 //! | `TIERMEM_FOLLOW_EXEC` | `1`: programs that this one's children `exec` are tiered too (each writes its report with its pid appended); an `exec` without `fork` (a wrapper script) always stays tiered | `0` |
 //! | `TIERMEM_TRANSPARENT` | `0` turns transparent mode off | `1` |
+//! | `TIERMEM_FAULT_PATH` | as for any region; an MPI rank (`OMPI_COMM_WORLD_RANK`, `PMIX_RANK`, `PMI_RANK` set) defaults to `handler-thread`, which serves its peers' `process_vm_readv`/`writev` | `in-context` |
 //!
 //! The region settings (`TIERMEM_POLICY`, `TIERMEM_MOVERS`,
 //! `TIERMEM_MOVER_CPUS`, `TIERMEM_FAR_FILE`, `TIERMEM_PREFETCH`, ...) apply
@@ -93,6 +94,17 @@ fn flag(name: &str, default: bool) -> Result<bool, String> {
     }
 }
 
+/// Whether this process is a rank of an MPI job (Open MPI, MPICH, Slurm's
+/// PMI). Its peers may copy from and into its memory with
+/// `process_vm_readv`/`writev` (single-copy shared-memory transports): a
+/// remote access that the in-context path cannot serve (the kernel returns
+/// EFAULT to the peer), and that a handler thread serves like any fault.
+fn mpi_rank() -> bool {
+    ["OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "MPI_LOCALRANKID"]
+        .iter()
+        .any(|v| var(v).is_some())
+}
+
 impl Settings {
     /// Reads the environment. Errors name the variable and the fix.
     pub fn from_env() -> Result<Settings, String> {
@@ -120,6 +132,9 @@ impl Settings {
         // Region settings from the environment, except the ones above.
         for w in region.apply_vars(|name| if OWN.contains(&name) { None } else { var(name) }) {
             eprintln!("{w}");
+        }
+        if var("TIERMEM_FAULT_PATH").is_none() && mpi_rank() {
+            region.fault_path = tiermem::FaultPath::HandlerThread;
         }
         Ok(Settings {
             enabled: flag("TIERMEM_TRANSPARENT", true)?,
@@ -187,12 +202,16 @@ impl Settings {
         match self.near {
             Near::Full => format!("{} pages, no tiering", self.page.name()),
             Near::Bytes(n) => format!(
-                "tiered: near {} over {}, {} pages, policy {}, movers {}",
+                "tiered: near {} over {}, {} pages, policy {}, movers {}{}",
                 format_size(n),
                 format_size(self.heap_bytes),
                 self.page.name(),
                 self.region.policy,
-                self.region.movers
+                self.region.movers,
+                match self.region.fault_path {
+                    tiermem::FaultPath::HandlerThread => ", fault path handler-thread",
+                    _ => "",
+                }
             ),
         }
     }

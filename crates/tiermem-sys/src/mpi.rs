@@ -884,46 +884,48 @@ impl Progress {
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
         PROGRESS_THREADS.fetch_add(1, Ordering::SeqCst);
-        let handle = std::thread::Builder::new()
-            .name("tiermem-mpi-progress".into())
-            .spawn(move || {
-                let own = own;
-                // Timer slack 1 ns: the default 50 us would double the
-                // interval of a short sleep.
-                // SAFETY: prctl(PR_SET_TIMERSLACK) on the calling thread.
-                unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
-                let mut flag: c_int = 0;
-                // Relaxed: a flag polled every interval; the join orders the rest.
-                while !s.load(Ordering::Relaxed) && !STOP_ALL_PROGRESS.load(Ordering::SeqCst) {
-                    hook();
-                    // Relaxed: a hint (see ACTIVE).
-                    if ACTIVE.load(Ordering::Relaxed) != 0 {
-                        std::thread::sleep(interval);
-                        continue;
-                    }
-                    // SAFETY: a communicator this thread owns; STATUS_IGNORE.
-                    unsafe {
-                        ffi::MPI_Iprobe(
-                            ffi::RSMPI_ANY_SOURCE,
-                            ffi::RSMPI_ANY_TAG,
-                            own.raw.0,
-                            &mut flag,
-                            ffi::RSMPI_STATUS_IGNORE,
-                        )
-                    };
+        // A runtime thread: the application's asynchronous signals (a
+        // timer, a process-directed SIGUSR1) never run their handlers on it
+        // (they could touch SVM pages while its hook owns some).
+        let builder = std::thread::Builder::new().name("tiermem-mpi-progress".into());
+        let handle = crate::thread::spawn_with_async_signals_blocked(builder, move || {
+            let own = own;
+            // Timer slack 1 ns: the default 50 us would double the
+            // interval of a short sleep.
+            // SAFETY: prctl(PR_SET_TIMERSLACK) on the calling thread.
+            unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
+            let mut flag: c_int = 0;
+            // Relaxed: a flag polled every interval; the join orders the rest.
+            while !s.load(Ordering::Relaxed) && !STOP_ALL_PROGRESS.load(Ordering::SeqCst) {
+                hook();
+                // Relaxed: a hint (see ACTIVE).
+                if ACTIVE.load(Ordering::Relaxed) != 0 {
                     std::thread::sleep(interval);
+                    continue;
                 }
-                // MPI_Comm_free is collective: calling it here could pair
-                // with another process's unrelated collective. The duplicate
-                // is left to MPI_Finalize.
-                std::mem::forget(own);
-                PROGRESS_THREADS.fetch_sub(1, Ordering::SeqCst);
-            })
-            .map_err(|_| MpiError::Call {
-                call: "spawning the MPI progress thread",
-                code: -1,
-                msg: "thread creation failed".into(),
-            })?;
+                // SAFETY: a communicator this thread owns; STATUS_IGNORE.
+                unsafe {
+                    ffi::MPI_Iprobe(
+                        ffi::RSMPI_ANY_SOURCE,
+                        ffi::RSMPI_ANY_TAG,
+                        own.raw.0,
+                        &mut flag,
+                        ffi::RSMPI_STATUS_IGNORE,
+                    )
+                };
+                std::thread::sleep(interval);
+            }
+            // MPI_Comm_free is collective: calling it here could pair
+            // with another process's unrelated collective. The duplicate
+            // is left to MPI_Finalize.
+            std::mem::forget(own);
+            PROGRESS_THREADS.fetch_sub(1, Ordering::SeqCst);
+        })
+        .map_err(|_| MpiError::Call {
+            call: "spawning the MPI progress thread",
+            code: -1,
+            msg: "thread creation failed".into(),
+        })?;
         Ok(Progress {
             stop,
             handle: Some(handle),

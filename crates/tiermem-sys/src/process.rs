@@ -117,6 +117,43 @@ pub fn try_wait(pid: u32) -> Result<Option<ExitStatus>, Errno> {
     Ok((r != 0).then(|| decode(status)))
 }
 
+/// What a reaped child used, from `wait4`'s `rusage`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ChildUsage {
+    /// Peak resident set size, in bytes.
+    pub max_rss_bytes: u64,
+    /// User CPU time, in microseconds.
+    pub user_us: u64,
+    /// System CPU time, in microseconds.
+    pub system_us: u64,
+    /// Page faults that needed I/O.
+    pub major_faults: u64,
+    /// Page faults served without I/O.
+    pub minor_faults: u64,
+}
+
+/// Like [`try_wait`], and also what the child used: `Ok(None)` while it
+/// runs.
+pub fn try_wait_usage(pid: u32) -> Result<Option<(ExitStatus, ChildUsage)>, Errno> {
+    let mut status = 0;
+    // SAFETY: all-zero is a valid rusage.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: status and ru are valid out-pointers.
+    let r = check(unsafe { libc::wait4(pid as libc::pid_t, &mut status, libc::WNOHANG, &mut ru) })?;
+    if r == 0 {
+        return Ok(None);
+    }
+    let us = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
+    let usage = ChildUsage {
+        max_rss_bytes: ru.ru_maxrss as u64 * 1024,
+        user_us: us(ru.ru_utime),
+        system_us: us(ru.ru_stime),
+        major_faults: ru.ru_majflt as u64,
+        minor_faults: ru.ru_minflt as u64,
+    };
+    Ok(Some((decode(status), usage)))
+}
+
 /// Waits until child `pid` ends.
 pub fn wait(pid: u32) -> Result<ExitStatus, Errno> {
     loop {
@@ -134,6 +171,13 @@ pub fn wait(pid: u32) -> Result<ExitStatus, Errno> {
 pub fn kill(pid: u32, sig: i32) -> Result<(), Errno> {
     // SAFETY: plain syscall.
     check(unsafe { libc::kill(pid as libc::pid_t, sig) }).map(|_| ())
+}
+
+/// Sends `sig` to every process of process group `pgid` (a child started
+/// with `process_group(0)` leads the group named by its pid).
+pub fn kill_group(pgid: u32, sig: i32) -> Result<(), Errno> {
+    // SAFETY: plain syscall; a negative pid names the group.
+    check(unsafe { libc::kill(-(pgid as libc::pid_t), sig) }).map(|_| ())
 }
 
 /// Whether process `pid` exists: `kill(pid, 0)`. Async-signal-safe, but a
@@ -300,5 +344,26 @@ mod tests {
         }
         assert!(!running(0) && !exists(0));
         assert!(kill(0x7fff_fff0, 0).is_err());
+    }
+
+    #[test]
+    fn usage_of_a_child_counts_what_it_touched() {
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "exit 3"])
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let (status, usage) = loop {
+            if let Some(done) = try_wait_usage(pid).unwrap() {
+                break done;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        };
+        assert_eq!(status, ExitStatus::Exited(3));
+        // A shell maps at least its own binary and libc.
+        assert!(usage.max_rss_bytes >= 256 << 10, "{usage:?}");
+        assert!(usage.minor_faults > 0, "{usage:?}");
+        // Reaped: std's handle finds nothing left to wait for.
+        assert!(child.try_wait().is_err());
     }
 }

@@ -102,6 +102,8 @@ pub fn run(
             for &m in modes {
                 let mut c = Config::new(virt, near);
                 c.dirty_tracking = m;
+                // Per-page signatures: one fault per page touched.
+                c.fault_around = false;
                 let r = Region::new(c)?;
                 let words = r.as_atomic_u64();
                 // Populate every page (written once) so that passes move data.

@@ -172,6 +172,8 @@ fn region(pages: usize, near_pages: usize, d: &Design, batch: usize) -> Result<R
     c.fault_path = d.fault_path;
     c.handler_cpus = d.handler_cpus.clone();
     c.evict_batch_pages = batch;
+    // The cost of one fault: no neighbours installed with it.
+    c.fault_around = false;
     // TIERMEM_KERNEL_ACCESS=off measures without the seccomp filter that
     // traps system calls on tiered buffers (it stays installed for the
     // rest of the process once an in-context region made it).

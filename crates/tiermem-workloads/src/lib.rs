@@ -38,6 +38,7 @@ pub mod gups;
 pub mod kernel_swap;
 pub mod memory;
 pub mod modes;
+pub mod npb;
 pub mod overshadow;
 pub mod plot;
 pub mod pspt_model;

@@ -144,16 +144,21 @@ pub enum Provider {
     Tiered {
         /// Near budget.
         near: u64,
+        /// Fault-around on (`tiered`) or off (`tiered-fa-off`).
+        fault_around: bool,
     },
     /// tiermem's segment region (not in this branch yet).
     Segment,
 }
 
 impl Provider {
-    /// `hand`, `tiered` or `segment`.
+    /// `hand`, `tiered`, `tiered-fa-off` or `segment`.
     pub fn name(self) -> &'static str {
         match self {
             Provider::Hand => "hand",
+            Provider::Tiered {
+                fault_around: false, ..
+            } => "tiered-fa-off",
             Provider::Tiered { .. } => "tiered",
             Provider::Segment => "segment",
         }
@@ -163,7 +168,14 @@ impl Provider {
     pub fn parse(s: &str, near: u64) -> Result<Provider, MemoryError> {
         match s.trim().to_ascii_lowercase().as_str() {
             "hand" => Ok(Provider::Hand),
-            "tiered" => Ok(Provider::Tiered { near }),
+            "tiered" => Ok(Provider::Tiered {
+                near,
+                fault_around: true,
+            }),
+            "tiered-fa-off" => Ok(Provider::Tiered {
+                near,
+                fault_around: false,
+            }),
             "segment" => Ok(Provider::Segment),
             _ => Err(MemoryError::UnknownProvider(s.to_owned())),
         }
@@ -179,6 +191,9 @@ pub struct TierStats {
     pub evictions: u64,
     /// Bytes moved in and out.
     pub bytes_moved: u64,
+    /// Neighbours fault-around installed with the faulting pages.
+    #[serde(default)]
+    pub fault_around: u64,
 }
 
 /// One contiguous range of memory a workload runs in.
@@ -243,6 +258,7 @@ impl Memory for TieredMemory {
             faults: s.faults(),
             evictions: s.evictions,
             bytes_moved: s.bytes_in + s.bytes_out,
+            fault_around: s.fault_around.installed,
         })
     }
     fn reset_tier_stats(&self) {
@@ -316,7 +332,7 @@ pub fn allocate(backing: Backing, provider: Provider, bytes: usize) -> Result<Al
             }
             Box::new(m)
         }
-        Provider::Tiered { near } => {
+        Provider::Tiered { near, fault_around } => {
             let page_size = match backing {
                 Backing::Small4K => PageSize::Base4K,
                 Backing::Huge2M => PageSize::Huge2M,
@@ -333,6 +349,7 @@ pub fn allocate(backing: Backing, provider: Provider, bytes: usize) -> Result<Al
             }
             let mut c = Config::new(len as u64, near);
             c.page_size = page_size;
+            c.fault_around = fault_around;
             Box::new(TieredMemory {
                 region: Region::new(c)?,
             })
@@ -469,15 +486,30 @@ mod tests {
 
     #[test]
     fn tiered_4k_counts_faults_and_1g_is_refused() {
-        let mut a = allocate(Backing::Small4K, Provider::Tiered { near: 1 << 20 }, 4 << 20).unwrap();
+        let mut a = allocate(
+            Backing::Small4K,
+            Provider::Tiered {
+                near: 1 << 20,
+                fault_around: true,
+            },
+            4 << 20,
+        )
+        .unwrap();
         a.memory.reset_tier_stats();
         for b in a.memory.bytes_mut().iter_mut().step_by(4096) {
             *b = 1;
         }
         let s = a.memory.tier_stats().unwrap();
-        assert!(s.faults >= 1024 && s.evictions > 0, "{s:?}");
+        assert!(s.faults + s.fault_around >= 1024 && s.evictions > 0, "{s:?}");
         assert!(matches!(
-            allocate(Backing::Huge1G, Provider::Tiered { near: 1 << 30 }, 1 << 30),
+            allocate(
+                Backing::Huge1G,
+                Provider::Tiered {
+                    near: 1 << 30,
+                    fault_around: true
+                },
+                1 << 30
+            ),
             Err(MemoryError::Unsupported(_))
         ));
     }
@@ -499,7 +531,15 @@ mod tests {
 
     #[test]
     fn tiered_thp_moves_whole_blocks() {
-        let mut a = allocate(Backing::Thp, Provider::Tiered { near: 8 << 20 }, 32 << 20).unwrap();
+        let mut a = allocate(
+            Backing::Thp,
+            Provider::Tiered {
+                near: 8 << 20,
+                fault_around: true,
+            },
+            32 << 20,
+        )
+        .unwrap();
         assert_eq!(a.memory.page_bytes(), 2 << 20);
         for (i, b) in a.memory.bytes_mut().iter_mut().enumerate().step_by(4096) {
             *b = i as u8 | 1;

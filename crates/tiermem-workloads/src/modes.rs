@@ -47,6 +47,8 @@ pub enum ModeSpec {
         movers: Option<(usize, Placement)>,
         /// How movers install pages.
         install: InstallMethod,
+        /// Fault-around on.
+        fault_around: bool,
     },
     /// A team region: workers as threads (`regular`) or processes (`pspt`).
     Team(crate::team_stencil::TeamMode),
@@ -195,6 +197,12 @@ pub fn run_tiered(
         prefetch_inline: s.prefetch.inline,
         prefetch_spared: s.prefetch.spared,
         prefetch_stale: s.prefetch.stale,
+        fault_around: [
+            s.fault_around.clusters,
+            s.fault_around.installed,
+            s.fault_around.used,
+            s.fault_around.evicted_unused,
+        ],
         mover_fills: s.mover_fills,
         inline_evictions: s.inline_evictions,
         eviction_pauses: s.eviction_pauses,
@@ -426,8 +434,10 @@ fn run_mode(
             policy,
             movers,
             install,
+            fault_around,
         } => {
             let mut c = spec.base.clone();
+            c.fault_around = *fault_around;
             c.virt_bytes = spec.virt;
             c.near_bytes = spec.near;
             c.fault_path = *fault_path;
@@ -675,6 +685,13 @@ pub fn table(r: &StencilResult) -> String {
                     o.prefetch_inline,
                     o.prefetch_spared,
                     o.prefetch_stale
+                );
+            }
+            if o.fault_around[0] > 0 {
+                let [clusters, installed, used, unused] = o.fault_around;
+                s += &format!(
+                    "{} ({} thr): fault-around: {clusters} faults brought {installed} neighbours, {used} known used, {unused} evicted unused\n",
+                    o.mode, o.threads
                 );
             }
         }

@@ -59,6 +59,17 @@ pub fn grouped_bars(
     bars: &[Bar],
     log_y: bool,
 ) -> Result<(), String> {
+    // An infinite or NaN height (a ratio over a zero time) would send the
+    // axis computation into an endless loop; such bars are left out.
+    let finite: Vec<Bar> = bars
+        .iter()
+        .filter(|b| b.value.is_finite() && (!log_y || b.value > 0.0))
+        .map(|b| Bar {
+            upper: b.upper.filter(|u| u.is_finite()),
+            ..b.clone()
+        })
+        .collect();
+    let bars = &finite[..];
     let groups = first_seen(bars.iter().map(|b| b.group.clone()));
     let series = first_seen(bars.iter().map(|b| b.series.clone()));
     if groups.is_empty() {
@@ -355,6 +366,15 @@ mod tests {
         ];
         grouped_bars(&p, "t", "us", &bars, false).unwrap();
         grouped_bars(&p, "t", "us", &bars, true).unwrap();
+        // An infinite ratio is left out instead of hanging the axis code.
+        let mut with_inf = bars.clone();
+        with_inf.push(Bar {
+            group: "fill".into(),
+            series: "handler".into(),
+            value: f64::INFINITY,
+            upper: Some(f64::NAN),
+        });
+        grouped_bars(&p, "t", "us", &with_inf, false).unwrap();
         let s = std::fs::read_to_string(&p).unwrap();
         assert!(s.starts_with("<svg") && s.contains("zero-fill") && s.contains("handler"));
         std::fs::remove_file(&p).unwrap();

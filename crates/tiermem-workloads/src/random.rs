@@ -41,6 +41,10 @@ pub struct RandomRecord {
     pub mover_evictions: u64,
     /// Times the movers paused asynchronous eviction (scattered victims).
     pub eviction_pauses: u64,
+    /// Whether fault-around was on.
+    pub fault_around: bool,
+    /// Neighbours fault-around installed (should be few: no locality).
+    pub fault_around_installed: u64,
 }
 
 /// The result file.
@@ -93,16 +97,21 @@ pub fn run(
     threads: usize,
     policies: &[PolicyKind],
     movers: &[usize],
+    fault_around: &[bool],
     rounds: usize,
     mut progress: impl FnMut(&str),
 ) -> Result<RandomResult, tiermem::Error> {
     let mut results = Vec::new();
     for round in 0..rounds {
         for &m in movers {
-            for &p in policies {
+            for (&p, &fa) in policies
+                .iter()
+                .flat_map(|p| fault_around.iter().map(move |fa| (p, fa)))
+            {
                 let mut c = Config::new(virt, near);
                 c.policy = p;
                 c.movers = m;
+                c.fault_around = fa;
                 let r = Region::new(c)?;
                 let words = r.as_atomic_u64();
                 assert!(words.len().is_power_of_two(), "table size must be a power of two");
@@ -121,8 +130,9 @@ pub fn run(
                     .enumerate()
                     .all(|(i, w)| w.load(Ordering::Relaxed) == i as u64);
                 progress(&format!(
-                    "round {}/{rounds}: {p:<5} movers={m}: {seconds:.2}s, valid {valid}",
-                    round + 1
+                    "round {}/{rounds}: {p:<5} movers={m} fault-around={}: {seconds:.2}s, valid {valid}",
+                    round + 1,
+                    on_off(fa)
                 ));
                 results.push(RandomRecord {
                     policy: p.name().into(),
@@ -139,6 +149,8 @@ pub fn run(
                     tlb_ipis: s.tlb_shootdowns_machine,
                     mover_evictions: s.mover_evictions,
                     eviction_pauses: s.eviction_pauses,
+                    fault_around: fa,
+                    fault_around_installed: s.fault_around.installed,
                 });
             }
         }
@@ -154,11 +166,22 @@ pub fn run(
     })
 }
 
-/// Median per policy and mover setting, with the cost against FIFO.
+fn on_off(b: bool) -> &'static str {
+    if b {
+        "on"
+    } else {
+        "off"
+    }
+}
+
+/// Median per policy, mover setting and fault-around, with the cost
+/// against FIFO (same movers and fault-around), then fault-around on
+/// against off.
 pub fn table(r: &RandomResult) -> String {
     let mut t = Table::new(&[
         "policy",
         "movers",
+        "fault-around",
         "seconds",
         "min..max",
         "Mupdates/s",
@@ -166,30 +189,45 @@ pub fn table(r: &RandomResult) -> String {
         "faults",
         "GiB moved",
         "prefetched",
+        "neighbours",
         "TLB IPIs",
         "by movers",
         "pauses",
         "valid",
     ]);
-    let keys = first_seen(r.results.iter().map(|x| (x.policy.as_str(), x.movers)));
-    let runs_of = |p: &str, m: usize| -> Vec<&RandomRecord> {
+    let keys = first_seen(
         r.results
             .iter()
-            .filter(|x| x.policy == p && x.movers == m)
+            .map(|x| (x.policy.as_str(), x.movers, x.fault_around)),
+    );
+    let runs_of = |p: &str, m: usize, fa: bool| -> Vec<&RandomRecord> {
+        r.results
+            .iter()
+            .filter(|x| x.policy == p && x.movers == m && x.fault_around == fa)
             .collect()
     };
-    for &(p, m) in &keys {
-        let runs = runs_of(p, m);
+    let mut vs_off = String::new();
+    for &(p, m, fa) in &keys {
+        let runs = runs_of(p, m, fa);
         let x = median_by(&runs, |y| y.seconds);
         let (lo, hi) = runs.iter().fold((f64::MAX, 0.0f64), |(lo, hi), y| {
             (lo.min(y.seconds), hi.max(y.seconds))
         });
         let fifo = keys
-            .contains(&("fifo", m))
-            .then(|| median_by(&runs_of("fifo", m), |y| y.seconds).seconds);
+            .contains(&("fifo", m, fa))
+            .then(|| median_by(&runs_of("fifo", m, fa), |y| y.seconds).seconds);
+        if fa && keys.contains(&(p, m, false)) {
+            let off = median_by(&runs_of(p, m, false), |y| y.seconds).seconds;
+            vs_off += &format!(
+                "{p} movers={m}: fault-around on vs off: {:+.1}% seconds (medians {:.2} vs {off:.2})\n",
+                (x.seconds / off - 1.0) * 100.0,
+                x.seconds
+            );
+        }
         t.row(vec![
             p.to_owned(),
             m.to_string(),
+            on_off(fa).to_owned(),
             format!("{:.2}", x.seconds),
             format!("{lo:.2}..{hi:.2}"),
             format!("{:.2}", x.mups),
@@ -197,13 +235,14 @@ pub fn table(r: &RandomResult) -> String {
             x.faults.to_string(),
             format!("{:.2}", x.bytes_moved as f64 / (1u64 << 30) as f64),
             x.prefetch_issued.to_string(),
+            x.fault_around_installed.to_string(),
             x.tlb_ipis.to_string(),
             x.mover_evictions.to_string(),
             x.eviction_pauses.to_string(),
             runs.iter().all(|y| y.valid).to_string(),
         ]);
     }
-    t.render()
+    t.render() + &vs_off
 }
 
 /// Draws the seconds per policy (median, whisker max), grouped by movers.
@@ -233,7 +272,18 @@ mod tests {
 
     #[test]
     fn every_policy_verifies() {
-        let r = run(4 << 20, 1 << 20, 20_000, 2, PolicyKind::ALL, &[0, 1], 1, |_| {}).unwrap();
+        let r = run(
+            4 << 20,
+            1 << 20,
+            20_000,
+            2,
+            PolicyKind::ALL,
+            &[0, 1],
+            &[true],
+            1,
+            |_| {},
+        )
+        .unwrap();
         assert_eq!(r.results.len(), 6);
         assert!(
             r.results.iter().all(|x| x.valid && x.faults > 1000),

@@ -131,6 +131,10 @@ pub struct StencilOutcome {
     /// Requested pages movers skipped because the thread had passed them.
     #[serde(default)]
     pub prefetch_stale: u64,
+    /// Fault-around: demand faults that brought neighbours, the
+    /// neighbours installed, those known used, those evicted unused.
+    #[serde(default)]
+    pub fault_around: [u64; 4],
     /// Pages filled by movers.
     pub mover_fills: u64,
     /// Pages evicted by faulting threads themselves.

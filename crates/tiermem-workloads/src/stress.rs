@@ -65,6 +65,8 @@ pub struct StressConfig {
     pub threads: usize,
     /// Eviction batch (pages).
     pub evict_batch: usize,
+    /// Fault-around (4k pages; drawn on three times in four).
+    pub fault_around: bool,
     /// Fault injection specification (tests only), if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fault_inject: Option<String>,
@@ -77,11 +79,12 @@ impl StressConfig {
             return format!("plain heap {} MiB, {} thr", self.virt_bytes >> 20, self.threads);
         }
         format!(
-            "{} {} movers={} prefetch={} {} {} {} virt={}K near={}K thr={} batch={}",
+            "{} {} movers={} prefetch={} around={} {} {} {} virt={}K near={}K thr={} batch={}",
             self.page_size,
             self.policy,
             self.movers,
             u8::from(self.prefetch),
+            u8::from(self.fault_around),
             self.dirty,
             self.fault_path,
             self.store,
@@ -103,6 +106,7 @@ impl StressConfig {
         c.policy = PolicyKind::from_name(&self.policy).unwrap_or(PolicyKind::Fifo);
         c.movers = self.movers;
         c.prefetch = self.prefetch;
+        c.fault_around = self.fault_around;
         c.dirty_tracking = DirtyTracking::from_name(&self.dirty).unwrap_or(DirtyTracking::WpFault);
         c.fault_path = FaultPath::from_name(&self.fault_path).unwrap_or(FaultPath::InContext);
         c.evict_batch_pages = self.evict_batch;
@@ -153,6 +157,8 @@ pub fn draw(seed: u64, index: u64, huge_2m_pages: u64) -> StressConfig {
         near_bytes: near_pages * page,
         threads: 1 + r.below(4) as usize,
         evict_batch: [1, 2, 8, 64, 512][r.below(5) as usize],
+        // Drawn last: the fields above stay those of older seeds.
+        fault_around: r.below(4) != 0,
         fault_inject: None,
     }
 }
@@ -177,6 +183,7 @@ pub fn plain(seed: u64, index: u64) -> StressConfig {
         near_bytes: 0,
         threads: 1 + r.below(4) as usize,
         evict_batch: 0,
+        fault_around: false,
         fault_inject: None,
     }
 }

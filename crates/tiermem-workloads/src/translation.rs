@@ -139,7 +139,7 @@ pub fn sweep<S>(
                             r.backing = b.name().into();
                             r.provider = p.name().into();
                             r.near_bytes = match p {
-                                Provider::Tiered { near } => Some(near),
+                                Provider::Tiered { near, .. } => Some(near),
                                 _ => None,
                             };
                             r.footprint_bytes = bytes as u64;
@@ -431,7 +431,13 @@ mod tests {
 
     #[test]
     fn every_workload_runs_verified_by_hand_and_tiered() {
-        let providers = [Provider::Hand, Provider::Tiered { near: 1 << 20 }];
+        let providers = [
+            Provider::Hand,
+            Provider::Tiered {
+                near: 1 << 20,
+                fault_around: true,
+            },
+        ];
         let backings = [Backing::Small4K, Backing::Thp];
         let mut quiet = |_: &str| {};
         let g = sweep(

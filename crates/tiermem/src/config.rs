@@ -287,6 +287,11 @@ pub struct Config {
     pub prefetch: bool,
     /// Largest prefetch window, in pages.
     pub prefetch_max_pages: usize,
+    /// Fault-around: a demand fault outside any prefetch stream installs
+    /// up to 16 missing neighbours with the page, in one call, while the
+    /// thread's faults show spatial locality (4 KiB pages only).
+    #[serde(default = "default_true")]
+    pub fault_around: bool,
     /// How movers install pages.
     pub install: InstallMethod,
     /// Huge pages to reserve once per process before the first region is
@@ -321,6 +326,7 @@ impl Config {
             mover_cpus: Vec::new(),
             prefetch: true,
             prefetch_max_pages: 512,
+            fault_around: true,
             install: InstallMethod::Copy,
             reserve_huge_pages: Vec::new(),
             fault_inject: None,
@@ -629,6 +635,10 @@ pub fn parse_cpu_list(s: &str) -> Result<Vec<usize>, String> {
     parse_cpus(s)
 }
 
+fn default_true() -> bool {
+    true
+}
+
 fn parse_bool(s: &str) -> Result<bool, String> {
     match s.to_ascii_lowercase().as_str() {
         "1" | "yes" | "true" | "on" => Ok(true),
@@ -840,6 +850,16 @@ pub const ENV_OPTIONS: &[EnvOption] = &[
                 return Err("must be 4 to 2048".into());
             }
             c.prefetch_max_pages = n;
+            Ok(())
+        },
+    },
+    EnvOption {
+        name: "TIERMEM_FAULT_AROUND",
+        unit: "on or off",
+        default: "on",
+        help: "Fault-around: a demand fault outside any prefetch stream also installs up to 16 missing neighbours, in the same call, while the thread's faults show spatial locality (4 KiB pages).",
+        apply: |c, v| {
+            c.fault_around = parse_bool(v)?;
             Ok(())
         },
     },

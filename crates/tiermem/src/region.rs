@@ -400,6 +400,9 @@ impl Region {
                 window_cap: pf.cap() as u64,
             };
         }
+        if let Some(fa) = &self.core.around {
+            s.fault_around = fa.stats(&self.core.pages);
+        }
         s
     }
 
@@ -422,6 +425,9 @@ impl Region {
         if let Some(pf) = &self.core.prefetcher {
             pf.reset_counters();
         }
+        if let Some(fa) = &self.core.around {
+            fa.reset_counters();
+        }
     }
 
     /// The latest far-store and eviction errors (up to 32).
@@ -436,6 +442,7 @@ impl Region {
         // Fills in flight (handler threads may trail the application) are
         // not on the replacement list yet: let them land first.
         self.settle();
+        let _blocked = owning_pages();
         Ok(self.core.evict_all()?)
     }
 
@@ -451,6 +458,7 @@ impl Region {
                 self.len()
             )));
         }
+        let _blocked = owning_pages();
         self.core.discard(offset, len);
         Ok(())
     }
@@ -461,6 +469,7 @@ impl Region {
     pub fn prefetch(&self, offset: usize, len: usize) -> Result<(), Error> {
         self.here("prefetch")?;
         let (first, count) = self.pages_of(offset, len, "prefetch")?;
+        let _blocked = owning_pages();
         self.core.prefetch_range(first, count);
         Ok(())
     }
@@ -473,6 +482,7 @@ impl Region {
     pub fn advise(&self, offset: usize, len: usize, advice: Advice) -> Result<(), Error> {
         self.here("advise")?;
         let (first, count) = self.pages_of(offset, len, "advise")?;
+        let _blocked = owning_pages();
         self.core.advise(first, count, advice)?;
         Ok(())
     }
@@ -502,6 +512,7 @@ impl Region {
     /// Makes pages poisoned by errors accessible again (they are re-read
     /// from the far store on the next access). Returns how many.
     pub fn clear_poison(&self) -> usize {
+        let _blocked = owning_pages();
         self.core.clear_poison()
     }
 
@@ -613,6 +624,9 @@ fn check_pool(config: &Config) -> Result<(), Error> {
 /// Prefetches `[addr, addr+len)`, which must lie in one region of this
 /// process (`tm_prefetch`): the address-based form of [`Region::prefetch`].
 pub fn prefetch(addr: usize, len: usize) -> Result<(), Error> {
+    // Before the lookup too: it is a read-side section of the range table,
+    // which a region's unregistration waits for.
+    let _blocked = owning_pages();
     let (core, first, count) = locate(addr, len, "prefetch")?;
     core.prefetch_range(first, count);
     Ok(())
@@ -625,6 +639,9 @@ pub fn prefetch(addr: usize, len: usize) -> Result<(), Error> {
 /// they read it (until it is evicted again). Returns the pages of the
 /// range that are resident afterwards.
 pub fn touch(addr: usize, len: usize) -> Result<usize, Error> {
+    // Before the lookup too: it is a read-side section of the range table,
+    // which a region's unregistration waits for.
+    let _blocked = owning_pages();
     let (core, first, count) = locate(addr, len, "touch")?;
     core.fill_range_now(first, count);
     Ok((first..first + count)
@@ -635,6 +652,9 @@ pub fn touch(addr: usize, len: usize) -> Result<usize, Error> {
 /// Access advice for `[addr, addr+len)`, which must lie in one region of
 /// this process (`tm_advise`): the address-based form of [`Region::advise`].
 pub fn advise(addr: usize, len: usize, advice: Advice) -> Result<(), Error> {
+    // Before the lookup too: it is a read-side section of the range table,
+    // which a region's unregistration waits for.
+    let _blocked = owning_pages();
     let (core, first, count) = locate(addr, len, "advise")?;
     core.advise(first, count, advice)?;
     Ok(())
@@ -646,6 +666,7 @@ pub fn advise(addr: usize, len: usize, advice: Advice) -> Result<(), Error> {
 /// that repairs and retries. Returns how many pages it cleared; `None` if
 /// the range is not in a region of this process (no allocation then).
 pub fn clear_poison_at(addr: usize, len: usize) -> Option<usize> {
+    let _blocked = owning_pages();
     let core = crate::fault::lookup::<RegionCore>(addr)?;
     let base = core.mapping.addr();
     let end = addr
@@ -654,6 +675,18 @@ pub fn clear_poison_at(addr: usize, len: usize) -> Option<usize> {
     let ps = core.page_bytes();
     let first = (addr - base) / ps;
     Some(core.clear_poison_range(first, (end - base).div_ceil(ps) - first))
+}
+
+/// Blocks the application's asynchronous signals while an API call owns
+/// pages (Busy), near slots, scratch sets or the policy lock, as a fault
+/// service does: a timer handler that `siglongjmp`s out of the call, or an
+/// asynchronous `pthread_cancel`, would abandon them (pages busy forever:
+/// the next access hangs, or dies of SIGBUS once no page can be evicted).
+/// The same holds for a read-side section of the range table (an address
+/// lookup), which a region's unregistration waits for. Signals that arrive
+/// meanwhile are delivered when the call returns.
+fn owning_pages() -> tiermem_sys::signal::AsyncSignalsBlocked {
+    tiermem_sys::signal::AsyncSignalsBlocked::new()
 }
 
 fn locate(addr: usize, len: usize, what: &str) -> Result<(Arc<RegionCore>, usize, usize), Error> {

@@ -387,6 +387,7 @@ impl Stats {
             thp_moves: ld(&self.thp_moves),
             thp_collapse_failures: ld(&self.thp_collapse_failures),
             prefetch: PrefetchStats::default(),
+            fault_around: FaultAroundStats::default(),
             faults_per_thread: self.threads.snapshot(),
             tlb_shootdowns_machine: tiermem_sys::interrupts::tlb_shootdowns()
                 .saturating_sub(self.tlb_at_reset.load(Ordering::Relaxed)),
@@ -425,6 +426,22 @@ pub struct PrefetchStats {
     /// Requested pages movers skipped: the stream's thread had passed them
     /// (and they had been evicted) by the time a mover got there.
     pub stale: u64,
+}
+
+/// Fault-around counters (pages; see `TIERMEM_FAULT_AROUND`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct FaultAroundStats {
+    /// Demand faults that installed a cluster of neighbours with the page.
+    pub clusters: u64,
+    /// Neighbours installed with them (the faulting pages not included).
+    pub installed: u64,
+    /// Neighbours known used: the thread's next fault came right after the
+    /// cluster (it walked through it), or a write reached the page.
+    pub used: u64,
+    /// Neighbours that left near memory (or were filled again) without
+    /// being known used. Reads inside a cluster leave no trace, so this is
+    /// an upper bound on the waste.
+    pub evicted_unused: u64,
 }
 
 /// Faults served for one application thread.
@@ -526,6 +543,8 @@ pub struct RegionStats {
     pub thp_collapse_failures: u64,
     /// Prefetch counters.
     pub prefetch: PrefetchStats,
+    /// Fault-around counters.
+    pub fault_around: FaultAroundStats,
     /// Faults per application thread.
     pub faults_per_thread: Vec<ThreadFaults>,
     /// TLB-shootdown IPIs on the whole machine since creation or reset

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 mod dirty;
 mod faults;
 mod metadata;
+mod npb;
 mod overshadow;
 mod random;
 mod router;
@@ -71,6 +72,10 @@ pub enum Bench {
     /// Resident memory a region's metadata costs by virtual size (1 GiB,
     /// 1 TiB, 64 TiB): at creation and after touching 16 MiB.
     Metadata(metadata::MetadataArgs),
+    /// The NAS Parallel Benchmarks (NPB-CPP), unmodified, under `tiermem
+    /// run`: the heap on 4k/THP/2m/1g pages (paper 3) and tiering against
+    /// kernel swap (paper 1), every run verified by the benchmark.
+    Npb(Box<npb::NpbArgs>),
     /// (internal) the kernel-swap child of `bench stencil`.
     #[command(hide = true)]
     StencilChild {
@@ -98,6 +103,7 @@ pub fn run(b: Bench) -> Result<(), String> {
         Bench::Overshadow(a) => overshadow::run(*a),
         Bench::Router(a) => router::run(a),
         Bench::Metadata(a) => metadata::run(a),
+        Bench::Npb(a) => npb::run(*a),
         Bench::StencilChild { params } => stencil::child(&params),
     }
 }

@@ -1,6 +1,6 @@
 //! `tiermem bench random`: GUPS-style random updates per policy and movers.
 
-use crate::common::{list, progress_printer, save};
+use crate::common::{list, parse_on_off, progress_printer, save};
 use clap::Args;
 use std::path::PathBuf;
 use tiermem::config::parse_size;
@@ -26,6 +26,9 @@ pub struct RandomArgs {
     /// Mover counts, comma-separated (0: movement in faults only).
     #[arg(long, default_value = "0,1")]
     movers: String,
+    /// Fault-around settings, comma-separated (on, off), interleaved.
+    #[arg(long, default_value = "on")]
+    fault_around: String,
     /// Rounds, interleaved (the table shows the median).
     #[arg(long, default_value_t = 3)]
     rounds: usize,
@@ -46,6 +49,7 @@ pub fn run(a: RandomArgs) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let policies = list(&a.policy, "policy", PolicyKind::from_name)?;
     let movers = list(&a.movers, "mover count", |x| x.parse::<usize>().ok())?;
+    let fault_around = list(&a.fault_around, "fault-around setting", parse_on_off)?;
     eprintln!(
         "bench random: {} updates over {} MiB with {} MiB near, {} thread(s), {} rounds",
         a.updates,
@@ -62,6 +66,7 @@ pub fn run(a: RandomArgs) -> Result<(), String> {
         a.threads.max(1),
         &policies,
         &movers,
+        &fault_around,
         a.rounds.max(1),
         &mut p,
     )

@@ -1,7 +1,7 @@
 //! `tiermem bench stencil`: the 2D heat stencil across tiering modes, and
 //! its hidden kernel-swap child.
 
-use crate::common::{list, progress_printer, save};
+use crate::common::{list, parse_on_off, progress_printer, save};
 use clap::Args;
 use std::path::PathBuf;
 use tiermem::config::{parse_cpu_list, parse_size};
@@ -57,6 +57,9 @@ pub struct StencilArgs {
     /// Dirty tracking for sync (comma-separated: wp-fault, wp-async).
     #[arg(long, default_value = "wp-fault")]
     dirty: String,
+    /// Fault-around for sync and prefetch, comma-separated: on, off.
+    #[arg(long, default_value = "on")]
+    fault_around: String,
     /// Far store: `memory`, or a directory / new file name for a file store.
     #[arg(long, default_value = "memory")]
     far: String,
@@ -144,6 +147,7 @@ pub fn run(a: StencilArgs) -> Result<(), String> {
     };
     let fault_paths = list(&a.fault_path, "fault path", FaultPath::from_name)?;
     let dirties = list(&a.dirty, "dirty tracking", DirtyTracking::from_name)?;
+    let arounds = list(&a.fault_around, "fault-around setting", parse_on_off)?;
     let swap = match a.swap.as_str() {
         "zram" => SwapKind::Zram,
         s if s == "file" || s.starts_with("file:") => SwapKind::File(
@@ -178,7 +182,10 @@ pub fn run(a: StencilArgs) -> Result<(), String> {
                     for d in &dirties {
                         for pol in &policies {
                             for place in &places {
-                                for inst in insts {
+                                for (inst, &fa) in insts
+                                    .iter()
+                                    .flat_map(|i| arounds.iter().map(move |fa| (i, fa)))
+                                {
                                     modes_v.push(ModeSpec::Tiered {
                                         name: name(
                                             &m,
@@ -188,6 +195,7 @@ pub fn run(a: StencilArgs) -> Result<(), String> {
                                                 (policies.len() > 1, pol.name()),
                                                 (places.len() > 1, place.map_or("", Placement::name)),
                                                 (insts.len() > 1, inst.name()),
+                                                (arounds.len() > 1, if fa { "fa-on" } else { "fa-off" }),
                                             ],
                                         ),
                                         fault_path: *fp,
@@ -195,6 +203,7 @@ pub fn run(a: StencilArgs) -> Result<(), String> {
                                         policy: *pol,
                                         movers: place.map(|p| (a.movers, p)),
                                         install: *inst,
+                                        fault_around: fa,
                                     });
                                 }
                             }

@@ -15,7 +15,8 @@ struct TransArgs {
     #[arg(long, default_value = "4k,thp,2m,1g")]
     backing: String,
     /// Who sets the memory up: hand (a plain program's own mmap, populated
-    /// up front), tiered (a tiermem region with --near), segment.
+    /// up front), tiered (a tiermem region with --near), tiered-fa-off (the
+    /// same with fault-around off), segment.
     #[arg(long, default_value = "hand")]
     provider: String,
     /// Near budget of tiered runs: a size (256M) or a share of each

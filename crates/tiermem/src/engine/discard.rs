@@ -13,7 +13,7 @@ impl RegionCore {
             // The marker makes the sleeping thread's retry fail with SIGBUS
             // (EFAULT for a kernel-mode access). Wake it only once the state
             // says Poisoned, so that it never observes Busy afterwards.
-            let _ = self.uffd.poison(&self.reg, off, self.page_bytes, true);
+            self.place_poison_marker(off);
         }
         self.pages
             .unlock(i, PageWord::new(PageState::Poisoned, w.far_valid()));
@@ -21,6 +21,23 @@ impl RegionCore {
             let _ = self.uffd.wake(&self.reg, off, self.page_bytes);
         }
         Outcome::Poisoned
+    }
+
+    /// Puts the poison marker on page `off`, without waking anyone. A
+    /// write-protect marker left on the empty pte (wp-async keeps one where
+    /// a page was evicted; seen with 2 MiB pages) makes `UFFDIO_POISON` fail
+    /// with `EEXIST` while the access still faults as missing: the waiting
+    /// thread would retry forever. Clearing write protection turns that
+    /// marker into an empty pte (and leaves a poison marker alone), then the
+    /// poison goes in.
+    pub(super) fn place_poison_marker(&self, off: usize) {
+        let placed = self.uffd.poison(&self.reg, off, self.page_bytes, true);
+        if let Ok(tiermem_sys::uffd::Resolved::AlreadyMapped) = placed {
+            let _ = self
+                .uffd
+                .writeprotect(&self.reg, off, self.page_bytes, false, true);
+            let _ = self.uffd.poison(&self.reg, off, self.page_bytes, true);
+        }
     }
 
     /// Returns the pages of `[offset, offset+len)` to the never-written state,

@@ -46,6 +46,12 @@ impl RegionCore {
             self.errors.record((i * self.page_bytes) as u64, OP_EVICT, errno);
             return self.poison(i, w, server);
         }
+        let cluster = self.claim_around(i, w, tid);
+        if cluster.len() > 1 {
+            if let Some(done) = self.fill_cluster(&cluster, write, tid, server, &mut timer) {
+                return done;
+            }
+        }
         let off = i * self.page_bytes;
         // Handler threads let the ioctl wake the faulting thread: waking it
         // only after publishing the state would cost an extra ioctl and

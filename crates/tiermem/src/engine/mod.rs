@@ -30,6 +30,7 @@
 //! (near slots, fills and installs), `evict` (victim runs, write-back,
 //! publish), `discard` (discard and poison) and `errors` (the error log).
 
+mod around;
 pub(crate) mod budget;
 mod discard;
 mod errors;
@@ -153,6 +154,8 @@ pub(crate) struct RegionCore {
     scratch: scratch::Scratch,
     pub(crate) movers: Option<MoverShared>,
     pub(crate) prefetcher: Option<Prefetcher>,
+    /// Fault-around for demand faults outside prefetch streams.
+    pub(crate) around: Option<around::FaultAround>,
     /// Frames for zero-copy installs by the movers (`install = move`).
     ring: Option<FrameRing>,
     scanner: Option<PagemapScanner>,
@@ -248,6 +251,11 @@ impl RegionCore {
         let movers = (config.movers > 0).then(|| MoverShared::new(budget));
         let prefetcher =
             (config.movers > 0 && config.prefetch).then(|| Prefetcher::new(pages, config.prefetch_max_pages));
+        let around = if RegionCore::around_enabled(&config) {
+            Some(around::FaultAround::new(pages)?)
+        } else {
+            None
+        };
         let scanner = if config.dirty_tracking == DirtyTracking::WpAsync {
             Some(PagemapScanner::open().map_err(|e| crate::Error::Sys {
                 what: "opening /proc/self/pagemap for PAGEMAP_SCAN",
@@ -280,6 +288,7 @@ impl RegionCore {
             scratch: scratch::Scratch::new(pages, crate::config::MAX_EVICT_BATCH, max_run),
             movers,
             prefetcher,
+            around,
             scanner,
             stats: Stats::new(),
             errors: ErrorLog::new(),
@@ -399,15 +408,16 @@ impl RegionCore {
                     self.pages.unlock(i, dirty);
                     // A write to a clean page is an access the policy can use.
                     self.policy().on_access(i);
+                    if let Some(fa) = &self.around {
+                        fa.written(i);
+                    }
                     return Outcome::Resolved;
                 }
                 PageState::Poisoned => {
                     if server == Server::HandlerThread {
                         // The pte may already carry the poison marker; make
                         // sure the waiting thread is released into SIGBUS.
-                        let _ = self
-                            .uffd
-                            .poison(&self.reg, i * self.page_bytes, self.page_bytes, true);
+                        self.place_poison_marker(i * self.page_bytes);
                         let _ = self.uffd.wake(&self.reg, i * self.page_bytes, self.page_bytes);
                     }
                     return Outcome::Poisoned;

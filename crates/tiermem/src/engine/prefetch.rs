@@ -492,6 +492,35 @@ impl Prefetcher {
     pub(crate) fn cap(&self) -> usize {
         self.cap.load(Ordering::Relaxed)
     }
+
+    /// Whether a demand fault of `tid` at `page` belongs to a stream: one
+    /// of the thread's live streams would take it, it would start one (its
+    /// history or sequential advice), or random advice covers it. Looks,
+    /// changes nothing: fault-around leaves such faults to the prefetcher.
+    pub(crate) fn claims(&self, tid: u32, page: usize) -> bool {
+        let d = self.detector.lock().unwrap_or_else(|p| p.into_inner());
+        if d.advice.iter().flatten().any(|a| page >= a.first && page < a.end) {
+            return true;
+        }
+        let Some(t) = d.threads.iter().find(|t| t.tid == tid && t.last_used > 0) else {
+            return false;
+        };
+        let p = page as isize;
+        let in_stream = t.streams.iter().filter(|s| s.live).any(|s| {
+            let delta = p - s.pos;
+            let frontier = (s.end - s.pos) / s.stride;
+            delta != 0
+                && delta % s.stride == 0
+                && delta.signum() == s.stride.signum()
+                && delta / s.stride <= frontier + 2 * s.depth as isize
+        });
+        in_stream
+            || (0..t.hlen).any(|k| {
+                let h = t.hist[k];
+                let d = p - h;
+                d != 0 && d.abs() <= MAX_STRIDE && t.hist[..t.hlen].contains(&(h - d))
+            })
+    }
 }
 
 /// The slot of thread `tid`, and whether it was just (re)assigned to it.

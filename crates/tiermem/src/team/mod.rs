@@ -460,13 +460,52 @@ pub struct TeamRegion {
     user: UserAccess,
     config: TeamConfig,
     /// Files to remove when the creator drops the region (named regions).
-    names: Vec<PathBuf>,
+    names: Vec<OwnFile>,
     /// Joined the barrier party (named members) rather than hosting.
     in_party: bool,
 }
 
 fn shm_path(name: &str, part: &str) -> PathBuf {
     PathBuf::from(format!("/dev/shm/tiermem-team.{name}.{part}"))
+}
+
+/// A file's (device, inode).
+type FileId = (u64, u64);
+
+/// The (device, inode) `path` names now (not following a symbolic link).
+fn named_identity(path: &std::path::Path) -> Option<FileId> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// A named file this process created: removed by name only while the name
+/// still names that file (same device and inode), and only by the process
+/// that created it, as far files are (`tiermem_sys::file::FarFile`). A
+/// file renamed behind tiermem's back, and whatever took its name (the
+/// next job's team of the same name), are left alone; so is the name in a
+/// `fork()`ed child dropping its copy.
+struct OwnFile {
+    path: PathBuf,
+    id: (u64, u64),
+    owner_pid: u32,
+}
+
+impl OwnFile {
+    fn new(path: PathBuf, file: &File) -> std::io::Result<OwnFile> {
+        use std::os::unix::fs::MetadataExt;
+        let m = file.metadata()?;
+        Ok(OwnFile {
+            path,
+            id: (m.dev(), m.ino()),
+            owner_pid: std::process::id(),
+        })
+    }
+
+    fn remove(&self) {
+        if std::process::id() == self.owner_pid && named_identity(&self.path) == Some(self.id) {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
 }
 
 /// Removes the `/dev/shm/tiermem-team.<name>.*` files of teams that no
@@ -480,20 +519,25 @@ fn sweep_stale_named() {
     let Ok(entries) = std::fs::read_dir("/dev/shm") else {
         return;
     };
-    let mut names: std::collections::BTreeMap<String, Vec<PathBuf>> = Default::default();
+    // Each file with the (device, inode) its name names now: a file is
+    // removed only if the name still names the file judged unheld.
+    let mut names: std::collections::BTreeMap<String, Vec<(PathBuf, FileId)>> = Default::default();
     for e in entries.flatten() {
         let p = e.path();
         let s = p.to_string_lossy().into_owned();
         if let Some(rest) = s.strip_prefix(PREFIX) {
-            if let Some((name, _part)) = rest.rsplit_once('.') {
-                names.entry(name.to_owned()).or_default().push(p);
+            if let (Some((name, _part)), Some(id)) = (rest.rsplit_once('.'), named_identity(&p)) {
+                names.entry(name.to_owned()).or_default().push((p, id));
             }
         }
     }
     if names.is_empty() {
         return;
     }
+    // Held files by (device, inode) (a descriptor's target, whatever its
+    // name now) and by inode (a mapping of a /dev/shm file).
     let mut held = std::collections::BTreeSet::new();
+    let mut mapped_inodes = std::collections::BTreeSet::new();
     let Ok(procs) = std::fs::read_dir("/proc") else {
         return;
     };
@@ -509,26 +553,39 @@ fn sweep_stale_named() {
         }
         if let Ok(fds) = std::fs::read_dir(dir.join("fd")) {
             for fd in fds.flatten() {
-                if let Ok(l) = std::fs::read_link(fd.path()) {
-                    held.insert(l.to_string_lossy().into_owned());
+                let is_shm = std::fs::read_link(fd.path()).is_ok_and(|l| l.starts_with("/dev/shm"));
+                if let Some(id) = is_shm.then(|| named_identity_of_fd(&fd.path())).flatten() {
+                    held.insert(id);
                 }
             }
         }
         if let Ok(maps) = std::fs::read_to_string(dir.join("maps")) {
-            for line in maps.lines().filter(|l| l.contains(PREFIX)) {
-                if let Some(i) = line.find(PREFIX) {
-                    held.insert(line[i..].to_owned());
+            // "start-end perms offset dev inode path"
+            for line in maps.lines().filter(|l| l.contains("/dev/shm/")) {
+                if let Some(ino) = line.split_whitespace().nth(4).and_then(|v| v.parse::<u64>().ok()) {
+                    mapped_inodes.insert(ino);
                 }
             }
         }
     }
     for files in names.values() {
-        if files.iter().all(|f| !held.contains(&*f.to_string_lossy())) {
-            for f in files {
-                let _ = std::fs::remove_file(f);
+        if files
+            .iter()
+            .all(|(_, id)| !held.contains(id) && !mapped_inodes.contains(&id.1))
+        {
+            for (f, id) in files {
+                if named_identity(f) == Some(*id) {
+                    let _ = std::fs::remove_file(f);
+                }
             }
         }
     }
+}
+
+/// The (device, inode) of the file a `/proc/PID/fd/N` link opens.
+fn named_identity_of_fd(link: &std::path::Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(link).ok().map(|m| (m.dev(), m.ino()))
 }
 
 fn valid_name(name: &str) -> Result<(), Error> {
@@ -594,25 +651,37 @@ impl TeamRegion {
         // could remove them (found by the kill tests).
         sweep_stale_named();
         let mut files = Vec::new();
-        let mut names = Vec::new();
+        let mut names: Vec<OwnFile> = Vec::new();
         for part in ["ctl", "data", "far"] {
             let p = shm_path(name, part);
-            let f = OpenOptions::new()
+            let made = OpenOptions::new()
                 .read(true)
                 .write(true)
                 .create_new(true)
                 .mode(0o600)
                 .open(&p)
-                .map_err(|e| {
-                    for n in &names {
-                        let _ = std::fs::remove_file(n);
+                .map_err(|e| (e, false))
+                .and_then(|f| match OwnFile::new(p.clone(), &f) {
+                    Ok(own) => Ok((f, own)),
+                    // Created but its identity is unknown: remove it now,
+                    // while the name certainly names it.
+                    Err(e) => {
+                        let _ = std::fs::remove_file(&p);
+                        Err((e, true))
                     }
-                    Error::Usage(format!(
-                        "cannot create {}: {e} (is a team of that name running?)",
-                        p.display()
-                    ))
-                })?;
-            names.push(p);
+                });
+            let (f, own) = made.map_err(|(e, created)| {
+                for n in &names {
+                    n.remove();
+                }
+                let hint = if created {
+                    ""
+                } else {
+                    " (is a team of that name running?)"
+                };
+                Error::Usage(format!("cannot create {}: {e}{hint}", p.display()))
+            })?;
+            names.push(own);
             files.push(f);
         }
         let files: [File; 3] = files.try_into().map_err(|_| Error::Usage("internal".into()))?;
@@ -622,7 +691,7 @@ impl TeamRegion {
     fn create(
         config: TeamConfig,
         files: [File; 3],
-        names: Vec<PathBuf>,
+        names: Vec<OwnFile>,
         rank: Option<usize>,
     ) -> Result<TeamRegion, Error> {
         let ps = tiermem_sys::mm::base_page_size();
@@ -631,7 +700,7 @@ impl TeamRegion {
         let [ctl_file, data, far] = files;
         let cleanup = |e: Error| {
             for n in &names {
-                let _ = std::fs::remove_file(n);
+                n.remove();
             }
             e
         };
@@ -1084,7 +1153,7 @@ impl Drop for TeamRegion {
         ctl.pid(self.member.rank).fetch_or(PID_FINISHED, Ordering::AcqRel);
         Member::leave(&self.member);
         for n in &self.names {
-            let _ = std::fs::remove_file(n);
+            n.remove();
         }
     }
 }

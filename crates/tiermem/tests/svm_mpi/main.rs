@@ -528,7 +528,58 @@ fn mode_switches() {
     });
 }
 
+/// Every thread tiermem started in this rank (named `tiermem-*`; the MPI
+/// progress thread across nodes) blocks the application's asynchronous
+/// signals: a timer or a process-directed signal never runs a handler on
+/// it.
+fn runtime_threads_block_async_signals() {
+    let s = svm(Kind::Dsm, 1 << 20);
+    // (name, SigBlk) of this process's threads named tiermem-*. A thread
+    // names itself once it runs: wait for the progress thread's name.
+    let tiermem_threads = || {
+        let mut seen = Vec::new();
+        for t in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+            let dir = t.path();
+            let Ok(comm) = std::fs::read_to_string(dir.join("comm")) else {
+                continue;
+            };
+            let comm = comm.trim().to_string();
+            if !comm.starts_with("tiermem") {
+                continue;
+            }
+            let status = std::fs::read_to_string(dir.join("status")).unwrap_or_default();
+            let blocked = status
+                .lines()
+                .find_map(|l| l.strip_prefix("SigBlk:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+                .unwrap_or(0);
+            seen.push((comm, blocked));
+        }
+        seen
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut seen = tiermem_threads();
+    while nodes() > 1 && !seen.iter().any(|(c, _)| c.starts_with("tiermem-mpi-pro")) {
+        assert!(
+            Instant::now() < deadline,
+            "no MPI progress thread found among {seen:?}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+        seen = tiermem_threads();
+    }
+    for (comm, blocked) in &seen {
+        for sig in [libc::SIGALRM, libc::SIGPROF, libc::SIGUSR1, libc::SIGTERM] {
+            assert!(
+                blocked & (1 << (sig - 1)) != 0,
+                "thread {comm} leaves signal {sig} open: SigBlk {blocked:#x}"
+            );
+        }
+    }
+    drop(s);
+}
+
 fn litmus() {
+    runtime_threads_block_async_signals();
     message_passing();
     scope();
     barriers();

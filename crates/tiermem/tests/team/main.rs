@@ -363,3 +363,56 @@ fn files_of_a_killed_named_team_are_swept() {
     drop(team);
     assert!(!std::path::Path::new(&format!("/dev/shm/tiermem-team.{live}.ctl")).exists());
 }
+
+/// Issue 20.4, as for far files: dropping a named team removes its
+/// /dev/shm files by name only if each name still names the file the
+/// creator made (device, inode). Here the files are renamed behind
+/// tiermem's back and other files (the next job's team of the same name)
+/// take the names: the drop leaves all of them alone (it used to delete the
+/// other job's files and leave its own behind).
+#[test]
+fn dropping_a_named_team_never_deletes_files_it_did_not_create() {
+    let name = format!("renamed-{}", std::process::id());
+    let parts = ["ctl", "data", "far"];
+    let path = |p: &str| std::path::PathBuf::from(format!("/dev/shm/tiermem-team.{name}.{p}"));
+    let moved = |p: &str| std::path::PathBuf::from(format!("/dev/shm/tiermem-moved.{name}.{p}"));
+    let team = TeamRegion::create_named(&name, TeamConfig::new(2 * MIB, 128 * 4096, 2)).unwrap();
+    let words = team.atomics();
+    for (i, w) in words.iter().enumerate().step_by(512) {
+        w.store(i as u64 + 1, Ordering::Relaxed);
+    }
+    // The other files are held open, as a live team's are: a sweep by a
+    // test running beside this one leaves them alone.
+    let mut others = Vec::new();
+    for p in parts {
+        std::fs::rename(path(p), moved(p)).unwrap();
+        std::fs::write(path(p), format!("the next job's {p} file")).unwrap();
+        others.push(std::fs::File::open(path(p)).unwrap());
+    }
+    // The team still works through its descriptors and mappings.
+    assert!(words
+        .iter()
+        .enumerate()
+        .step_by(512)
+        .all(|(i, w)| w.load(Ordering::Relaxed) == i as u64 + 1));
+    drop(team);
+    for p in parts {
+        assert_eq!(
+            std::fs::read_to_string(path(p)).unwrap(),
+            format!("the next job's {p} file"),
+            "dropping the team deleted a file it did not create"
+        );
+        assert!(
+            moved(p).exists(),
+            "the team's own {p} file, renamed, is left where it was moved"
+        );
+        std::fs::remove_file(path(p)).unwrap();
+        std::fs::remove_file(moved(p)).unwrap();
+    }
+    drop(others);
+    // Not renamed: removed as before.
+    let team = TeamRegion::create_named(&name, TeamConfig::new(2 * MIB, 128 * 4096, 2)).unwrap();
+    assert!(parts.iter().all(|p| path(p).exists()));
+    drop(team);
+    assert!(parts.iter().all(|p| !path(p).exists()));
+}

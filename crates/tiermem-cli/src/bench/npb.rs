@@ -1,0 +1,759 @@
+//! `tiermem bench npb`: the NAS Parallel Benchmarks, unmodified, under
+//! `tiermem run`. Two experiments, interleaved round by round:
+//! - `pages` (paper 3): the heap on 4k, THP, 2m and 1g pages without
+//!   tiering, beside the plain run; speedups over 4k.
+//! - `tiering` (paper 1): near budgets at fractions of each benchmark's
+//!   tiered footprint, tiermem (sync, movers with fifo and scan) against
+//!   Linux swap on zram under a memory cgroup of the same limit and against
+//!   no limit.
+
+use crate::common::{progress_printer, save};
+use clap::Args;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tiermem_workloads::npb::{self, Launch, RunResult, Variant};
+use tiermem_workloads::plot::{grouped_bars, Bar};
+use tiermem_workloads::report::{mib, Machine, Table};
+
+#[derive(Args)]
+pub struct NpbArgs {
+    /// The NPB-CPP tree (the repository root or its NPB-OMP directory);
+    /// it is copied into --build-dir and built there, never modified.
+    #[arg(long)]
+    npb_dir: PathBuf,
+    /// Where the benchmarks are built.
+    #[arg(long, default_value = "target/npb")]
+    build_dir: PathBuf,
+    /// Benchmarks, comma separated (cg,mg,ft,sp,bt,lu,is,ep).
+    #[arg(long, default_value = "cg,mg,ft,sp,bt,lu,is,ep")]
+    kernels: String,
+    /// Problem class: one letter for all (S, W, A, B, C), then per-kernel
+    /// exceptions: `B,sp=A,bt=A`.
+    #[arg(long, default_value = "B")]
+    class: String,
+    /// Experiments: pages, tiering.
+    #[arg(long, default_value = "pages,tiering")]
+    experiments: String,
+    /// OpenMP threads of the page-size experiment.
+    #[arg(long, default_value = "1,2")]
+    threads: String,
+    /// Backings of the page-size experiment: plain (no tiermem), 4k, thp,
+    /// 2m, 1g (the heap on those pages, no tiering), 4k-tiered (tiered,
+    /// with a near budget twice the footprint: the cost of the fault path
+    /// alone).
+    #[arg(long, default_value = "plain,4k,thp,2m,1g")]
+    pages: String,
+    /// Near budgets of the tiering experiment, in percent of each
+    /// benchmark's tiered footprint.
+    #[arg(long, default_value = "50,25")]
+    near: String,
+    /// Configurations of the tiering experiment: plain (no limit), sync
+    /// (no movers), fifo and scan (one mover, prefetch), swap (kernel swap
+    /// on zram under a memory cgroup).
+    #[arg(long, default_value = "plain,sync,fifo,scan,swap")]
+    modes: String,
+    /// OpenMP threads of the tiering experiment (its mover runs on the last
+    /// CPU).
+    #[arg(long, default_value_t = 1)]
+    tiering_threads: usize,
+    /// Builds: dynamic (arrays on the heap), static (arrays in .bss, taken
+    /// over by `tiermem run --static on`).
+    #[arg(long, default_value = "dynamic")]
+    variants: String,
+    /// Rounds; every round runs every configuration once.
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
+    /// Kill a run after this many seconds, or after this many times the
+    /// plain run's wall time, whichever is larger.
+    #[arg(long, default_value_t = 600)]
+    timeout: u64,
+    /// See --timeout.
+    #[arg(long, default_value_t = 30)]
+    timeout_factor: u64,
+    /// Write results as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Draw SVG charts: PATH-pages.svg and PATH-tiering.svg.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+}
+
+/// Paper 3's speedups of the 2 MiB heap over 4 KiB (its table), where it
+/// gives one.
+fn paper_speedup(kernel: &str) -> &'static str {
+    match kernel {
+        "cg" => "+25%",
+        "sp" => "+20%",
+        "mg" => "+17%",
+        "ft" | "bt" => "flat",
+        _ => "",
+    }
+}
+
+#[derive(Serialize, Clone)]
+struct Row {
+    experiment: &'static str,
+    kernel: String,
+    class: char,
+    variant: Variant,
+    threads: usize,
+    /// Backing (pages) or mode (tiering).
+    config: String,
+    /// Tiering: percent of the tiered footprint.
+    near_percent: Option<u64>,
+    near_bytes: Option<u64>,
+    round: usize,
+    result: RunResult,
+}
+
+#[derive(Serialize)]
+struct Footprint {
+    kernel: String,
+    class: char,
+    variant: Variant,
+    max_rss_bytes: u64,
+    tiered_bytes: u64,
+    plain_wall_seconds: f64,
+}
+
+#[derive(Serialize)]
+struct Report {
+    machine: Machine,
+    command: String,
+    cpus: String,
+    footprints: Vec<Footprint>,
+    rows: Vec<Row>,
+}
+
+struct Bench {
+    kernel: String,
+    class: char,
+    variant: Variant,
+    binary: PathBuf,
+    rss: u64,
+    tiered: u64,
+    plain_wall: f64,
+}
+
+fn classes(spec: &str, kernels: &[String]) -> Result<BTreeMap<String, char>, String> {
+    let letter = |s: &str| {
+        let c = s.trim().to_ascii_uppercase();
+        match c.as_str() {
+            "S" | "W" | "A" | "B" | "C" | "D" => Ok(c.chars().next().unwrap()),
+            _ => Err(format!("--class: unknown class {s:?} (S, W, A, B, C or D)")),
+        }
+    };
+    let mut default = 'B';
+    let mut per = BTreeMap::new();
+    for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        match part.split_once('=') {
+            Some((k, c)) => {
+                let k = k.trim().to_ascii_lowercase();
+                if !npb::KERNELS.contains(&k.as_str()) {
+                    return Err(format!("--class: unknown benchmark {k:?}"));
+                }
+                per.insert(k, letter(c)?);
+            }
+            None => default = letter(part)?,
+        }
+    }
+    Ok(kernels
+        .iter()
+        .map(|k| (k.clone(), *per.get(k).unwrap_or(&default)))
+        .collect())
+}
+
+fn round_up(n: u64, unit: u64) -> u64 {
+    n.div_ceil(unit) * unit
+}
+
+/// `tiermem run` options of a page-size backing.
+fn backing_options(backing: &str, b: &Bench) -> Vec<String> {
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    match backing {
+        "4k" | "thp" => s(&["--page-size", backing]),
+        "2m" | "1g" => {
+            let unit = if backing == "2m" { 2 << 20 } else { 1 << 30 };
+            // Room for every allocation rounded up to whole pages.
+            let slack = if backing == "2m" { 16 * unit } else { unit };
+            let pool = round_up(b.tiered + b.tiered / 8, unit) + slack;
+            let mut v = s(&["--page-size", backing, "--reserve"]);
+            v.push(format!("{}M", pool >> 20));
+            v
+        }
+        "4k-tiered" => vec![
+            "--near".into(),
+            format!("{}M", ((2 * b.rss.max(b.tiered)) >> 20) + 64),
+        ],
+        _ => unreachable!(),
+    }
+}
+
+/// `tiermem run` options of a tiering mode at `near` bytes.
+fn tiering_options(mode: &str, near: u64, mover_cpu: usize) -> Vec<String> {
+    let mut v = vec!["--near".to_string(), format!("{}K", near >> 10)];
+    match mode {
+        "sync" => {}
+        "fifo" | "scan" => {
+            v.extend(["--movers", "1", "--policy", mode].map(String::from));
+            v.extend(["--mover-cpus".to_string(), mover_cpu.to_string()]);
+        }
+        _ => unreachable!(),
+    }
+    v
+}
+
+fn fmt_s(r: Option<f64>) -> String {
+    r.map_or("-".into(), |s| format!("{s:.2}"))
+}
+
+fn describe(r: &RunResult) -> String {
+    let mut s = format!(
+        "npb {} s, wall {:.2} s, rss {} MiB",
+        fmt_s(r.npb_seconds),
+        r.wall_seconds,
+        mib(r.max_rss_bytes)
+    );
+    if let Some(t) = &r.tiermem {
+        s += &format!(
+            ", {} faults, {} evictions, in {} MiB",
+            t.faults,
+            t.evictions,
+            mib(t.bytes_in)
+        );
+        if t.fallbacks > 0 {
+            s += &format!(", {} fallbacks", t.fallbacks);
+        }
+    }
+    if let Some(sw) = &r.swap {
+        s += &format!(", {} pages swapped out", sw.swapped_out_pages);
+    }
+    if !r.verified {
+        s += &format!(
+            "; NOT VERIFIED ({}{})",
+            r.status,
+            if r.timed_out { ", timed out" } else { "" }
+        );
+    }
+    s
+}
+
+pub fn run(a: NpbArgs) -> Result<(), String> {
+    let kernels: Vec<String> = crate::common::list(&a.kernels, "benchmark", |k| {
+        let k = k.to_ascii_lowercase();
+        npb::KERNELS.contains(&k.as_str()).then_some(k)
+    })?;
+    let classes = classes(&a.class, &kernels)?;
+    let experiments = crate::common::list(&a.experiments, "experiment", |e| {
+        ["pages", "tiering"].contains(&e).then(|| e.to_string())
+    })?;
+    let threads = crate::common::list(&a.threads, "thread count", |t| {
+        t.parse::<usize>().ok().filter(|&n| n > 0)
+    })?;
+    let backings = crate::common::list(&a.pages, "backing", |p| {
+        ["plain", "4k", "thp", "2m", "1g", "4k-tiered"]
+            .contains(&p)
+            .then(|| p.to_string())
+    })?;
+    let fractions = crate::common::list(&a.near, "near percentage", |p| {
+        p.trim_end_matches('%')
+            .parse::<u64>()
+            .ok()
+            .filter(|&n| (1..100).contains(&n))
+    })?;
+    let modes = crate::common::list(&a.modes, "mode", |m| {
+        ["plain", "sync", "fifo", "scan", "swap"]
+            .contains(&m)
+            .then(|| m.to_string())
+    })?;
+    let mut modes = modes;
+    if modes.iter().any(|m| m == "swap") {
+        let probe = tiermem_workloads::kernel_swap::LimitedRun::new(
+            tiermem_workloads::kernel_swap::SwapKind::Zram,
+            1 << 30,
+        );
+        if let Err(e) = probe.preflight() {
+            eprintln!("kernel-swap baseline skipped: {e}");
+            modes.retain(|m| m != "swap");
+        }
+    }
+    let variants = crate::common::list(&a.variants, "variant", Variant::parse)?;
+    let exe = std::env::current_exe().map_err(|e| format!("finding the tiermem binary: {e}"))?;
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mover_cpu = cpus - 1;
+    if a.repeat == 0 {
+        return Err("--repeat must be at least 1".into());
+    }
+    let mut progress = progress_printer();
+
+    // Build and measure every benchmark once, plain: its footprint sizes
+    // the near budgets and the huge page pools.
+    let mut benches = Vec::new();
+    let mut footprints = Vec::new();
+    for &variant in &variants {
+        let tree = npb::prepare(&a.npb_dir, &a.build_dir, variant)?;
+        for k in &kernels {
+            let class = classes[k];
+            progress(&format!("building {k}.{class} ({})", variant.name()));
+            let binary = npb::build(&tree, variant, k, class)?;
+            let probe = npb::run(
+                &binary,
+                1,
+                &Launch::Tiermem {
+                    exe: exe.clone(),
+                    options: vec!["--page-size".into(), "4k".into()],
+                },
+                Duration::from_secs(a.timeout),
+            )?;
+            let plain = npb::run(&binary, 1, &Launch::Plain, Duration::from_secs(a.timeout))?;
+            if !plain.verified || !probe.verified {
+                let failed = if plain.verified { &probe } else { &plain };
+                return Err(format!(
+                    "{k}.{class} ({}) did not verify{}: {}\n{}",
+                    variant.name(),
+                    if plain.verified { " under tiermem run" } else { "" },
+                    failed.status,
+                    failed.output_tail.as_deref().unwrap_or("")
+                ));
+            }
+            let tiered = probe.tiermem.as_ref().map_or(0, |t| t.tiered_bytes);
+            progress(&format!(
+                "{k}.{class} ({}): footprint {} (tiered by tiermem: {}), plain {:.2} s",
+                variant.name(),
+                mib(plain.max_rss_bytes),
+                mib(tiered),
+                plain.wall_seconds
+            ));
+            footprints.push(Footprint {
+                kernel: k.clone(),
+                class,
+                variant,
+                max_rss_bytes: plain.max_rss_bytes,
+                tiered_bytes: tiered,
+                plain_wall_seconds: plain.wall_seconds,
+            });
+            benches.push(Bench {
+                kernel: k.clone(),
+                class,
+                variant,
+                binary,
+                rss: plain.max_rss_bytes,
+                tiered,
+                plain_wall: plain.wall_seconds,
+            });
+        }
+    }
+
+    let mut rows: Vec<Row> = Vec::new();
+    for round in 0..a.repeat {
+        for b in &benches {
+            let limit = Duration::from_secs(a.timeout.max((b.plain_wall * a.timeout_factor as f64) as u64));
+            let name = format!(
+                "{}.{}{}",
+                b.kernel,
+                b.class,
+                if b.variant == Variant::Static {
+                    " static"
+                } else {
+                    ""
+                }
+            );
+            let mut record = |experiment,
+                              threads,
+                              config: &str,
+                              near: Option<(u64, u64)>,
+                              launch: &Launch|
+             -> Result<(), String> {
+                let result = npb::run(&b.binary, threads, launch, limit)?;
+                progress(&format!(
+                    "round {} {name} {experiment} {config}{} {threads} thr: {}",
+                    round + 1,
+                    near.map_or(String::new(), |(p, _)| format!(" near {p}%")),
+                    describe(&result)
+                ));
+                rows.push(Row {
+                    experiment,
+                    kernel: b.kernel.clone(),
+                    class: b.class,
+                    variant: b.variant,
+                    threads,
+                    config: config.to_string(),
+                    near_percent: near.map(|n| n.0),
+                    near_bytes: near.map(|n| n.1),
+                    round,
+                    result,
+                });
+                Ok(())
+            };
+            if experiments.iter().any(|e| e == "pages") {
+                for &t in &threads {
+                    for backing in &backings {
+                        let launch = match backing.as_str() {
+                            "plain" => Launch::Plain,
+                            _ => Launch::Tiermem {
+                                exe: exe.clone(),
+                                options: backing_options(backing, b),
+                            },
+                        };
+                        record("pages", t, backing, None, &launch)?;
+                    }
+                }
+            }
+            if experiments.iter().any(|e| e == "tiering") {
+                // What tiermem does not tier (binary, libraries, stacks,
+                // small allocations) gets the same room in the cgroup.
+                let untiered = b.rss.saturating_sub(b.tiered);
+                for &pct in &fractions {
+                    let near = (b.tiered * pct / 100).max(1 << 20);
+                    for mode in &modes {
+                        let launch = match mode.as_str() {
+                            "plain" => Launch::Plain,
+                            "swap" => Launch::KernelSwap {
+                                limit_bytes: near + untiered,
+                                swap_bytes: round_up(b.rss * 2 + (256 << 20), 1 << 20),
+                            },
+                            m => Launch::Tiermem {
+                                exe: exe.clone(),
+                                options: tiering_options(m, near, mover_cpu),
+                            },
+                        };
+                        record("tiering", a.tiering_threads, mode, Some((pct, near)), &launch)?;
+                    }
+                }
+            }
+        }
+    }
+
+    let report = Report {
+        machine: Machine::collect(),
+        command: tiermem_workloads::report::command_line(),
+        cpus: format!(
+            "OpenMP threads bound one per CPU from CPU 0 (OMP_PROC_BIND=true, OMP_PLACES=cores); \
+             the tiering experiment's mover on CPU {mover_cpu}; {cpus} CPUs"
+        ),
+        footprints,
+        rows,
+    };
+    print_tables(&report, &backings, &modes);
+    save(&report, &a.json, &a.plot, draw)
+}
+
+fn median(v: &mut [f64]) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    Some(tiermem_workloads::report::quantile(v, 0.5))
+}
+
+/// Median over rounds of `key` for the runs matching `pick`; `None` if any
+/// of them failed to verify.
+fn med(rows: &[Row], pick: impl Fn(&Row) -> bool, key: impl Fn(&RunResult) -> Option<f64>) -> Option<f64> {
+    let runs: Vec<&Row> = rows.iter().filter(|r| pick(r)).collect();
+    let mut v: Vec<f64> = runs.iter().filter_map(|r| key(&r.result)).collect();
+    if v.len() < runs.len() {
+        return None;
+    }
+    median(&mut v)
+}
+
+fn geomean(v: &[f64]) -> Option<f64> {
+    (!v.is_empty()).then(|| (v.iter().map(|x| x.ln()).sum::<f64>() / v.len() as f64).exp())
+}
+
+fn pct(ratio: Option<f64>) -> String {
+    ratio.map_or("-".into(), |r| format!("{:+.1}%", (r - 1.0) * 100.0))
+}
+
+fn benches_of(r: &Report, experiment: &str) -> Vec<(String, char, Variant, usize)> {
+    tiermem_workloads::report::first_seen(
+        r.rows
+            .iter()
+            .filter(|x| x.experiment == experiment)
+            .map(|x| (x.kernel.clone(), x.class, x.variant, x.threads)),
+    )
+}
+
+fn label(k: &str, c: char, v: Variant) -> String {
+    format!(
+        "{}.{c}{}",
+        k.to_uppercase(),
+        if v == Variant::Static { " (static)" } else { "" }
+    )
+}
+
+type Key = fn(&RunResult) -> Option<f64>;
+
+fn pages_table(
+    r: &Report,
+    pages: &[(String, char, Variant, usize)],
+    backings: &[String],
+    title: &str,
+    key: Key,
+) {
+    let mut header: Vec<String> = vec!["benchmark".into(), "thr".into()];
+    header.extend(backings.iter().map(|b| format!("{b} s")));
+    header.extend(
+        backings
+            .iter()
+            .filter(|b| *b != "4k")
+            .map(|b| format!("{b} vs 4k")),
+    );
+    header.push("paper 3 (2m)".into());
+    let hdr: Vec<&str> = header.iter().map(|s| s.as_str()).collect();
+    let mut t = Table::new(&hdr);
+    let mut speedups: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    for (k, c, v, thr) in pages {
+        let time = |b: &str| {
+            med(
+                &r.rows,
+                |x| {
+                    x.experiment == "pages"
+                        && &x.kernel == k
+                        && x.class == *c
+                        && x.variant == *v
+                        && x.threads == *thr
+                        && x.config == b
+                },
+                key,
+            )
+        };
+        let base = time("4k");
+        let mut cells = vec![label(k, *c, *v), thr.to_string()];
+        cells.extend(backings.iter().map(|b| fmt_s(time(b))));
+        for b in backings.iter().filter(|b| *b != "4k") {
+            let s = base.zip(time(b)).map(|(x, y)| x / y);
+            if let Some(s) = s {
+                speedups.entry(b.as_str()).or_default().push(s);
+            }
+            cells.push(pct(s));
+        }
+        cells.push(paper_speedup(k).into());
+        t.row(cells);
+    }
+    println!("\n{title}");
+    print!("{}", t.render());
+    for (b, v) in &speedups {
+        let label = if *b == "plain" {
+            "plain vs 4k (tiermem run's cost, inverted)"
+        } else {
+            b
+        };
+        println!("geometric mean {label}: {}", pct(geomean(v)));
+    }
+}
+
+fn print_tables(r: &Report, backings: &[String], modes: &[String]) {
+    let pages = benches_of(r, "pages");
+    if !pages.is_empty() {
+        pages_table(
+            r,
+            &pages,
+            backings,
+            "Heap page size (no tiering): the benchmark's own time in seconds (its timed section), median of rounds; speedup over the 4k heap",
+            RunResult::seconds,
+        );
+        pages_table(
+            r,
+            &pages,
+            backings,
+            "The same runs in CPU seconds (user + system of the whole process, set-up included): steadier than wall time on a shared machine",
+            RunResult::cpu,
+        );
+    }
+    let tiering = benches_of(r, "tiering");
+    if !tiering.is_empty() {
+        let fractions = tiermem_workloads::report::first_seen(r.rows.iter().filter_map(|x| x.near_percent));
+        let mut header: Vec<String> = vec!["benchmark".into(), "near".into()];
+        header.extend(modes.iter().map(|m| format!("{m} s")));
+        let tiermem_modes: Vec<&String> = modes
+            .iter()
+            .filter(|m| !["plain", "swap"].contains(&m.as_str()))
+            .collect();
+        let has_swap = modes.iter().any(|m| m == "swap");
+        if has_swap {
+            header.extend(tiermem_modes.iter().map(|m| format!("swap/{m}")));
+        }
+        let hdr: Vec<&str> = header.iter().map(|s| s.as_str()).collect();
+        let mut t = Table::new(&hdr);
+        let mut ratios: BTreeMap<(u64, String), Vec<f64>> = BTreeMap::new();
+        for (k, c, v, thr) in &tiering {
+            for &p in &fractions {
+                let wall = |m: &str| {
+                    med(
+                        &r.rows,
+                        |x| {
+                            x.experiment == "tiering"
+                                && &x.kernel == k
+                                && x.class == *c
+                                && x.variant == *v
+                                && x.threads == *thr
+                                && x.config == m
+                                && x.near_percent == Some(p)
+                        },
+                        RunResult::wall,
+                    )
+                };
+                let near = r
+                    .rows
+                    .iter()
+                    .find(|x| &x.kernel == k && x.near_percent == Some(p))
+                    .and_then(|x| x.near_bytes)
+                    .unwrap_or(0);
+                let mut cells = vec![label(k, *c, *v), format!("{p}% {}", mib(near))];
+                cells.extend(modes.iter().map(|m| fmt_s(wall(m))));
+                if has_swap {
+                    for m in &tiermem_modes {
+                        let ratio = wall("swap").zip(wall(m)).map(|(s, x)| s / x);
+                        if let Some(x) = ratio {
+                            ratios.entry((p, m.to_string())).or_default().push(x);
+                        }
+                        cells.push(ratio.map_or("-".into(), |x| format!("{x:.2}x")));
+                    }
+                }
+                t.row(cells);
+            }
+        }
+        println!("\nTiering: wall seconds (initialisation included), median of rounds; swap/X = how many times faster X is than kernel swap");
+        print!("{}", t.render());
+        for ((p, m), v) in &ratios {
+            let worst = v.iter().cloned().fold(f64::INFINITY, f64::min);
+            println!(
+                "near {p}%: {m} is {:.2}x faster than kernel swap (geometric mean), {worst:.2}x at worst",
+                geomean(v).unwrap_or(0.0)
+            );
+        }
+    }
+    println!("\n{}", r.cpus);
+}
+
+fn draw(r: &Report, path: &Path) -> Result<Vec<PathBuf>, String> {
+    let stem = path.with_extension("");
+    let mut written = Vec::new();
+    let mut bars = Vec::new();
+    for (k, c, v, thr) in benches_of(r, "pages") {
+        let time = |b: &str| {
+            med(
+                &r.rows,
+                |x| {
+                    x.experiment == "pages"
+                        && x.kernel == k
+                        && x.class == c
+                        && x.variant == v
+                        && x.threads == thr
+                        && x.config == b
+                },
+                RunResult::seconds,
+            )
+        };
+        for b in tiermem_workloads::report::first_seen(r.rows.iter().map(|x| x.config.as_str())) {
+            if b == "4k" || r.rows.iter().all(|x| x.experiment != "pages" || x.config != b) {
+                continue;
+            }
+            if let Some(s) = time("4k").zip(time(b)).map(|(x, y)| x / y) {
+                bars.push(Bar {
+                    group: format!("{} {thr}t", label(&k, c, v)),
+                    series: b.to_string(),
+                    value: s,
+                    upper: None,
+                });
+            }
+        }
+    }
+    if !bars.is_empty() {
+        let p = PathBuf::from(format!("{}-pages.svg", stem.display()));
+        grouped_bars(
+            &p,
+            "NPB: speedup of the heap's page size over 4 KiB",
+            "speedup over 4k",
+            &bars,
+            false,
+        )?;
+        written.push(p);
+    }
+    let mut bars = Vec::new();
+    for row in r
+        .rows
+        .iter()
+        .filter(|x| x.experiment == "tiering" && x.config != "plain")
+    {
+        let plain = med(
+            &r.rows,
+            |x| {
+                x.experiment == "tiering"
+                    && x.kernel == row.kernel
+                    && x.class == row.class
+                    && x.variant == row.variant
+                    && x.config == "plain"
+                    && x.near_percent == row.near_percent
+            },
+            RunResult::wall,
+        );
+        if let Some(s) = plain.zip(row.result.wall()).map(|(p, w)| w / p) {
+            bars.push(Bar {
+                group: format!(
+                    "{} {}%",
+                    label(&row.kernel, row.class, row.variant),
+                    row.near_percent.unwrap_or(0)
+                ),
+                series: row.config.clone(),
+                value: s,
+                upper: None,
+            });
+        }
+    }
+    if !bars.is_empty() {
+        let bars = tiermem_workloads::plot::median_bars(
+            &bars
+                .into_iter()
+                .map(|b| (b.group, b.series, b.value))
+                .collect::<Vec<_>>(),
+        );
+        let p = PathBuf::from(format!("{}-tiering.svg", stem.display()));
+        grouped_bars(
+            &p,
+            "NPB under a near budget: wall time over the unlimited run",
+            "slowdown (log)",
+            &bars,
+            true,
+        )?;
+        written.push(p);
+    }
+    Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classes_take_a_default_and_exceptions() {
+        let ks: Vec<String> = ["cg", "sp", "ep"].map(String::from).to_vec();
+        let c = classes("B,sp=a", &ks).unwrap();
+        assert_eq!((c["cg"], c["sp"], c["ep"]), ('B', 'A', 'B'));
+        assert!(classes("Q", &ks).unwrap_err().contains("unknown class"));
+        assert!(classes("B,xx=A", &ks).unwrap_err().contains("unknown benchmark"));
+    }
+
+    #[test]
+    fn huge_page_pools_cover_the_footprint() {
+        let b = Bench {
+            kernel: "cg".into(),
+            class: 'B',
+            variant: Variant::Dynamic,
+            binary: PathBuf::new(),
+            rss: 400 << 20,
+            tiered: 380 << 20,
+            plain_wall: 1.0,
+        };
+        let o = backing_options("2m", &b);
+        let mb: u64 = o[3].trim_end_matches('M').parse().unwrap();
+        assert!(mb << 20 >= 380 << 20 && mb % 2 == 0, "{o:?}");
+        let o = backing_options("1g", &b);
+        let mb: u64 = o[3].trim_end_matches('M').parse().unwrap();
+        assert!(mb % 1024 == 0 && mb >= 1024, "{o:?}");
+        assert_eq!(tiering_options("sync", 10 << 20, 1), ["--near", "10240K"]);
+        assert!(tiering_options("scan", 10 << 20, 1).contains(&"scan".to_string()));
+    }
+}

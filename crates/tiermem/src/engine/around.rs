@@ -1,0 +1,429 @@
+//! Fault-around: a demand fault outside any prefetch stream installs a
+//! small cluster of missing neighbours with it, in the same UFFDIO_COPY,
+//! when the thread's recent faults show spatial locality (the kernel's
+//! fault-around for file pages, made adaptive).
+//!
+//! Each thread (hashed into one of [`SLOTS`] cache-line slots, plain
+//! atomics, no lock) keeps its last [`HISTORY`] demand-fault pages and a
+//! locality score. A fault within [`NEAR`] pages of one of them raises the
+//! score by one, any other fault lowers it by two (random access switches
+//! fault-around off within a few faults; GUPS never turns it on). The
+//! cluster is the aligned window of `2^(score-1)` pages (at most
+//! [`MAX_CLUSTER`]) around the fault, narrowed to the contiguous pages of
+//! the same kind as the faulting one (all untouched: one copy of zeros; all
+//! far: one fetch) that can be locked at once: a busy neighbour ends the
+//! cluster, nothing ever waits. Neighbours take free near slots only: the
+//! faulting page evicts as before when the budget is full, its neighbours
+//! never evict.
+//!
+//! Install mode: a read fault installs the cluster write-protected (the
+//! neighbours are `Clean`, their first write is a write-protect fault as
+//! for any read fill); a write fault installs it writable, the neighbours
+//! `Dirty` + VERIFY (eviction compares them with their far copy or with
+//! zeros and writes back only those that changed), so a write sweep takes
+//! no further fault on them.
+//!
+//! Accounting (statistics only): a bit per page marks neighbours installed
+//! by fault-around. A later demand fault of the same thread right next to
+//! its last cluster (it walked through it) or a write-protect fault on a
+//! marked page counts the pages as *used*. A marked page found out of near
+//! memory (at its next fill, or when statistics are read) was *evicted
+//! unused*: reads in the middle of a cluster leave no trace in user space,
+//! so that count is an upper bound.
+
+use super::{Outcome, RegionCore, Server};
+use crate::config::PageSize;
+use crate::page::{PageState, PageTable, PageWord};
+use crate::stats::{Cost, FaultAroundStats, FaultKind, FaultTimer};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use tiermem_sys::uffd::{CopyMode, Resolved};
+use tiermem_sys::zeroed::ZeroedArray;
+
+/// Largest cluster, in pages (the kernel's default fault-around is 64 KiB).
+pub(crate) const MAX_CLUSTER: usize = 16;
+/// Per-thread locality slots (threads hash into them).
+const SLOTS: usize = 64;
+/// Demand faults remembered per slot.
+const HISTORY: usize = 4;
+/// A fault this close (pages) to a remembered one shows locality: two
+/// clusters, so that a sweep whose faults land one cluster apart counts.
+const NEAR: usize = 2 * MAX_CLUSTER;
+const MAX_SCORE: u32 = 8;
+/// A fault at most this many pages past the thread's last cluster (either
+/// side) means the thread walked through it.
+const WALKED: usize = 4;
+
+/// One thread's recent demand faults (pages + 1; 0: empty) and score.
+#[repr(align(64))]
+#[derive(Default)]
+struct Slot {
+    hist: [AtomicUsize; HISTORY],
+    next: AtomicU32,
+    score: AtomicU32,
+    /// The last clusters installed for this thread, `[first, end)` each
+    /// (one per stream a loop may interleave: a stencil reads three rows
+    /// and writes one).
+    last_first: [AtomicUsize; HISTORY],
+    last_end: [AtomicUsize; HISTORY],
+    last_next: AtomicU32,
+}
+
+/// Fault-around state of one region.
+pub(crate) struct FaultAround {
+    slots: [Slot; SLOTS],
+    /// One bit per page: installed by fault-around, not known used yet.
+    marks: ZeroedArray<AtomicU64>,
+    /// Words of `marks` ever written (bounds the walk in `stats`).
+    marks_used: AtomicUsize,
+    clusters: AtomicU64,
+    installed: AtomicU64,
+    used: AtomicU64,
+    evicted_unused: AtomicU64,
+}
+
+/// The pages of a cluster around fault page `at`: `[first, end)`, every
+/// page but `at` locked by the caller, with its word before locking.
+pub(super) struct Cluster {
+    at: usize,
+    first: usize,
+    end: usize,
+    base: usize,
+    words: [PageWord; MAX_CLUSTER],
+}
+
+impl Cluster {
+    fn single(at: usize) -> Cluster {
+        Cluster {
+            at,
+            first: at,
+            end: at + 1,
+            base: at,
+            words: [PageWord::new(PageState::Untouched, false); MAX_CLUSTER],
+        }
+    }
+    pub(super) fn len(&self) -> usize {
+        self.end - self.first
+    }
+    fn word(&self, p: usize) -> PageWord {
+        self.words[p - self.base]
+    }
+    fn neighbours(&self) -> impl Iterator<Item = (usize, PageWord)> + '_ {
+        (self.first..self.end)
+            .filter(move |&p| p != self.at)
+            .map(|p| (p, self.word(p)))
+    }
+}
+
+impl FaultAround {
+    pub(crate) fn new(pages: usize) -> Result<FaultAround, tiermem_sys::mm::MmError> {
+        Ok(FaultAround {
+            slots: std::array::from_fn(|_| Slot::default()),
+            marks: ZeroedArray::new(pages.div_ceil(64))?,
+            marks_used: AtomicUsize::new(0),
+            clusters: AtomicU64::new(0),
+            installed: AtomicU64::new(0),
+            used: AtomicU64::new(0),
+            evicted_unused: AtomicU64::new(0),
+        })
+    }
+
+    /// Records a demand fault of `tid` at `page` and returns the cluster
+    /// size its locality calls for (1: no fault-around).
+    fn window(&self, tid: u32, page: usize) -> usize {
+        let s = &self.slots[tid as usize % SLOTS];
+        // A fault right next to one of the thread's last clusters: it
+        // walked through it.
+        for (first, end) in s.last_first.iter().zip(&s.last_end) {
+            let (a, b) = (first.load(Ordering::Relaxed), end.load(Ordering::Relaxed));
+            if b > a && (page >= b && page - b < WALKED || page < a && a - page <= WALKED) {
+                self.take_used(a, b);
+                end.store(0, Ordering::Relaxed);
+            }
+        }
+        let near = s.hist.iter().any(|h| {
+            let h = h.load(Ordering::Relaxed);
+            h != 0 && (h - 1).abs_diff(page) <= NEAR
+        });
+        let k = s.next.fetch_add(1, Ordering::Relaxed) as usize % HISTORY;
+        s.hist[k].store(page + 1, Ordering::Relaxed);
+        let score = s.score.load(Ordering::Relaxed);
+        let score = if near {
+            (score + 1).min(MAX_SCORE)
+        } else {
+            score.saturating_sub(2)
+        };
+        s.score.store(score, Ordering::Relaxed);
+        if score < 2 {
+            1
+        } else {
+            (1 << (score - 1)).min(MAX_CLUSTER)
+        }
+    }
+
+    fn remember(&self, tid: u32, first: usize, end: usize) {
+        let s = &self.slots[tid as usize % SLOTS];
+        let k = s.last_next.fetch_add(1, Ordering::Relaxed) as usize % HISTORY;
+        s.last_first[k].store(first, Ordering::Relaxed);
+        s.last_end[k].store(end, Ordering::Relaxed);
+    }
+
+    fn mark(&self, p: usize) {
+        if p / 64 >= self.marks_used.load(Ordering::Relaxed) {
+            self.marks_used.fetch_max(p / 64 + 1, Ordering::Relaxed);
+        }
+        self.marks[p / 64].fetch_or(1 << (p % 64), Ordering::Relaxed);
+    }
+
+    /// Clears page `p`'s mark; true if it was set.
+    fn take(&self, p: usize) -> bool {
+        let bit = 1u64 << (p % 64);
+        self.marks[p / 64].fetch_and(!bit, Ordering::Relaxed) & bit != 0
+    }
+
+    fn take_used(&self, a: usize, b: usize) {
+        let n = (a..b).filter(|&p| self.take(p)).count();
+        self.used.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// A page about to be filled again: if it still carries its mark, it
+    /// was evicted without being known used.
+    fn refilled(&self, p: usize) {
+        if self.take(p) {
+            self.evicted_unused.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A write-protect fault on page `p`: the page was used.
+    pub(crate) fn written(&self, p: usize) {
+        if self.take(p) {
+            self.used.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The counters; marked pages no longer in near memory are counted as
+    /// evicted unused first.
+    pub(crate) fn stats(&self, table: &PageTable) -> FaultAroundStats {
+        let used = self.marks_used.load(Ordering::Relaxed);
+        for (k, word) in self.marks[..used].iter().enumerate() {
+            let mut bits = word.load(Ordering::Relaxed);
+            while bits != 0 {
+                let p = k * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                if p < table.len() && matches!(table.load(p).state(), PageState::Untouched | PageState::Far) {
+                    self.refilled(p);
+                }
+            }
+        }
+        let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        FaultAroundStats {
+            clusters: ld(&self.clusters),
+            installed: ld(&self.installed),
+            used: ld(&self.used),
+            evicted_unused: ld(&self.evicted_unused),
+        }
+    }
+
+    /// Zeroes the counters (statistics reset); marks stay.
+    pub(crate) fn reset_counters(&self) {
+        for c in [&self.clusters, &self.installed, &self.used, &self.evicted_unused] {
+            c.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+impl RegionCore {
+    /// Locks the cluster a demand fault on page `i` (owned, was `w`, its
+    /// near slot taken) should bring in with it, and takes free slots for
+    /// the neighbours. A single page when fault-around is off, the page is
+    /// not 4 KiB, a prefetch stream takes the fault, or the thread shows no
+    /// locality.
+    pub(super) fn claim_around(&self, i: usize, w: PageWord, tid: u32) -> Cluster {
+        let mut c = Cluster::single(i);
+        let Some(fa) = &self.around else {
+            return c;
+        };
+        fa.refilled(i);
+        let n = fa.window(tid, i);
+        let far = w.state() == PageState::Far;
+        if n < 2 || (far && self.staging.is_some()) {
+            return c;
+        }
+        if self.prefetcher.as_ref().is_some_and(|pf| pf.claims(tid, i)) {
+            return c;
+        }
+        let lo = i & !(n - 1);
+        let hi = (lo + n).min(self.pages.len());
+        c.base = lo;
+        c.words[i - lo] = w;
+        // Untouched and far pages mix (one copy per run of a kind); a store
+        // that reads through per-page staging buffers cannot fetch a run on
+        // the fault path: zero fills only there.
+        let far_ok = self.staging.is_none();
+        let take = |p: usize, c: &mut Cluster| {
+            let nw = self.pages.load(p);
+            let fits = match nw.state() {
+                PageState::Untouched => true,
+                PageState::Far => far_ok,
+                _ => false,
+            };
+            if fits && self.pages.try_lock(p, nw) {
+                c.words[p - lo] = nw;
+                true
+            } else {
+                false
+            }
+        };
+        while c.end < hi && take(c.end, &mut c) {
+            c.end += 1;
+        }
+        while c.first > lo && take(c.first - 1, &mut c) {
+            c.first -= 1;
+        }
+        let want = c.len() - 1;
+        if want == 0 {
+            return c;
+        }
+        // Free slots only: neighbours never evict.
+        let got = self.take_slots(want);
+        let mut drop = want - got;
+        while drop > 0 && c.end > i + 1 {
+            c.end -= 1;
+            self.pages.unlock(c.end, c.word(c.end));
+            drop -= 1;
+        }
+        while drop > 0 && c.first < i {
+            self.pages.unlock(c.first, c.word(c.first));
+            c.first += 1;
+            drop -= 1;
+        }
+        for (p, _) in c.neighbours() {
+            fa.refilled(p);
+        }
+        c
+    }
+
+    /// Fills a cluster claimed by [`Self::claim_around`] (more than one
+    /// page) and publishes it: one UFFDIO_COPY per run of pages of one
+    /// kind (one in all when the neighbours are all untouched or all far).
+    /// None: the faulting page itself could not be installed; the
+    /// neighbours that were are published, the others handed back, and the
+    /// caller fills the page alone.
+    pub(super) fn fill_cluster(
+        &self,
+        c: &Cluster,
+        write: bool,
+        tid: u32,
+        server: Server,
+        timer: &mut FaultTimer,
+    ) -> Option<Outcome> {
+        let ps = self.page_bytes;
+        let mut ok = [false; MAX_CLUSTER];
+        let mode = CopyMode {
+            write_protect: !write,
+            dont_wake: server == Server::InContext,
+        };
+        let mut s = c.first;
+        while s < c.end {
+            let far = c.word(s).state() == PageState::Far;
+            let mut e = s + 1;
+            while e < c.end && (c.word(e).state() == PageState::Far) == far {
+                e += 1;
+            }
+            let (off, len) = (s * ps, (e - s) * ps);
+            let src = if far {
+                let r = self.store.fetch(off as u64, len, None);
+                timer.lap(Cost::Transfer);
+                // Not recorded: the pages stay far, and the demand fill of
+                // each (the faulting page's right after this) tries again
+                // and reports, once.
+                r.ok()
+            } else {
+                Some(self.zeros.range(0, len))
+            };
+            // Bytes installed from the start of the run.
+            let mut done = 0;
+            while let Some(src) = src.filter(|_| done < len) {
+                match self
+                    .uffd
+                    .copy(&self.reg, off + done, src.sub(done, len - done), mode)
+                {
+                    Ok(Resolved::Done) => done = len,
+                    Ok(Resolved::Partial { bytes }) if bytes > 0 => done += bytes,
+                    Ok(Resolved::Partial { .. }) => std::thread::yield_now(),
+                    Ok(Resolved::AlreadyMapped) => done += ps,
+                    Err(err) => {
+                        self.errors.record(
+                            (off + done) as u64,
+                            super::errors::OP_INSTALL,
+                            err.errno().map_or(0, |e| e.raw()),
+                        );
+                        break;
+                    }
+                }
+            }
+            timer.lap(Cost::Pte);
+            let n = done / ps;
+            ok[s - c.base..s - c.base + n].iter_mut().for_each(|x| *x = true);
+            if far {
+                self.stats.bytes_in.fetch_add(done as u64, Ordering::Relaxed);
+            }
+            s = e;
+        }
+        let is_ok = |p: usize| ok[p - c.base];
+        {
+            let mut policy = self.policy();
+            for p in (c.first..c.end).filter(|&p| is_ok(p)) {
+                policy.on_fill(p);
+            }
+        }
+        let fa = self.around.as_ref().expect("a cluster needs fault-around");
+        let mut extra = 0;
+        for (p, _) in c.neighbours().filter(|&(p, _)| is_ok(p)) {
+            fa.mark(p);
+            extra += 1;
+        }
+        if extra > 0 {
+            fa.clusters.fetch_add(1, Ordering::Relaxed);
+            fa.installed.fetch_add(extra, Ordering::Relaxed);
+            fa.remember(tid, c.first, c.end);
+        }
+        timer.lap(Cost::LockList);
+        let w = c.word(c.at);
+        if is_ok(c.at) {
+            // Record before publishing (see `fill`).
+            let kind = if w.state() == PageState::Far {
+                FaultKind::FarFill
+            } else {
+                FaultKind::ZeroFill
+            };
+            self.stats
+                .record_fault(kind, tid, std::mem::replace(timer, FaultTimer::start()));
+        }
+        for (p, nw) in c.neighbours() {
+            if is_ok(p) {
+                let next = if write {
+                    // Installed writable but not written: dirty until
+                    // eviction finds it unchanged.
+                    PageWord::new(PageState::Dirty, nw.far_valid()).with_verify()
+                } else {
+                    PageWord::new(PageState::Clean, nw.far_valid())
+                };
+                self.pages.unlock(p, next);
+            } else {
+                self.release_slots(1);
+                self.pages.unlock(p, nw);
+            }
+        }
+        if !is_ok(c.at) {
+            return None;
+        }
+        let state = if write { PageState::Dirty } else { PageState::Clean };
+        self.pages.unlock(c.at, PageWord::new(state, w.far_valid()));
+        Some(Outcome::Resolved)
+    }
+
+    /// Whether fault-around applies to this region's pages at all.
+    pub(super) fn around_enabled(config: &crate::config::Config) -> bool {
+        config.fault_around && config.page_size == PageSize::Base4K
+    }
+}
