@@ -617,6 +617,32 @@ impl Mapping {
         unsafe { std::ptr::copy(src.addr as *const u8, self.as_ptr().add(offset), src.len) }
     }
 
+    /// `copy_in` with non-temporal stores where both sides are 64-byte
+    /// aligned whole lines (x86-64): the destination lines are written
+    /// without being read first, a third less memory traffic for data that
+    /// goes cold (a far store's copy of an evicted page: ~0.45 us instead of
+    /// ~0.65 us per cold 4 KiB page here, runs of 16 pages and more). Ends
+    /// with a store fence, so that the data is visible before whatever the
+    /// caller publishes next (non-temporal stores are not ordered by a
+    /// release store alone).
+    pub fn copy_in_streaming(&self, offset: usize, src: MemRange<'_>) {
+        self.check_range(offset, src.len);
+        #[cfg(target_arch = "x86_64")]
+        {
+            let dst = self.addr() + offset;
+            if (src.len | src.addr | dst) % 64 == 0 {
+                // SAFETY: both ranges are mapped (checked bounds, live
+                // borrows) and 64-byte aligned, whole lines; aligned 16-byte
+                // loads and streaming stores stay inside them. SSE2 is part
+                // of x86-64. Writers are excluded as for `copy_in`; the
+                // ranges of two mappings do not overlap.
+                unsafe { stream_lines(dst as *mut u8, src.addr as *const u8, src.len) };
+                return;
+            }
+        }
+        self.copy_in(offset, src)
+    }
+
     /// Copies the byte runs `(offset, len)` of `src` into the mapping at
     /// `offset + run offset`, and nothing else: how a diff is applied.
     /// Runs are checked once against `src`, so many short runs (a diff of
@@ -1286,8 +1312,44 @@ impl<'a> MemRange<'a> {
         // SAFETY: the range is mapped for 'a and readable; reading it as u8 is
         // valid for any contents; no writer touches it (caller's protocol).
         let bytes = unsafe { std::slice::from_raw_parts(self.addr as *const u8, self.len) };
-        bytes.iter().all(|&b| b == 0)
+        // An OR over each 512-byte chunk, without an early exit inside it,
+        // vectorises (a byte-by-byte `all` does not: ~10x slower on a page).
+        bytes.chunks(512).all(|c| c.iter().fold(0u8, |a, &b| a | b) == 0)
     }
+}
+
+/// Copies `len` bytes (a multiple of 64) from `src` to `dst`, both 64-byte
+/// aligned, with non-temporal stores, then fences.
+///
+/// # Safety
+/// Both ranges must be mapped, readable (`src`) and writable (`dst`) for
+/// `len` bytes, 64-byte aligned, and must not overlap.
+#[cfg(target_arch = "x86_64")]
+unsafe fn stream_lines(dst: *mut u8, src: *const u8, len: usize) {
+    use std::arch::x86_64::{__m128i, _mm_load_si128, _mm_sfence, _mm_stream_si128};
+    let mut i = 0;
+    while i < len {
+        // SAFETY: i + 64 <= len (len is a multiple of 64); both pointers are
+        // 16-byte aligned at every step (64-byte aligned bases); the caller
+        // guarantees the ranges.
+        unsafe {
+            let s = src.add(i).cast::<__m128i>();
+            let d = dst.add(i).cast::<__m128i>();
+            let (a, b, c, e) = (
+                _mm_load_si128(s),
+                _mm_load_si128(s.add(1)),
+                _mm_load_si128(s.add(2)),
+                _mm_load_si128(s.add(3)),
+            );
+            _mm_stream_si128(d, a);
+            _mm_stream_si128(d.add(1), b);
+            _mm_stream_si128(d.add(2), c);
+            _mm_stream_si128(d.add(3), e);
+        }
+        i += 64;
+    }
+    // SAFETY: a fence has no preconditions.
+    unsafe { _mm_sfence() };
 }
 
 #[cfg(test)]
@@ -1601,6 +1663,24 @@ mod tests {
             use std::os::unix::fs::OpenOptionsExt;
             self.custom_flags(libc::O_TMPFILE)
         }
+    }
+
+    #[test]
+    fn streaming_copy_matches_memcpy_aligned_or_not() {
+        let len = 3 * 4096;
+        let (src, _) = Mapping::anonymous(len, &MapOptions::default()).unwrap();
+        let (a, _) = Mapping::anonymous(len, &MapOptions::default()).unwrap();
+        let (b, _) = Mapping::anonymous(len, &MapOptions::default()).unwrap();
+        for i in 0..len {
+            src.fill(i, 1, (i * 7 % 251) as u8);
+        }
+        // Whole aligned pages (streamed), then an unaligned tail (memcpy).
+        a.copy_in_streaming(0, src.range(0, 2 * 4096));
+        a.copy_in_streaming(2 * 4096 + 8, src.range(2 * 4096 + 8, 100));
+        b.copy_in(0, src.range(0, 2 * 4096));
+        b.copy_in(2 * 4096 + 8, src.range(2 * 4096 + 8, 100));
+        assert!(a.range(0, len).same_bytes(b.range(0, len)));
+        assert!(!a.range(0, 4096).is_zero() && a.range(2 * 4096 + 108, 4096 - 108).is_zero());
     }
 
     #[test]

@@ -4,6 +4,8 @@
 //!
 //! Kinds:
 //! - `zero-fill`: first write to a never-written page;
+//! - `zero-fill-read`: first read of a never-written page (wp-fault maps
+//!   the shared zero page and write-protects it);
 //! - `fill-memory`: read of a page in the memory store, budget not full;
 //! - `fill-evict-clean`: the same with the budget full, so that every
 //!   `evict_batch` faults one evicts a batch of clean pages;
@@ -73,6 +75,7 @@ pub fn designs(app_cpu: usize, cpus: &[usize]) -> Vec<Design> {
 /// The fault kinds measured.
 pub const KINDS: &[&str] = &[
     "zero-fill",
+    "zero-fill-read",
     "fill-memory",
     "fill-evict-clean",
     "fill-evict-dirty",
@@ -100,6 +103,12 @@ pub struct FaultRecord {
     pub mean_us: f64,
     /// Faults that tiermem itself counted for the timed accesses.
     pub faults_counted: u64,
+    /// Mean time inside tiermem's fault handler per counted fault, us
+    /// (the rest of `mean_us` is the trap, the signal delivery and return,
+    /// or the handler thread's wake-ups).
+    pub handler_us: f64,
+    /// `handler_us` split by cost category (paper 1, Fig. 6), us.
+    pub split_us: Vec<(String, f64)>,
 }
 
 /// Parameters.
@@ -113,6 +122,11 @@ pub struct FaultBenchParams {
     pub evict_batch: usize,
     /// CPU of the application thread.
     pub app_cpu: usize,
+    /// A second thread of the process spins on this CPU during the run (as
+    /// a mover or another application thread would): a TLB flush by the
+    /// fault path then interrupts it (an IPI), as in a multi-threaded
+    /// program. None: the faulting thread is alone.
+    pub spinner_cpu: Option<usize>,
 }
 
 /// The whole result file.
@@ -172,15 +186,44 @@ fn region(pages: usize, near_pages: usize, d: &Design, batch: usize) -> Result<R
     Region::new(c)
 }
 
-/// Measures one kind with one design; returns latencies (us) and the
-/// faults tiermem counted during the timed accesses.
-fn measure(kind: &str, d: &Design, n: usize, batch: usize) -> Result<(Vec<f64>, u64), tiermem::Error> {
+/// What tiermem's own statistics say about the timed faults: how many,
+/// the time inside the handler, and its split by cost category (ns).
+#[derive(Clone, Debug, Default)]
+struct Counted {
+    faults: u64,
+    handler_ns: u64,
+    split_ns: Vec<(String, u64)>,
+}
+
+impl Counted {
+    fn add(&mut self, o: Counted) {
+        self.faults += o.faults;
+        self.handler_ns += o.handler_ns;
+        if self.split_ns.is_empty() {
+            self.split_ns = o.split_ns;
+        } else {
+            for (a, b) in self.split_ns.iter_mut().zip(o.split_ns) {
+                a.1 += b.1;
+            }
+        }
+    }
+}
+
+/// Measures one kind with one design; returns latencies (us) and what
+/// tiermem counted during the timed accesses.
+fn measure(kind: &str, d: &Design, n: usize, batch: usize) -> Result<(Vec<f64>, Counted), tiermem::Error> {
     let mut lat = Vec::with_capacity(n);
     let r = match kind {
         "zero-fill" => {
             let r = region(n, n, d, batch)?;
             r.reset_stats();
             time_accesses(r.as_atomic_u64(), 0..n, true, &mut lat);
+            r
+        }
+        "zero-fill-read" => {
+            let r = region(n, n, d, batch)?;
+            r.reset_stats();
+            time_accesses(r.as_atomic_u64(), 0..n, false, &mut lat);
             r
         }
         "fill-memory" => {
@@ -229,7 +272,14 @@ fn measure(kind: &str, d: &Design, n: usize, batch: usize) -> Result<(Vec<f64>, 
     };
     r.settle();
     let s = r.stats();
-    Ok((lat, s.faults()))
+    Ok((
+        lat,
+        Counted {
+            faults: s.faults(),
+            handler_ns: s.fault_ns_total,
+            split_ns: s.cost.iter().map(|c| (c.category.to_owned(), c.ns)).collect(),
+        },
+    ))
 }
 
 /// Times one `read(2)` of 4 KiB from `/dev/zero` into each of the first
@@ -262,8 +312,9 @@ fn kernel_first_touch(n: usize) -> Vec<f64> {
     lat
 }
 
-fn record(design: &str, kind: &str, mut v: Vec<f64>, counted: u64) -> FaultRecord {
+fn record(design: &str, kind: &str, mut v: Vec<f64>, counted: Counted) -> FaultRecord {
     let mean = v.iter().sum::<f64>() / v.len().max(1) as f64;
+    let per = |ns: u64| ns as f64 / 1e3 / counted.faults.max(1) as f64;
     FaultRecord {
         design: design.into(),
         kind: kind.into(),
@@ -272,7 +323,13 @@ fn record(design: &str, kind: &str, mut v: Vec<f64>, counted: u64) -> FaultRecor
         p90_us: quantile(&mut v, 0.9),
         p99_us: quantile(&mut v, 0.99),
         mean_us: mean,
-        faults_counted: counted,
+        faults_counted: counted.faults,
+        handler_us: per(counted.handler_ns),
+        split_us: counted
+            .split_ns
+            .iter()
+            .map(|(c, ns)| (c.clone(), per(*ns)))
+            .collect(),
     }
 }
 
@@ -284,8 +341,18 @@ pub fn run(
     mut progress: impl FnMut(&str),
 ) -> Result<FaultBenchResult, tiermem::Error> {
     let prev = tiermem_sys::thread::affinity().unwrap_or_default();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let spinner = params.spinner_cpu.map(|cpu| {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let _ = tiermem_sys::thread::set_affinity(&[cpu]);
+            while !stop.load(Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+        })
+    });
     let _ = tiermem_sys::thread::set_affinity(&[params.app_cpu]);
-    let mut samples: Vec<(String, String, Vec<f64>, u64)> = Vec::new();
+    let mut samples: Vec<(String, String, Vec<f64>, Counted)> = Vec::new();
     for round in 0..=params.rounds {
         let warm = round == 0;
         progress(&format!(
@@ -296,8 +363,20 @@ pub fn run(
         let kt = kernel_first_touch(params.pages);
         let kr = kernel_read_syscall(params.pages);
         if !warm {
-            push(&mut samples, "kernel", "kernel-first-touch", kt, 0);
-            push(&mut samples, "kernel", "kernel-read-syscall", kr, 0);
+            push(
+                &mut samples,
+                "kernel",
+                "kernel-first-touch",
+                kt,
+                Counted::default(),
+            );
+            push(
+                &mut samples,
+                "kernel",
+                "kernel-read-syscall",
+                kr,
+                Counted::default(),
+            );
         }
         for &kind in kinds {
             for d in designs {
@@ -307,6 +386,10 @@ pub fn run(
                 }
             }
         }
+    }
+    stop.store(true, Ordering::Relaxed);
+    if let Some(t) = spinner {
+        let _ = t.join();
     }
     let _ = tiermem_sys::thread::set_affinity(&prev);
     let results = samples
@@ -323,10 +406,10 @@ pub fn run(
     })
 }
 
-fn push(samples: &mut Vec<(String, String, Vec<f64>, u64)>, d: &str, k: &str, v: Vec<f64>, c: u64) {
+fn push(samples: &mut Vec<(String, String, Vec<f64>, Counted)>, d: &str, k: &str, v: Vec<f64>, c: Counted) {
     if let Some(e) = samples.iter_mut().find(|e| e.0 == d && e.1 == k) {
         e.2.extend(v);
-        e.3 += c;
+        e.3.add(c);
     } else {
         samples.push((d.into(), k.into(), v, c));
     }
@@ -358,7 +441,45 @@ pub fn table(r: &FaultBenchResult) -> String {
             x.samples.to_string(),
         ]);
     }
-    t.render()
+    let mut s = t.render();
+    // Where the time goes: inside the handler by category, and outside it
+    // (trap, signal delivery and return, or the handler thread's wake-ups).
+    let cats: Vec<String> = r
+        .results
+        .iter()
+        .find(|x| !x.split_us.is_empty())
+        .map(|x| x.split_us.iter().map(|c| c.0.clone()).collect())
+        .unwrap_or_default();
+    if !cats.is_empty() {
+        let mut hdr = vec![
+            "kind".to_owned(),
+            "design".into(),
+            "mean us".into(),
+            "in handler".into(),
+        ];
+        hdr.extend(cats.iter().cloned());
+        hdr.push("outside handler".into());
+        let h: Vec<&str> = hdr.iter().map(String::as_str).collect();
+        let mut t = Table::new(&h);
+        for x in r
+            .results
+            .iter()
+            .filter(|x| !x.split_us.is_empty() && x.faults_counted > 0)
+        {
+            let mut row = vec![
+                x.kind.clone(),
+                x.design.clone(),
+                format!("{:.2}", x.mean_us),
+                format!("{:.2}", x.handler_us),
+            ];
+            row.extend(x.split_us.iter().map(|c| format!("{:.2}", c.1)));
+            row.push(format!("{:.2}", x.mean_us - x.handler_us));
+            t.row(row);
+        }
+        s += "\nmean time per fault, inside tiermem's handler by category and outside it (us):\n";
+        s += &t.render();
+    }
+    s
 }
 
 /// The p50 bars with p99 whiskers, one group per kind.
@@ -394,6 +515,7 @@ mod tests {
             rounds: 1,
             evict_batch: 16,
             app_cpu: cpus[0],
+            spinner_cpu: None,
         };
         let ds = designs(cpus[0], &cpus);
         let r = run(&params, &ds, KINDS, |_| {}).unwrap();

@@ -179,6 +179,8 @@ pub fn run_tiered(
         thread_cpus: w.cpus().to_vec(),
         cost_ns: costs(&s.cost),
         mover_cost_ns: costs(&s.mover_cost),
+        mover_work: s.mover,
+        mover_ns_per_page: s.mover.ns_per_page_moved(region.page_bytes()),
         fault_p50_ns: s.fault_latency.p50_ns,
         fault_p99_ns: s.fault_latency.p99_ns,
         config: region.describe(),
@@ -194,6 +196,7 @@ pub fn run_tiered(
         prefetch_shrinks: s.prefetch.shrinks,
         prefetch_inline: s.prefetch.inline,
         prefetch_spared: s.prefetch.spared,
+        prefetch_stale: s.prefetch.stale,
         fault_around: [
             s.fault_around.clusters,
             s.fault_around.installed,
@@ -634,9 +637,43 @@ pub fn table(r: &StencilResult) -> String {
                 o.inline_evictions,
                 o.eviction_pauses
             );
+            if let Some(ns) = o.mover_ns_per_page {
+                let w = &o.mover_work;
+                s += &format!(
+                    "{} ({} thr): mover cost {:.2} us CPU per 4 KiB page moved (in + out); movers busy {:.2} s CPU, {:.2} s wall ({:.0}% of the run per mover), {} pages in with {} COPY calls ({:.1} pages per call), {} pages out with {} unmap calls ({:.1} pages per call)\n",
+                    o.mode,
+                    o.threads,
+                    ns / 1e3,
+                    w.busy_ns as f64 / 1e9,
+                    w.busy_wall_ns as f64 / 1e9,
+                    w.busy_wall_ns as f64 / 1e9 / o.seconds.max(1e-9) / o.movers.max(1) as f64 * 100.0,
+                    w.pages_in,
+                    w.copy_calls,
+                    w.pages_in as f64 / w.copy_calls.max(1) as f64,
+                    w.pages_out,
+                    w.unmap_calls,
+                    w.pages_out as f64 / w.unmap_calls.max(1) as f64
+                );
+                // The movers' timers run on the wall clock: their shares,
+                // scaled to the CPU time, say where that cost goes.
+                let wall: u64 = o.mover_cost_ns.iter().map(|c| c.1).sum();
+                if wall > 0 {
+                    let parts: Vec<String> = o
+                        .mover_cost_ns
+                        .iter()
+                        .map(|(c, v)| format!("{c} {:.2}", ns / 1e3 * *v as f64 / wall as f64))
+                        .collect();
+                    s += &format!(
+                        "{} ({} thr): mover cost per page moved by category (us; pte = install, tlb = write-protect and unmap, transfer = far-store copies): {}\n",
+                        o.mode,
+                        o.threads,
+                        parts.join(", ")
+                    );
+                }
+            }
             if o.prefetch_issued > 0 {
                 s += &format!(
-                    "{} ({} thr): prefetch issued {} used {} wasted (evicted before use) {}, demand faults on triggers {}, late (in window, off trigger) {}, window shrinks {}, pages filled by faulting threads up to the trigger {}, unused prefetched victims spared once {}\n",
+                    "{} ({} thr): prefetch issued {} used {} wasted (evicted before use) {}, demand faults on triggers {}, late (in window, off trigger) {}, window shrinks {}, pages filled by faulting threads up to the trigger {}, unused prefetched victims spared once {}, stale requested pages skipped {}\n",
                     o.mode,
                     o.threads,
                     o.prefetch_issued,
@@ -646,7 +683,8 @@ pub fn table(r: &StencilResult) -> String {
                     o.prefetch_late,
                     o.prefetch_shrinks,
                     o.prefetch_inline,
-                    o.prefetch_spared
+                    o.prefetch_spared,
+                    o.prefetch_stale
                 );
             }
             if o.fault_around[0] > 0 {

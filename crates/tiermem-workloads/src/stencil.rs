@@ -128,6 +128,9 @@ pub struct StencilOutcome {
     /// Prefetched, unused victims given a second chance by eviction.
     #[serde(default)]
     pub prefetch_spared: u64,
+    /// Requested pages movers skipped because the thread had passed them.
+    #[serde(default)]
+    pub prefetch_stale: u64,
     /// Fault-around: demand faults that brought neighbours, the
     /// neighbours installed, those known used, those evicted unused.
     #[serde(default)]
@@ -140,6 +143,13 @@ pub struct StencilOutcome {
     pub eviction_pauses: u64,
     /// Time per cost category spent by movers, ns.
     pub mover_cost_ns: Vec<(String, u64)>,
+    /// The mover threads' own work: time busy, pages in and out, and the
+    /// install (UFFDIO_COPY) and unmap calls they issued.
+    #[serde(default)]
+    pub mover_work: tiermem::stats::MoverWork,
+    /// Mover time per 4 KiB page moved (one in plus one out), ns.
+    #[serde(default)]
+    pub mover_ns_per_page: Option<f64>,
     /// Lower bound: max(none runtime, bytes moved / memcpy bandwidth).
     pub lower_bound_seconds: Option<f64>,
     /// Runtime over the lower bound.

@@ -396,6 +396,7 @@ impl Region {
                 shrinks: pf.shrinks.load(Relaxed),
                 inline: pf.inline.load(Relaxed),
                 spared: pf.spared.load(Relaxed),
+                stale: pf.stale.load(Relaxed),
                 window_cap: pf.cap() as u64,
             };
         }

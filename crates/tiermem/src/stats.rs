@@ -8,7 +8,7 @@
 //! fault on region memory).
 
 use hdrhistogram::Histogram;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
@@ -175,6 +175,16 @@ pub(crate) struct Stats {
     pub(crate) mover_evictions: AtomicU64,
     pub(crate) mover_fills: AtomicU64,
     pub(crate) eviction_pauses: AtomicU64,
+    /// Work of the mover threads themselves (not of application threads
+    /// that fill or evict in the same functions): time busy, pages moved
+    /// in and out, and the kernel calls that moved them.
+    pub(crate) mover_busy_ns: AtomicU64,
+    pub(crate) mover_busy_wall_ns: AtomicU64,
+    pub(crate) mover_pages_in: AtomicU64,
+    pub(crate) mover_pages_out: AtomicU64,
+    pub(crate) mover_copy_calls: AtomicU64,
+    pub(crate) mover_unmap_calls: AtomicU64,
+    pub(crate) zero_fill_races: AtomicU64,
     pub(crate) thp_collapses: AtomicU64,
     pub(crate) thp_moves: AtomicU64,
     pub(crate) thp_collapse_failures: AtomicU64,
@@ -214,6 +224,13 @@ impl Stats {
             mover_evictions: AtomicU64::new(0),
             mover_fills: AtomicU64::new(0),
             eviction_pauses: AtomicU64::new(0),
+            mover_busy_ns: AtomicU64::new(0),
+            mover_busy_wall_ns: AtomicU64::new(0),
+            mover_pages_in: AtomicU64::new(0),
+            mover_pages_out: AtomicU64::new(0),
+            mover_copy_calls: AtomicU64::new(0),
+            mover_unmap_calls: AtomicU64::new(0),
+            zero_fill_races: AtomicU64::new(0),
             thp_collapses: AtomicU64::new(0),
             thp_moves: AtomicU64::new(0),
             thp_collapse_failures: AtomicU64::new(0),
@@ -280,6 +297,13 @@ impl Stats {
             &self.mover_evictions,
             &self.mover_fills,
             &self.eviction_pauses,
+            &self.mover_busy_ns,
+            &self.mover_busy_wall_ns,
+            &self.mover_pages_in,
+            &self.mover_pages_out,
+            &self.mover_copy_calls,
+            &self.mover_unmap_calls,
+            &self.zero_fill_races,
             &self.thp_collapses,
             &self.thp_moves,
             &self.thp_collapse_failures,
@@ -350,6 +374,15 @@ impl Stats {
             mover_evictions: ld(&self.mover_evictions),
             mover_fills: ld(&self.mover_fills),
             eviction_pauses: ld(&self.eviction_pauses),
+            mover: MoverWork {
+                busy_ns: ld(&self.mover_busy_ns),
+                busy_wall_ns: ld(&self.mover_busy_wall_ns),
+                pages_in: ld(&self.mover_pages_in),
+                pages_out: ld(&self.mover_pages_out),
+                copy_calls: ld(&self.mover_copy_calls),
+                unmap_calls: ld(&self.mover_unmap_calls),
+            },
+            zero_fill_races: ld(&self.zero_fill_races),
             thp_collapses: ld(&self.thp_collapses),
             thp_moves: ld(&self.thp_moves),
             thp_collapse_failures: ld(&self.thp_collapse_failures),
@@ -390,6 +423,9 @@ pub struct PrefetchStats {
     /// Prefetched victims not used yet that eviction gave a second chance
     /// (bit cleared, back to the policy as just filled).
     pub spared: u64,
+    /// Requested pages movers skipped: the stream's thread had passed them
+    /// (and they had been evicted) by the time a mover got there.
+    pub stale: u64,
 }
 
 /// Fault-around counters (pages; see `TIERMEM_FAULT_AROUND`).
@@ -491,6 +527,11 @@ pub struct RegionStats {
     /// Times movers paused asynchronous eviction because its runs were
     /// short (scattered victims: random access), leaving it to faults.
     pub eviction_pauses: u64,
+    /// What the mover threads did, and what it cost them.
+    pub mover: MoverWork,
+    /// wp-fault read zero-fills that found the zero page written by another
+    /// thread before it was write-protected (published Dirty instead).
+    pub zero_fill_races: u64,
     /// THP regions: 2 MiB blocks collapsed into a huge page after a fill.
     pub thp_collapses: u64,
     /// THP regions: blocks built as a huge page in a staging buffer and
@@ -509,6 +550,38 @@ pub struct RegionStats {
     /// TLB-shootdown IPIs on the whole machine since creation or reset
     /// (`/proc/interrupts`; includes other processes).
     pub tlb_shootdowns_machine: u64,
+}
+
+/// The work of a region's mover threads (their own, not that of
+/// application threads filling or evicting in their faults).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MoverWork {
+    /// CPU time the movers spent filling and evicting (their threads'
+    /// clock: what the work cost, also on a machine where other processes
+    /// take turns on the movers' CPUs).
+    pub busy_ns: u64,
+    /// Wall-clock time the movers spent filling and evicting (not idle).
+    #[serde(default)]
+    pub busy_wall_ns: u64,
+    /// Pages the movers filled.
+    pub pages_in: u64,
+    /// Pages the movers evicted.
+    pub pages_out: u64,
+    /// Install calls the movers issued (UFFDIO_COPY, including the resumed
+    /// ones after a partial copy).
+    pub copy_calls: u64,
+    /// Unmap calls the movers issued for their evictions.
+    pub unmap_calls: u64,
+}
+
+impl MoverWork {
+    /// The movers' CPU time per 4 KiB-page round trip (one page in plus one
+    /// page out), in ns: busy time over the mean of pages in and out,
+    /// scaled to 4 KiB pages. None when the movers moved nothing.
+    pub fn ns_per_page_moved(&self, page_bytes: usize) -> Option<f64> {
+        let moved = (self.pages_in + self.pages_out) as f64 / 2.0;
+        (moved > 0.0).then(|| self.busy_ns as f64 / moved * 4096.0 / page_bytes as f64)
+    }
 }
 
 impl RegionStats {

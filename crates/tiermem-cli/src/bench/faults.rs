@@ -20,13 +20,19 @@ pub struct FaultsArgs {
     /// handler-thread-same-cpu, handler-thread-other-cpu.
     #[arg(long)]
     designs: Option<String>,
-    /// Kinds (comma-separated) among zero-fill, fill-memory,
-    /// fill-evict-clean, fill-evict-dirty, write-protect.
+    /// Kinds (comma-separated) among zero-fill, zero-fill-read,
+    /// fill-memory, fill-evict-clean, fill-evict-dirty, write-protect,
+    /// read-syscall-resident, read-syscall-evicted.
     #[arg(long)]
     kinds: Option<String>,
     /// CPU of the faulting thread (default: the first allowed).
     #[arg(long)]
     cpu: Option<usize>,
+    /// Keep a second thread of the process spinning on this CPU during the
+    /// run (as a mover or another application thread would): every TLB
+    /// flush in the fault path then costs an IPI to it.
+    #[arg(long)]
+    spinner_cpu: Option<usize>,
     /// Write results as JSON.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -59,7 +65,15 @@ pub fn run(a: FaultsArgs) -> Result<(), String> {
         rounds: a.rounds.max(1),
         evict_batch: a.evict_batch,
         app_cpu,
+        spinner_cpu: a.spinner_cpu,
     };
+    if let Some(c) = a.spinner_cpu {
+        if !allowed.contains(&c) || c == app_cpu {
+            return Err(format!(
+                "--spinner-cpu {c} must be an allowed CPU other than the faulting thread's ({app_cpu}); allowed: {allowed:?}"
+            ));
+        }
+    }
     eprintln!(
         "bench faults: {} pages x {} rounds, faulting thread on CPU {app_cpu}",
         a.pages, params.rounds

@@ -371,6 +371,9 @@ impl RegionCore {
                 )
                 .expect("MADV_DONTNEED on a tiered region");
             self.stats.evict_calls.fetch_add(1, Ordering::Relaxed);
+            if super::mover::on_mover() {
+                self.stats.mover_unmap_calls.fetch_add(1, Ordering::Relaxed);
+            }
             evicted += e - s;
             s = e;
         }
@@ -411,6 +414,11 @@ impl RegionCore {
         let evicted = failed.iter().filter(|&&f| !f).count();
         self.release_slots(evicted);
         self.stats.evictions.fetch_add(evicted as u64, Ordering::Relaxed);
+        if super::mover::on_mover() {
+            self.stats
+                .mover_pages_out
+                .fetch_add(evicted as u64, Ordering::Relaxed);
+        }
         if let Some(pf) = &self.prefetcher {
             let wasted = run
                 .iter()
@@ -505,6 +513,9 @@ impl RegionCore {
                 }
             }
             self.stats.evict_calls.fetch_add(1, Ordering::Relaxed);
+            if super::mover::on_mover() {
+                self.stats.mover_unmap_calls.fetch_add(1, Ordering::Relaxed);
+            }
             for j in 0..done {
                 pos_of[moved + j] = pos + j;
             }

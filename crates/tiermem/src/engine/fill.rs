@@ -63,6 +63,10 @@ impl RegionCore {
         // THP blocks are installed writable: write-protected small pages
         // cannot collapse.
         let wp_on_install = !write && !self.thp();
+        // A read zero-fill in wp-fault mode maps the shared zero page and
+        // then protects it; `raced` says that another thread wrote the page
+        // in between (see `zero_fill_wp`).
+        let mut raced = false;
         let (installed, kind) = match w.state() {
             PageState::Untouched => {
                 // The shared zero page costs no memory, but only wp-async can
@@ -73,16 +77,19 @@ impl RegionCore {
                 // in which another thread's write is a plain kernel COW,
                 // invisible to us, and the page would later be dropped as
                 // still zero (a lost write; see the stress test
-                // `first_read_racing_a_first_write_loses_nothing`). So
-                // wp-fault, writes, hugetlb (no ZEROPAGE there) and handler
-                // threads (which need COPY's wake-up) install a copy of
-                // zeros in one atomic UFFDIO_COPY, write-protected for reads.
-                let zero_page = !write
-                    && self.config.dirty_tracking == DirtyTracking::WpAsync
-                    && self.config.page_size == PageSize::Base4K
-                    && server == Server::InContext;
-                let r = if zero_page {
+                // `first_read_racing_a_first_write_loses_nothing`). A read
+                // in wp-fault mode therefore maps the zero page, protects
+                // it, and then looks at the page: a write in the window
+                // left non-zero data there, and the page is published
+                // Dirty (see `zero_fill_wp`). Writes, hugetlb (no ZEROPAGE
+                // there) and handler threads (which need COPY's wake-up)
+                // install a copy of zeros in one atomic UFFDIO_COPY.
+                let zero_page =
+                    !write && self.config.page_size == PageSize::Base4K && server == Server::InContext;
+                let r = if zero_page && self.config.dirty_tracking == DirtyTracking::WpAsync {
                     self.retry_again(|| self.uffd.zeropage(&self.reg, off, self.page_bytes, dont_wake))
+                } else if zero_page {
+                    self.zero_fill_wp(off).map(|r| raced = r)
                 } else if self.thp() {
                     self.install_thp(off, None, dont_wake)
                 } else {
@@ -132,13 +139,42 @@ impl RegionCore {
         // List the page before publishing it, so an evictor that pops it
         // finds it Busy and waits rather than missing it.
         self.policy().on_fill(i);
-        let next = self.filled_state(write, w);
+        let next = self.filled_state(write || raced, w);
         timer.lap(Cost::LockList);
         // Record before publishing: a page that is no longer Busy has its
         // fault counted (Region::settle relies on it).
         self.stats.record_fault(kind, tid, timer);
         self.pages.unlock(i, next);
         Outcome::Resolved
+    }
+
+    /// wp-fault read zero-fill at the cost of UFFDIO_ZEROPAGE (the shared
+    /// zero page, no allocation, no copy) instead of a UFFDIO_COPY of zeros
+    /// with MODE_WP. UFFDIO_ZEROPAGE cannot map the page write-protected
+    /// (it takes no MODE_WP, and refuses a pte that carries a wp marker:
+    /// EEXIST), so the page is protected by a second call, and another
+    /// thread can write it in between: the kernel COWs the zero page
+    /// without telling us (the pte has no uffd-wp bit yet). Once protected,
+    /// no write can land unseen (UFFDIO_WRITEPROTECT flushes every CPU's
+    /// TLB before it returns), so the page's contents decide: all zeros,
+    /// and it is a clean zero page whatever happened (a write of zeros
+    /// loses nothing); anything else was written in the window, and the
+    /// page is published Dirty and unprotected (a protected Dirty page
+    /// would fail kernel-mode writes with EFAULT). Returns whether a write
+    /// raced. A failed protection also publishes the page Dirty: it is
+    /// then written back at eviction whatever it holds.
+    fn zero_fill_wp(&self, off: usize) -> Result<bool, UffdError> {
+        let ps = self.page_bytes;
+        self.retry_again(|| self.uffd.zeropage(&self.reg, off, ps, true))?;
+        if self.uffd.writeprotect(&self.reg, off, ps, true, false).is_err() {
+            return Ok(true);
+        }
+        if self.mapping.range(off, ps).is_zero() {
+            return Ok(false);
+        }
+        self.stats.zero_fill_races.fetch_add(1, Ordering::Relaxed);
+        let _ = self.uffd.writeprotect(&self.reg, off, ps, false, true);
+        Ok(true)
     }
 
     /// The state of a page just filled for a read or a write. A THP block
@@ -425,6 +461,13 @@ impl RegionCore {
                     break; // runs are contiguous in memory
                 }
                 let w = self.pages.load(p);
+                if prefetch && self.stale(r, p) {
+                    k += 1;
+                    if n > 0 {
+                        break;
+                    }
+                    continue;
+                }
                 if !matches!(w.state(), PageState::Untouched | PageState::Far) || !self.pages.try_lock(p, w) {
                     k += 1;
                     if n > 0 {
@@ -440,18 +483,50 @@ impl RegionCore {
                 filled += self.install_run(&owned[..n], ok, r.write, prefetch, staging, &mut timer);
             }
         }
-        self.stats.charge_mover(timer);
+        // A faulting thread's catch-up fill is its own cost, not a mover's.
+        if super::mover::on_mover() {
+            self.stats.charge_mover(timer);
+        } else {
+            self.stats.charge(timer);
+        }
         self.stats.mover_fills.fetch_add(filled as u64, Ordering::Relaxed);
         filled
     }
 
+    /// Whether page `p` of prefetch request `r` is stale: the stream's thread
+    /// passed it before a mover got there (counted). Only pages that need
+    /// filling are asked about: one was evicted behind the thread (the scan
+    /// policy does that to pages it will not keep), and filling it again
+    /// would cost a slot and a copy for nothing. Before this check, a mover
+    /// running behind refilled such pages, and the eviction that followed
+    /// gave them a second chance as unused prefetches, pushing pages the
+    /// thread was about to use out of scan's protected window.
+    fn stale(&self, r: &Request, p: usize) -> bool {
+        let Some(pf) = &self.prefetcher else {
+            return false;
+        };
+        if !matches!(self.pages.load(p).state(), PageState::Untouched | PageState::Far) || !pf.passed(r, p) {
+            return false;
+        }
+        pf.stale.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
     /// Takes up to `want` near slots for a mover, evicting to make room.
+    /// Only a failed eviction leaves it short: a run cut at the free slots
+    /// would leave its tail to demand faults (one install call each) while
+    /// the next batch of victims frees room for the whole run anyway.
+    /// A run longer than half the budget is cut there: making room for it
+    /// would evict pages still in use.
     fn reserve_up_to(&self, want: usize, timer: &mut FaultTimer) -> usize {
+        let want = want.min((self.budget_pages / 2).max(1));
+        let mut got = 0;
         loop {
-            let got = self.take_slots(want);
-            if got > 0 {
+            got += self.take_slots(want - got);
+            if got == want {
                 return got;
             }
+            let want = want - got;
             // A whole batch amortizes the unmap calls of long victim runs;
             // while eviction is paused the victims are scattered (one
             // shootdown per page), so evict only what is needed.
@@ -464,7 +539,7 @@ impl RegionCore {
                     self.stats.mover_evictions.fetch_add(n as u64, Ordering::Relaxed);
                 }
                 _ if self.evict_elsewhere(timer) > 0 => {}
-                _ => return 0,
+                _ => return got,
             }
         }
     }
@@ -573,8 +648,12 @@ impl RegionCore {
             write_protect: wp,
             dont_wake: false,
         };
+        let mover = super::mover::on_mover();
         let mut done = 0;
         while done < src.len() {
+            if mover {
+                self.stats.mover_copy_calls.fetch_add(1, Ordering::Relaxed);
+            }
             match self
                 .uffd
                 .copy(&self.reg, off + done, src.sub(done, src.len() - done), mode)
@@ -604,6 +683,7 @@ impl RegionCore {
                 count: n,
                 stride: 1,
                 write: false,
+                ..Default::default()
             });
             k += n;
         }
@@ -650,6 +730,7 @@ impl RegionCore {
                 count: n,
                 stride: 1,
                 write: false,
+                ..Default::default()
             };
             match &self.movers {
                 Some(m) if m.submit(r) => {

@@ -27,6 +27,7 @@
 use super::prefetch::Request;
 use super::{Evicted, RegionCore};
 use crossbeam_queue::ArrayQueue;
+use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -49,6 +50,19 @@ const MIN_JUDGED_PAGES: usize = 64;
 /// The first pause of asynchronous eviction, and the longest.
 const PAUSE_MIN: Duration = Duration::from_millis(10);
 const PAUSE_MAX: Duration = Duration::from_millis(320);
+
+thread_local! {
+    /// Set on mover threads: the fill and eviction functions they share
+    /// with application threads count the movers' own work apart. A
+    /// constant-initialised `Cell` has no destructor and no lazy set-up,
+    /// so reading it in the SIGBUS handler is fine.
+    static ON_MOVER: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether the calling thread is a mover.
+pub(crate) fn on_mover() -> bool {
+    ON_MOVER.with(Cell::get)
+}
 
 /// What the fault path and the movers share.
 pub(crate) struct MoverShared {
@@ -228,6 +242,7 @@ fn run(core: &RegionCore) {
         .movers
         .as_ref()
         .expect("movers run only for regions with movers");
+    ON_MOVER.with(|c| c.set(true));
     let staging = core.mover_staging();
     let mut pacing = EvictionPacing { pause: PAUSE_MIN };
     loop {
@@ -235,6 +250,8 @@ fn run(core: &RegionCore) {
             return;
         }
         let mut worked = false;
+        let t = Instant::now();
+        let cpu = tiermem_sys::thread::thread_cpu_time();
         // Eviction duty first: fills need free slots, and so do faults.
         if m.eviction_wanted(core, m.target_free) {
             let e = core.mover_evict(m.batch);
@@ -242,10 +259,20 @@ fn run(core: &RegionCore) {
             worked = e.pages > 0;
         }
         if let Some(r) = m.queue.pop() {
-            core.mover_fill(&r, staging.as_ref());
+            let filled = core.mover_fill(&r, staging.as_ref());
+            core.stats
+                .mover_pages_in
+                .fetch_add(filled as u64, Ordering::Relaxed);
             worked = true;
         }
         if worked {
+            let cpu = tiermem_sys::thread::thread_cpu_time().saturating_sub(cpu);
+            core.stats
+                .mover_busy_ns
+                .fetch_add(cpu.as_nanos() as u64, Ordering::Relaxed);
+            core.stats
+                .mover_busy_wall_ns
+                .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
             continue;
         }
         // Idle: spin a while (a wake-up across CPUs costs ~50 us), then sleep.

@@ -22,7 +22,7 @@
 //! runs inside the SIGBUS handler.
 
 use crate::page::PageTable;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicIsize, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 /// A range of pages to fill: `count` pages from `first`, `stride` apart.
@@ -33,6 +33,11 @@ pub(crate) struct Request {
     pub(crate) stride: isize,
     /// The stream writes: install writable (no write-protect fault later).
     pub(crate) write: bool,
+    /// The stream that asked (1 + its slot; 0: none) and the slot's
+    /// generation then: a mover skips pages that stream's thread has
+    /// already passed (`Prefetcher::passed`).
+    pub(crate) stream: u32,
+    pub(crate) generation: u32,
 }
 
 /// Up to four requests, on the stack, and what the faulting thread should
@@ -66,6 +71,17 @@ const ADVICE_SLOTS: usize = 16;
 /// The most pages a thread that caught up with the movers fills itself, up
 /// to its stream's trigger (see `detect`).
 pub(crate) const CATCH_UP: usize = 64;
+
+/// Where a stream's thread is, readable without the detector's lock.
+#[derive(Default)]
+struct Progress {
+    /// Bumped whenever the slot gets a new stream.
+    generation: AtomicU32,
+    /// The thread's last fault position in the stream.
+    pos: AtomicIsize,
+    /// The stream runs backward in memory.
+    backward: std::sync::atomic::AtomicBool,
+}
 
 #[derive(Clone, Copy, Default)]
 struct Stream {
@@ -125,6 +141,8 @@ struct Detector {
 /// The prefetcher of one region.
 pub(crate) struct Prefetcher {
     detector: Mutex<Detector>,
+    /// One per stream slot (thread slot * STREAMS + stream).
+    progress: Box<[Progress]>,
     pages: usize,
     max_depth: usize,
     cap: AtomicUsize,
@@ -142,12 +160,18 @@ pub(crate) struct Prefetcher {
     pub(crate) inline: AtomicU64,
     /// Prefetched, unused victims given a second chance by eviction.
     pub(crate) spared: AtomicU64,
+    /// Requested pages a mover skipped because the stream's thread had
+    /// passed them by the time it got there (and they were not resident:
+    /// evicted behind the thread, which a replacement policy that keeps
+    /// the start of a sweep does on purpose).
+    pub(crate) stale: AtomicU64,
 }
 
 impl Prefetcher {
     pub(crate) fn new(pages: usize, max_depth: usize) -> Prefetcher {
         let max_depth = max_depth.clamp(4, crate::config::MAX_EVICT_BATCH * 4);
         Prefetcher {
+            progress: (0..THREADS * STREAMS).map(|_| Progress::default()).collect(),
             detector: Mutex::new(Detector {
                 tick: 0,
                 threads: [ThreadState::default(); THREADS],
@@ -166,7 +190,37 @@ impl Prefetcher {
             shrinks: AtomicU64::new(0),
             inline: AtomicU64::new(0),
             spared: AtomicU64::new(0),
+            stale: AtomicU64::new(0),
         }
+    }
+
+    /// Whether the thread of the stream that issued `r` has already passed
+    /// `page` (a stale request: a mover that fell behind). False when the
+    /// request came from no stream, or its slot holds another stream now.
+    pub(crate) fn passed(&self, r: &Request, page: usize) -> bool {
+        let Some(p) = (r.stream as usize)
+            .checked_sub(1)
+            .and_then(|k| self.progress.get(k))
+        else {
+            return false;
+        };
+        if p.generation.load(Ordering::Acquire) != r.generation {
+            return false;
+        }
+        let pos = p.pos.load(Ordering::Relaxed);
+        if p.backward.load(Ordering::Relaxed) {
+            page as isize >= pos
+        } else {
+            page as isize <= pos
+        }
+    }
+
+    /// Slot `k` gets a new stream starting at `pos`.
+    fn restart(&self, k: usize, pos: isize, stride: isize) {
+        let p = &self.progress[k];
+        p.pos.store(pos, Ordering::Relaxed);
+        p.backward.store(stride < 0, Ordering::Relaxed);
+        p.generation.fetch_add(1, Ordering::Release);
     }
 
     /// Records advice for `[first, end)`. `Normal` clears advice there.
@@ -213,10 +267,16 @@ impl Prefetcher {
             return out;
         }
         let cap = self.cap.load(Ordering::Relaxed);
-        let t = thread_slot(&mut d.threads, tid, tick);
+        let (tk, fresh) = thread_slot(&mut d.threads, tid, tick);
+        if fresh {
+            for j in 0..STREAMS {
+                self.restart(tk * STREAMS + j, 0, 1);
+            }
+        }
+        let t = &mut d.threads[tk];
         let p = page as isize;
         // An existing stream?
-        for s in t.streams.iter_mut().filter(|s| s.live) {
+        for (j, s) in t.streams.iter_mut().enumerate().filter(|(_, s)| s.live) {
             let delta = p - s.pos;
             if delta == 0 || delta % s.stride != 0 || delta.signum() != s.stride.signum() {
                 continue;
@@ -251,7 +311,7 @@ impl Prefetcher {
                 } else {
                     p + s.stride
                 };
-                self.issue(s, start, write, &mut out);
+                self.issue(s, (tk * STREAMS + j) as u32, start, write, &mut out);
             }
             // A late fault: the thread caught up with the movers inside
             // the window (they are behind, typically busy evicting). It
@@ -276,19 +336,28 @@ impl Prefetcher {
                             count: n.min(room),
                             stride,
                             write: s.write,
+                            ..Default::default()
                         };
                     }
                 }
             }
             s.pos = p;
+            self.progress[tk * STREAMS + j].pos.store(p, Ordering::Relaxed);
             return out;
         }
         // A new stream from the history?
-        let stride = (0..t.hlen).find_map(|k| {
-            let h = t.hist[k];
-            let d = p - h;
-            (d != 0 && d.abs() <= MAX_STRIDE && t.hist[..t.hlen].contains(&(h - d))).then_some(d)
-        });
+        // The smallest stride among the progressions that end here: a dense
+        // sweep whose faults interleave with another stream's can also
+        // show a progression of twice its stride, and a stream of stride
+        // 2 over dense data prefetches every other page (one install call
+        // each) while the thread faults on the rest.
+        let stride = (0..t.hlen)
+            .filter_map(|k| {
+                let h = t.hist[k];
+                let d = p - h;
+                (d != 0 && d.abs() <= MAX_STRIDE && t.hist[..t.hlen].contains(&(h - d))).then_some(d)
+            })
+            .min_by_key(|d| d.abs());
         let stride = match (stride, advice) {
             (Some(s), _) => Some(s),
             (None, Some(Advice::Sequential)) => Some(1),
@@ -317,7 +386,9 @@ impl Prefetcher {
                 write,
                 last_used: tick,
             };
-            self.issue(&mut s, p + stride, write, &mut out);
+            let slot = tk * STREAMS + victim;
+            self.restart(slot, p, stride);
+            self.issue(&mut s, slot as u32, p + stride, write, &mut out);
             t.streams[victim] = s;
         }
         t.hist[t.hpos] = p;
@@ -328,7 +399,8 @@ impl Prefetcher {
 
     /// Issues a window of `s.depth` pages from `start`, leaving the middle
     /// page as the trigger.
-    fn issue(&self, s: &mut Stream, start: isize, write: bool, out: &mut Requests) {
+    fn issue(&self, s: &mut Stream, slot: u32, start: isize, write: bool, out: &mut Requests) {
+        let generation = self.progress[slot as usize].generation.load(Ordering::Relaxed);
         s.write |= write;
         let depth = s.depth.max(2) as isize;
         let half = depth / 2;
@@ -360,6 +432,8 @@ impl Prefetcher {
                 count: n as usize,
                 stride,
                 write: s.write,
+                stream: slot + 1,
+                generation,
             });
             self.issued.fetch_add(n as u64, Ordering::Relaxed);
         };
@@ -407,6 +481,7 @@ impl Prefetcher {
             &self.shrinks,
             &self.inline,
             &self.spared,
+            &self.stale,
         ] {
             c.store(0, Ordering::Relaxed);
         }
@@ -448,8 +523,11 @@ impl Prefetcher {
     }
 }
 
-fn thread_slot(threads: &mut [ThreadState; THREADS], tid: u32, tick: u64) -> &mut ThreadState {
+/// The slot of thread `tid`, and whether it was just (re)assigned to it.
+fn thread_slot(threads: &mut [ThreadState; THREADS], tid: u32, tick: u64) -> (usize, bool) {
+    let mut fresh = false;
     let k = threads.iter().position(|t| t.tid == tid).unwrap_or_else(|| {
+        fresh = true;
         // Least recently used slot.
         let k = threads
             .iter()
@@ -464,7 +542,7 @@ fn thread_slot(threads: &mut [ThreadState; THREADS], tid: u32, tick: u64) -> &mu
         k
     });
     threads[k].last_used = tick;
-    &mut threads[k]
+    (k, fresh)
 }
 
 #[cfg(test)]
@@ -526,6 +604,38 @@ mod tests {
         let table = PageTable::new(n);
         let (faults, _) = walk(&pf, &table, (0..n).step_by(3));
         assert!(faults < n / 3 / 20, "stride 3: {faults}");
+    }
+
+    #[test]
+    fn requests_go_stale_once_the_thread_has_passed_their_pages() {
+        let n = 10_000;
+        let pf = Prefetcher::new(n, 64);
+        let table = PageTable::new(n);
+        let mut reqs = Vec::new();
+        for p in 100..103 {
+            reqs.extend_from_slice(pf.on_fault(&table, 1, p, false).as_slice());
+        }
+        let r = *reqs.first().expect("a stream started");
+        assert!(r.stream > 0 && r.first > 102);
+        assert!(!pf.passed(&r, r.first), "the thread is behind the window");
+        // The thread faults past the whole request (the mover fell behind).
+        let beyond = r.first + r.count + 5;
+        pf.on_fault(&table, 1, beyond, false);
+        assert!(pf.passed(&r, r.first) && pf.passed(&r, r.first + r.count - 1));
+        assert!(!pf.passed(&r, beyond + 1));
+        // Requests from no stream (explicit prefetch) never go stale.
+        let explicit = Request { stream: 0, ..r };
+        assert!(!pf.passed(&explicit, r.first));
+        // A backward stream: pages above the thread are passed.
+        let pf = Prefetcher::new(n, 64);
+        let mut reqs = Vec::new();
+        for p in [5000, 4999, 4998] {
+            reqs.extend_from_slice(pf.on_fault(&table, 2, p, false).as_slice());
+        }
+        let r = *reqs.first().expect("a backward stream started");
+        assert!(r.first + r.count <= 4998);
+        pf.on_fault(&table, 2, r.first - 3, false);
+        assert!(pf.passed(&r, r.first + r.count - 1));
     }
 
     #[test]

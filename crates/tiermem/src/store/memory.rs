@@ -56,7 +56,8 @@ impl FarStore for MemoryStore {
     }
 
     fn store(&self, offset: u64, src: MemRange<'_>) -> Result<(), StoreError> {
-        self.map.copy_in(offset as usize, src);
+        // Evicted data goes cold: stream it past the caches.
+        self.map.copy_in_streaming(offset as usize, src);
         Ok(())
     }
 

@@ -285,6 +285,13 @@ fn first_read_racing_a_first_write_loses_nothing() {
                 }
             });
         });
+        // wp-fault: how often the write landed between the zero page and
+        // its protection (the page is then published dirty).
+        eprintln!(
+            "{}: {} first writes raced a read zero-fill's protection",
+            dt.name(),
+            r.stats().zero_fill_races
+        );
         r.evict_all().unwrap();
         let lost: Vec<usize> = (0..pages)
             .filter(|&p| words[p * 512 + 1].load(Ordering::Relaxed) != p as u64 + 1)
