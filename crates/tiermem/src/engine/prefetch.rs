@@ -21,7 +21,7 @@
 //! Everything is allocation-free (fixed tables, results on the stack): it
 //! runs inside the SIGBUS handler.
 
-use crate::page::PageTable;
+use crate::page::{PageState, PageTable};
 use std::sync::atomic::{AtomicIsize, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
@@ -357,7 +357,8 @@ impl Prefetcher {
                 let d = p - h;
                 (d != 0 && d.abs() <= MAX_STRIDE && t.hist[..t.hlen].contains(&(h - d))).then_some(d)
             })
-            .min_by_key(|d| d.abs());
+            .min_by_key(|d| d.abs())
+            .map(|d| dense_stride(table, p, d));
         let stride = match (stride, advice) {
             (Some(s), _) => Some(s),
             (None, Some(Advice::Sequential)) => Some(1),
@@ -523,6 +524,33 @@ impl Prefetcher {
     }
 }
 
+/// The stride of a new stream whose faults show stride `d` ending at `p`:
+/// 1 (or -1) when every page between the last two faults is in near memory
+/// already. The thread then touches every page and only faults on every
+/// `d`-th because something else filled the rest (fault-around installs
+/// a cluster with each fault, so a sweep's faults land one cluster apart);
+/// a stream of stride `d` would prefetch one page in `d`, one install call
+/// each. Pages between real strided accesses are not resident.
+fn dense_stride(table: &PageTable, p: isize, d: isize) -> isize {
+    if d.abs() <= 1 {
+        return d;
+    }
+    let step = d.signum();
+    let mut q = p - d + step;
+    while q != p {
+        if q < 0
+            || !matches!(
+                table.load(q as usize).state(),
+                PageState::Clean | PageState::Dirty | PageState::Busy
+            )
+        {
+            return d;
+        }
+        q += step;
+    }
+    step
+}
+
 /// The slot of thread `tid`, and whether it was just (re)assigned to it.
 fn thread_slot(threads: &mut [ThreadState; THREADS], tid: u32, tick: u64) -> (usize, bool) {
     let mut fresh = false;
@@ -548,6 +576,7 @@ fn thread_slot(threads: &mut [ThreadState; THREADS], tid: u32, tick: u64) -> (us
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::page::PageWord;
 
     fn pages_of(r: &Requests) -> Vec<usize> {
         let mut v = Vec::new();
@@ -636,6 +665,33 @@ mod tests {
         assert!(r.first + r.count <= 4998);
         pf.on_fault(&table, 2, r.first - 3, false);
         assert!(pf.passed(&r, r.first + r.count - 1));
+    }
+
+    #[test]
+    fn faults_a_cluster_apart_over_resident_pages_start_a_dense_stream() {
+        // Fault-around fills 8 pages with each fault: a sweep faults on
+        // every 8th page, and the pages between are resident.
+        let n = 4096;
+        let pf = Prefetcher::new(n, 64);
+        let table = PageTable::new(n);
+        let resident = |p: usize| {
+            let w = table.load(p);
+            assert!(table.try_lock(p, w));
+            table.unlock(p, PageWord::new(PageState::Clean, false));
+        };
+        let mut reqs = Vec::new();
+        for p in [0, 8, 16] {
+            (p..p + 8).for_each(resident);
+            reqs.extend_from_slice(pf.on_fault(&table, 1, p, false).as_slice());
+        }
+        assert!(!reqs.is_empty() && reqs.iter().all(|r| r.stride == 1), "{reqs:?}");
+        // Real strided accesses (nothing resident between) keep their stride.
+        let pf = Prefetcher::new(n, 64);
+        let mut reqs = Vec::new();
+        for p in [1000, 1008, 1016] {
+            reqs.extend_from_slice(pf.on_fault(&table, 1, p, false).as_slice());
+        }
+        assert!(!reqs.is_empty() && reqs.iter().all(|r| r.stride == 8), "{reqs:?}");
     }
 
     #[test]
