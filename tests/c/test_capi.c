@@ -410,9 +410,13 @@ static void test_movers_prefetch_advice(void) {
       CHECK(bad == 0, "policy %d pass %d: %zu words wrong", policies[k], pass, bad);
     }
     struct tm_stats s = stats_of(r);
-    CHECK(s.mover_fills > 0 && s.prefetch_issued > 0 && s.prefetch_used > 0,
-          "movers prefetched: fills %llu issued %llu used %llu", (unsigned long long)s.mover_fills,
-          (unsigned long long)s.prefetch_issued, (unsigned long long)s.prefetch_used);
+    /* How many prefetched pages count as used depends on the machine's load
+     * (a thread that finds its mover behind fills the window itself), so
+     * the check is that the mover worked and wasted less than half. */
+    CHECK(s.mover_fills > 0 && s.prefetch_issued > 0 && s.prefetch_wasted * 2 < s.prefetch_issued,
+          "movers prefetched: fills %llu issued %llu used %llu wasted %llu",
+          (unsigned long long)s.mover_fills, (unsigned long long)s.prefetch_issued,
+          (unsigned long long)s.prefetch_used, (unsigned long long)s.prefetch_wasted);
     /* Advice and explicit prefetch by address. */
     CHECK(tm_advise(w, 4 * MiB, TM_ADVICE_DONTNEED) == TM_OK, "DONTNEED: %s", tm_last_error());
     CHECK(w[7] == mix(7), "DONTNEED keeps the data");
