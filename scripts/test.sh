@@ -93,6 +93,10 @@ target/release/tiermem stress --minutes "${TIERMEM_STRESS_MINUTES:-1}" --json ta
 inject="read:0.01,write:0.01,short:0.05,full:after=3000"
 pool_smoke /sys/kernel/mm/hugepages/hugepages-2048kB 64 \
     $T stress --seed 1795588121595989328 --only 49 --fault-inject "$inject"
+# Configuration 7 of seed 1795594765111041219 (4k, fault-around, handler
+# thread, memory store): a failed read of a fault-around cluster went
+# unreported (injected != reported) before the fix.
+$T stress --seed 1795594765111041219 --only 7 --fault-inject "$inject" >/dev/null
 pool_smoke /sys/kernel/mm/hugepages/hugepages-2048kB 64 \
     $T stress --minutes 0.5 --per-config 2 --json target/stress-inject.json --fault-inject "$inject"
 cargo build --locked --release -p tiermem-preload

@@ -344,10 +344,17 @@ impl RegionCore {
             let src = if far {
                 let r = self.store.fetch(off as u64, len, None);
                 timer.lap(Cost::Transfer);
-                // Not recorded: the pages stay far, and the demand fill of
-                // each (the faulting page's right after this) tries again
-                // and reports, once.
-                r.ok()
+                // The pages stay far and the demand fill of each (the
+                // faulting page's right after this) tries again; the failed
+                // read is reported like any other (io_errors and the error
+                // log), so that no store failure goes unseen.
+                match r {
+                    Ok(src) => Some(src),
+                    Err(e) => {
+                        self.store_failed(off as u64, super::errors::OP_READ, &e);
+                        None
+                    }
+                }
             } else {
                 Some(self.zeros.range(0, len))
             };
