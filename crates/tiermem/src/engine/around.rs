@@ -333,6 +333,7 @@ impl RegionCore {
             write_protect: !write,
             dont_wake: server == Server::InContext,
         };
+        let mut at_read_failed = false;
         let mut s = c.first;
         while s < c.end {
             let far = c.word(s).state() == PageState::Far;
@@ -344,14 +345,15 @@ impl RegionCore {
             let src = if far {
                 let r = self.store.fetch(off as u64, len, None);
                 timer.lap(Cost::Transfer);
-                // The pages stay far and the demand fill of each (the
-                // faulting page's right after this) tries again; the failed
-                // read is reported like any other (io_errors and the error
-                // log), so that no store failure goes unseen.
+                // Reported like any failed read (io_errors and the error
+                // log), once. The neighbours stay far, for their own demand
+                // fills to try again; the faulting page, if in this run, is
+                // poisoned below as a failed fill of it would be.
                 match r {
                     Ok(src) => Some(src),
-                    Err(e) => {
-                        self.store_failed(off as u64, super::errors::OP_READ, &e);
+                    Err(err) => {
+                        self.store_failed(off as u64, super::errors::OP_READ, &err);
+                        at_read_failed |= (s..e).contains(&c.at);
                         None
                     }
                 }
@@ -431,6 +433,10 @@ impl RegionCore {
                 self.release_slots(1);
                 self.pages.unlock(p, nw);
             }
+        }
+        if at_read_failed {
+            self.release_slots(1);
+            return Some(self.poison(c.at, w, server));
         }
         if !is_ok(c.at) {
             return None;
