@@ -3,6 +3,8 @@
 need_pkgs=()
 command -v cc >/dev/null 2>&1 || need_pkgs+=(gcc)
 command -v c++ >/dev/null 2>&1 || need_pkgs+=(g++)
+# NPB's own Makefiles (the NPB smoke test and `tiermem bench npb`).
+command -v make >/dev/null 2>&1 || need_pkgs+=(make)
 # The kernel-swap baseline and its tests: mkswap (util-linux), swapon,
 # swapoff, mount, umount (mount); they live in sbin, not always on PATH.
 have_tool() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ] || [ -x "/sbin/$1" ]; }

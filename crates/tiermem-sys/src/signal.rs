@@ -267,6 +267,20 @@ pub fn install_application_handler(kind: FaultSignalKind, callback: FaultCallbac
     Ok(())
 }
 
+/// Runs the callback stored in `slot` for a fault, or forwards the signal
+/// when none is installed or it was sent by kill()/tgkill() (si_code <= 0:
+/// never a fault of ours).
+fn dispatch(slot: &AtomicUsize, fault: SignalFault) -> Disposition {
+    let cb = slot.load(Ordering::Acquire);
+    if cb == 0 || fault.code <= 0 {
+        return Disposition::Forward;
+    }
+    // SAFETY: only `install` and `install_application_handler` store into
+    // the callback slots, always a FaultCallback.
+    let f: FaultCallback = unsafe { std::mem::transmute::<usize, FaultCallback>(cb) };
+    f(&fault)
+}
+
 extern "C" fn on_app_fault(signo: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     let kind = if signo == libc::SIGBUS {
         FaultSignalKind::Bus
@@ -276,20 +290,15 @@ extern "C" fn on_app_fault(signo: libc::c_int, info: *mut libc::siginfo_t, ctx: 
     // SAFETY: the kernel (or tiermem's router, passing the kernel's
     // arguments on) gives a valid siginfo for SA_SIGINFO handlers.
     let (addr, code) = unsafe { ((*info).si_addr() as usize, (*info).si_code) };
-    let cb = APP_CALLBACKS[kind.slot()].load(Ordering::Acquire);
-    let disposition = if cb != 0 && code > 0 {
-        // SAFETY: only `install_application_handler` stores into
-        // APP_CALLBACKS, always a FaultCallback.
-        let f: FaultCallback = unsafe { std::mem::transmute::<usize, FaultCallback>(cb) };
-        f(&SignalFault {
+    let disposition = dispatch(
+        &APP_CALLBACKS[kind.slot()],
+        SignalFault {
             kind,
             addr,
             code,
             write: false,
-        })
-    } else {
-        Disposition::Forward
-    };
+        },
+    );
     if disposition == Disposition::Forward {
         chain_to(libc::SIG_DFL, 0, signo, info, ctx, code <= 0);
     }
@@ -382,20 +391,15 @@ extern "C" fn on_fault(signo: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut
         let err = unsafe { (*(ctx as *const libc::ucontext_t)).uc_mcontext.gregs[libc::REG_ERR as usize] };
         err & 2 != 0
     };
-    let cb = CALLBACKS[kind.slot()].load(Ordering::Acquire);
-    // A signal sent by kill()/tgkill() (si_code <= 0) is never a fault of ours.
-    let disposition = if cb != 0 && code > 0 {
-        // SAFETY: only `install` stores into CALLBACKS, always a FaultCallback.
-        let f: FaultCallback = unsafe { std::mem::transmute::<usize, FaultCallback>(cb) };
-        f(&SignalFault {
+    let disposition = dispatch(
+        &CALLBACKS[kind.slot()],
+        SignalFault {
             kind,
             addr,
             code,
             write,
-        })
-    } else {
-        Disposition::Forward
-    };
+        },
+    );
     if disposition == Disposition::Forward {
         forward(kind, signo, info, ctx, code);
     }

@@ -506,12 +506,31 @@ fn pct(ratio: Option<f64>) -> String {
     ratio.map_or("-".into(), |r| format!("{:+.1}%", (r - 1.0) * 100.0))
 }
 
-fn benches_of(r: &Report, experiment: &str) -> Vec<(String, char, Variant, usize)> {
+/// A benchmark as the tables group runs: kernel, class, build, threads.
+type BenchKey = (String, char, Variant, usize);
+
+impl Row {
+    fn bench(&self) -> BenchKey {
+        (self.kernel.clone(), self.class, self.variant, self.threads)
+    }
+
+    /// Whether this is a run of `bench` in `experiment` and `config`.
+    fn of(&self, experiment: &str, bench: &BenchKey, config: &str) -> bool {
+        self.experiment == experiment
+            && self.kernel == bench.0
+            && self.class == bench.1
+            && self.variant == bench.2
+            && self.threads == bench.3
+            && self.config == config
+    }
+}
+
+fn benches_of(r: &Report, experiment: &str) -> Vec<BenchKey> {
     tiermem_workloads::report::first_seen(
         r.rows
             .iter()
             .filter(|x| x.experiment == experiment)
-            .map(|x| (x.kernel.clone(), x.class, x.variant, x.threads)),
+            .map(Row::bench),
     )
 }
 
@@ -525,13 +544,7 @@ fn label(k: &str, c: char, v: Variant) -> String {
 
 type Key = fn(&RunResult) -> Option<f64>;
 
-fn pages_table(
-    r: &Report,
-    pages: &[(String, char, Variant, usize)],
-    backings: &[String],
-    title: &str,
-    key: Key,
-) {
+fn pages_table(r: &Report, pages: &[BenchKey], backings: &[String], title: &str, key: Key) {
     let mut header: Vec<String> = vec!["benchmark".into(), "thr".into()];
     header.extend(backings.iter().map(|b| format!("{b} s")));
     header.extend(
@@ -544,21 +557,9 @@ fn pages_table(
     let hdr: Vec<&str> = header.iter().map(|s| s.as_str()).collect();
     let mut t = Table::new(&hdr);
     let mut speedups: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
-    for (k, c, v, thr) in pages {
-        let time = |b: &str| {
-            med(
-                &r.rows,
-                |x| {
-                    x.experiment == "pages"
-                        && &x.kernel == k
-                        && x.class == *c
-                        && x.variant == *v
-                        && x.threads == *thr
-                        && x.config == b
-                },
-                key,
-            )
-        };
+    for bench in pages {
+        let (k, c, v, thr) = bench;
+        let time = |b: &str| med(&r.rows, |x| x.of("pages", bench, b), key);
         let base = time("4k");
         let mut cells = vec![label(k, *c, *v), thr.to_string()];
         cells.extend(backings.iter().map(|b| fmt_s(time(b))));
@@ -618,17 +619,10 @@ fn print_tables(r: &Report, backings: &[String], modes: &[String]) {
         let hdr: Vec<&str> = header.iter().map(|s| s.as_str()).collect();
         let mut t = Table::new(&hdr);
         let mut ratios: BTreeMap<(u64, String), Vec<f64>> = BTreeMap::new();
-        for (k, c, v, thr) in &tiering {
+        for bench in &tiering {
+            let (k, c, v, _) = bench;
             for &p in &fractions {
-                let pick = |x: &Row, m: &str| {
-                    x.experiment == "tiering"
-                        && &x.kernel == k
-                        && x.class == *c
-                        && x.variant == *v
-                        && x.threads == *thr
-                        && x.config == m
-                        && x.near_percent == Some(p)
-                };
+                let pick = |x: &Row, m: &str| x.of("tiering", bench, m) && x.near_percent == Some(p);
                 let wall = |m: &str| med(&r.rows, |x| pick(x, m), RunResult::wall);
                 // Every run of the mode killed at the time limit: its time
                 // is at least the limit.
@@ -705,28 +699,17 @@ fn draw(r: &Report, path: &Path) -> Result<Vec<PathBuf>, String> {
     } else {
         RunResult::seconds
     };
-    for (k, c, v, thr) in benches_of(r, "pages") {
-        let time = |b: &str| {
-            med(
-                &r.rows,
-                |x| {
-                    x.experiment == "pages"
-                        && x.kernel == k
-                        && x.class == c
-                        && x.variant == v
-                        && x.threads == thr
-                        && x.config == b
-                },
-                key,
-            )
-        };
+    for bench in benches_of(r, "pages") {
+        let (k, c, v, thr) = &bench;
+        let (c, v, thr) = (*c, *v, *thr);
+        let time = |b: &str| med(&r.rows, |x| x.of("pages", &bench, b), key);
         for b in tiermem_workloads::report::first_seen(r.rows.iter().map(|x| x.config.as_str())) {
             if b == "4k" || r.rows.iter().all(|x| x.experiment != "pages" || x.config != b) {
                 continue;
             }
             if let Some(s) = time("4k").zip(time(b)).map(|(x, y)| x / y) {
                 bars.push(Bar {
-                    group: format!("{} {thr}t", label(&k, c, v)),
+                    group: format!("{} {thr}t", label(k, c, v)),
                     series: b.to_string(),
                     value: s,
                     upper: None,
@@ -757,14 +740,7 @@ fn draw(r: &Report, path: &Path) -> Result<Vec<PathBuf>, String> {
     {
         let plain = med(
             &r.rows,
-            |x| {
-                x.experiment == "tiering"
-                    && x.kernel == row.kernel
-                    && x.class == row.class
-                    && x.variant == row.variant
-                    && x.config == "plain"
-                    && x.near_percent == row.near_percent
-            },
+            |x| x.of("tiering", &row.bench(), "plain") && x.near_percent == row.near_percent,
             RunResult::wall,
         );
         if let Some(s) = plain.zip(row.result.wall()).map(|(p, w)| w / p) {

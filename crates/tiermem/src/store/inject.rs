@@ -265,6 +265,18 @@ impl InjectingStore {
     pub fn new(inner: Box<dyn FarStore>, inject: Arc<Injector>) -> InjectingStore {
         InjectingStore { inner, inject }
     }
+
+    /// An EIO read failure when the injector draws one.
+    fn injected_read_failure(&self, offset: u64, len: usize) -> Result<(), StoreError> {
+        if self.inject.fail_read() {
+            return Err(StoreError::Read {
+                offset,
+                len,
+                errno: Errno(libc::EIO),
+            });
+        }
+        Ok(())
+    }
 }
 
 impl FarStore for InjectingStore {
@@ -278,13 +290,7 @@ impl FarStore for InjectingStore {
         len: usize,
         staging: Option<&'a StagingSlot<'a>>,
     ) -> Result<MemRange<'a>, StoreError> {
-        if self.inject.fail_read() {
-            return Err(StoreError::Read {
-                offset,
-                len,
-                errno: Errno(libc::EIO),
-            });
-        }
+        self.injected_read_failure(offset, len)?;
         self.inner.fetch(offset, len, staging)
     }
 
@@ -302,13 +308,7 @@ impl FarStore for InjectingStore {
     }
 
     fn read_into(&self, offset: u64, len: usize, dst: &Mapping, dst_offset: usize) -> Result<(), StoreError> {
-        if self.inject.fail_read() {
-            return Err(StoreError::Read {
-                offset,
-                len,
-                errno: Errno(libc::EIO),
-            });
-        }
+        self.injected_read_failure(offset, len)?;
         self.inner.read_into(offset, len, dst, dst_offset)
     }
 
