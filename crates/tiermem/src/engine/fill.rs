@@ -434,10 +434,9 @@ impl RegionCore {
                 .discard(&ring.reg, &ring.map, (pos + done) * ps, (reserved - done) * ps);
         }
         ring.lock().release(pos, reserved, ring.cap);
-        // Moved pages are writable and cannot be installed write-protected;
-        // protecting them afterwards would leave a window in which a write
-        // goes unseen. The caller marks read-stream pages Dirty + VERIFY
-        // instead: eviction compares them with their far copy.
+        // Moved pages are writable and cannot be installed write-protected:
+        // the caller protects read-stream pages afterwards and checks for a
+        // write in between (see `install_run`).
         timer.lap(Cost::Pte);
         done
     }
@@ -659,6 +658,24 @@ impl RegionCore {
             }
             s = e;
         }
+        // Pages moved in for a read arrive writable (see `install_by_move`):
+        // protect them now, as a copy would have installed them. A write
+        // that landed before the protection took effect went unseen, so
+        // each page is then compared with its far copy, while both are
+        // still in the cache: an equal page is clean whatever happened (a
+        // write of the same bytes loses nothing), a different one was
+        // written and is published Dirty (the same reasoning as
+        // `zero_fill_wp`). Eviction then drops clean pages without reading
+        // them again, instead of comparing every page it evicts (VERIFY,
+        // the fallback should the protection fail).
+        let ps = self.page_bytes;
+        let protected = !write
+            && by_move > 0
+            && self
+                .uffd
+                .writeprotect(&self.reg, run[0].0 * ps, by_move * ps, true, false)
+                .is_ok();
+        timer.lap(Cost::Pte);
         let mut installed = 0;
         {
             let mut policy = self.policy();
@@ -671,8 +688,18 @@ impl RegionCore {
         for (k, &(p, w)) in run.iter().enumerate() {
             if ok[k] {
                 let mut next = if !write && k < by_move {
-                    // Moved in writable: dirty until proven otherwise.
-                    PageWord::new(PageState::Dirty, w.far_valid()).with_verify()
+                    if !protected {
+                        // Writable: dirty until eviction proves otherwise.
+                        PageWord::new(PageState::Dirty, w.far_valid()).with_verify()
+                    } else if self.unchanged(p, w, self.mapping.range(p * ps, ps)) {
+                        PageWord::new(PageState::Clean, w.far_valid())
+                    } else {
+                        // Written before it was protected: a protected Dirty
+                        // page would fail kernel-mode writes, so unprotect.
+                        self.stats.zero_fill_races.fetch_add(1, Ordering::Relaxed);
+                        let _ = self.uffd.writeprotect(&self.reg, p * ps, ps, false, false);
+                        PageWord::new(PageState::Dirty, w.far_valid())
+                    }
                 } else {
                     self.filled_state(write, w)
                 };
