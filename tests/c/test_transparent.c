@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/personality.h>
 #include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -265,6 +266,33 @@ static int run_status(char **argv, char **env) {
   return st;
 }
 
+/* test_transparent exec-noaslr (run with address randomisation off, as
+ * gdb and setarch -R run programs): tiered memory of every kind, then
+ * preloaded shells, which get the same layout as this process, so their C
+ * library sits where this process's does and their data where its static
+ * arrays are. They must install their SIGSYS handler before anything of
+ * theirs can trap. Exit 0 when all went well. */
+static int noaslr_children(void) {
+  extern char **environ;
+  char *heap = malloc(8 * MIB);
+  fill((uint64_t *)heap, MIB, 63);
+  fill(static_array, STATIC_WORDS, 64);
+  fill(static_data, STATIC_WORDS, 65);
+  char *sh[] = {"/bin/sh", "-c", "exit 7", NULL};
+  int bad = 0;
+  for (int k = 0; k < 4; k++) {
+    int st = run_status(sh, environ);
+    if (!(WIFEXITED(st) && WEXITSTATUS(st) == 7)) {
+      if (!bad) fprintf(stderr, "sh without address randomisation: status %#x\n", st);
+      bad++;
+    }
+  }
+  int st = system("exit 3");
+  if (st != 3 << 8) fprintf(stderr, "system() without address randomisation: status %#x\n", st), bad++;
+  bad += bad_words((uint64_t *)heap, MIB, 63) != 0 || bad_words(static_array, STATIC_WORDS, 64) != 0;
+  return bad ? 1 : 0;
+}
+
 static void test_exec(void) {
   extern char **environ;
   /* Tiered memory of every kind this process traps: the heap (in the
@@ -311,6 +339,16 @@ static void test_exec(void) {
     bad += !(WIFEXITED(st) && WEXITSTATUS(st) == 7);
   }
   CHECK(bad == 0, "preloaded shells failed (%d)", bad);
+  /* A tiered process without address randomisation, running shells. */
+  int persona = personality(0xffffffff);
+  if (persona != -1 && personality(persona | ADDR_NO_RANDOMIZE) != -1) {
+    char *noaslr[] = {"/proc/self/exe", "exec-noaslr", NULL};
+    st = run_status(noaslr, environ);
+    personality(persona);
+    CHECK(st == 0, "preloaded shells without address randomisation: status %#x", st);
+  } else {
+    fprintf(stderr, "note: cannot turn address randomisation off; that part is skipped\n");
+  }
   CHECK(bad_words((uint64_t *)heap, MIB, 61) == 0 && bad_words(static_array, STATIC_WORDS, 62) == 0,
         "parent data changed");
   free(plain);
@@ -382,6 +420,7 @@ static const struct test_case cases[] = {
  * LD_PRELOAD included, is inherited); test_transparent CASE: one case. */
 int main(int argc, char **argv) {
   if (argc >= 2 && strcmp(argv[1], "read-into") == 0) return read_into(argc - 2, argv + 2);
+  if (argc == 2 && strcmp(argv[1], "exec-noaslr") == 0) return noaslr_children();
   if (argc == 2) {
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
       if (strcmp(argv[1], cases[k].name) == 0) cases[k].run();

@@ -29,8 +29,13 @@
 //! such a call takes effect when the call returns).
 //!
 //! Filters cannot be removed, and they are inherited across `fork` and
-//! `execve`: a child that maps nothing in the window never notices; a child
-//! that does and has no SIGSYS handler for it is killed by SIGSYS. Loading
+//! `execve`, handlers only across `fork`: a program image with no SIGSYS
+//! handler (or with SIGSYS blocked) is killed by a trap. So a filter traps
+//! only calls made from the C library of the image that loaded it
+//! ([`call_sites`]), which other images do not share (their libraries sit
+//! at other, randomised addresses), and [`serve_inherited`] lets a new
+//! image that may share the layout (address randomisation off) run an
+//! inherited trap unchanged from its first instruction on. Loading
 //! a filter needs `CAP_SYS_ADMIN` or the no-new-privileges bit, which is
 //! then set for the process and its children (setuid programs they run do
 //! not gain privileges).
@@ -422,7 +427,14 @@ pub fn installed() -> Option<Window> {
     *INSTALLED.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Whether this image's SIGSYS handler is in (by [`install`] or
+/// [`serve_inherited`]); guarded by INSTALLED's lock.
+static HANDLER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 fn install_handler() -> Result<(), TrapError> {
+    if HANDLER.load(Ordering::Relaxed) {
+        return Ok(());
+    }
     // SAFETY: a zeroed sigaction is a valid empty action.
     let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
     sa.sa_sigaction = on_sigsys as *const () as usize;
@@ -440,7 +452,35 @@ fn install_handler() -> Result<(), TrapError> {
         });
     }
     let _ = PREVIOUS.set(old);
+    HANDLER.store(true, Ordering::Relaxed);
     Ok(())
+}
+
+/// For a program image that may have inherited tiermem's filter from the
+/// image that ran it (filters survive `execve`, handlers do not): when the
+/// process is under a seccomp filter, places the trampoline at
+/// `trampoline_at` and installs the SIGSYS handler now, before this image
+/// maps anything, so that a call an inherited filter traps is run
+/// unchanged instead of killing the process. A later [`install`] makes the
+/// same handler serve this image's own tiered memory. Does nothing without
+/// a filter. Meant for a library's constructor (the preload library's):
+/// the inherited filters trap only calls of their own image's C library,
+/// so this matters when two images share a layout (address randomisation
+/// off: gdb, `setarch -R`), where the new image's C library sits where the
+/// old one's did.
+pub fn serve_inherited(trampoline_at: usize) -> Result<(), TrapError> {
+    // SAFETY: prctl with plain integer arguments; 2 is SECCOMP_MODE_FILTER.
+    if unsafe { libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0) } != 2 {
+        return Ok(());
+    }
+    let g = INSTALLED.lock().unwrap_or_else(|p| p.into_inner());
+    if g.is_some() {
+        return Ok(());
+    }
+    // The fixed trampoline is what every tiermem filter lets through
+    // (filters of older builds trap calls from any other code).
+    place_trampoline(trampoline_at)?;
+    install_handler()
 }
 
 /// A BPF program under construction, with forward jumps to labels.
@@ -643,7 +683,7 @@ extern "C" fn on_sigsys(signo: libc::c_int, info: *mut libc::siginfo_t, ctx: *mu
     // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
     let (code, data) = unsafe { ((*info).si_code, (*info).si_errno as u32) };
     let cb = CALLBACK.load(Ordering::Acquire);
-    if code == uapi::SYS_SECCOMP && data == TRAP_DATA && cb != 0 && !ctx.is_null() {
+    if code == uapi::SYS_SECCOMP && data == TRAP_DATA && !ctx.is_null() {
         // SAFETY: ctx is the interrupted thread's ucontext for SA_SIGINFO.
         let uc = unsafe { &mut *(ctx.cast::<libc::ucontext_t>()) };
         let g = &uc.uc_mcontext.gregs;
@@ -658,9 +698,17 @@ extern "C" fn on_sigsys(signo: libc::c_int, info: *mut libc::siginfo_t, ctx: *mu
         // SAFETY: a seccomp SIGSYS carries the call number.
         let nr = unsafe { si_syscall(info) };
         let mut call = TrappedSyscall { nr, args, ctx: uc };
-        // SAFETY: only `install` stores into CALLBACK, always a TrapCallback.
-        let f: TrapCallback = unsafe { std::mem::transmute::<usize, TrapCallback>(cb) };
-        f(&mut call);
+        if cb == 0 {
+            // A filter inherited from the image that ran this one trapped
+            // it (serve_inherited): nothing of this image is tiered yet.
+            let r = call.execute(nr, args, true);
+            call.set_result(r);
+        } else {
+            // SAFETY: only `install` stores into CALLBACK, always a
+            // TrapCallback.
+            let f: TrapCallback = unsafe { std::mem::transmute::<usize, TrapCallback>(cb) };
+            f(&mut call);
+        }
     } else {
         forward(signo, info, ctx);
     }

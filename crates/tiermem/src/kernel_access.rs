@@ -107,6 +107,16 @@ pub(crate) fn active(mode: KernelAccess) -> bool {
     )
 }
 
+/// Makes a kernel-access filter inherited from the program image that ran
+/// this one harmless (its trap is run unchanged) before this image maps
+/// anything: for the preload library's constructor. See
+/// `tiermem_sys::seccomp::serve_inherited`.
+pub fn serve_inherited_traps() {
+    if let Err(e) = seccomp::serve_inherited(TRAMPOLINE_AT) {
+        eprintln!("tiermem: warning: cannot serve an inherited kernel-access trap ({e})");
+    }
+}
+
 /// A buffer prepared for a system call that reads or writes it in kernel
 /// mode (see [`pin_buffer`]); released on drop.
 pub struct PinnedBuffer {
