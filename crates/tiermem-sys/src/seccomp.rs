@@ -265,7 +265,9 @@ const PF_X: u32 = 1;
 /// segments of the loaded objects that define `read`, `fread`, `recvfrom`,
 /// `getrandom`, `write`, `syscall`, ... (glibc's `libc.so.6`; `libpthread`
 /// too before glibc 2.34; the executable itself when the C library is
-/// linked in statically). Empty if none is found (the filters then trap
+/// linked in statically), and of the objects named like a C library
+/// (`libc.so.*`, `libpthread.so.*`, musl's), in case another library wraps
+/// those functions. Empty if none is found (the filters then trap
 /// calls from any code). Computed once per image.
 ///
 /// Only calls made from there are trapped: every `read`, `fread`, `recv`,
@@ -338,7 +340,25 @@ unsafe extern "C" fn visit_object(
                 && (base + p.p_vaddr..base + p.p_vaddr + p.p_memsz).contains(&(t as u64))
         })
     };
-    if search.targets.iter().any(|&t| holds(t)) {
+    // By name too: another preloaded library that wraps `read` (an I/O
+    // tracer) makes the targets its own, but the C library still makes the
+    // calls.
+    let is_libc = !info.dlpi_name.is_null() && {
+        // SAFETY: the loader's NUL-terminated path of this object.
+        let path = unsafe { std::ffi::CStr::from_ptr(info.dlpi_name) }.to_bytes();
+        let file = path.rsplit(|&b| b == b'/').next().unwrap_or(path);
+        [
+            "libc.so",
+            "libc-2.",
+            "libpthread.so",
+            "libpthread-",
+            "libc.musl",
+            "ld-musl",
+        ]
+        .iter()
+        .any(|p| file.starts_with(p.as_bytes()))
+    };
+    if is_libc || search.targets.iter().any(|&t| holds(t)) {
         for p in phdrs
             .iter()
             .filter(|p| p.p_type == PT_LOAD && p.p_flags & PF_X != 0)
