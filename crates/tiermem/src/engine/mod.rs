@@ -249,8 +249,13 @@ impl RegionCore {
             None
         };
         let movers = (config.movers > 0).then(|| MoverShared::new(budget));
-        let prefetcher =
-            (config.movers > 0 && config.prefetch).then(|| Prefetcher::new(pages, config.prefetch_max_pages));
+        // Windows are capped by the budget (`prefetch::BUDGET_SHARE`).
+        let prefetcher = (config.movers > 0 && config.prefetch).then(|| {
+            Prefetcher::new(
+                pages,
+                config.prefetch_max_pages.min(budget / prefetch::BUDGET_SHARE),
+            )
+        });
         let around = if RegionCore::around_enabled(&config) {
             Some(around::FaultAround::new(pages)?)
         } else {

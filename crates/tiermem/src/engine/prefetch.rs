@@ -69,8 +69,15 @@ const MAX_STRIDE: isize = 64;
 pub(crate) const INITIAL_DEPTH: usize = 16;
 const ADVICE_SLOTS: usize = 16;
 /// The most pages a thread that caught up with the movers fills itself, up
-/// to its stream's trigger (see `detect`).
+/// to its stream's trigger (see `detect`); never more than the largest
+/// window.
 pub(crate) const CATCH_UP: usize = 64;
+/// The largest window is at most this share of the near budget (1/16):
+/// a window of hundreds of pages over a budget of a few hundred evicts the
+/// working set to make room for pages the thread may never reach (NPB's
+/// SP.W at a 700-page budget: 512-page windows, 6% of prefetched pages
+/// used, twice the evictions of no prefetch at all).
+pub(crate) const BUDGET_SHARE: usize = 16;
 
 /// Where a stream's thread is, readable without the detector's lock.
 #[derive(Default)]
@@ -145,6 +152,8 @@ pub(crate) struct Prefetcher {
     progress: Box<[Progress]>,
     pages: usize,
     max_depth: usize,
+    /// `CATCH_UP`, or the largest window if smaller.
+    catch_up: usize,
     cap: AtomicUsize,
     pub(crate) issued: AtomicU64,
     pub(crate) used: AtomicU64,
@@ -180,6 +189,7 @@ impl Prefetcher {
             }),
             pages,
             max_depth,
+            catch_up: CATCH_UP.min(max_depth),
             cap: AtomicUsize::new(max_depth),
             issued: AtomicU64::new(0),
             used: AtomicU64::new(0),
@@ -321,7 +331,7 @@ impl Prefetcher {
             // trigger stays missing, so the next window still fires.
             if p != s.trigger {
                 let ahead = (s.trigger - p) / s.stride - 1;
-                let n = (ahead.max(0) as usize).min(CATCH_UP);
+                let n = (ahead.max(0) as usize).min(self.catch_up);
                 if n > 0 {
                     let last = p + n as isize * s.stride;
                     let (first, stride) = if s.stride < 0 {
@@ -460,7 +470,7 @@ impl Prefetcher {
         let cap = self.cap.load(Ordering::Relaxed);
         let next = if ratio > 0.25 {
             self.shrinks.fetch_add(1, Ordering::Relaxed);
-            (cap / 2).max(INITIAL_DEPTH)
+            (cap / 2).max(INITIAL_DEPTH.min(self.max_depth))
         } else if ratio < 0.05 {
             (cap * 2).min(self.max_depth)
         } else {
