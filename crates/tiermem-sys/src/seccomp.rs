@@ -29,8 +29,13 @@
 //! such a call takes effect when the call returns).
 //!
 //! Filters cannot be removed, and they are inherited across `fork` and
-//! `execve`: a child that maps nothing in the window never notices; a child
-//! that does and has no SIGSYS handler for it is killed by SIGSYS. Loading
+//! `execve`, handlers only across `fork`: a program image with no SIGSYS
+//! handler (or with SIGSYS blocked) is killed by a trap. So a filter traps
+//! only calls made from the C library of the image that loaded it
+//! ([`call_sites`]), which other images do not share (their libraries sit
+//! at other, randomised addresses), and [`serve_inherited`] lets a new
+//! image that may share the layout (address randomisation off) run an
+//! inherited trap unchanged from its first instruction on. Loading
 //! a filter needs `CAP_SYS_ADMIN` or the no-new-privileges bit, which is
 //! then set for the process and its children (setuid programs they run do
 //! not gain privileges).
@@ -249,6 +254,124 @@ fn place_trampoline(at: usize) -> Result<u64, TrapError> {
     Ok((at + (ret - start)) as u64)
 }
 
+/// The code ranges whose calls the filters of this image trap (see
+/// [`call_sites`]).
+static SITES: OnceLock<Vec<(u64, u64)>> = OnceLock::new();
+
+const PT_LOAD: u32 = 1;
+const PF_X: u32 = 1;
+
+/// Where this image's C library makes its system calls: the executable
+/// segments of the loaded objects that define `read`, `fread`, `recvfrom`,
+/// `getrandom`, `write`, `syscall`, ... (glibc's `libc.so.6`; `libpthread`
+/// too before glibc 2.34; the executable itself when the C library is
+/// linked in statically), and of the objects named like a C library
+/// (`libc.so.*`, `libpthread.so.*`, musl's), in case another library wraps
+/// those functions. Empty if none is found (the filters then trap
+/// calls from any code). Computed once per image.
+///
+/// Only calls made from there are trapped: every `read`, `fread`, `recv`,
+/// `getrandom`, ... of the program and of its libraries, but not a raw
+/// `syscall` instruction elsewhere (a static Go binary, a JIT), which meets
+/// a non-resident page with `EFAULT` as without tiermem. And not the calls
+/// of another program image: the filters outlive `execve`, and a program
+/// the process runs next (a shell, any tool) has its C library at other,
+/// randomised addresses.
+pub fn call_sites() -> &'static [(u64, u64)] {
+    SITES.get_or_init(|| {
+        // The definitions, both as the linker resolved them for this
+        // library and as the dynamic linker finds them by name (a non-PIE
+        // executable may hold a canonical PLT entry for the former).
+        let mut targets: Vec<usize> = vec![
+            libc::read as *const () as usize,
+            libc::pread64 as *const () as usize,
+            libc::fread as *const () as usize,
+            libc::recvfrom as *const () as usize,
+            libc::getrandom as *const () as usize,
+            libc::write as *const () as usize,
+            libc::syscall as *const () as usize,
+        ];
+        for name in [c"read", c"fread", c"recvfrom", c"write", c"syscall"] {
+            // SAFETY: a NUL-terminated name; RTLD_DEFAULT searches the
+            // global scope.
+            let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
+            if !p.is_null() {
+                targets.push(p as usize);
+            }
+        }
+        let mut search = SiteSearch {
+            targets,
+            found: Vec::new(),
+        };
+        // SAFETY: the callback only reads the loader's program headers
+        // for the duration of each call; `search` outlives the iteration.
+        unsafe {
+            libc::dl_iterate_phdr(Some(visit_object), (&mut search as *mut SiteSearch).cast());
+        }
+        search.found
+    })
+}
+
+struct SiteSearch {
+    targets: Vec<usize>,
+    found: Vec<(u64, u64)>,
+}
+
+/// `dl_iterate_phdr` callback: adds the executable segments of an object
+/// that holds one of the targets.
+unsafe extern "C" fn visit_object(
+    info: *mut libc::dl_phdr_info,
+    _size: libc::size_t,
+    data: *mut libc::c_void,
+) -> libc::c_int {
+    // SAFETY: `data` is the SiteSearch passed to dl_iterate_phdr, and
+    // `info` the loader's description of one object, valid for this call.
+    let (search, info) = unsafe { (&mut *data.cast::<SiteSearch>(), &*info) };
+    if info.dlpi_phdr.is_null() {
+        return 0;
+    }
+    // SAFETY: the loader's program headers of this object.
+    let phdrs = unsafe { std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) };
+    let base = info.dlpi_addr;
+    let holds = |t: usize| {
+        phdrs.iter().any(|p| {
+            p.p_type == PT_LOAD
+                && p.p_flags & PF_X != 0
+                && (base + p.p_vaddr..base + p.p_vaddr + p.p_memsz).contains(&(t as u64))
+        })
+    };
+    // By name too: another preloaded library that wraps `read` (an I/O
+    // tracer) makes the targets its own, but the C library still makes the
+    // calls.
+    let is_libc = !info.dlpi_name.is_null() && {
+        // SAFETY: the loader's NUL-terminated path of this object.
+        let path = unsafe { std::ffi::CStr::from_ptr(info.dlpi_name) }.to_bytes();
+        let file = path.rsplit(|&b| b == b'/').next().unwrap_or(path);
+        [
+            "libc.so",
+            "libc-2.",
+            "libpthread.so",
+            "libpthread-",
+            "libc.musl",
+            "ld-musl",
+        ]
+        .iter()
+        .any(|p| file.starts_with(p.as_bytes()))
+    };
+    if is_libc || search.targets.iter().any(|&t| holds(t)) {
+        for p in phdrs
+            .iter()
+            .filter(|p| p.p_type == PT_LOAD && p.p_flags & PF_X != 0)
+        {
+            let r = (base + p.p_vaddr, base + p.p_vaddr + p.p_memsz);
+            if !search.found.contains(&r) {
+                search.found.push(r);
+            }
+        }
+    }
+    0
+}
+
 static CALLBACK: AtomicUsize = AtomicUsize::new(0);
 static PREVIOUS: OnceLock<libc::sigaction> = OnceLock::new();
 static INSTALLED: Mutex<Option<Window>> = Mutex::new(None);
@@ -296,7 +419,7 @@ pub fn install(
     }
     let ip = place_trampoline(trampoline_at)?;
     install_handler()?;
-    load(&filter(&[(window.lo, window.hi)], ip, rules))?;
+    load(&filter(&[(window.lo, window.hi)], ip, call_sites(), rules))?;
     *g = Some(window);
     Ok(())
 }
@@ -316,7 +439,7 @@ pub fn add_ranges(ranges: &[(u64, u64)], rules: &[TrapRule]) -> Result<(), TrapE
     }
     let ret = std::ptr::addr_of!(tiermem_trap_syscall_return) as usize;
     let ip = (at + (ret - tiermem_trap_syscall6 as *const () as usize)) as u64;
-    load(&filter(ranges, ip, rules))
+    load(&filter(ranges, ip, call_sites(), rules))
 }
 
 /// The window trapped in this process, if any.
@@ -324,7 +447,14 @@ pub fn installed() -> Option<Window> {
     *INSTALLED.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Whether this image's SIGSYS handler is in (by [`install`] or
+/// [`serve_inherited`]); guarded by INSTALLED's lock.
+static HANDLER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 fn install_handler() -> Result<(), TrapError> {
+    if HANDLER.load(Ordering::Relaxed) {
+        return Ok(());
+    }
     // SAFETY: a zeroed sigaction is a valid empty action.
     let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
     sa.sa_sigaction = on_sigsys as *const () as usize;
@@ -342,7 +472,35 @@ fn install_handler() -> Result<(), TrapError> {
         });
     }
     let _ = PREVIOUS.set(old);
+    HANDLER.store(true, Ordering::Relaxed);
     Ok(())
+}
+
+/// For a program image that may have inherited tiermem's filter from the
+/// image that ran it (filters survive `execve`, handlers do not): when the
+/// process is under a seccomp filter, places the trampoline at
+/// `trampoline_at` and installs the SIGSYS handler now, before this image
+/// maps anything, so that a call an inherited filter traps is run
+/// unchanged instead of killing the process. A later [`install`] makes the
+/// same handler serve this image's own tiered memory. Does nothing without
+/// a filter. Meant for a library's constructor (the preload library's):
+/// the inherited filters trap only calls of their own image's C library,
+/// so this matters when two images share a layout (address randomisation
+/// off: gdb, `setarch -R`), where the new image's C library sits where the
+/// old one's did.
+pub fn serve_inherited(trampoline_at: usize) -> Result<(), TrapError> {
+    // SAFETY: prctl with plain integer arguments; 2 is SECCOMP_MODE_FILTER.
+    if unsafe { libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0) } != 2 {
+        return Ok(());
+    }
+    let g = INSTALLED.lock().unwrap_or_else(|p| p.into_inner());
+    if g.is_some() {
+        return Ok(());
+    }
+    // The fixed trampoline is what every tiermem filter lets through
+    // (filters of older builds trap calls from any other code).
+    place_trampoline(trampoline_at)?;
+    install_handler()
 }
 
 /// A BPF program under construction, with forward jumps to labels.
@@ -399,10 +557,43 @@ impl Asm {
     }
 }
 
+/// Emits a test of the 64-bit word at `lo_off` (low half) and `lo_off + 4`
+/// (high half) of `seccomp_data` against each of `ranges`: jumps to `hit`
+/// when it lies in one, falls through otherwise.
+fn in_ranges(a: &mut Asm, lo_off: u32, ranges: &[(u64, u64)], hit: usize) {
+    let hi_off = lo_off + 4;
+    for &(lo, hi) in ranges {
+        let (lh, ll, hh, hl) = ((lo >> 32) as u32, lo as u32, (hi >> 32) as u32, hi as u32);
+        let (next, upper) = (a.label(), a.label());
+        // x >= lo: x.hi > lo.hi, or x.hi == lo.hi and x.lo >= lo.lo.
+        a.stmt(uapi::BPF_LD_W_ABS, hi_off);
+        a.jump(uapi::BPF_JMP_JGT_K, lh, Some(upper), None);
+        a.jump(uapi::BPF_JMP_JEQ_K, lh, None, Some(next));
+        a.stmt(uapi::BPF_LD_W_ABS, lo_off);
+        a.jump(uapi::BPF_JMP_JGE_K, ll, Some(upper), Some(next));
+        // x < hi: x.hi < hi.hi, or x.hi == hi.hi and x.lo < hi.lo.
+        a.here(upper);
+        a.stmt(uapi::BPF_LD_W_ABS, hi_off);
+        a.jump(uapi::BPF_JMP_JGT_K, hh, Some(next), None);
+        a.jump(uapi::BPF_JMP_JEQ_K, hh, None, Some(hit));
+        a.stmt(uapi::BPF_LD_W_ABS, lo_off);
+        a.jump(uapi::BPF_JMP_JGE_K, hl, Some(next), Some(hit));
+        a.here(next);
+    }
+}
+
 /// The filter: `rules`' calls trap when their buffer argument lies in one
-/// of `ranges`, unless made from the trampoline (whose `syscall` returns
-/// to `ip`); a 64-bit comparison done on the two halves of the argument.
-fn filter(ranges: &[(u64, u64)], ip: u64, rules: &[TrapRule]) -> Vec<SockFilter> {
+/// of `ranges` and the call is made from one of `sites` (the C library's
+/// code in the image that loads the filter; any code when `sites` is
+/// empty), unless made from the trampoline (whose `syscall` returns to
+/// `ip`); 64-bit comparisons done on the two halves.
+///
+/// `sites` is what keeps other program images safe: the filter outlives
+/// `execve`, and a program the process runs next (a shell, any tool) that
+/// has no SIGSYS handler for it, or none yet, would be killed by a trap.
+/// Its own C library sits elsewhere (the addresses are randomised per
+/// image), so its calls are never trapped, whatever its buffers.
+fn filter(ranges: &[(u64, u64)], ip: u64, sites: &[(u64, u64)], rules: &[TrapRule]) -> Vec<SockFilter> {
     let mut a = Asm {
         code: Vec::new(),
         fixups: Vec::new(),
@@ -426,39 +617,28 @@ fn filter(ranges: &[(u64, u64)], ip: u64, rules: &[TrapRule]) -> Vec<SockFilter>
     // Classic BPF jumps only forward: each argument check ends in its own
     // returns.
     for (k, &l) in args.iter().enumerate() {
-        let hi_off = uapi::SECCOMP_DATA_ARGS + 8 * k as u32 + 4;
-        let lo_off = hi_off - 4;
+        let arg_off = uapi::SECCOMP_DATA_ARGS + 8 * k as u32;
         a.here(l);
         // The trampoline's calls always run.
-        let not_ours = a.label();
+        let (not_ours, pass, trap) = (a.label(), a.label(), a.label());
         a.stmt(uapi::BPF_LD_W_ABS, uapi::SECCOMP_DATA_IP);
         a.jump(uapi::BPF_JMP_JEQ_K, ip as u32, None, Some(not_ours));
         a.stmt(uapi::BPF_LD_W_ABS, uapi::SECCOMP_DATA_IP + 4);
-        let pass = a.label();
         a.jump(uapi::BPF_JMP_JEQ_K, (ip >> 32) as u32, Some(pass), None);
         a.here(not_ours);
-        for &(lo, hi) in ranges {
-            let (lh, ll, hh, hl) = ((lo >> 32) as u32, lo as u32, (hi >> 32) as u32, hi as u32);
-            let (next, upper, trap) = (a.label(), a.label(), a.label());
-            // x >= lo: x.hi > lo.hi, or x.hi == lo.hi and x.lo >= lo.lo.
-            a.stmt(uapi::BPF_LD_W_ABS, hi_off);
-            a.jump(uapi::BPF_JMP_JGT_K, lh, Some(upper), None);
-            a.jump(uapi::BPF_JMP_JEQ_K, lh, None, Some(next));
-            a.stmt(uapi::BPF_LD_W_ABS, lo_off);
-            a.jump(uapi::BPF_JMP_JGE_K, ll, Some(upper), Some(next));
-            // x < hi: x.hi < hi.hi, or x.hi == hi.hi and x.lo < hi.lo.
-            a.here(upper);
-            a.stmt(uapi::BPF_LD_W_ABS, hi_off);
-            a.jump(uapi::BPF_JMP_JGT_K, hh, Some(next), None);
-            a.jump(uapi::BPF_JMP_JEQ_K, hh, None, Some(trap));
-            a.stmt(uapi::BPF_LD_W_ABS, lo_off);
-            a.jump(uapi::BPF_JMP_JGE_K, hl, Some(next), Some(trap));
-            a.here(trap);
-            a.stmt(uapi::BPF_RET_K, uapi::SECCOMP_RET_TRAP | TRAP_DATA);
-            a.here(next);
+        // Calls made from anywhere but this image's C library run.
+        if !sites.is_empty() {
+            let from_libc = a.label();
+            in_ranges(&mut a, uapi::SECCOMP_DATA_IP, sites, from_libc);
+            // An unsigned A >= 0: always taken.
+            a.jump(uapi::BPF_JMP_JGE_K, 0, Some(pass), None);
+            a.here(from_libc);
         }
+        in_ranges(&mut a, arg_off, ranges, trap);
         a.here(pass);
         a.stmt(uapi::BPF_RET_K, uapi::SECCOMP_RET_ALLOW);
+        a.here(trap);
+        a.stmt(uapi::BPF_RET_K, uapi::SECCOMP_RET_TRAP | TRAP_DATA);
     }
     a.finish()
 }
@@ -523,7 +703,7 @@ extern "C" fn on_sigsys(signo: libc::c_int, info: *mut libc::siginfo_t, ctx: *mu
     // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
     let (code, data) = unsafe { ((*info).si_code, (*info).si_errno as u32) };
     let cb = CALLBACK.load(Ordering::Acquire);
-    if code == uapi::SYS_SECCOMP && data == TRAP_DATA && cb != 0 && !ctx.is_null() {
+    if code == uapi::SYS_SECCOMP && data == TRAP_DATA && !ctx.is_null() {
         // SAFETY: ctx is the interrupted thread's ucontext for SA_SIGINFO.
         let uc = unsafe { &mut *(ctx.cast::<libc::ucontext_t>()) };
         let g = &uc.uc_mcontext.gregs;
@@ -538,9 +718,17 @@ extern "C" fn on_sigsys(signo: libc::c_int, info: *mut libc::siginfo_t, ctx: *mu
         // SAFETY: a seccomp SIGSYS carries the call number.
         let nr = unsafe { si_syscall(info) };
         let mut call = TrappedSyscall { nr, args, ctx: uc };
-        // SAFETY: only `install` stores into CALLBACK, always a TrapCallback.
-        let f: TrapCallback = unsafe { std::mem::transmute::<usize, TrapCallback>(cb) };
-        f(&mut call);
+        if cb == 0 {
+            // A filter inherited from the image that ran this one trapped
+            // it (serve_inherited): nothing of this image is tiered yet.
+            let r = call.execute(nr, args, true);
+            call.set_result(r);
+        } else {
+            // SAFETY: only `install` stores into CALLBACK, always a
+            // TrapCallback.
+            let f: TrapCallback = unsafe { std::mem::transmute::<usize, TrapCallback>(cb) };
+            f(&mut call);
+        }
     } else {
         forward(signo, info, ctx);
     }
@@ -606,7 +794,7 @@ mod tests {
             (0x7_ffff_f000, 0x8_0000_1000),
         ];
         let ip = 0x10ff_ffe0_0019;
-        let p = filter(&ranges, ip, &rules);
+        let p = filter(&ranges, ip, &[], &rules);
         let trap = uapi::SECCOMP_RET_TRAP | TRAP_DATA;
         let read = |buf: u64| run(&p, libc::SYS_read, 0x1234, [3, buf, 10, 0, 0, 0]);
         for (lo, hi) in ranges {
@@ -627,7 +815,7 @@ mod tests {
             uapi::SECCOMP_RET_ALLOW
         );
         // And the window.
-        let w = filter(&[(0x1100_0000_0000, 0x5100_0000_0000)], ip, &rules);
+        let w = filter(&[(0x1100_0000_0000, 0x5100_0000_0000)], ip, &[], &rules);
         assert_eq!(
             run(&w, libc::SYS_read, 0, [0, 0x1100_0000_0000, 1, 0, 0, 0]),
             trap
@@ -647,6 +835,67 @@ mod tests {
     }
 
     #[test]
+    fn only_calls_from_the_c_library_trap() {
+        let rules = [
+            TrapRule {
+                nr: libc::SYS_read,
+                buffer_arg: 1,
+            },
+            TrapRule {
+                nr: libc::SYS_getrandom,
+                buffer_arg: 0,
+            },
+        ];
+        let window = (0x1100_0000_0000, 0x5100_0000_0000);
+        let statics = (0x5555_5555_8000, 0x5555_5655_8000);
+        // Two text segments (glibc before 2.34: libc and libpthread), one
+        // straddling a 4 GiB boundary.
+        let sites = [
+            (0x7f12_3450_0000, 0x7f12_3468_0000),
+            (0x7f12_ffff_f000, 0x7f13_0000_1000),
+        ];
+        let ip = 0x10ff_ffe0_0019;
+        let p = filter(&[window, statics], ip, &sites, &rules);
+        let trap = uapi::SECCOMP_RET_TRAP | TRAP_DATA;
+        let allow = uapi::SECCOMP_RET_ALLOW;
+        let read = |from: u64, buf: u64| run(&p, libc::SYS_read, from, [3, buf, 10, 0, 0, 0]);
+        for &(lo, hi) in &sites {
+            for from in [lo, lo + 2, hi - 1] {
+                assert_eq!(read(from, window.0), trap, "{from:#x}");
+                assert_eq!(read(from, statics.1 - 1), trap, "{from:#x}");
+                assert_eq!(read(from, 0x7ffc_0000_0000), allow, "{from:#x}");
+                assert_eq!(
+                    run(&p, libc::SYS_getrandom, from, [window.0 + 64, 8, 0, 0, 0, 0]),
+                    trap
+                );
+            }
+            // Another image's code: its own C library, its executable.
+            for from in [lo - 1, hi, 0x5555_5555_5000, 0x7f99_0000_1234, 0x1500_0000_0000] {
+                assert_eq!(read(from, window.0), allow, "{from:#x}");
+                assert_eq!(read(from, statics.0), allow, "{from:#x}");
+                assert_eq!(
+                    run(&p, libc::SYS_getrandom, from, [window.0 + 64, 8, 0, 0, 0, 0]),
+                    allow
+                );
+            }
+        }
+        // The trampoline's calls run.
+        assert_eq!(read(ip, window.0), allow);
+    }
+
+    #[test]
+    fn this_images_c_library_is_found() {
+        let sites = call_sites();
+        assert!(!sites.is_empty());
+        let inside = |f: usize| sites.iter().any(|&(lo, hi)| (lo..hi).contains(&(f as u64)));
+        assert!(inside(libc::read as *const () as usize));
+        assert!(inside(libc::fread as *const () as usize));
+        // Not this crate's code: a raw system call from it is not the C
+        // library's.
+        assert!(!inside(call_sites as *const () as usize));
+    }
+
+    #[test]
     fn filter_jumps_resolve() {
         let w = Window {
             lo: 0x1100_0000_0000,
@@ -655,6 +904,7 @@ mod tests {
         let p = filter(
             &[(w.lo, w.hi)],
             0x10ff_ffe0_0000,
+            &[(0x7f00_0000_0000, 0x7f00_0020_0000)],
             &[
                 TrapRule {
                     nr: libc::SYS_read,

@@ -136,6 +136,7 @@ pub fn run_tiered(
     ));
     region.reset_stats();
     let tlb0 = tiermem_sys::interrupts::tlb_shootdowns();
+    let cpu0 = w.cpu_time();
     let t = Instant::now();
     let iter_seconds = iterate(
         &mut region.as_mut_slice::<f64>()[..2 * n * n],
@@ -147,6 +148,7 @@ pub fn run_tiered(
         },
     );
     let seconds = t.elapsed().as_secs_f64();
+    let app_cpu_ns = w.cpu_time().saturating_sub(cpu0).as_nanos() as u64;
     let tlb = tiermem_sys::interrupts::tlb_shootdowns() - tlb0;
     region.settle();
     let s = region.stats();
@@ -205,6 +207,9 @@ pub fn run_tiered(
         ],
         mover_fills: s.mover_fills,
         inline_evictions: s.inline_evictions,
+        app_cpu_ns,
+        waits_in_flight: s.waits_in_flight,
+        wait_in_flight_ns: s.wait_in_flight_ns,
         eviction_pauses: s.eviction_pauses,
         ..Default::default()
     })
@@ -670,6 +675,35 @@ pub fn table(r: &StencilResult) -> String {
                         parts.join(", ")
                     );
                 }
+            }
+            if o.movers == 0 && o.app_cpu_ns > 0 {
+                s += &format!(
+                    "{} ({} thr): application threads: {:.2} s CPU\n",
+                    o.mode,
+                    o.threads,
+                    o.app_cpu_ns as f64 / 1e9
+                );
+            }
+            if o.movers > 0 {
+                // Where the application threads' time in tiermem went (wall
+                // clock): their own fills and evictions, and waiting for
+                // pages the movers had in flight.
+                let own: u64 = o.cost_ns.iter().map(|c| c.1).sum();
+                let parts: Vec<String> = o
+                    .cost_ns
+                    .iter()
+                    .map(|(c, v)| format!("{c} {:.2}", *v as f64 / 1e9))
+                    .collect();
+                s += &format!(
+                    "{} ({} thr): application threads: {:.2} s CPU; in tiermem {:.2} s filling and evicting themselves ({}), {:.2} s waiting for {} pages in flight (wall clock)\n",
+                    o.mode,
+                    o.threads,
+                    o.app_cpu_ns as f64 / 1e9,
+                    own as f64 / 1e9,
+                    parts.join(", "),
+                    o.wait_in_flight_ns as f64 / 1e9,
+                    o.waits_in_flight
+                );
             }
             if o.prefetch_issued > 0 {
                 s += &format!(

@@ -139,6 +139,16 @@ pub struct StencilOutcome {
     pub mover_fills: u64,
     /// Pages evicted by faulting threads themselves.
     pub inline_evictions: u64,
+    /// CPU time of the application threads over the timed iterations, ns
+    /// (tiered modes): compute plus their own fills, evictions and waits.
+    #[serde(default)]
+    pub app_cpu_ns: u64,
+    /// Times application threads waited for a page in flight.
+    #[serde(default)]
+    pub waits_in_flight: u64,
+    /// Wall time those waits took, ns.
+    #[serde(default)]
+    pub wait_in_flight_ns: u64,
     /// Times movers paused asynchronous eviction (scattered victims).
     pub eviction_pauses: u64,
     /// Time per cost category spent by movers, ns.
@@ -239,6 +249,15 @@ impl Workers {
             tids,
             cpus: pinned,
         }
+    }
+
+    /// The workers' CPU time so far, summed (user + system: their own
+    /// faults and fills included).
+    pub fn cpu_time(&self) -> std::time::Duration {
+        self.pool
+            .broadcast(|_| tiermem_sys::thread::thread_cpu_time())
+            .into_iter()
+            .sum()
     }
 
     /// Thread ids by worker index.

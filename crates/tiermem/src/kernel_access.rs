@@ -6,10 +6,13 @@
 //! can be raised and the call fails with `EFAULT`. So in-context regions
 //! are placed in a window of the address space ([`WINDOW`]), and a seccomp
 //! filter traps the system calls that move data between the kernel and a
-//! buffer in that window ([`RULES`]). The SIGSYS handler asks the fault
-//! router to pin the buffer (the pages are brought in, made writable for a
-//! call that writes them, and kept from eviction), runs the call under the
-//! program's own signal mask, unpins, and returns the call's result.
+//! buffer in that window ([`RULES`]) when the C library of this program
+//! image makes them (no other image, which inherits the filter but not its
+//! handler, is ever trapped: `tiermem_sys::seccomp::call_sites`). The
+//! SIGSYS handler asks the fault router to pin the buffer (the pages are
+//! brought in, made writable for a call that writes them, and kept from
+//! eviction), runs the call under the program's own signal mask, unpins,
+//! and returns the call's result.
 //!
 //! Calls that do not touch the window cost nothing but the filter's few
 //! instructions; a trapped call costs about a signal delivery more (~2.5 us
@@ -20,9 +23,9 @@
 //! Not covered (they fail with `EFAULT` on a page that is not resident, as
 //! without tiermem's help): calls that take buffers through an `iovec` or a
 //! message header (`readv`, `recvmsg`, ...; the interposers of the preload
-//! library serve those), asynchronous I/O (`io_uring`, `aio`), other
-//! processes reading this one's memory (`process_vm_readv` from outside,
-//! `/proc/PID/mem`).
+//! library serve those), raw system calls made outside the C library,
+//! asynchronous I/O (`io_uring`, `aio`), other processes reading this
+//! one's memory (`process_vm_readv` from outside, `/proc/PID/mem`).
 
 use crate::config::KernelAccess;
 use std::collections::BTreeMap;
@@ -102,6 +105,16 @@ pub(crate) fn active(mode: KernelAccess) -> bool {
             }
         },
     )
+}
+
+/// Makes a kernel-access filter inherited from the program image that ran
+/// this one harmless (its trap is run unchanged) before this image maps
+/// anything: for the preload library's constructor. See
+/// `tiermem_sys::seccomp::serve_inherited`.
+pub fn serve_inherited_traps() {
+    if let Err(e) = seccomp::serve_inherited(TRAMPOLINE_AT) {
+        eprintln!("tiermem: warning: cannot serve an inherited kernel-access trap ({e})");
+    }
 }
 
 /// A buffer prepared for a system call that reads or writes it in kernel

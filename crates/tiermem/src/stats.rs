@@ -164,6 +164,8 @@ pub(crate) struct Stats {
     pub(crate) wp_faults: AtomicU64,
     pub(crate) spurious: AtomicU64,
     pub(crate) waits: AtomicU64,
+    /// Wall time threads spent waiting for pages in flight (`waits`).
+    pub(crate) wait_ns: AtomicU64,
     pub(crate) evictions: AtomicU64,
     pub(crate) evict_calls: AtomicU64,
     pub(crate) write_backs: AtomicU64,
@@ -213,6 +215,7 @@ impl Stats {
             wp_faults: AtomicU64::new(0),
             spurious: AtomicU64::new(0),
             waits: AtomicU64::new(0),
+            wait_ns: AtomicU64::new(0),
             evictions: AtomicU64::new(0),
             evict_calls: AtomicU64::new(0),
             write_backs: AtomicU64::new(0),
@@ -286,6 +289,7 @@ impl Stats {
             &self.wp_faults,
             &self.spurious,
             &self.waits,
+            &self.wait_ns,
             &self.evictions,
             &self.evict_calls,
             &self.write_backs,
@@ -351,6 +355,7 @@ impl Stats {
             faults_write_protect: ld(&self.wp_faults),
             faults_spurious: ld(&self.spurious),
             waits_in_flight: ld(&self.waits),
+            wait_in_flight_ns: ld(&self.wait_ns),
             evictions: ld(&self.evictions),
             evict_calls: ld(&self.evict_calls),
             write_backs: ld(&self.write_backs),
@@ -495,6 +500,9 @@ pub struct RegionStats {
     pub faults_spurious: u64,
     /// Times a fault waited for a page in flight.
     pub waits_in_flight: u64,
+    /// Wall time those waits took, ns: what application threads lose to
+    /// pages a mover (or another thread) is still filling or evicting.
+    pub wait_in_flight_ns: u64,
     /// Pages evicted.
     pub evictions: u64,
     /// Unmap calls issued for evictions (each can cost a TLB shootdown).
@@ -533,7 +541,8 @@ pub struct RegionStats {
     pub eviction_pauses: u64,
     /// What the mover threads did, and what it cost them.
     pub mover: MoverWork,
-    /// wp-fault read zero-fills that found the zero page written by another
+    /// wp-fault read installs in two steps (the zero page, or a frame moved
+    /// in by `install = move`) that found the page written by another
     /// thread before it was write-protected (published Dirty instead).
     pub zero_fill_races: u64,
     /// THP regions: 2 MiB blocks collapsed into a huge page after a fill.

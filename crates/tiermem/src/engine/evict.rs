@@ -470,40 +470,48 @@ impl RegionCore {
         let ps = self.page_bytes;
         let n = run.len();
         let first = run[0].0;
-        let mut st = ring.lock();
-        // Make room: release frames at the head (back to the kernel) when
-        // the ring has fewer holes than the run needs.
-        while ring.cap - st.frames < n {
-            let (pos, avail) = st.frames_run(ring.cap);
-            let release = avail.min(n - (ring.cap - st.frames));
-            if release == 0 {
-                break;
+        // One eviction at a time works on the ring's holes; an application
+        // thread does not wait for a mover's turn (the classic path).
+        let Some(_turn) = ring.evict_turn(super::mover::on_mover()) else {
+            return self.evict_run(run, bufs, timer);
+        };
+        let (mut at, mut holes) = {
+            let mut st = ring.lock();
+            // Make room: give the newest frames back to the kernel when the
+            // ring has fewer holes than the run needs (never those a fill is
+            // working on).
+            while ring.cap - st.frames < n {
+                let (pos, spare) = st.spare_run(ring.cap);
+                let release = spare.min(n - (ring.cap - st.frames));
+                if release == 0 {
+                    break;
+                }
+                if self
+                    .uffd
+                    .discard(&ring.reg, &ring.map, (pos + spare - release) * ps, release * ps)
+                    .is_err()
+                {
+                    break;
+                }
+                st.dropped(release);
             }
-            if self
-                .uffd
-                .discard(&ring.reg, &ring.map, pos * ps, release * ps)
-                .is_err()
-            {
-                break;
-            }
-            st.took(release, ring.cap);
-        }
-        // Move the run out, in at most two pieces (the ring wraps).
+            st.holes(ring.cap)
+        };
+        timer.lap(Cost::LockList);
+        // Move the run out into the holes past the tail, in at most two
+        // pieces (the ring wraps). No fill looks at holes, and they count
+        // as frames only once written back (see `FrameRing`).
         let pos_of = &mut bufs.pos_of[..n];
         let mut moved = 0;
-        while moved < n {
-            let (pos, holes) = st.holes_run(ring.cap);
-            let k = holes.min(n - moved);
-            if k == 0 {
-                break;
-            }
+        while moved < n && holes > 0 {
+            let k = holes.min(ring.cap - at).min(n - moved);
             let mut done = 0;
             while done < k {
                 let r = self.uffd.move_out(
                     &self.reg,
                     (first + moved + done) * ps,
                     &ring.reg,
-                    (pos + done) * ps,
+                    (at + done) * ps,
                     (k - done) * ps,
                 );
                 match r {
@@ -517,10 +525,11 @@ impl RegionCore {
                 self.stats.mover_unmap_calls.fetch_add(1, Ordering::Relaxed);
             }
             for j in 0..done {
-                pos_of[moved + j] = pos + j;
+                pos_of[moved + j] = at + j;
             }
-            st.filled(done, ring.cap);
             moved += done;
+            at = (at + done) % ring.cap;
+            holes -= done;
             if done < k {
                 break;
             }
@@ -568,7 +577,9 @@ impl RegionCore {
             }
             s = e;
         }
-        drop(st);
+        // The frames hold data now (written back, or copied back into the
+        // region after a failed write-back): fills may take them.
+        ring.lock().filled(moved);
         timer.lap(Cost::Transfer);
         let evicted = failed[..moved].iter().filter(|&&f| !f).count();
         self.publish_eviction(&run[..moved], &dirty[..moved], &failed[..moved]);
@@ -584,7 +595,7 @@ impl RegionCore {
     /// Whether a `Dirty` page marked VERIFY is still equal to its far copy
     /// (or to zeros if it was never stored). `data` is the page, read where
     /// no writer can change it (unmapped, or write-protected).
-    fn unchanged(&self, page: usize, w: PageWord, data: tiermem_sys::mm::MemRange<'_>) -> bool {
+    pub(super) fn unchanged(&self, page: usize, w: PageWord, data: tiermem_sys::mm::MemRange<'_>) -> bool {
         if w.far_valid() {
             self.store.same_as((page * self.page_bytes) as u64, data) == Some(true)
         } else {

@@ -13,6 +13,11 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use tiermem_sys::uffd::{CopyMode, Resolved, UffdError};
 
+/// Pages per run a mover fills (one install call each): short enough that
+/// a thread that catches up with the mover waits ~30 us for a run at most,
+/// long enough that the calls cost little (~0.05 us per page here).
+const MOVER_RUN: usize = 64;
+
 /// How long a fault keeps trying to free a near slot while every resident
 /// page is busy before it gives up and fails the access.
 const STUCK_LIMIT: Duration = Duration::from_secs(10);
@@ -362,15 +367,22 @@ impl RegionCore {
         0
     }
 
-    /// Mover fill by frame recycling: copies the data of a run of owned
-    /// pages into ring frames and moves them into place. Returns how many
+    /// Fill by frame recycling: copies the data of a run of owned pages
+    /// into ring frames and moves them into place. Returns how many
     /// leading pages of `run` were installed (the rest, if any, are left
-    /// for UFFDIO_COPY: the ring ran short or the store failed).
+    /// for UFFDIO_COPY: the ring ran short or the store failed). Several
+    /// threads may fill from the ring at once (see `FrameRing`).
     fn install_by_move(&self, ring: &FrameRing, run: &[(usize, PageWord)], timer: &mut FaultTimer) -> usize {
         let ps = self.page_bytes;
-        let mut st = ring.lock();
-        let (pos, avail) = st.frames_run(ring.cap);
-        let mut k = avail.min(run.len());
+        let (pos, reserved) = {
+            let mut st = ring.lock();
+            let (pos, avail) = st.free_run(ring.cap);
+            let k = avail.min(run.len());
+            st.reserve(k);
+            (pos, k)
+        };
+        let mut k = reserved;
+        timer.lap(Cost::LockList);
         // Bring the data into the frames.
         let mut s = 0;
         while s < k {
@@ -395,9 +407,6 @@ impl RegionCore {
             s = e;
         }
         timer.lap(Cost::Transfer);
-        if k == 0 {
-            return 0;
-        }
         // Move the frames into the region.
         let dst = run[0].0 * ps;
         let mut done = 0;
@@ -415,12 +424,19 @@ impl RegionCore {
                 _ => break,
             }
         }
-        st.took(done, ring.cap);
-        drop(st);
-        // Moved pages are writable and cannot be installed write-protected;
-        // protecting them afterwards would leave a window in which a write
-        // goes unseen. The caller marks read-stream pages Dirty + VERIFY
-        // instead: eviction compares them with their far copy.
+        if done < reserved {
+            // Frames the kernel would not move: give them back to the
+            // kernel, so that their positions are holes like the others.
+            // Should that fail too, an eviction's move into them fails
+            // later and takes the classic path.
+            let _ = self
+                .uffd
+                .discard(&ring.reg, &ring.map, (pos + done) * ps, (reserved - done) * ps);
+        }
+        ring.lock().release(pos, reserved, ring.cap);
+        // Moved pages are writable and cannot be installed write-protected:
+        // the caller protects read-stream pages afterwards and checks for a
+        // write in between (see `install_run`).
         timer.lap(Cost::Pte);
         done
     }
@@ -445,35 +461,75 @@ impl RegionCore {
             None => (&mut small.owned, &mut small.ok),
         };
         let max_run = self.max_run.min(owned.len());
+        // A mover fills in short runs, so that a thread that catches up
+        // with it waits for one short run at most (and then fills ahead of
+        // it itself: see `Requests::inline`) instead of for a long run and
+        // the eviction that made room for it.
+        let run_len = if super::mover::on_mover() {
+            MOVER_RUN.min(max_run)
+        } else {
+            max_run
+        };
         let limit = self.pages.len();
+        let page_at = |k: usize| {
+            let p = r.first as isize + k as isize * r.stride;
+            (p >= 0 && (p as usize) < limit).then_some(p as usize)
+        };
         let mut k = 0;
         while k < r.count {
-            // Lock a run of consecutive pages that need filling.
-            let mut n = 0;
-            while k < r.count && n < max_run {
-                let p = r.first as isize + k as isize * r.stride;
-                if p < 0 || p as usize >= limit {
+            // Skip what needs no filling (resident, in flight, or passed by
+            // the stream's thread), then count the run that follows.
+            while k < r.count {
+                let Some(p) = page_at(k) else {
                     k = r.count;
                     break;
+                };
+                if matches!(self.pages.load(p).state(), PageState::Untouched | PageState::Far)
+                    && !(prefetch && self.stale(r, p))
+                {
+                    break;
                 }
-                let p = p as usize;
-                if n > 0 && p != owned[n - 1].0 + 1 {
+                k += 1;
+            }
+            let mut want = 0;
+            while k + want < r.count && want < run_len {
+                let Some(p) = page_at(k + want) else { break };
+                if want > 0 && p != page_at(k + want - 1).map_or(usize::MAX, |q| q + 1) {
                     break; // runs are contiguous in memory
                 }
-                let w = self.pages.load(p);
-                if prefetch && self.stale(r, p) {
-                    k += 1;
-                    if n > 0 {
-                        break;
-                    }
-                    continue;
+                let fillable = matches!(self.pages.load(p).state(), PageState::Untouched | PageState::Far)
+                    && !(prefetch && self.prefetcher.as_ref().is_some_and(|pf| pf.passed(r, p)));
+                if !fillable {
+                    break;
                 }
+                want += 1;
+            }
+            if want == 0 {
+                k += 1; // changed under us: leave it to its fault
+                continue;
+            }
+            // Make room before taking the pages: they stay Busy only while
+            // their data moves, not while victims are written back.
+            let slots = self.reserve_up_to(want, &mut timer);
+            if slots == 0 {
+                break; // eviction failed: the rest stays for demand faults
+            }
+            // Lock the run (pages another thread took meanwhile end it).
+            let mut n = 0;
+            while k < r.count && n < slots {
+                let Some(p) = page_at(k) else {
+                    k = r.count;
+                    break;
+                };
+                if n > 0 && p != owned[n - 1].0 + 1 {
+                    break;
+                }
+                let w = self.pages.load(p);
                 if !matches!(w.state(), PageState::Untouched | PageState::Far) || !self.pages.try_lock(p, w) {
-                    k += 1;
-                    if n > 0 {
-                        break;
+                    if n == 0 {
+                        k += 1;
                     }
-                    continue;
+                    break;
                 }
                 owned[n] = (p, w);
                 n += 1;
@@ -482,6 +538,7 @@ impl RegionCore {
             if n > 0 {
                 filled += self.install_run(&owned[..n], ok, r.write, prefetch, staging, &mut timer);
             }
+            self.release_slots(slots - n);
         }
         // A faulting thread's catch-up fill is its own cost, not a mover's.
         if super::mover::on_mover() {
@@ -544,9 +601,10 @@ impl RegionCore {
         }
     }
 
-    /// Installs a run of owned, consecutive, non-resident pages with as few
-    /// UFFDIO_COPY calls as possible. Pages it cannot fill are handed back
-    /// unchanged. Returns pages installed.
+    /// Installs a run of owned, consecutive, non-resident pages, for which
+    /// the caller reserved a near slot each, with as few install calls as
+    /// possible. Pages it cannot fill are handed back unchanged (with their
+    /// slots). Returns pages installed.
     fn install_run(
         &self,
         run: &[(usize, PageWord)],
@@ -556,11 +614,6 @@ impl RegionCore {
         staging: Option<&StagingSlot<'_>>,
         timer: &mut FaultTimer,
     ) -> usize {
-        let got = self.reserve_up_to(run.len(), timer);
-        for &(p, w) in &run[got..] {
-            self.pages.unlock(p, w);
-        }
-        let run = &run[..got];
         let ok = &mut ok[..run.len()];
         ok.iter_mut().for_each(|x| *x = false);
         let by_move = match &self.ring {
@@ -605,6 +658,24 @@ impl RegionCore {
             }
             s = e;
         }
+        // Pages moved in for a read arrive writable (see `install_by_move`):
+        // protect them now, as a copy would have installed them. A write
+        // that landed before the protection took effect went unseen, so
+        // each page is then compared with its far copy, while both are
+        // still in the cache: an equal page is clean whatever happened (a
+        // write of the same bytes loses nothing), a different one was
+        // written and is published Dirty (the same reasoning as
+        // `zero_fill_wp`). Eviction then drops clean pages without reading
+        // them again, instead of comparing every page it evicts (VERIFY,
+        // the fallback should the protection fail).
+        let ps = self.page_bytes;
+        let protected = !write
+            && by_move > 0
+            && self
+                .uffd
+                .writeprotect(&self.reg, run[0].0 * ps, by_move * ps, true, false)
+                .is_ok();
+        timer.lap(Cost::Pte);
         let mut installed = 0;
         {
             let mut policy = self.policy();
@@ -617,8 +688,18 @@ impl RegionCore {
         for (k, &(p, w)) in run.iter().enumerate() {
             if ok[k] {
                 let mut next = if !write && k < by_move {
-                    // Moved in writable: dirty until proven otherwise.
-                    PageWord::new(PageState::Dirty, w.far_valid()).with_verify()
+                    if !protected {
+                        // Writable: dirty until eviction proves otherwise.
+                        PageWord::new(PageState::Dirty, w.far_valid()).with_verify()
+                    } else if self.unchanged(p, w, self.mapping.range(p * ps, ps)) {
+                        PageWord::new(PageState::Clean, w.far_valid())
+                    } else {
+                        // Written before it was protected: a protected Dirty
+                        // page would fail kernel-mode writes, so unprotect.
+                        self.stats.zero_fill_races.fetch_add(1, Ordering::Relaxed);
+                        let _ = self.uffd.writeprotect(&self.reg, p * ps, ps, false, false);
+                        PageWord::new(PageState::Dirty, w.far_valid())
+                    }
                 } else {
                     self.filled_state(write, w)
                 };

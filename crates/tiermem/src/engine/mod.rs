@@ -337,8 +337,12 @@ impl RegionCore {
 
     /// Waits (counted) until page `i`, in transition, is published.
     pub(crate) fn wait_page(&self, i: usize) {
-        self.stats.waits.fetch_add(1, Ordering::Relaxed);
+        let t = std::time::Instant::now();
         self.pages.wait_not_busy(i);
+        self.stats.waits.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .wait_ns
+            .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
     }
 
     /// Serves a fault at `addr` (in the region) for thread `tid`.

@@ -14,7 +14,22 @@
 //!
 //! Layout: positions `[head, head + frames)` (mod `cap`) hold frames, the
 //! others are holes. Fills take frames at the head, evictions fill holes at
-//! the tail. The ring's mapping is registered with the region's
+//! the tail.
+//!
+//! Concurrency: the state lock guards the bookkeeping only; data moves
+//! outside it. Fills reserve frames from the head on (`reserved`: the
+//! first `reserved` positions from the head are taken by fills in
+//! progress, or already moved into the region) and mark them done when
+//! their pages are in the region; the head advances over done positions,
+//! so fills may finish in any order and several run at once (a mover and
+//! faulting threads). Evictions take turns (`evict_turn`): one works on the
+//! holes past the tail, which no fill looks at, and counts them as frames
+//! (`filled`) only once their data is written back. So a thread that fills
+//! never waits for a mover's write-back, nor for another fill. Application
+//! threads only try for an eviction turn: a busy one sends them to the
+//! classic path instead of making them wait for a mover.
+//!
+//! The ring's mapping is registered with the region's
 //! userfaultfd (the kernel moves pages only into ranges registered with the
 //! same descriptor), so a hole must never be touched: every access goes
 //! through the positions the state says hold frames. The ring is populated
@@ -35,36 +50,87 @@ pub(crate) struct FrameRing {
     pub(crate) reg: Registration,
     pub(crate) cap: usize,
     state: Mutex<RingState>,
+    evict: Mutex<()>,
 }
 
 /// Where the frames are.
 pub(crate) struct RingState {
     pub(crate) head: usize,
     pub(crate) frames: usize,
+    /// Positions from the head taken by fills (in progress, or done and
+    /// waiting for the head to pass them).
+    pub(crate) reserved: usize,
+    /// Per position: a fill moved its frame out (a hole the head has not
+    /// passed yet).
+    done: Box<[bool]>,
 }
 
 impl RingState {
-    /// The contiguous frames at the head: (position, count).
-    pub(crate) fn frames_run(&self, cap: usize) -> (usize, usize) {
-        (self.head, self.frames.min(cap - self.head))
+    fn new(cap: usize) -> RingState {
+        RingState {
+            head: 0,
+            frames: cap,
+            reserved: 0,
+            done: vec![false; cap].into_boxed_slice(),
+        }
     }
 
-    /// The contiguous holes at the tail: (position, count).
-    pub(crate) fn holes_run(&self, cap: usize) -> (usize, usize) {
-        let tail = (self.head + self.frames) % cap;
-        (tail, (cap - self.frames).min(cap - tail))
+    /// The contiguous frames no fill has taken, from the first one:
+    /// (position, count).
+    pub(crate) fn free_run(&self, cap: usize) -> (usize, usize) {
+        let start = (self.head + self.reserved) % cap;
+        (start, (self.frames - self.reserved).min(cap - start))
     }
 
-    /// `n` frames left the head.
-    pub(crate) fn took(&mut self, n: usize, cap: usize) {
-        debug_assert!(n <= self.frames);
-        self.head = (self.head + n) % cap;
+    /// A fill takes the `n` frames `free_run` named first.
+    pub(crate) fn reserve(&mut self, n: usize) {
+        debug_assert!(self.reserved + n <= self.frames);
+        self.reserved += n;
+    }
+
+    /// A fill is done with the `n` positions from `pos` it reserved: their
+    /// frames are in the region (or given back to the kernel). The head
+    /// passes every done position it reaches.
+    pub(crate) fn release(&mut self, pos: usize, n: usize, cap: usize) {
+        for j in 0..n {
+            self.done[(pos + j) % cap] = true;
+        }
+        while self.reserved > 0 && self.done[self.head] {
+            self.done[self.head] = false;
+            self.head = (self.head + 1) % cap;
+            self.frames -= 1;
+            self.reserved -= 1;
+        }
+    }
+
+    /// The first hole past the tail, and how many holes there are (they
+    /// wrap around the ring).
+    pub(crate) fn holes(&self, cap: usize) -> (usize, usize) {
+        ((self.head + self.frames) % cap, cap - self.frames)
+    }
+
+    /// The newest frames no fill has taken, contiguous, at the end of the
+    /// frames: (position, count). An eviction short of holes gives these
+    /// back to the kernel.
+    pub(crate) fn spare_run(&self, cap: usize) -> (usize, usize) {
+        let spare = self.frames - self.reserved;
+        let end = self.head + self.frames;
+        if end <= cap {
+            (end - spare, spare)
+        } else {
+            let n = spare.min(end - cap);
+            (end - cap - n, n)
+        }
+    }
+
+    /// `n` frames at the end of the frames (see `spare_run`) left.
+    pub(crate) fn dropped(&mut self, n: usize) {
+        debug_assert!(n <= self.frames - self.reserved);
         self.frames -= n;
     }
 
     /// `n` holes at the tail became frames.
-    pub(crate) fn filled(&mut self, n: usize, cap: usize) {
-        debug_assert!(self.frames + n <= cap);
+    pub(crate) fn filled(&mut self, n: usize) {
         self.frames += n;
     }
 }
@@ -88,16 +154,26 @@ impl FrameRing {
             map,
             reg,
             cap: pages,
-            state: Mutex::new(RingState {
-                head: 0,
-                frames: pages,
-            }),
+            state: Mutex::new(RingState::new(pages)),
+            evict: Mutex::new(()),
         })
     }
 
-    /// Locks the ring for one fill or eviction.
+    /// Locks the ring's bookkeeping (briefly: no data moves under it).
     pub(crate) fn lock(&self) -> MutexGuard<'_, RingState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The turn of one eviction; with `wait` false, None if another has it.
+    pub(crate) fn evict_turn(&self, wait: bool) -> Option<MutexGuard<'_, ()>> {
+        if wait {
+            return Some(self.evict.lock().unwrap_or_else(|p| p.into_inner()));
+        }
+        match self.evict.try_lock() {
+            Ok(g) => Some(g),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
     }
 }
 
@@ -106,20 +182,58 @@ mod tests {
     use super::*;
 
     #[test]
-    fn frames_and_holes_stay_contiguous_modulo_wrap() {
+    fn fills_finish_in_any_order_and_the_head_follows() {
         let cap = 8;
-        let mut s = RingState { head: 0, frames: 8 };
-        assert_eq!(s.frames_run(cap), (0, 8));
-        assert_eq!(s.holes_run(cap).1, 0);
-        s.took(5, cap);
-        assert_eq!((s.head, s.frames), (5, 3));
-        assert_eq!(s.frames_run(cap), (5, 3));
-        assert_eq!(s.holes_run(cap), (0, 5));
-        s.filled(4, cap);
-        assert_eq!(s.holes_run(cap), (4, 1));
-        s.took(3, cap); // head wraps to 0
+        let mut s = RingState::new(cap);
+        assert_eq!(s.free_run(cap), (0, 8));
+        assert_eq!(s.holes(cap).1, 0);
+        // Two fills: 0..3 and 3..5.
+        s.reserve(3);
+        assert_eq!(s.free_run(cap), (3, 5));
+        s.reserve(2);
+        // The second finishes first: no hole yet (the head waits at 0).
+        s.release(3, 2, cap);
+        assert_eq!((s.head, s.frames, s.reserved), (0, 8, 5));
+        assert_eq!(s.holes(cap).1, 0);
+        s.release(0, 3, cap);
+        assert_eq!((s.head, s.frames, s.reserved), (5, 3, 0));
+        assert_eq!(s.holes(cap), (0, 5));
+        // An eviction fills 4 holes; a fill wraps past the end.
+        s.filled(4);
+        assert_eq!(s.free_run(cap), (5, 3));
+        s.reserve(3);
+        assert_eq!(s.free_run(cap), (0, 4));
+        s.release(5, 3, cap);
         assert_eq!((s.head, s.frames), (0, 4));
-        assert_eq!(s.frames_run(cap), (0, 4));
-        assert_eq!(s.holes_run(cap), (4, 4));
+        assert_eq!(s.holes(cap), (4, 4));
+    }
+
+    #[test]
+    fn spare_frames_are_the_newest_and_never_reserved_ones() {
+        let cap = 8;
+        // Frames 2..7, a fill holding 2..4.
+        let mut s = RingState::new(cap);
+        s.reserve(2);
+        s.release(0, 2, cap);
+        s.dropped(1);
+        s.reserve(2);
+        assert_eq!((s.head, s.frames, s.reserved), (2, 5, 2));
+        assert_eq!(s.spare_run(cap), (4, 3));
+        s.dropped(3);
+        assert_eq!(s.spare_run(cap), (4, 0));
+        assert_eq!(s.holes(cap), (4, 6));
+        // Wrapped: frames 6, 7, 0, 1, 2; a fill holds 6 and 7.
+        let mut s = RingState::new(cap);
+        s.reserve(6);
+        s.release(0, 6, cap);
+        s.filled(3);
+        s.reserve(2);
+        assert_eq!((s.head, s.frames, s.reserved), (6, 5, 2));
+        assert_eq!(s.spare_run(cap), (0, 3));
+        s.dropped(2);
+        assert_eq!(s.spare_run(cap), (0, 1));
+        s.release(6, 2, cap);
+        assert_eq!((s.head, s.frames, s.reserved), (0, 1, 0));
+        assert_eq!(s.spare_run(cap), (0, 1));
     }
 }
