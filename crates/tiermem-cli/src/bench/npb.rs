@@ -248,6 +248,20 @@ fn backing_options(backing: &str, b: &Bench) -> Vec<String> {
     }
 }
 
+/// Why the kernel-swap baseline cannot run under a cgroup limit of
+/// `limit` bytes, if it cannot: below [`MIN_LIMIT_BYTES`] (class S
+/// benchmarks at 25-50% of a 2 MiB footprint) it refuses to start.
+fn swap_skip(limit: u64) -> Option<String> {
+    use tiermem_workloads::kernel_swap::MIN_LIMIT_BYTES;
+    (limit < MIN_LIMIT_BYTES).then(|| {
+        format!(
+            "skipped, its limit ({} KiB) is below the kernel-swap baseline's minimum ({} KiB)",
+            limit >> 10,
+            MIN_LIMIT_BYTES >> 10
+        )
+    })
+}
+
 /// `tiermem run` options of a tiering mode at `near` bytes.
 fn tiering_options(mode: &str, near: u64, threshold: &str, mover_cpu: usize) -> Vec<String> {
     let mut v = vec!["--near".to_string(), format!("{}K", near >> 10)];
@@ -555,6 +569,11 @@ pub fn run(a: NpbArgs) -> Result<(), String> {
                     for mode in &modes {
                         let launch = match (mode.as_str(), near) {
                             ("plain", _) => Launch::Plain,
+                            ("swap", _) if swap_skip(limit + swap_slack).is_some() => {
+                                let why = swap_skip(limit + swap_slack).unwrap_or_default();
+                                progress(&format!("{name} swap at {pct}%: {why}"));
+                                continue;
+                            }
                             ("swap", _) => Launch::KernelSwap {
                                 limit_bytes: limit + swap_slack,
                                 swap_bytes: round_up(b.charged * 2 + (256 << 20), 1 << 20),
@@ -588,6 +607,10 @@ pub fn run(a: NpbArgs) -> Result<(), String> {
                         let mut killed = oom && mode == "swap" && a.swap_ladder > 0.0;
                         while killed && share < 100.0 {
                             let limit = (b.charged as f64 * share / 100.0) as u64;
+                            if swap_skip(limit + swap_slack).is_some() {
+                                share += a.swap_ladder;
+                                continue;
+                            }
                             let launch = Launch::KernelSwap {
                                 limit_bytes: limit + swap_slack,
                                 swap_bytes: round_up(b.charged * 2 + (256 << 20), 1 << 20),
@@ -1006,6 +1029,16 @@ mod tests {
             ["--near", "10240K", "--threshold", "256K"]
         );
         assert!(tiering_options("scan", 10 << 20, "256K", 1).contains(&"scan".to_string()));
+    }
+
+    #[test]
+    fn kernel_swap_below_its_minimum_limit_is_skipped_not_failed() {
+        // cg.S: 1.8 MiB charged, 50% is 0.9 MiB.
+        let (limit, _) = tiering_memory(1843 << 10, 1 << 20, 50);
+        let why = swap_skip(limit).expect("below the minimum");
+        assert!(why.contains("skipped") && why.contains("1024 KiB"), "{why}");
+        assert_eq!(swap_skip(1 << 20), None);
+        assert_eq!(swap_skip(64 << 20), None);
     }
 
     #[test]
