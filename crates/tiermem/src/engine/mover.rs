@@ -112,7 +112,8 @@ impl MoverShared {
             paused_until_ns: AtomicU64::new(if budget_pages < SMALL_BUDGET { u64::MAX } else { 0 }),
             epoch: Instant::now(),
             low_free: batch,
-            target_free: 2 * batch,
+            // Never more than a quarter of the budget kept free.
+            target_free: (2 * batch).min(budget_pages / 4),
             batch,
             small: budget_pages < SMALL_BUDGET,
         }
