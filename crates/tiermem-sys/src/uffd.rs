@@ -563,6 +563,19 @@ impl Uffd {
         // SAFETY: struct ours; both ranges are live mappings borrowed by the
         // caller; the kernel moves only anonymous-exclusive pages into holes.
         let r = unsafe { libc::ioctl(self.fd.as_raw_fd(), uapi::UFFDIO_MOVE as _, &mut m) };
+        // A move that fails part way (a pinned page: EBUSY; a mapped
+        // destination page: EEXIST) has moved the pages before it, and says
+        // how many bytes in `moved`: report those as done, so that the
+        // caller counts them and retries from the page that failed (which
+        // then reports the error with nothing moved). Dropping the count
+        // leaves pages moved that the caller believes in place: an
+        // eviction that then writes them back from the region faults on
+        // a page it owns itself and waits for it forever.
+        if r != 0 && m.moved > 0 && (m.moved as usize) < len {
+            return Ok(Resolved::Partial {
+                bytes: m.moved as usize,
+            });
+        }
         resolved("UFFDIO_MOVE", dst, len, r, m.moved)
     }
 
@@ -914,6 +927,40 @@ mod tests {
             u.zeropage(&reg, PAGE, PAGE, false).unwrap();
             assert_eq!(t.join().unwrap(), 0);
         });
+    }
+
+    #[test]
+    fn a_move_that_fails_part_way_reports_what_it_moved() {
+        let f = Features::probe().unwrap();
+        if !f.contains(Features::MOVE) {
+            eprintln!("skipped: no UFFDIO_MOVE on this kernel");
+            return;
+        }
+        let m = region(4);
+        let (staging, _) = Mapping::anonymous(4 * PAGE, &MapOptions::default()).unwrap();
+        let u = open(Features::MOVE);
+        // Four pages to move out (populated before registering: a missing
+        // page of a registered range would wait for a handler); the third
+        // destination page is mapped.
+        m.fill(0, 4 * PAGE, 0x77);
+        let reg = u.register(&m, RegisterMode::MISSING).unwrap();
+        let sreg = u.register(&staging, RegisterMode::MISSING).unwrap();
+        u.zeropage(&sreg, 2 * PAGE, PAGE, false).unwrap();
+        assert_eq!(
+            u.move_out(&reg, 0, &sreg, 0, 4 * PAGE).unwrap(),
+            Resolved::Partial { bytes: 2 * PAGE },
+            "the two pages moved before the mapped one count"
+        );
+        let mut b = [0u8; 8];
+        staging.copy_out(PAGE, &mut b);
+        assert_eq!(b, [0x77; 8]);
+        // Retrying from the page that failed reports the failure itself.
+        assert_eq!(
+            u.move_out(&reg, 2 * PAGE, &sreg, 2 * PAGE, 2 * PAGE).unwrap(),
+            Resolved::AlreadyMapped
+        );
+        // The pages not moved are still in the region.
+        assert_eq!(word(&m, 3 * 512).load(Ordering::Relaxed), 0x7777_7777_7777_7777);
     }
 
     #[test]

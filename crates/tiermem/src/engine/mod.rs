@@ -224,12 +224,14 @@ impl RegionCore {
             Some(b) => ((b.limit_bytes() / page_bytes as u64) as usize).clamp(1, pages),
             None => config.near_pages().max(1),
         };
-        // Frame recycling needs 4 KiB anonymous pages (UFFDIO_MOVE handles
-        // neither hugetlb nor ranges frozen read-only by wp-async), and
-        // takes its frames from the budget.
+        // Frame recycling needs UFFDIO_MOVE (Linux 6.8; without it movers
+        // copy) and 4 KiB anonymous pages (UFFDIO_MOVE handles neither
+        // hugetlb nor ranges frozen read-only by wp-async), and takes its
+        // frames from the budget.
         let ring_pages = (2 * max_run).min(budget / 4);
         let ring = if config.movers > 0
             && config.install == crate::config::InstallMethod::Move
+            && parts.uffd.features().contains(tiermem_sys::uffd::Features::MOVE)
             && config.page_size == PageSize::Base4K
             && config.dirty_tracking == DirtyTracking::WpFault
             && ring_pages >= 16
