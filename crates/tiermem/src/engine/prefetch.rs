@@ -541,6 +541,11 @@ impl Prefetcher {
     /// history or sequential advice), or random advice covers it. Looks,
     /// changes nothing: fault-around leaves such faults to the prefetcher.
     pub(crate) fn claims(&self, tid: u32, page: usize) -> bool {
+        // A muted prefetcher takes no fault from fault-around: it would
+        // leave the thread to fault page by page.
+        if self.muted.load(Ordering::Relaxed) {
+            return false;
+        }
         let d = self.detector.lock().unwrap_or_else(|p| p.into_inner());
         if d.advice.iter().flatten().any(|a| page >= a.first && page < a.end) {
             return true;
