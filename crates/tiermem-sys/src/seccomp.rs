@@ -373,7 +373,14 @@ unsafe extern "C" fn visit_object(
 }
 
 static CALLBACK: AtomicUsize = AtomicUsize::new(0);
-static PREVIOUS: OnceLock<libc::sigaction> = OnceLock::new();
+/// The program's SIGSYS action, which tiermem's handler chains to for the
+/// SIGSYS that are not its traps: what was installed before it, or what an
+/// interposed `sigaction` installed after it ([`set_chained`]). The handler
+/// reads the two atomics without locks; the whole action is kept for
+/// `sigaction` queries.
+static PREV_HANDLER: AtomicUsize = AtomicUsize::new(0); // SIG_DFL
+static PREV_FLAGS: AtomicUsize = AtomicUsize::new(0);
+static PREVIOUS: Mutex<Option<libc::sigaction>> = Mutex::new(None);
 static INSTALLED: Mutex<Option<Window>> = Mutex::new(None);
 
 /// Why the trap could not be installed.
@@ -447,23 +454,75 @@ pub fn installed() -> Option<Window> {
     *INSTALLED.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Whether this image's SIGSYS handler is in (by [`install`] or
-/// [`serve_inherited`]); guarded by INSTALLED's lock.
+/// Whether this image's SIGSYS handler has been installed (by [`install`]
+/// or [`serve_inherited`]): from then on the program's own SIGSYS action
+/// is only chained to ([`set_chained`]).
 static HANDLER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
+/// Whether tiermem's SIGSYS handler is installed in this image: an
+/// interposed `sigaction(SIGSYS, ...)` must then record the program's
+/// action with [`set_chained`] instead of replacing tiermem's handler (a
+/// trapped `read` would "return" its system call number with the buffer
+/// untouched, or kill the process under `SIG_IGN`).
+pub fn handler_installed() -> bool {
+    HANDLER.load(Ordering::Acquire)
+}
+
+/// The program's SIGSYS action that tiermem's handler chains to (see
+/// [`set_chained`]); `None` before tiermem's handler is installed.
+pub fn chained() -> Option<libc::sigaction> {
+    if !handler_installed() {
+        return None;
+    }
+    let g = PREVIOUS.lock().unwrap_or_else(|p| p.into_inner());
+    Some(g.unwrap_or_else(default_action))
+}
+
+/// Makes `act` the program's SIGSYS action: tiermem's handler stays
+/// installed and hands it every SIGSYS that is not one of its traps (one
+/// sent by `kill`/`raise`, or trapped by another seccomp filter), with the
+/// semantics of `act` (`SIG_IGN` ignores a sent SIGSYS; a trap of another
+/// filter under `SIG_IGN` or `SIG_DFL` ends the process, as the kernel
+/// would). Returns the action recorded before; `None` (nothing recorded)
+/// when tiermem's handler is not installed: call the real `sigaction`.
+pub fn set_chained(mut act: libc::sigaction) -> Option<libc::sigaction> {
+    if !handler_installed() {
+        return None;
+    }
+    crate::signal::strip_fault_signals(&mut act.sa_mask);
+    let mut g = PREVIOUS.lock().unwrap_or_else(|p| p.into_inner());
+    let old = g.replace(act).unwrap_or_else(default_action);
+    PREV_FLAGS.store(act.sa_flags as usize, Ordering::Relaxed);
+    // Release: the handler reads the flags after it sees the new handler.
+    PREV_HANDLER.store(act.sa_sigaction, Ordering::Release);
+    Some(old)
+}
+
+fn default_action() -> libc::sigaction {
+    // SAFETY: a zeroed sigaction is SIG_DFL with no flags and an empty mask.
+    unsafe { std::mem::zeroed() }
+}
+
+/// Installs tiermem's SIGSYS handler unless it is the live disposition
+/// now (checked with the kernel, not with a flag: a handler put in place
+/// behind the interposers' back, say with a raw `rt_sigaction`, is moved
+/// behind tiermem's again and chained to).
 fn install_handler() -> Result<(), TrapError> {
-    if HANDLER.load(Ordering::Relaxed) {
+    let mut cur = default_action();
+    // SAFETY: reading the current action into a valid struct.
+    if unsafe { crate::signal::c_sigaction(libc::SIGSYS, std::ptr::null(), &mut cur) } == 0
+        && cur.sa_sigaction == on_sigsys as *const () as usize
+    {
+        HANDLER.store(true, Ordering::Release);
         return Ok(());
     }
-    // SAFETY: a zeroed sigaction is a valid empty action.
-    let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
+    let mut sa = default_action();
     sa.sa_sigaction = on_sigsys as *const () as usize;
     sa.sa_flags = libc::SA_SIGINFO;
     // Pins are taken and dropped with asynchronous signals blocked;
     // `execute` opens them for the call itself.
     sa.sa_mask = async_signals();
-    // SAFETY: as above.
-    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    let mut old = default_action();
     // SAFETY: valid structs; the C library's own sigaction.
     if unsafe { crate::signal::c_sigaction(libc::SIGSYS, &sa, &mut old) } != 0 {
         return Err(TrapError::Sys {
@@ -471,8 +530,10 @@ fn install_handler() -> Result<(), TrapError> {
             errno: Errno::last(),
         });
     }
-    let _ = PREVIOUS.set(old);
-    HANDLER.store(true, Ordering::Relaxed);
+    HANDLER.store(true, Ordering::Release);
+    if old.sa_sigaction != on_sigsys as *const () as usize {
+        set_chained(old);
+    }
     Ok(())
 }
 
@@ -736,12 +797,21 @@ extern "C" fn on_sigsys(signo: libc::c_int, info: *mut libc::siginfo_t, ctx: *mu
     unsafe { *libc::__errno_location() = saved_errno };
 }
 
-/// Hands a SIGSYS that is not tiermem's to the handler installed before,
-/// or to the default action (which ends the process).
+/// Hands a SIGSYS that is not tiermem's to the program's action (see
+/// [`set_chained`]): its handler; for a SIGSYS sent by `kill`/`raise`
+/// under `SIG_IGN`, nothing; otherwise the default action, which ends the
+/// process (the kernel never lets a seccomp trap's SIGSYS be ignored).
 fn forward(signo: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
-    let (h, flags) = PREVIOUS
-        .get()
-        .map_or((libc::SIG_DFL, 0), |p| (p.sa_sigaction, p.sa_flags));
+    // Acquire: pairs with set_chained's Release (flags before handler).
+    let h = PREV_HANDLER.load(Ordering::Acquire);
+    let flags = PREV_FLAGS.load(Ordering::Relaxed) as libc::c_int;
+    // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
+    let code = unsafe { (*info).si_code };
+    if h == libc::SIG_IGN && code != uapi::SYS_SECCOMP {
+        return;
+    }
+    // A SIGSYS does not recur by itself: under the default action it is
+    // raised again.
     crate::signal::chain_to(h, flags, signo, info, ctx, true);
 }
 
