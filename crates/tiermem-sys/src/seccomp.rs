@@ -259,6 +259,7 @@ fn place_trampoline(at: usize) -> Result<u64, TrapError> {
 static SITES: OnceLock<Vec<(u64, u64)>> = OnceLock::new();
 
 const PT_LOAD: u32 = 1;
+const PT_INTERP: u32 = 3;
 const PF_X: u32 = 1;
 
 /// Where this image's C library makes its system calls: the executable
@@ -269,6 +270,14 @@ const PF_X: u32 = 1;
 /// (`libc.so.*`, `libpthread.so.*`, musl's), in case another library wraps
 /// those functions. Empty if none is found (the filters then trap
 /// calls from any code). Computed once per image.
+///
+/// The executable of a dynamically linked program is never a call site
+/// (a non-PIE one that takes the address of `read` holds a canonical PLT
+/// entry that `&read` and `dlsym` resolve to). A statically linked program
+/// is its own C library: its whole code is a call site, at fixed addresses
+/// when it is not a static PIE, so a static non-PIE program it `exec`s
+/// whose code overlaps and that makes such a call on a buffer in the
+/// trapped ranges is killed (build static programs with `-static-pie`).
 ///
 /// Only calls made from there are trapped: every `read`, `fread`, `recv`,
 /// `getrandom`, ... of the program and of its libraries, but not a raw
@@ -332,6 +341,17 @@ unsafe extern "C" fn visit_object(
     }
     // SAFETY: the loader's program headers of this object.
     let phdrs = unsafe { std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) };
+    // SAFETY: a non-null dlpi_name is the loader's NUL-terminated name.
+    let unnamed = info.dlpi_name.is_null() || unsafe { *info.dlpi_name } == 0;
+    if unnamed && phdrs.iter().any(|p| p.p_type == PT_INTERP) {
+        // The executable of a dynamically linked program is not its C
+        // library, even when it seems to define `read`: a non-PIE
+        // executable that takes the address of `read` holds a canonical
+        // PLT entry, which is where `&read` and `dlsym` point. Its code is
+        // not randomised, so another non-PIE program this process runs
+        // would share the call site and be killed by a trap.
+        return 0;
+    }
     let base = info.dlpi_addr;
     let holds = |t: usize| {
         phdrs.iter().any(|p| {
