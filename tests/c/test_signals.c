@@ -11,7 +11,9 @@
  * the watchdog (alarm-free: a thread that aborts after a deadline).
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -890,6 +892,38 @@ static void test_ignored_sigsys(int path) {
   tm_region_destroy(r);
 }
 
+/* ---- 15. read() of a C library in another link namespace ----
+ *
+ * dlmopen(LM_ID_NEWLM) loads a second libc.so.6 that dl_iterate_phdr does
+ * not show; its read() into a region page that is not resident is served
+ * like the main C library's (not EFAULT), when it was loaded before the
+ * first region. */
+
+static void test_other_namespace_read(int path) {
+  atomic_store(&current_case, "read() of a C library loaded with dlmopen(LM_ID_NEWLM)");
+  void *h = dlmopen(LM_ID_NEWLM, "libc.so.6", RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    fprintf(stderr, "note: dlmopen(libc.so.6): %s; case skipped\n", dlerror());
+    return;
+  }
+  ssize_t (*other_read)(int, void *, size_t);
+  void *sym = dlsym(h, "read");
+  memcpy(&other_read, &sym, sizeof sym); /* POSIX: dlsym's result is the function */
+  ssize_t (*own_read)(int, void *, size_t) = read;
+  CHECK(sym && other_read != own_read, "the other namespace's read");
+  tm_region *r = make_region(path, 0);
+  int fd = open("/dev/zero", O_RDONLY);
+  uint64_t *w = (uint64_t *)tm_region_base(r) + 100 * PAGE / 8;
+  ssize_t n = other_read(fd, w, 8 * PAGE);
+  CHECK(n == 8 * PAGE, "%s: read() of the other namespace into the region: %zd (%s)", path_name(path), n,
+        n < 0 ? strerror(errno) : "short");
+  size_t bad = 0;
+  for (size_t i = 0; i < 8 * PAGE / 8; i++) bad += w[i] != 0;
+  CHECK(bad == 0, "%s: %zu words not read", path_name(path), bad);
+  close(fd);
+  tm_region_destroy(r);
+}
+
 static const struct test_case cases[] = {
     {"timer", test_timer_handler_reads_region},
     {"longjmp", test_siglongjmp_out_of_reads},
@@ -910,6 +944,7 @@ static const struct test_case cases[] = {
     {"sigaltstack-handler", test_sigaltstack_handler},
     {"own-sigsys", test_own_sigsys_handler},
     {"ignored-sigsys", test_ignored_sigsys},
+    {"dlmopen-read", test_other_namespace_read},
 };
 
 /* test_signals: every case on both paths, each in a fresh process (some

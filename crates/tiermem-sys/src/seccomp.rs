@@ -268,8 +268,15 @@ const PF_X: u32 = 1;
 /// too before glibc 2.34; the executable itself when the C library is
 /// linked in statically), and of the objects named like a C library
 /// (`libc.so.*`, `libpthread.so.*`, musl's), in case another library wraps
-/// those functions. Empty if none is found (the filters then trap
-/// calls from any code). Computed once per image.
+/// those functions; the vDSO's code (glibc 2.41 and later make
+/// `getrandom` from it); and every executable mapping in `/proc/self/maps`
+/// of a file named like a C library, which covers the C libraries of link
+/// namespaces that `dl_iterate_phdr` does not show (an `LD_AUDIT`
+/// module's, a `dlmopen(LM_ID_NEWLM)`). Empty if none is found (the
+/// filters then trap calls from any code). Computed once per image, when
+/// the first filter is loaded: a C library loaded later (a new namespace)
+/// is not a call site, and its calls on a page that is not resident fail
+/// with `EFAULT`.
 ///
 /// The executable of a dynamically linked program is never a call site
 /// (a non-PIE one that takes the address of `read` holds a canonical PLT
@@ -317,8 +324,112 @@ pub fn call_sites() -> &'static [(u64, u64)] {
         unsafe {
             libc::dl_iterate_phdr(Some(visit_object), (&mut search as *mut SiteSearch).cast());
         }
-        search.found
+        let mut found = search.found;
+        if !found.is_empty() {
+            // glibc >= 2.41 makes `getrandom` from the vDSO (its fallback
+            // system call is the vDSO's own instruction).
+            for r in vdso_code() {
+                add_site(&mut found, r);
+            }
+            // C libraries of other link namespaces (`dlmopen`, `LD_AUDIT`),
+            // which dl_iterate_phdr does not show: their mapped code.
+            for r in c_libraries_mapped() {
+                add_site(&mut found, r);
+            }
+        }
+        found
     })
+}
+
+/// Adds `r` unless it overlaps a site already there (the same code seen
+/// twice: program headers and `/proc/self/maps` round differently).
+fn add_site(found: &mut Vec<(u64, u64)>, r: (u64, u64)) {
+    if r.0 < r.1 && !found.iter().any(|&(lo, hi)| r.0 < hi && lo < r.1) {
+        found.push(r);
+    }
+}
+
+/// Whether a file name (the last path component) is a C library's:
+/// glibc's `libc.so.6` (`libc-2.*.so` before 2.34), `libpthread`, musl's.
+fn named_like_c_library(file: &[u8]) -> bool {
+    [
+        "libc.so",
+        "libc-2.",
+        "libpthread.so",
+        "libpthread-",
+        "libc.musl",
+        "ld-musl",
+    ]
+    .iter()
+    .any(|p| file.starts_with(p.as_bytes()))
+}
+
+/// The executable segments of the vDSO (`AT_SYSINFO_EHDR`), from its
+/// program headers.
+fn vdso_code() -> Vec<(u64, u64)> {
+    // SAFETY: getauxval reads the auxiliary vector; 0 when absent.
+    let ehdr = unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) } as usize;
+    if ehdr == 0 {
+        return Vec::new();
+    }
+    // SAFETY: the kernel maps the vDSO's ELF image at `ehdr`, readable,
+    // for the life of the process: its header and program headers.
+    let phdrs = unsafe {
+        let h = &*(ehdr as *const libc::Elf64_Ehdr);
+        std::slice::from_raw_parts(
+            (ehdr + h.e_phoff as usize) as *const libc::Elf64_Phdr,
+            h.e_phnum as usize,
+        )
+    };
+    // The load bias: where the segment holding file offset 0 (the ELF
+    // header) was meant to be.
+    let Some(first) = phdrs.iter().find(|p| p.p_type == PT_LOAD && p.p_offset == 0) else {
+        return Vec::new();
+    };
+    let bias = (ehdr as u64).wrapping_sub(first.p_vaddr);
+    phdrs
+        .iter()
+        .filter(|p| p.p_type == PT_LOAD && p.p_flags & PF_X != 0)
+        .map(|p| {
+            (
+                bias.wrapping_add(p.p_vaddr),
+                bias.wrapping_add(p.p_vaddr + p.p_memsz),
+            )
+        })
+        .collect()
+}
+
+/// The executable mappings of files named like a C library, from
+/// `/proc/self/maps`: also those of link namespaces other than this
+/// library's (`dlmopen(LM_ID_NEWLM)`, an `LD_AUDIT` module's), which
+/// `dl_iterate_phdr` does not show. Empty without `/proc`.
+fn c_libraries_mapped() -> Vec<(u64, u64)> {
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for line in maps.lines() {
+        // start-end perms offset dev inode path
+        let mut f = line.split_ascii_whitespace();
+        let (Some(range), Some(perms)) = (f.next(), f.next()) else {
+            continue;
+        };
+        let Some(path) = f.nth(3) else { continue };
+        if perms.as_bytes().get(2) != Some(&b'x') || !path.starts_with('/') {
+            continue;
+        }
+        let file = path.rsplit('/').next().unwrap_or(path);
+        if !named_like_c_library(file.as_bytes()) {
+            continue;
+        }
+        let Some((lo, hi)) = range.split_once('-') else {
+            continue;
+        };
+        if let (Ok(lo), Ok(hi)) = (u64::from_str_radix(lo, 16), u64::from_str_radix(hi, 16)) {
+            out.push((lo, hi));
+        }
+    }
+    out
 }
 
 struct SiteSearch {
@@ -366,17 +477,7 @@ unsafe extern "C" fn visit_object(
     let is_libc = !info.dlpi_name.is_null() && {
         // SAFETY: the loader's NUL-terminated path of this object.
         let path = unsafe { std::ffi::CStr::from_ptr(info.dlpi_name) }.to_bytes();
-        let file = path.rsplit(|&b| b == b'/').next().unwrap_or(path);
-        [
-            "libc.so",
-            "libc-2.",
-            "libpthread.so",
-            "libpthread-",
-            "libc.musl",
-            "ld-musl",
-        ]
-        .iter()
-        .any(|p| file.starts_with(p.as_bytes()))
+        named_like_c_library(path.rsplit(|&b| b == b'/').next().unwrap_or(path))
     };
     if is_libc || search.targets.iter().any(|&t| holds(t)) {
         for p in phdrs
@@ -983,6 +1084,40 @@ mod tests {
         // Not this crate's code: a raw system call from it is not the C
         // library's.
         assert!(!inside(call_sites as *const () as usize));
+    }
+
+    #[test]
+    fn the_vdso_is_a_call_site() {
+        // SAFETY: reading the auxiliary vector.
+        let vdso = unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) };
+        if vdso == 0 {
+            return;
+        }
+        let code = vdso_code();
+        assert!(!code.is_empty());
+        // The vDSO's text lies in its mapping, just after its header.
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let line = maps.lines().find(|l| l.ends_with("[vdso]")).unwrap();
+        let (lo, hi) = line.split_whitespace().next().unwrap().split_once('-').unwrap();
+        let (lo, hi) = (
+            u64::from_str_radix(lo, 16).unwrap(),
+            u64::from_str_radix(hi, 16).unwrap(),
+        );
+        assert!(
+            code.iter().all(|&(a, b)| lo <= a && a < b && b <= hi),
+            "{code:x?} in {lo:#x}..{hi:#x}"
+        );
+        let sites = call_sites();
+        assert!(
+            code.iter().all(|r| sites.contains(r)),
+            "{code:x?} not in {sites:x?}"
+        );
+        // The C library's mapped code, seen in /proc/self/maps, is covered.
+        let mapped = c_libraries_mapped();
+        assert!(!mapped.is_empty());
+        let inside = |a: u64| sites.iter().any(|&(lo, hi)| (lo..hi).contains(&a));
+        assert!(mapped.iter().all(|&(lo, _)| inside(lo) || inside(lo + 4096)));
+        assert!(inside(libc::read as *const () as u64));
     }
 
     #[test]

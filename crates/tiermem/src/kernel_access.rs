@@ -23,7 +23,9 @@
 //! Not covered (they fail with `EFAULT` on a page that is not resident, as
 //! without tiermem's help): calls that take buffers through an `iovec` or a
 //! message header (`readv`, `recvmsg`, ...; the interposers of the preload
-//! library serve those), raw system calls made outside the C library,
+//! library serve those), raw system calls made outside the C library, a C
+//! library loaded after the trap is installed (a new link namespace:
+//! `dlmopen(LM_ID_NEWLM)`; see `tiermem_sys::seccomp::call_sites`),
 //! asynchronous I/O (`io_uring`, `aio`), other processes reading this
 //! one's memory (`process_vm_readv` from outside, `/proc/PID/mem`).
 
