@@ -521,7 +521,30 @@ pub enum TrapError {
     /// The window is not 4 GiB aligned or empty.
     #[error("trap window {0:#x}..{1:#x} must be non-empty and 4 GiB aligned")]
     BadWindow(u64, u64),
+    /// A rule names an argument past the sixth.
+    #[error("trap rule for system call {nr} names argument {arg}; there are 6 (0-5)")]
+    BadRule {
+        /// The system call.
+        nr: i64,
+        /// The argument index.
+        arg: usize,
+    },
+    /// The filter does not fit classic BPF's limits (jumps of at most 255
+    /// instructions, programs of at most 4096).
+    #[error(
+        "the kernel-access filter for {sites} call sites and {ranges} ranges exceeds BPF's limits \
+         (TIERMEM_KERNEL_ACCESS=off runs without it)"
+    )]
+    FilterTooLarge {
+        /// Code ranges of the C library.
+        sites: usize,
+        /// Trapped buffer ranges.
+        ranges: usize,
+    },
 }
+
+/// The kernel's limit on one classic BPF program (`BPF_MAXINSNS`).
+const BPF_MAXINSNS: usize = 4096;
 
 /// Loads the filter (for every thread of the process) and the SIGSYS
 /// handler, once per process image, with the trampoline copied to
@@ -546,8 +569,9 @@ pub fn install(
         None => {}
     }
     let ip = place_trampoline(trampoline_at)?;
+    let prog = filter(&[(window.lo, window.hi)], ip, call_sites(), rules)?;
     install_handler()?;
-    load(&filter(&[(window.lo, window.hi)], ip, call_sites(), rules))?;
+    load(&prog)?;
     *g = Some(window);
     Ok(())
 }
@@ -567,7 +591,7 @@ pub fn add_ranges(ranges: &[(u64, u64)], rules: &[TrapRule]) -> Result<(), TrapE
     }
     let ret = std::ptr::addr_of!(tiermem_trap_syscall_return) as usize;
     let ip = (at + (ret - tiermem_trap_syscall6 as *const () as usize)) as u64;
-    load(&filter(ranges, ip, call_sites(), rules))
+    load(&filter(ranges, ip, call_sites(), rules)?)
 }
 
 /// The window trapped in this process, if any.
@@ -725,17 +749,22 @@ impl Asm {
             self.fixups.push((at, f, false));
         }
     }
-    fn finish(mut self) -> Vec<SockFilter> {
+    /// Resolves the jumps; None when one is farther than 255 instructions
+    /// or the program longer than the kernel takes.
+    fn finish(mut self) -> Option<Vec<SockFilter>> {
+        if self.code.len() > BPF_MAXINSNS {
+            return None;
+        }
         for (at, l, t) in self.fixups {
-            let target = self.labels[l].expect("unplaced label");
-            let off = u8::try_from(target - at - 1).expect("BPF jump too far");
+            let target = self.labels[l]?;
+            let off = u8::try_from(target.checked_sub(at + 1)?).ok()?;
             if t {
                 self.code[at].jt = off;
             } else {
                 self.code[at].jf = off;
             }
         }
-        self.code
+        Some(self.code)
     }
 }
 
@@ -775,14 +804,36 @@ fn in_ranges(a: &mut Asm, lo_off: u32, ranges: &[(u64, u64)], hit: usize) {
 /// has no SIGSYS handler for it, or none yet, would be killed by a trap.
 /// Its own C library sits elsewhere (the addresses are randomised per
 /// image), so its calls are never trapped, whatever its buffers.
-fn filter(ranges: &[(u64, u64)], ip: u64, sites: &[(u64, u64)], rules: &[TrapRule]) -> Vec<SockFilter> {
+///
+/// One check block per buffer argument position the rules use (17 + 10 per
+/// site + 10 per range instructions each); an error, not a panic, when the
+/// program does not fit classic BPF.
+fn filter(
+    ranges: &[(u64, u64)],
+    ip: u64,
+    sites: &[(u64, u64)],
+    rules: &[TrapRule],
+) -> Result<Vec<SockFilter>, TrapError> {
+    if let Some(r) = rules.iter().find(|r| r.buffer_arg > 5) {
+        return Err(TrapError::BadRule {
+            nr: r.nr,
+            arg: r.buffer_arg,
+        });
+    }
     let mut a = Asm {
         code: Vec::new(),
         fixups: Vec::new(),
         labels: Vec::new(),
     };
     let allow = a.label();
-    let args: Vec<usize> = (0..6).map(|_| a.label()).collect();
+    let mut used: Vec<usize> = rules.iter().map(|r| r.buffer_arg).collect();
+    used.sort_unstable();
+    used.dedup();
+    // Label of each used argument position's block.
+    let mut args = [usize::MAX; 6];
+    for &k in &used {
+        args[k] = a.label();
+    }
     // The system call number first, and nothing else for the calls not
     // trapped: the kernel then finds (by emulating the filter with the
     // number alone) that they are always allowed and skips the filter for
@@ -798,7 +849,8 @@ fn filter(ranges: &[(u64, u64)], ip: u64, sites: &[(u64, u64)], rules: &[TrapRul
     a.stmt(uapi::BPF_RET_K, uapi::SECCOMP_RET_ALLOW);
     // Classic BPF jumps only forward: each argument check ends in its own
     // returns.
-    for (k, &l) in args.iter().enumerate() {
+    for &k in &used {
+        let l = args[k];
         let arg_off = uapi::SECCOMP_DATA_ARGS + 8 * k as u32;
         a.here(l);
         // The trampoline's calls always run.
@@ -822,7 +874,10 @@ fn filter(ranges: &[(u64, u64)], ip: u64, sites: &[(u64, u64)], rules: &[TrapRul
         a.here(trap);
         a.stmt(uapi::BPF_RET_K, uapi::SECCOMP_RET_TRAP | TRAP_DATA);
     }
-    a.finish()
+    a.finish().ok_or(TrapError::FilterTooLarge {
+        sites: sites.len(),
+        ranges: ranges.len(),
+    })
 }
 
 fn load(prog: &[SockFilter]) -> Result<(), TrapError> {
@@ -985,7 +1040,7 @@ mod tests {
             (0x7_ffff_f000, 0x8_0000_1000),
         ];
         let ip = 0x10ff_ffe0_0019;
-        let p = filter(&ranges, ip, &[], &rules);
+        let p = filter(&ranges, ip, &[], &rules).unwrap();
         let trap = uapi::SECCOMP_RET_TRAP | TRAP_DATA;
         let read = |buf: u64| run(&p, libc::SYS_read, 0x1234, [3, buf, 10, 0, 0, 0]);
         for (lo, hi) in ranges {
@@ -1006,7 +1061,7 @@ mod tests {
             uapi::SECCOMP_RET_ALLOW
         );
         // And the window.
-        let w = filter(&[(0x1100_0000_0000, 0x5100_0000_0000)], ip, &[], &rules);
+        let w = filter(&[(0x1100_0000_0000, 0x5100_0000_0000)], ip, &[], &rules).unwrap();
         assert_eq!(
             run(&w, libc::SYS_read, 0, [0, 0x1100_0000_0000, 1, 0, 0, 0]),
             trap
@@ -1046,7 +1101,7 @@ mod tests {
             (0x7f12_ffff_f000, 0x7f13_0000_1000),
         ];
         let ip = 0x10ff_ffe0_0019;
-        let p = filter(&[window, statics], ip, &sites, &rules);
+        let p = filter(&[window, statics], ip, &sites, &rules).unwrap();
         let trap = uapi::SECCOMP_RET_TRAP | TRAP_DATA;
         let allow = uapi::SECCOMP_RET_ALLOW;
         let read = |from: u64, buf: u64| run(&p, libc::SYS_read, from, [3, buf, 10, 0, 0, 0]);
@@ -1121,6 +1176,73 @@ mod tests {
     }
 
     #[test]
+    fn oversized_filters_are_errors_not_panics() {
+        let rules = [
+            TrapRule {
+                nr: libc::SYS_read,
+                buffer_arg: 1,
+            },
+            TrapRule {
+                nr: libc::SYS_getrandom,
+                buffer_arg: 0,
+            },
+        ];
+        let ip = 0x10ff_ffe0_0019;
+        let window = [(0x1100_0000_0000u64, 0x5100_0000_0000u64)];
+        let sites = |n: u64| -> Vec<(u64, u64)> {
+            (0..n)
+                .map(|k| (0x7f00_0000_0000 + k * 0x10_0000, 0x7f00_0000_8000 + k * 0x10_0000))
+                .collect()
+        };
+        let ranges = |n: u64| -> Vec<(u64, u64)> {
+            (0..n)
+                .map(|k| (0x5555_0000_0000 + k * 0x10_0000, 0x5555_0000_8000 + k * 0x10_0000))
+                .collect()
+        };
+        // Many sites: still a working filter while the jumps fit.
+        let many = sites(20);
+        let p = filter(&window, ip, &many, &rules).unwrap();
+        let trap = uapi::SECCOMP_RET_TRAP | TRAP_DATA;
+        for &(lo, hi) in &many {
+            assert_eq!(run(&p, libc::SYS_read, lo, [3, window[0].0, 8, 0, 0, 0]), trap);
+            assert_eq!(
+                run(&p, libc::SYS_read, hi, [3, window[0].0, 8, 0, 0, 0]),
+                uapi::SECCOMP_RET_ALLOW
+            );
+            assert_eq!(
+                run(&p, libc::SYS_getrandom, hi - 1, [window[0].0, 8, 0, 0, 0, 0]),
+                trap
+            );
+        }
+        // Past BPF's reach: an error naming the sizes.
+        for (s, r) in [
+            (sites(64), window.to_vec()),
+            (sites(2), ranges(64)),
+            (sites(500), ranges(500)),
+        ] {
+            match filter(&r, ip, &s, &rules) {
+                Err(TrapError::FilterTooLarge { sites, ranges }) => {
+                    assert_eq!((sites, ranges), (s.len(), r.len()))
+                }
+                other => panic!(
+                    "{} sites, {} ranges: {:?}",
+                    s.len(),
+                    r.len(),
+                    other.map(|p| p.len())
+                ),
+            }
+        }
+        let bad = [TrapRule {
+            nr: libc::SYS_read,
+            buffer_arg: 6,
+        }];
+        assert!(matches!(
+            filter(&window, ip, &[], &bad),
+            Err(TrapError::BadRule { arg: 6, .. })
+        ));
+    }
+
+    #[test]
     fn filter_jumps_resolve() {
         let w = Window {
             lo: 0x1100_0000_0000,
@@ -1140,12 +1262,14 @@ mod tests {
                     buffer_arg: 0,
                 },
             ],
-        );
+        )
+        .unwrap();
+        // One check block per argument position used (0 and 1), not six.
         assert_eq!(
             p.iter()
                 .filter(|i| i.k == uapi::SECCOMP_RET_TRAP | TRAP_DATA)
                 .count(),
-            6
+            2
         );
         assert!(matches!(
             install(Window { lo: 5, hi: 1 << 33 }, 0, &[], |_| {}),
