@@ -26,6 +26,7 @@
 #include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -223,10 +224,20 @@ static void test_fork(void) {
  * made from this image's C library, so no other image is ever trapped,
  * whatever its buffers. */
 
+/* read(2) made by this executable's own code, not the C library's (as a
+ * static program makes it). */
+static long raw_read(int fd, void *buf, size_t n) {
+  long r;
+  __asm__ volatile("syscall" : "=a"(r) : "0"((long)SYS_read), "D"((long)fd), "S"(buf), "d"(n) : "rcx", "r11", "memory");
+  return r;
+}
+
 /* test_transparent read-into ADDR...: a plain program (run without the
  * preload) that maps 64 KiB at each ADDR (skipped if something of its own
- * is there) and reads and getrandom()s into it, then reads into a 1 MiB
- * block of its C library's heap. Exit 0 when all went well. */
+ * is there) and reads and getrandom()s into it (also with a raw system
+ * call from its own code: built -no-pie, that code sits where its
+ * parent's does), then reads into a 1 MiB block of its C library's heap.
+ * Exit 0 when all went well. */
 static int read_into(int n, char **addrs) {
   int fd = open("/dev/zero", O_RDONLY);
   if (fd < 0) return 2;
@@ -238,6 +249,8 @@ static int read_into(int n, char **addrs) {
     memset(m, 0xff, 65536);
     if (read(fd, m, 65536) != 65536 || m[0] != 0 || m[65535] != 0) return 4;
     if (getrandom(m, 16, 0) != 16) return 5;
+    m[0] = 1;
+    if (raw_read(fd, m, 4096) != 4096 || m[0] != 0) return 7;
     munmap(m, 65536);
   }
   char *b = malloc(MIB);
@@ -295,6 +308,11 @@ static int noaslr_children(void) {
 
 static void test_exec(void) {
   extern char **environ;
+  /* The address of read() taken in this program: built -no-pie, that
+   * makes a canonical PLT entry in the executable, which is not the C
+   * library and must not become a trapped call site. */
+  volatile uintptr_t read_address = (uintptr_t)&read;
+  CHECK(read_address != 0, "&read");
   /* Tiered memory of every kind this process traps: the heap (in the
    * kernel-access window) and both static arrays (trapped in place). */
   char *heap = malloc(8 * MIB);

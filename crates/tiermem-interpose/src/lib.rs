@@ -19,14 +19,14 @@
 //! | function | what changes |
 //! |---|---|
 //! | `pthread_sigmask`, `sigprocmask`, `sigblock`, `sigsetmask`, `sighold` | SIGBUS/SIGSEGV/SIGSYS never blocked (glibc's rule for its internal signals is kept too) |
-//! | `sigaction`, `signal`, `bsd_signal`, `sysv_signal`, `sigset` | `sa_mask` without SIGBUS/SIGSEGV/SIGSYS; a handler for SIGBUS/SIGSEGV installed after tiermem's becomes the one tiermem chains to, so tiermem stays first |
+//! | `sigaction`, `signal`, `bsd_signal`, `sysv_signal`, `sigset` | `sa_mask` without SIGBUS/SIGSEGV/SIGSYS; an action for SIGBUS/SIGSEGV/SIGSYS installed after tiermem's handler becomes the one tiermem chains to, so tiermem stays first (for SIGSYS: every SIGSYS that is not a trap of tiermem's filter, with `SIG_IGN`/`SIG_DFL` meaning what they mean without tiermem) |
 //! | `sigsuspend`, `ppoll`, `pselect`, `epoll_pwait`, `epoll_pwait2`, `pthread_attr_setsigmask_np` | the temporary or initial mask without SIGBUS/SIGSEGV/SIGSYS |
 //!
 //! Everything else about the calls is unchanged (return values, errno,
 //! the old mask or action reported). What is not covered: masks set by the
 //! C library internally (glibc's `SIGEV_THREAD` timer threads start with
 //! every signal blocked), `swapcontext`/`setcontext` masks, and programs
-//! that make the system calls themselves; a handler for SIGBUS/SIGSEGV that
+//! that make the system calls themselves; a handler for SIGBUS/SIGSEGV/SIGSYS that
 //! tiermem chains to runs on tiermem's stack, without its own `sa_mask`,
 //! `SA_RESETHAND` or `SA_ONSTACK`. docs/design.md, "Signals", says more.
 //!
@@ -35,6 +35,7 @@
 
 use libc::{c_int, c_void, sigset_t};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use tiermem_sys::seccomp;
 use tiermem_sys::signal::{self, FaultSignalKind};
 
 /// Makes sure the interposers are linked into the calling library. Does
@@ -183,7 +184,8 @@ fn fault_kind(sig: c_int) -> Option<FaultSignalKind> {
 }
 
 /// `sigaction(2)`: handlers never block SIGBUS/SIGSEGV/SIGSYS, and tiermem's
-/// SIGBUS/SIGSEGV handler stays installed (the new one is chained to).
+/// SIGBUS/SIGSEGV handler, and its SIGSYS handler (the kernel-access trap),
+/// stay installed (the new action is chained to).
 ///
 /// # Safety
 /// As for the C function: `act` and `oact` null or valid.
@@ -193,6 +195,23 @@ pub unsafe extern "C" fn sigaction(
     act: *const libc::sigaction,
     oact: *mut libc::sigaction,
 ) -> c_int {
+    if sig == libc::SIGSYS && seccomp::handler_installed() {
+        // The kernel-access trap's handler stays; the program's action is
+        // chained to for the SIGSYS that are not tiermem's traps.
+        let old = if act.is_null() {
+            seccomp::chained()
+        } else {
+            // SAFETY: non-null and valid by the caller's promise.
+            seccomp::set_chained(unsafe { *act })
+        };
+        if let Some(old) = old {
+            if !oact.is_null() {
+                // SAFETY: valid by the caller's promise.
+                unsafe { *oact = old };
+            }
+            return 0;
+        }
+    }
     if let Some(kind) = fault_kind(sig).filter(|&k| signal::installed(k)) {
         let old = if act.is_null() {
             signal::chained(kind)

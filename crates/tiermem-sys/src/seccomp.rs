@@ -259,6 +259,7 @@ fn place_trampoline(at: usize) -> Result<u64, TrapError> {
 static SITES: OnceLock<Vec<(u64, u64)>> = OnceLock::new();
 
 const PT_LOAD: u32 = 1;
+const PT_INTERP: u32 = 3;
 const PF_X: u32 = 1;
 
 /// Where this image's C library makes its system calls: the executable
@@ -267,8 +268,23 @@ const PF_X: u32 = 1;
 /// too before glibc 2.34; the executable itself when the C library is
 /// linked in statically), and of the objects named like a C library
 /// (`libc.so.*`, `libpthread.so.*`, musl's), in case another library wraps
-/// those functions. Empty if none is found (the filters then trap
-/// calls from any code). Computed once per image.
+/// those functions; the vDSO's code (glibc 2.41 and later make
+/// `getrandom` from it); and every executable mapping in `/proc/self/maps`
+/// of a file named like a C library, which covers the C libraries of link
+/// namespaces that `dl_iterate_phdr` does not show (an `LD_AUDIT`
+/// module's, a `dlmopen(LM_ID_NEWLM)`). Empty if none is found (the
+/// filters then trap calls from any code). Computed once per image, when
+/// the first filter is loaded: a C library loaded later (a new namespace)
+/// is not a call site, and its calls on a page that is not resident fail
+/// with `EFAULT`.
+///
+/// The executable of a dynamically linked program is never a call site
+/// (a non-PIE one that takes the address of `read` holds a canonical PLT
+/// entry that `&read` and `dlsym` resolve to). A statically linked program
+/// is its own C library: its whole code is a call site, at fixed addresses
+/// when it is not a static PIE, so a static non-PIE program it `exec`s
+/// whose code overlaps and that makes such a call on a buffer in the
+/// trapped ranges is killed (build static programs with `-static-pie`).
 ///
 /// Only calls made from there are trapped: every `read`, `fread`, `recv`,
 /// `getrandom`, ... of the program and of its libraries, but not a raw
@@ -308,8 +324,112 @@ pub fn call_sites() -> &'static [(u64, u64)] {
         unsafe {
             libc::dl_iterate_phdr(Some(visit_object), (&mut search as *mut SiteSearch).cast());
         }
-        search.found
+        let mut found = search.found;
+        if !found.is_empty() {
+            // glibc >= 2.41 makes `getrandom` from the vDSO (its fallback
+            // system call is the vDSO's own instruction).
+            for r in vdso_code() {
+                add_site(&mut found, r);
+            }
+            // C libraries of other link namespaces (`dlmopen`, `LD_AUDIT`),
+            // which dl_iterate_phdr does not show: their mapped code.
+            for r in c_libraries_mapped() {
+                add_site(&mut found, r);
+            }
+        }
+        found
     })
+}
+
+/// Adds `r` unless it overlaps a site already there (the same code seen
+/// twice: program headers and `/proc/self/maps` round differently).
+fn add_site(found: &mut Vec<(u64, u64)>, r: (u64, u64)) {
+    if r.0 < r.1 && !found.iter().any(|&(lo, hi)| r.0 < hi && lo < r.1) {
+        found.push(r);
+    }
+}
+
+/// Whether a file name (the last path component) is a C library's:
+/// glibc's `libc.so.6` (`libc-2.*.so` before 2.34), `libpthread`, musl's.
+fn named_like_c_library(file: &[u8]) -> bool {
+    [
+        "libc.so",
+        "libc-2.",
+        "libpthread.so",
+        "libpthread-",
+        "libc.musl",
+        "ld-musl",
+    ]
+    .iter()
+    .any(|p| file.starts_with(p.as_bytes()))
+}
+
+/// The executable segments of the vDSO (`AT_SYSINFO_EHDR`), from its
+/// program headers.
+fn vdso_code() -> Vec<(u64, u64)> {
+    // SAFETY: getauxval reads the auxiliary vector; 0 when absent.
+    let ehdr = unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) } as usize;
+    if ehdr == 0 {
+        return Vec::new();
+    }
+    // SAFETY: the kernel maps the vDSO's ELF image at `ehdr`, readable,
+    // for the life of the process: its header and program headers.
+    let phdrs = unsafe {
+        let h = &*(ehdr as *const libc::Elf64_Ehdr);
+        std::slice::from_raw_parts(
+            (ehdr + h.e_phoff as usize) as *const libc::Elf64_Phdr,
+            h.e_phnum as usize,
+        )
+    };
+    // The load bias: where the segment holding file offset 0 (the ELF
+    // header) was meant to be.
+    let Some(first) = phdrs.iter().find(|p| p.p_type == PT_LOAD && p.p_offset == 0) else {
+        return Vec::new();
+    };
+    let bias = (ehdr as u64).wrapping_sub(first.p_vaddr);
+    phdrs
+        .iter()
+        .filter(|p| p.p_type == PT_LOAD && p.p_flags & PF_X != 0)
+        .map(|p| {
+            (
+                bias.wrapping_add(p.p_vaddr),
+                bias.wrapping_add(p.p_vaddr + p.p_memsz),
+            )
+        })
+        .collect()
+}
+
+/// The executable mappings of files named like a C library, from
+/// `/proc/self/maps`: also those of link namespaces other than this
+/// library's (`dlmopen(LM_ID_NEWLM)`, an `LD_AUDIT` module's), which
+/// `dl_iterate_phdr` does not show. Empty without `/proc`.
+fn c_libraries_mapped() -> Vec<(u64, u64)> {
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for line in maps.lines() {
+        // start-end perms offset dev inode path
+        let mut f = line.split_ascii_whitespace();
+        let (Some(range), Some(perms)) = (f.next(), f.next()) else {
+            continue;
+        };
+        let Some(path) = f.nth(3) else { continue };
+        if perms.as_bytes().get(2) != Some(&b'x') || !path.starts_with('/') {
+            continue;
+        }
+        let file = path.rsplit('/').next().unwrap_or(path);
+        if !named_like_c_library(file.as_bytes()) {
+            continue;
+        }
+        let Some((lo, hi)) = range.split_once('-') else {
+            continue;
+        };
+        if let (Ok(lo), Ok(hi)) = (u64::from_str_radix(lo, 16), u64::from_str_radix(hi, 16)) {
+            out.push((lo, hi));
+        }
+    }
+    out
 }
 
 struct SiteSearch {
@@ -332,6 +452,17 @@ unsafe extern "C" fn visit_object(
     }
     // SAFETY: the loader's program headers of this object.
     let phdrs = unsafe { std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) };
+    // SAFETY: a non-null dlpi_name is the loader's NUL-terminated name.
+    let unnamed = info.dlpi_name.is_null() || unsafe { *info.dlpi_name } == 0;
+    if unnamed && phdrs.iter().any(|p| p.p_type == PT_INTERP) {
+        // The executable of a dynamically linked program is not its C
+        // library, even when it seems to define `read`: a non-PIE
+        // executable that takes the address of `read` holds a canonical
+        // PLT entry, which is where `&read` and `dlsym` point. Its code is
+        // not randomised, so another non-PIE program this process runs
+        // would share the call site and be killed by a trap.
+        return 0;
+    }
     let base = info.dlpi_addr;
     let holds = |t: usize| {
         phdrs.iter().any(|p| {
@@ -346,17 +477,7 @@ unsafe extern "C" fn visit_object(
     let is_libc = !info.dlpi_name.is_null() && {
         // SAFETY: the loader's NUL-terminated path of this object.
         let path = unsafe { std::ffi::CStr::from_ptr(info.dlpi_name) }.to_bytes();
-        let file = path.rsplit(|&b| b == b'/').next().unwrap_or(path);
-        [
-            "libc.so",
-            "libc-2.",
-            "libpthread.so",
-            "libpthread-",
-            "libc.musl",
-            "ld-musl",
-        ]
-        .iter()
-        .any(|p| file.starts_with(p.as_bytes()))
+        named_like_c_library(path.rsplit(|&b| b == b'/').next().unwrap_or(path))
     };
     if is_libc || search.targets.iter().any(|&t| holds(t)) {
         for p in phdrs
@@ -373,7 +494,14 @@ unsafe extern "C" fn visit_object(
 }
 
 static CALLBACK: AtomicUsize = AtomicUsize::new(0);
-static PREVIOUS: OnceLock<libc::sigaction> = OnceLock::new();
+/// The program's SIGSYS action, which tiermem's handler chains to for the
+/// SIGSYS that are not its traps: what was installed before it, or what an
+/// interposed `sigaction` installed after it ([`set_chained`]). The handler
+/// reads the two atomics without locks; the whole action is kept for
+/// `sigaction` queries.
+static PREV_HANDLER: AtomicUsize = AtomicUsize::new(0); // SIG_DFL
+static PREV_FLAGS: AtomicUsize = AtomicUsize::new(0);
+static PREVIOUS: Mutex<Option<libc::sigaction>> = Mutex::new(None);
 static INSTALLED: Mutex<Option<Window>> = Mutex::new(None);
 
 /// Why the trap could not be installed.
@@ -393,7 +521,30 @@ pub enum TrapError {
     /// The window is not 4 GiB aligned or empty.
     #[error("trap window {0:#x}..{1:#x} must be non-empty and 4 GiB aligned")]
     BadWindow(u64, u64),
+    /// A rule names an argument past the sixth.
+    #[error("trap rule for system call {nr} names argument {arg}; there are 6 (0-5)")]
+    BadRule {
+        /// The system call.
+        nr: i64,
+        /// The argument index.
+        arg: usize,
+    },
+    /// The filter does not fit classic BPF's limits (jumps of at most 255
+    /// instructions, programs of at most 4096).
+    #[error(
+        "the kernel-access filter for {sites} call sites and {ranges} ranges exceeds BPF's limits \
+         (TIERMEM_KERNEL_ACCESS=off runs without it)"
+    )]
+    FilterTooLarge {
+        /// Code ranges of the C library.
+        sites: usize,
+        /// Trapped buffer ranges.
+        ranges: usize,
+    },
 }
+
+/// The kernel's limit on one classic BPF program (`BPF_MAXINSNS`).
+const BPF_MAXINSNS: usize = 4096;
 
 /// Loads the filter (for every thread of the process) and the SIGSYS
 /// handler, once per process image, with the trampoline copied to
@@ -418,8 +569,9 @@ pub fn install(
         None => {}
     }
     let ip = place_trampoline(trampoline_at)?;
+    let prog = filter(&[(window.lo, window.hi)], ip, call_sites(), rules)?;
     install_handler()?;
-    load(&filter(&[(window.lo, window.hi)], ip, call_sites(), rules))?;
+    load(&prog)?;
     *g = Some(window);
     Ok(())
 }
@@ -439,7 +591,7 @@ pub fn add_ranges(ranges: &[(u64, u64)], rules: &[TrapRule]) -> Result<(), TrapE
     }
     let ret = std::ptr::addr_of!(tiermem_trap_syscall_return) as usize;
     let ip = (at + (ret - tiermem_trap_syscall6 as *const () as usize)) as u64;
-    load(&filter(ranges, ip, call_sites(), rules))
+    load(&filter(ranges, ip, call_sites(), rules)?)
 }
 
 /// The window trapped in this process, if any.
@@ -447,23 +599,75 @@ pub fn installed() -> Option<Window> {
     *INSTALLED.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Whether this image's SIGSYS handler is in (by [`install`] or
-/// [`serve_inherited`]); guarded by INSTALLED's lock.
+/// Whether this image's SIGSYS handler has been installed (by [`install`]
+/// or [`serve_inherited`]): from then on the program's own SIGSYS action
+/// is only chained to ([`set_chained`]).
 static HANDLER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
+/// Whether tiermem's SIGSYS handler is installed in this image: an
+/// interposed `sigaction(SIGSYS, ...)` must then record the program's
+/// action with [`set_chained`] instead of replacing tiermem's handler (a
+/// trapped `read` would "return" its system call number with the buffer
+/// untouched, or kill the process under `SIG_IGN`).
+pub fn handler_installed() -> bool {
+    HANDLER.load(Ordering::Acquire)
+}
+
+/// The program's SIGSYS action that tiermem's handler chains to (see
+/// [`set_chained`]); `None` before tiermem's handler is installed.
+pub fn chained() -> Option<libc::sigaction> {
+    if !handler_installed() {
+        return None;
+    }
+    let g = PREVIOUS.lock().unwrap_or_else(|p| p.into_inner());
+    Some(g.unwrap_or_else(default_action))
+}
+
+/// Makes `act` the program's SIGSYS action: tiermem's handler stays
+/// installed and hands it every SIGSYS that is not one of its traps (one
+/// sent by `kill`/`raise`, or trapped by another seccomp filter), with the
+/// semantics of `act` (`SIG_IGN` ignores a sent SIGSYS; a trap of another
+/// filter under `SIG_IGN` or `SIG_DFL` ends the process, as the kernel
+/// would). Returns the action recorded before; `None` (nothing recorded)
+/// when tiermem's handler is not installed: call the real `sigaction`.
+pub fn set_chained(mut act: libc::sigaction) -> Option<libc::sigaction> {
+    if !handler_installed() {
+        return None;
+    }
+    crate::signal::strip_fault_signals(&mut act.sa_mask);
+    let mut g = PREVIOUS.lock().unwrap_or_else(|p| p.into_inner());
+    let old = g.replace(act).unwrap_or_else(default_action);
+    PREV_FLAGS.store(act.sa_flags as usize, Ordering::Relaxed);
+    // Release: the handler reads the flags after it sees the new handler.
+    PREV_HANDLER.store(act.sa_sigaction, Ordering::Release);
+    Some(old)
+}
+
+fn default_action() -> libc::sigaction {
+    // SAFETY: a zeroed sigaction is SIG_DFL with no flags and an empty mask.
+    unsafe { std::mem::zeroed() }
+}
+
+/// Installs tiermem's SIGSYS handler unless it is the live disposition
+/// now (checked with the kernel, not with a flag: a handler put in place
+/// behind the interposers' back, say with a raw `rt_sigaction`, is moved
+/// behind tiermem's again and chained to).
 fn install_handler() -> Result<(), TrapError> {
-    if HANDLER.load(Ordering::Relaxed) {
+    let mut cur = default_action();
+    // SAFETY: reading the current action into a valid struct.
+    if unsafe { crate::signal::c_sigaction(libc::SIGSYS, std::ptr::null(), &mut cur) } == 0
+        && cur.sa_sigaction == on_sigsys as *const () as usize
+    {
+        HANDLER.store(true, Ordering::Release);
         return Ok(());
     }
-    // SAFETY: a zeroed sigaction is a valid empty action.
-    let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
+    let mut sa = default_action();
     sa.sa_sigaction = on_sigsys as *const () as usize;
     sa.sa_flags = libc::SA_SIGINFO;
     // Pins are taken and dropped with asynchronous signals blocked;
     // `execute` opens them for the call itself.
     sa.sa_mask = async_signals();
-    // SAFETY: as above.
-    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    let mut old = default_action();
     // SAFETY: valid structs; the C library's own sigaction.
     if unsafe { crate::signal::c_sigaction(libc::SIGSYS, &sa, &mut old) } != 0 {
         return Err(TrapError::Sys {
@@ -471,8 +675,10 @@ fn install_handler() -> Result<(), TrapError> {
             errno: Errno::last(),
         });
     }
-    let _ = PREVIOUS.set(old);
-    HANDLER.store(true, Ordering::Relaxed);
+    HANDLER.store(true, Ordering::Release);
+    if old.sa_sigaction != on_sigsys as *const () as usize {
+        set_chained(old);
+    }
     Ok(())
 }
 
@@ -543,17 +749,22 @@ impl Asm {
             self.fixups.push((at, f, false));
         }
     }
-    fn finish(mut self) -> Vec<SockFilter> {
+    /// Resolves the jumps; None when one is farther than 255 instructions
+    /// or the program longer than the kernel takes.
+    fn finish(mut self) -> Option<Vec<SockFilter>> {
+        if self.code.len() > BPF_MAXINSNS {
+            return None;
+        }
         for (at, l, t) in self.fixups {
-            let target = self.labels[l].expect("unplaced label");
-            let off = u8::try_from(target - at - 1).expect("BPF jump too far");
+            let target = self.labels[l]?;
+            let off = u8::try_from(target.checked_sub(at + 1)?).ok()?;
             if t {
                 self.code[at].jt = off;
             } else {
                 self.code[at].jf = off;
             }
         }
-        self.code
+        Some(self.code)
     }
 }
 
@@ -593,14 +804,36 @@ fn in_ranges(a: &mut Asm, lo_off: u32, ranges: &[(u64, u64)], hit: usize) {
 /// has no SIGSYS handler for it, or none yet, would be killed by a trap.
 /// Its own C library sits elsewhere (the addresses are randomised per
 /// image), so its calls are never trapped, whatever its buffers.
-fn filter(ranges: &[(u64, u64)], ip: u64, sites: &[(u64, u64)], rules: &[TrapRule]) -> Vec<SockFilter> {
+///
+/// One check block per buffer argument position the rules use (17 + 10 per
+/// site + 10 per range instructions each); an error, not a panic, when the
+/// program does not fit classic BPF.
+fn filter(
+    ranges: &[(u64, u64)],
+    ip: u64,
+    sites: &[(u64, u64)],
+    rules: &[TrapRule],
+) -> Result<Vec<SockFilter>, TrapError> {
+    if let Some(r) = rules.iter().find(|r| r.buffer_arg > 5) {
+        return Err(TrapError::BadRule {
+            nr: r.nr,
+            arg: r.buffer_arg,
+        });
+    }
     let mut a = Asm {
         code: Vec::new(),
         fixups: Vec::new(),
         labels: Vec::new(),
     };
     let allow = a.label();
-    let args: Vec<usize> = (0..6).map(|_| a.label()).collect();
+    let mut used: Vec<usize> = rules.iter().map(|r| r.buffer_arg).collect();
+    used.sort_unstable();
+    used.dedup();
+    // Label of each used argument position's block.
+    let mut args = [usize::MAX; 6];
+    for &k in &used {
+        args[k] = a.label();
+    }
     // The system call number first, and nothing else for the calls not
     // trapped: the kernel then finds (by emulating the filter with the
     // number alone) that they are always allowed and skips the filter for
@@ -616,7 +849,8 @@ fn filter(ranges: &[(u64, u64)], ip: u64, sites: &[(u64, u64)], rules: &[TrapRul
     a.stmt(uapi::BPF_RET_K, uapi::SECCOMP_RET_ALLOW);
     // Classic BPF jumps only forward: each argument check ends in its own
     // returns.
-    for (k, &l) in args.iter().enumerate() {
+    for &k in &used {
+        let l = args[k];
         let arg_off = uapi::SECCOMP_DATA_ARGS + 8 * k as u32;
         a.here(l);
         // The trampoline's calls always run.
@@ -640,7 +874,10 @@ fn filter(ranges: &[(u64, u64)], ip: u64, sites: &[(u64, u64)], rules: &[TrapRul
         a.here(trap);
         a.stmt(uapi::BPF_RET_K, uapi::SECCOMP_RET_TRAP | TRAP_DATA);
     }
-    a.finish()
+    a.finish().ok_or(TrapError::FilterTooLarge {
+        sites: sites.len(),
+        ranges: ranges.len(),
+    })
 }
 
 fn load(prog: &[SockFilter]) -> Result<(), TrapError> {
@@ -736,12 +973,21 @@ extern "C" fn on_sigsys(signo: libc::c_int, info: *mut libc::siginfo_t, ctx: *mu
     unsafe { *libc::__errno_location() = saved_errno };
 }
 
-/// Hands a SIGSYS that is not tiermem's to the handler installed before,
-/// or to the default action (which ends the process).
+/// Hands a SIGSYS that is not tiermem's to the program's action (see
+/// [`set_chained`]): its handler; for a SIGSYS sent by `kill`/`raise`
+/// under `SIG_IGN`, nothing; otherwise the default action, which ends the
+/// process (the kernel never lets a seccomp trap's SIGSYS be ignored).
 fn forward(signo: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
-    let (h, flags) = PREVIOUS
-        .get()
-        .map_or((libc::SIG_DFL, 0), |p| (p.sa_sigaction, p.sa_flags));
+    // Acquire: pairs with set_chained's Release (flags before handler).
+    let h = PREV_HANDLER.load(Ordering::Acquire);
+    let flags = PREV_FLAGS.load(Ordering::Relaxed) as libc::c_int;
+    // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
+    let code = unsafe { (*info).si_code };
+    if h == libc::SIG_IGN && code != uapi::SYS_SECCOMP {
+        return;
+    }
+    // A SIGSYS does not recur by itself: under the default action it is
+    // raised again.
     crate::signal::chain_to(h, flags, signo, info, ctx, true);
 }
 
@@ -794,7 +1040,7 @@ mod tests {
             (0x7_ffff_f000, 0x8_0000_1000),
         ];
         let ip = 0x10ff_ffe0_0019;
-        let p = filter(&ranges, ip, &[], &rules);
+        let p = filter(&ranges, ip, &[], &rules).unwrap();
         let trap = uapi::SECCOMP_RET_TRAP | TRAP_DATA;
         let read = |buf: u64| run(&p, libc::SYS_read, 0x1234, [3, buf, 10, 0, 0, 0]);
         for (lo, hi) in ranges {
@@ -815,7 +1061,7 @@ mod tests {
             uapi::SECCOMP_RET_ALLOW
         );
         // And the window.
-        let w = filter(&[(0x1100_0000_0000, 0x5100_0000_0000)], ip, &[], &rules);
+        let w = filter(&[(0x1100_0000_0000, 0x5100_0000_0000)], ip, &[], &rules).unwrap();
         assert_eq!(
             run(&w, libc::SYS_read, 0, [0, 0x1100_0000_0000, 1, 0, 0, 0]),
             trap
@@ -855,7 +1101,7 @@ mod tests {
             (0x7f12_ffff_f000, 0x7f13_0000_1000),
         ];
         let ip = 0x10ff_ffe0_0019;
-        let p = filter(&[window, statics], ip, &sites, &rules);
+        let p = filter(&[window, statics], ip, &sites, &rules).unwrap();
         let trap = uapi::SECCOMP_RET_TRAP | TRAP_DATA;
         let allow = uapi::SECCOMP_RET_ALLOW;
         let read = |from: u64, buf: u64| run(&p, libc::SYS_read, from, [3, buf, 10, 0, 0, 0]);
@@ -896,6 +1142,107 @@ mod tests {
     }
 
     #[test]
+    fn the_vdso_is_a_call_site() {
+        // SAFETY: reading the auxiliary vector.
+        let vdso = unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) };
+        if vdso == 0 {
+            return;
+        }
+        let code = vdso_code();
+        assert!(!code.is_empty());
+        // The vDSO's text lies in its mapping, just after its header.
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let line = maps.lines().find(|l| l.ends_with("[vdso]")).unwrap();
+        let (lo, hi) = line.split_whitespace().next().unwrap().split_once('-').unwrap();
+        let (lo, hi) = (
+            u64::from_str_radix(lo, 16).unwrap(),
+            u64::from_str_radix(hi, 16).unwrap(),
+        );
+        assert!(
+            code.iter().all(|&(a, b)| lo <= a && a < b && b <= hi),
+            "{code:x?} in {lo:#x}..{hi:#x}"
+        );
+        let sites = call_sites();
+        assert!(
+            code.iter().all(|r| sites.contains(r)),
+            "{code:x?} not in {sites:x?}"
+        );
+        // The C library's mapped code, seen in /proc/self/maps, is covered.
+        let mapped = c_libraries_mapped();
+        assert!(!mapped.is_empty());
+        let inside = |a: u64| sites.iter().any(|&(lo, hi)| (lo..hi).contains(&a));
+        assert!(mapped.iter().all(|&(lo, _)| inside(lo) || inside(lo + 4096)));
+        assert!(inside(libc::read as *const () as u64));
+    }
+
+    #[test]
+    fn oversized_filters_are_errors_not_panics() {
+        let rules = [
+            TrapRule {
+                nr: libc::SYS_read,
+                buffer_arg: 1,
+            },
+            TrapRule {
+                nr: libc::SYS_getrandom,
+                buffer_arg: 0,
+            },
+        ];
+        let ip = 0x10ff_ffe0_0019;
+        let window = [(0x1100_0000_0000u64, 0x5100_0000_0000u64)];
+        let sites = |n: u64| -> Vec<(u64, u64)> {
+            (0..n)
+                .map(|k| (0x7f00_0000_0000 + k * 0x10_0000, 0x7f00_0000_8000 + k * 0x10_0000))
+                .collect()
+        };
+        let ranges = |n: u64| -> Vec<(u64, u64)> {
+            (0..n)
+                .map(|k| (0x5555_0000_0000 + k * 0x10_0000, 0x5555_0000_8000 + k * 0x10_0000))
+                .collect()
+        };
+        // Many sites: still a working filter while the jumps fit.
+        let many = sites(20);
+        let p = filter(&window, ip, &many, &rules).unwrap();
+        let trap = uapi::SECCOMP_RET_TRAP | TRAP_DATA;
+        for &(lo, hi) in &many {
+            assert_eq!(run(&p, libc::SYS_read, lo, [3, window[0].0, 8, 0, 0, 0]), trap);
+            assert_eq!(
+                run(&p, libc::SYS_read, hi, [3, window[0].0, 8, 0, 0, 0]),
+                uapi::SECCOMP_RET_ALLOW
+            );
+            assert_eq!(
+                run(&p, libc::SYS_getrandom, hi - 1, [window[0].0, 8, 0, 0, 0, 0]),
+                trap
+            );
+        }
+        // Past BPF's reach: an error naming the sizes.
+        for (s, r) in [
+            (sites(64), window.to_vec()),
+            (sites(2), ranges(64)),
+            (sites(500), ranges(500)),
+        ] {
+            match filter(&r, ip, &s, &rules) {
+                Err(TrapError::FilterTooLarge { sites, ranges }) => {
+                    assert_eq!((sites, ranges), (s.len(), r.len()))
+                }
+                other => panic!(
+                    "{} sites, {} ranges: {:?}",
+                    s.len(),
+                    r.len(),
+                    other.map(|p| p.len())
+                ),
+            }
+        }
+        let bad = [TrapRule {
+            nr: libc::SYS_read,
+            buffer_arg: 6,
+        }];
+        assert!(matches!(
+            filter(&window, ip, &[], &bad),
+            Err(TrapError::BadRule { arg: 6, .. })
+        ));
+    }
+
+    #[test]
     fn filter_jumps_resolve() {
         let w = Window {
             lo: 0x1100_0000_0000,
@@ -915,12 +1262,14 @@ mod tests {
                     buffer_arg: 0,
                 },
             ],
-        );
+        )
+        .unwrap();
+        // One check block per argument position used (0 and 1), not six.
         assert_eq!(
             p.iter()
                 .filter(|i| i.k == uapi::SECCOMP_RET_TRAP | TRAP_DATA)
                 .count(),
-            6
+            2
         );
         assert!(matches!(
             install(Window { lo: 5, hi: 1 << 33 }, 0, &[], |_| {}),

@@ -20,11 +20,21 @@
 //! (half its budget) runs in pieces; on anything else it returns a short
 //! count, which `read`/`write` callers must handle anyway.
 //!
+//! glibc's POSIX asynchronous I/O (`aio_read`, `aio_write`, `lio_listio`)
+//! and `getaddrinfo_a` are worse than not covered: their helper threads
+//! block every signal with a raw `rt_sigprocmask` that the interposers do
+//! not see, so a helper's `pread`/`pwrite` on a tiered buffer is trapped
+//! with SIGSYS blocked and the kernel kills the process ("Bad system
+//! call"). Keep their buffers out of tiered memory (a threshold above
+//! their sizes) or use the handler-thread fault path, which serves them.
+//!
 //! Not covered (they fail with `EFAULT` on a page that is not resident, as
 //! without tiermem's help): calls that take buffers through an `iovec` or a
 //! message header (`readv`, `recvmsg`, ...; the interposers of the preload
-//! library serve those), raw system calls made outside the C library,
-//! asynchronous I/O (`io_uring`, `aio`), other processes reading this
+//! library serve those), raw system calls made outside the C library, a C
+//! library loaded after the trap is installed (a new link namespace:
+//! `dlmopen(LM_ID_NEWLM)`; see `tiermem_sys::seccomp::call_sites`),
+//! `io_uring`, other processes reading this
 //! one's memory (`process_vm_readv` from outside, `/proc/PID/mem`).
 
 use crate::config::KernelAccess;
