@@ -13,9 +13,9 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use tiermem_sys::uffd::{CopyMode, Resolved, UffdError};
 
-/// Pages per run a mover fills (one install call each): short enough that
-/// a thread that catches up with the mover waits ~30 us for a run at most,
-/// long enough that the calls cost little (~0.05 us per page here).
+/// Pages per run a mover fills by frame recycling (one move call each):
+/// short enough that a thread that catches up with the mover waits ~30 us
+/// for a run at most, long enough that the calls cost little.
 const MOVER_RUN: usize = 64;
 
 /// How long a fault keeps trying to free a near slot while every resident
@@ -461,11 +461,13 @@ impl RegionCore {
             None => (&mut small.owned, &mut small.ok),
         };
         let max_run = self.max_run.min(owned.len());
-        // A mover fills in short runs, so that a thread that catches up
-        // with it waits for one short run at most (and then fills ahead of
-        // it itself: see `Requests::inline`) instead of for a long run and
-        // the eviction that made room for it.
-        let run_len = if super::mover::on_mover() {
+        // With frame recycling a mover fills in short runs, so that a
+        // thread that catches up with it waits for one short run at most
+        // (and then fills ahead of it itself, cheaply: see
+        // `Requests::inline`). With UFFDIO_COPY a faulting thread's fills
+        // cost it about twice what they cost a mover (page allocation on
+        // the application's CPU), so long runs, fewer calls, stay better.
+        let run_len = if super::mover::on_mover() && self.ring.is_some() {
             MOVER_RUN.min(max_run)
         } else {
             max_run
