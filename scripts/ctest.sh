@@ -66,10 +66,15 @@ build test_header-shared "$cxx" "${cxxflags[@]}" tests/c/test_header.cpp -L"$lib
 # An unmodified program (no tiermem header, no -ltiermem) for the preload.
 build test_transparent "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -g tests/c/test_transparent.c \
   -lpthread -ldl -o "$out/test_transparent"
+# The same as a non-PIE executable (code at fixed addresses, a canonical PLT
+# entry for read), for the cases about call sites and programs it runs.
+build test_transparent-nopie "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -g -fno-pie -no-pie \
+  tests/c/test_transparent.c -lpthread -ldl -o "$out/test_transparent-nopie"
 
 # A hang is a failure, not a stuck CI job: each program gets 5 minutes
 # (they take seconds).
 for name in "${built[@]}"; do
+  [[ $name == test_transparent-nopie ]] && continue # runs under the preload below
   echo "== $name"
   status=0
   case $name in
@@ -98,6 +103,15 @@ if [[ " ${built[*]} " == *" test_transparent "* ]]; then
     status=1
   fi
   report "test_transparent (tiermem run)" "$status"
+fi
+if [[ " ${built[*]} " == *" test_transparent-nopie "* ]]; then
+  for case in kernel-access exec; do
+    echo "== test_transparent-nopie $case under LD_PRELOAD=libtiermem_preload.so"
+    status=0
+    LD_PRELOAD=$lib/libtiermem_preload.so TIERMEM_NEAR=16M TIERMEM_THRESHOLD=256K TIERMEM_FOLLOW_EXEC=1 \
+      TIERMEM_QUIET=1 timeout -k 10 300 "$out/test_transparent-nopie" $case || status=$?
+    report "test_transparent-nopie $case (preloaded)" "$status"
+  done
 fi
 
 if [[ $failed -ne 0 ]]; then

@@ -112,10 +112,10 @@ elif ! command -v make >/dev/null 2>&1 || ! command -v g++ >/dev/null 2>&1; then
     echo "skipped: NPB smoke: make and g++ are needed to build NPB"
 else
     $T bench npb --npb-dir "$npb" --build-dir target/npb --class S --kernels cg,mg,is,ep --threads 1 \
-        --pages plain,4k,thp,2m,4k-tiered --near 50 --modes plain,sync,scan,swap \
+        --pages plain,4k,thp,2m,4k-tiered --near 90 --modes plain,sync,scan,swap \
         --json target/smoke-npb.json --plot target/smoke-npb >/dev/null
     $T bench npb --npb-dir "$npb" --build-dir target/npb --class S --kernels cg,mg --variants static \
-        --experiments tiering --near 50 --modes sync >/dev/null
+        --experiments tiering --near 90 --modes sync >/dev/null
 fi
 target/release/tiermem run --near 8M --quiet -- target/release/tiermem stress --plain --minutes 0.2 --per-config 2
 target/release/tiermem bench svm --keys 65536 --records 65536 --sites 1024 --scale 10 --roots 1 \

@@ -11,7 +11,10 @@
  * the watchdog (alarm-free: a thread that aborts after a deadline).
  */
 #define _GNU_SOURCE
+#include <aio.h>
+#include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -24,6 +27,11 @@
 #include <sys/types.h>
 #include <poll.h>
 #include <sys/signalfd.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <sys/prctl.h>
+#include <ucontext.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <spawn.h>
@@ -769,6 +777,185 @@ struct test_case {
   void (*run)(int path);
 };
 
+/* ---- 14. the application's own SIGSYS action, before and after tiermem ----
+ *
+ * The kernel-access trap serves read() into tiered memory in a SIGSYS
+ * handler. A program that installs its own SIGSYS action (a handler, or
+ * SIG_IGN) must not replace it: a trapped read would "return" its system
+ * call number with the buffer untouched, or kill the process. Its action
+ * still gets every SIGSYS that is not tiermem's: raise(), and traps of its
+ * own seccomp filter. */
+
+#ifndef SYS_SECCOMP
+#define SYS_SECCOMP 1 /* si_code of a seccomp trap */
+#endif
+
+static atomic_int own_raised, own_trapped;
+
+static void on_own_plain(int sig) {
+  (void)sig;
+  atomic_fetch_add(&own_raised, 1);
+}
+
+static void on_own_sigsys(int sig, siginfo_t *si, void *ctx) {
+  (void)sig;
+  if (si->si_code == SYS_SECCOMP && si->si_errno == 0) {
+    atomic_fetch_add(&own_trapped, 1);
+    ((ucontext_t *)ctx)->uc_mcontext.gregs[REG_RAX] = 4242; /* the trapped call's result */
+  } else {
+    atomic_fetch_add(&own_raised, 1);
+  }
+}
+
+/* read()s 8 pages of a file with a known pattern into region pages from
+ * `first` (evicted: the region's budget holds its last 16 pages); returns
+ * the number of bad words (or of failed calls). */
+static size_t read_into_region(tm_region *r, size_t first, uint64_t seed) {
+  FILE *t = tmpfile();
+  uint64_t page[PAGE / 8];
+  for (size_t p = 0; p < 8; p++) {
+    for (size_t i = 0; i < PAGE / 8; i++) page[i] = mix(seed + p * PAGE / 8 + i);
+    if (fwrite(page, 1, PAGE, t) != PAGE) return 1;
+  }
+  fflush(t);
+  int fd = fileno(t);
+  lseek(fd, 0, SEEK_SET);
+  uint64_t *w = (uint64_t *)tm_region_base(r) + first * PAGE / 8;
+  ssize_t n = read(fd, w, 8 * PAGE);
+  size_t bad = n != 8 * PAGE;
+  if (bad) fprintf(stderr, "read into the region: %zd (%s)\n", n, n < 0 ? strerror(errno) : "short");
+  for (size_t i = 0; i < 8 * PAGE / 8; i++) bad += w[i] != mix(seed + i);
+  fclose(t);
+  return bad;
+}
+
+/* A filter of the program's own that traps getppid() (SIGSYS, si_errno 0). */
+static int own_filter(void) {
+  struct sock_filter f[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_getppid, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_TRAP),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  struct sock_fprog prog = {sizeof f / sizeof f[0], f};
+  return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 &&
+         syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &prog) == 0;
+}
+
+static void test_own_sigsys_handler(int path) {
+  atomic_store(&current_case, "the application's SIGSYS handler, before and after tiermem");
+  struct sigaction sa = {0}, now = {0};
+  sa.sa_sigaction = on_own_sigsys;
+  sa.sa_flags = SA_SIGINFO;
+  CHECK(sigaction(SIGSYS, &sa, NULL) == 0, "sigaction(SIGSYS) before tiermem");
+  tm_region *r = make_region(path, 0);
+  CHECK(read_into_region(r, 100, 1000) == 0, "%s: read() into the region, handler installed before",
+        path_name(path));
+  raise(SIGSYS);
+  CHECK(atomic_load(&own_raised) == 1, "%s: raise(SIGSYS) reached the application's handler %d times",
+        path_name(path), atomic_load(&own_raised));
+  CHECK(sigaction(SIGSYS, &sa, NULL) == 0, "sigaction(SIGSYS) after tiermem");
+  sigaction(SIGSYS, NULL, &now);
+  CHECK(now.sa_sigaction == on_own_sigsys, "the application sees its own SIGSYS handler");
+  CHECK(read_into_region(r, 200, 2000) == 0, "%s: read() into the region, handler installed after",
+        path_name(path));
+  CHECK(signal(SIGSYS, on_own_plain) != SIG_ERR, "signal(SIGSYS)");
+  CHECK(read_into_region(r, 300, 3000) == 0, "%s: read() into the region after signal()", path_name(path));
+  raise(SIGSYS);
+  CHECK(atomic_load(&own_raised) == 2, "%s: raise(SIGSYS) after signal()", path_name(path));
+  sigaction(SIGSYS, &sa, NULL);
+  if (own_filter()) {
+    long v = syscall(SYS_getppid);
+    CHECK(v == 4242 && atomic_load(&own_trapped) == 1, "%s: the application's own seccomp trap: %ld, %d",
+          path_name(path), v, atomic_load(&own_trapped));
+    CHECK(read_into_region(r, 400, 4000) == 0, "%s: read() under two filters", path_name(path));
+  } else {
+    fprintf(stderr, "note: cannot load a seccomp filter (%s); that part is skipped\n", strerror(errno));
+  }
+  raise(SIGSYS);
+  CHECK(atomic_load(&own_raised) == 3, "%s: last raise(SIGSYS)", path_name(path));
+  tm_region_destroy(r);
+}
+
+static void test_ignored_sigsys(int path) {
+  atomic_store(&current_case, "SIGSYS ignored before and after tiermem");
+  CHECK(signal(SIGSYS, SIG_IGN) != SIG_ERR, "signal(SIGSYS, SIG_IGN) before tiermem");
+  tm_region *r = make_region(path, 0);
+  CHECK(read_into_region(r, 100, 1000) == 0, "%s: read() into the region, SIGSYS ignored before",
+        path_name(path));
+  raise(SIGSYS); /* stays ignored */
+  CHECK(signal(SIGSYS, SIG_IGN) == SIG_IGN, "signal(SIGSYS) reports SIG_IGN");
+  CHECK(read_into_region(r, 200, 2000) == 0, "%s: read() into the region, SIGSYS ignored after",
+        path_name(path));
+  raise(SIGSYS);
+  CHECK(signal(SIGSYS, SIG_DFL) == SIG_IGN, "signal(SIGSYS, SIG_DFL) reports SIG_IGN");
+  CHECK(read_into_region(r, 300, 3000) == 0, "%s: read() into the region, SIGSYS default", path_name(path));
+  tm_region_destroy(r);
+}
+
+/* ---- 15. read() of a C library in another link namespace ----
+ *
+ * dlmopen(LM_ID_NEWLM) loads a second libc.so.6 that dl_iterate_phdr does
+ * not show; its read() into a region page that is not resident is served
+ * like the main C library's (not EFAULT), when it was loaded before the
+ * first region. */
+
+static void test_other_namespace_read(int path) {
+  atomic_store(&current_case, "read() of a C library loaded with dlmopen(LM_ID_NEWLM)");
+  void *h = dlmopen(LM_ID_NEWLM, "libc.so.6", RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    fprintf(stderr, "note: dlmopen(libc.so.6): %s; case skipped\n", dlerror());
+    return;
+  }
+  ssize_t (*other_read)(int, void *, size_t);
+  void *sym = dlsym(h, "read");
+  memcpy(&other_read, &sym, sizeof sym); /* POSIX: dlsym's result is the function */
+  ssize_t (*own_read)(int, void *, size_t) = read;
+  CHECK(sym && other_read != own_read, "the other namespace's read");
+  tm_region *r = make_region(path, 0);
+  int fd = open("/dev/zero", O_RDONLY);
+  uint64_t *w = (uint64_t *)tm_region_base(r) + 100 * PAGE / 8;
+  ssize_t n = other_read(fd, w, 8 * PAGE);
+  CHECK(n == 8 * PAGE, "%s: read() of the other namespace into the region: %zd (%s)", path_name(path), n,
+        n < 0 ? strerror(errno) : "short");
+  size_t bad = 0;
+  for (size_t i = 0; i < 8 * PAGE / 8; i++) bad += w[i] != 0;
+  CHECK(bad == 0, "%s: %zu words not read", path_name(path), bad);
+  close(fd);
+  tm_region_destroy(r);
+}
+
+/* ---- 16. glibc POSIX aio into region pages: the documented workaround ----
+ *
+ * aio's helper thread blocks every signal behind the interposers' back; on
+ * the in-context path its pread into a tiered buffer is trapped with SIGSYS
+ * blocked and the process is killed (docs/design.md, "Kernel accesses"),
+ * so the case runs on the handler-thread path only, which serves it. */
+
+static void test_aio_handler_thread(int path) {
+  atomic_store(&current_case, "aio_read into evicted region pages (handler-thread path)");
+  if (path == TM_FAULT_IN_CONTEXT) return; /* kills the process: documented */
+  tm_region *r = make_region(path, 0);
+  int fd = open("/dev/zero", O_RDONLY);
+  uint64_t *w = (uint64_t *)tm_region_base(r) + 100 * PAGE / 8;
+  struct aiocb cb;
+  memset(&cb, 0, sizeof cb);
+  cb.aio_fildes = fd;
+  cb.aio_buf = w;
+  cb.aio_nbytes = 64 * PAGE;
+  CHECK(aio_read(&cb) == 0, "aio_read: %s", strerror(errno));
+  const struct aiocb *list[1] = {&cb};
+  while (aio_error(&cb) == EINPROGRESS) aio_suspend(list, 1, NULL);
+  int e = aio_error(&cb);
+  ssize_t n = aio_return(&cb);
+  CHECK(e == 0 && n == 64 * PAGE, "aio_read into the region: error %d, %zd", e, n);
+  size_t bad = 0;
+  for (size_t i = 0; i < 64 * PAGE / 8; i++) bad += w[i] != 0;
+  CHECK(bad == 0, "aio_read: %zu words not read", bad);
+  close(fd);
+  tm_region_destroy(r);
+}
+
 static const struct test_case cases[] = {
     {"timer", test_timer_handler_reads_region},
     {"longjmp", test_siglongjmp_out_of_reads},
@@ -787,6 +974,10 @@ static const struct test_case cases[] = {
     {"fork-in-handler", test_fork_from_handler},
     {"min-stack-thread", test_min_stack_thread},
     {"sigaltstack-handler", test_sigaltstack_handler},
+    {"own-sigsys", test_own_sigsys_handler},
+    {"ignored-sigsys", test_ignored_sigsys},
+    {"dlmopen-read", test_other_namespace_read},
+    {"aio-handler-thread", test_aio_handler_thread},
 };
 
 /* test_signals: every case on both paths, each in a fresh process (some

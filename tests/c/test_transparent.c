@@ -3,7 +3,8 @@
  * below the footprint and TIERMEM_THRESHOLD=256K): the whole allocation
  * interface, large anonymous mmaps, static arrays, kernel accesses
  * (read/fread/readv/recv into tiered buffers), fork, threads created before
- * and after, signal masks, dlopen, exit with live allocations. Nothing here
+ * and after, signal masks, dlopen, exit with live allocations, programs the
+ * process runs (which inherit its seccomp filter). Nothing here
  * mentions tiermem: every check is what the C library promises. Each case
  * runs in a fresh process; the JSON report of one case checks that tiering
  * really happened (evictions > 0).
@@ -21,7 +22,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/personality.h>
+#include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -211,6 +216,163 @@ static void test_fork(void) {
   free(p);
 }
 
+/* ---- programs the process runs ----
+ *
+ * They inherit the seccomp filter that traps system calls on tiered memory
+ * (filters survive execve and cannot be removed), but not its SIGSYS
+ * handler: a trapped call would kill them. The filter traps only calls
+ * made from this image's C library, so no other image is ever trapped,
+ * whatever its buffers. */
+
+/* read(2) made by this executable's own code, not the C library's (as a
+ * static program makes it). */
+static long raw_read(int fd, void *buf, size_t n) {
+  long r;
+  __asm__ volatile("syscall" : "=a"(r) : "0"((long)SYS_read), "D"((long)fd), "S"(buf), "d"(n) : "rcx", "r11", "memory");
+  return r;
+}
+
+/* test_transparent read-into ADDR...: a plain program (run without the
+ * preload) that maps 64 KiB at each ADDR (skipped if something of its own
+ * is there) and reads and getrandom()s into it (also with a raw system
+ * call from its own code: built -no-pie, that code sits where its
+ * parent's does), then reads into a 1 MiB block of its C library's heap.
+ * Exit 0 when all went well. */
+static int read_into(int n, char **addrs) {
+  int fd = open("/dev/zero", O_RDONLY);
+  if (fd < 0) return 2;
+  for (int k = 0; k < n; k++) {
+    void *want = (void *)(uintptr_t)strtoull(addrs[k], NULL, 0);
+    char *m = mmap(want, 65536, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    if (m == MAP_FAILED && errno == EEXIST) continue;
+    if (m != want) return 3;
+    memset(m, 0xff, 65536);
+    if (read(fd, m, 65536) != 65536 || m[0] != 0 || m[65535] != 0) return 4;
+    if (getrandom(m, 16, 0) != 16) return 5;
+    m[0] = 1;
+    if (raw_read(fd, m, 4096) != 4096 || m[0] != 0) return 7;
+    munmap(m, 65536);
+  }
+  char *b = malloc(MIB);
+  if (!b || read(fd, b, MIB) != (ssize_t)MIB || b[MIB - 1] != 0) return 6;
+  free(b);
+  close(fd);
+  return 0;
+}
+
+/* The environment without LD_PRELOAD. */
+static char **plain_environ(void) {
+  extern char **environ;
+  size_t n = 0;
+  while (environ[n]) n++;
+  char **env = calloc(n + 1, sizeof *env);
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++)
+    if (strncmp(environ[i], "LD_PRELOAD=", 11) != 0) env[k++] = environ[i];
+  return env;
+}
+
+static int run_status(char **argv, char **env) {
+  pid_t pid;
+  int st = -1;
+  if (posix_spawn(&pid, argv[0], NULL, NULL, argv, env) != 0 || waitpid(pid, &st, 0) < 0) return -1;
+  return st;
+}
+
+/* test_transparent exec-noaslr (run with address randomisation off, as
+ * gdb and setarch -R run programs): tiered memory of every kind, then
+ * preloaded shells, which get the same layout as this process, so their C
+ * library sits where this process's does and their data where its static
+ * arrays are. They must install their SIGSYS handler before anything of
+ * theirs can trap. Exit 0 when all went well. */
+static int noaslr_children(void) {
+  extern char **environ;
+  char *heap = malloc(8 * MIB);
+  fill((uint64_t *)heap, MIB, 63);
+  fill(static_array, STATIC_WORDS, 64);
+  fill(static_data, STATIC_WORDS, 65);
+  char *sh[] = {"/bin/sh", "-c", "exit 7", NULL};
+  int bad = 0;
+  for (int k = 0; k < 4; k++) {
+    int st = run_status(sh, environ);
+    if (!(WIFEXITED(st) && WEXITSTATUS(st) == 7)) {
+      if (!bad) fprintf(stderr, "sh without address randomisation: status %#x\n", st);
+      bad++;
+    }
+  }
+  int st = system("exit 3");
+  if (st != 3 << 8) fprintf(stderr, "system() without address randomisation: status %#x\n", st), bad++;
+  bad += bad_words((uint64_t *)heap, MIB, 63) != 0 || bad_words(static_array, STATIC_WORDS, 64) != 0;
+  return bad ? 1 : 0;
+}
+
+static void test_exec(void) {
+  extern char **environ;
+  /* The address of read() taken in this program: built -no-pie, that
+   * makes a canonical PLT entry in the executable, which is not the C
+   * library and must not become a trapped call site. */
+  volatile uintptr_t read_address = (uintptr_t)&read;
+  CHECK(read_address != 0, "&read");
+  /* Tiered memory of every kind this process traps: the heap (in the
+   * kernel-access window) and both static arrays (trapped in place). */
+  char *heap = malloc(8 * MIB);
+  fill((uint64_t *)heap, MIB, 61);
+  fill(static_array, STATIC_WORDS, 62);
+  char a[3][32];
+  snprintf(a[0], sizeof a[0], "%#lx", ((uintptr_t)heap + 4 * MIB) & ~0xfffful);
+  snprintf(a[1], sizeof a[1], "%#lx", ((uintptr_t)static_array + 4 * MIB) & ~0xfffful);
+  snprintf(a[2], sizeof a[2], "%#lx", ((uintptr_t)static_data + 4 * MIB) & ~0xfffful);
+  char *reader[] = {"/proc/self/exe", "read-into", a[0], a[1], a[2], NULL};
+  char **plain = plain_environ();
+  /* A plain program with buffers where this process traps calls. */
+  int st = run_status(reader, plain);
+  CHECK(st == 0, "a plain program reading where its parent traps: status %#x", st);
+  /* The same under a huge stack limit: the kernel then maps libraries and
+   * mmap()s below ~21 TiB, inside the kernel-access window, and the
+   * program's C library's own data (malloc's tcache key, filled by
+   * getrandom) lies there. */
+  struct rlimit old;
+  getrlimit(RLIMIT_STACK, &old);
+  struct rlimit big = {old.rlim_max, old.rlim_max};
+  int raised = old.rlim_max == RLIM_INFINITY && setrlimit(RLIMIT_STACK, &big) == 0;
+  if (!raised) fprintf(stderr, "note: RLIMIT_STACK cannot be raised to unlimited; the huge-stack runs prove less\n");
+  st = run_status(reader, plain);
+  CHECK(st == 0, "a plain program under an unlimited stack: status %#x", st);
+  /* Preloaded shells (TIERMEM_FOLLOW_EXEC: tiered themselves), in a loop:
+   * before their own handler exists, nothing of theirs may trap. */
+  char *sh[] = {"/bin/sh", "-c", "exit 7", NULL};
+  int bad = 0;
+  for (int k = 0; k < 4; k++) {
+    st = run_status(sh, environ);
+    if (!(WIFEXITED(st) && WEXITSTATUS(st) == 7)) {
+      if (!bad) fprintf(stderr, "sh under an unlimited stack: status %#x\n", st);
+      bad++;
+    }
+  }
+  CHECK(bad == 0, "%d of 4 preloaded shells failed under an unlimited stack", bad);
+  if (raised) setrlimit(RLIMIT_STACK, &old);
+  bad = 0;
+  for (int k = 0; k < 4; k++) {
+    st = run_status(sh, environ);
+    bad += !(WIFEXITED(st) && WEXITSTATUS(st) == 7);
+  }
+  CHECK(bad == 0, "preloaded shells failed (%d)", bad);
+  /* A tiered process without address randomisation, running shells. */
+  int persona = personality(0xffffffff);
+  if (persona != -1 && personality(persona | ADDR_NO_RANDOMIZE) != -1) {
+    char *noaslr[] = {"/proc/self/exe", "exec-noaslr", NULL};
+    st = run_status(noaslr, environ);
+    personality(persona);
+    CHECK(st == 0, "preloaded shells without address randomisation: status %#x", st);
+  } else {
+    fprintf(stderr, "note: cannot turn address randomisation off; that part is skipped\n");
+  }
+  CHECK(bad_words((uint64_t *)heap, MIB, 61) == 0 && bad_words(static_array, STATIC_WORDS, 62) == 0,
+        "parent data changed");
+  free(plain);
+  free(heap);
+}
+
 /* ---- threads, masks, dlopen ---- */
 
 static void *worker(void *arg) {
@@ -220,6 +382,12 @@ static void *worker(void *arg) {
   uint64_t *p = malloc(16 * MIB);
   fill(p, 2 * MIB, (uintptr_t)arg);
   size_t bad = bad_words(p, 2 * MIB, (uintptr_t)arg);
+  /* A system call into tiered memory, every signal blocked: the SIGSYS
+   * that serves it must still get through. */
+  int fd = open("/dev/zero", O_RDONLY);
+  bad += read(fd, p, MIB) != (ssize_t)MIB;
+  for (size_t i = 0; i < MIB / 8; i++) bad += p[i] != 0;
+  close(fd);
   free(p);
   return (void *)(uintptr_t)bad;
 }
@@ -263,12 +431,14 @@ struct test_case {
 static const struct test_case cases[] = {
     {"alloc", test_alloc_surface},       {"mmap", test_mmap},   {"kernel-access", test_kernel_access},
     {"statics", test_statics},           {"fork", test_fork},   {"threads", test_threads_and_dlopen},
-    {"exit", test_exit_with_live_memory},
+    {"exit", test_exit_with_live_memory}, {"exec", test_exec},
 };
 
 /* test_transparent: every case, each in a fresh process (the environment,
  * LD_PRELOAD included, is inherited); test_transparent CASE: one case. */
 int main(int argc, char **argv) {
+  if (argc >= 2 && strcmp(argv[1], "read-into") == 0) return read_into(argc - 2, argv + 2);
+  if (argc == 2 && strcmp(argv[1], "exec-noaslr") == 0) return noaslr_children();
   if (argc == 2) {
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
       if (strcmp(argv[1], cases[k].name) == 0) cases[k].run();

@@ -10,19 +10,23 @@
 //! wait under a temporary mask. So the library that serves the faults
 //! (`libtiermem` and the preload library) defines these functions itself,
 //! ahead of the C library, and takes SIGBUS and SIGSEGV out of every mask
-//! before the kernel sees it:
+//! before the kernel sees it, and SIGSYS too: the kernel-access trap
+//! (`tiermem_sys::seccomp`) serves a system call on tiered memory in a
+//! SIGSYS handler, and a thread that blocks SIGSYS (an MPI progress thread
+//! blocking everything, then `recv`ing into a tiered buffer) would be
+//! killed by it just the same:
 //!
 //! | function | what changes |
 //! |---|---|
-//! | `pthread_sigmask`, `sigprocmask`, `sigblock`, `sigsetmask`, `sighold` | SIGBUS/SIGSEGV never blocked (glibc's rule for its internal signals is kept too) |
-//! | `sigaction`, `signal`, `bsd_signal`, `sysv_signal`, `sigset` | `sa_mask` without SIGBUS/SIGSEGV; a handler for SIGBUS/SIGSEGV installed after tiermem's becomes the one tiermem chains to, so tiermem stays first |
-//! | `sigsuspend`, `ppoll`, `pselect`, `epoll_pwait`, `epoll_pwait2`, `pthread_attr_setsigmask_np` | the temporary or initial mask without SIGBUS/SIGSEGV |
+//! | `pthread_sigmask`, `sigprocmask`, `sigblock`, `sigsetmask`, `sighold` | SIGBUS/SIGSEGV/SIGSYS never blocked (glibc's rule for its internal signals is kept too) |
+//! | `sigaction`, `signal`, `bsd_signal`, `sysv_signal`, `sigset` | `sa_mask` without SIGBUS/SIGSEGV/SIGSYS; an action for SIGBUS/SIGSEGV/SIGSYS installed after tiermem's handler becomes the one tiermem chains to, so tiermem stays first (for SIGSYS: every SIGSYS that is not a trap of tiermem's filter, with `SIG_IGN`/`SIG_DFL` meaning what they mean without tiermem) |
+//! | `sigsuspend`, `ppoll`, `pselect`, `epoll_pwait`, `epoll_pwait2`, `pthread_attr_setsigmask_np` | the temporary or initial mask without SIGBUS/SIGSEGV/SIGSYS |
 //!
 //! Everything else about the calls is unchanged (return values, errno,
 //! the old mask or action reported). What is not covered: masks set by the
 //! C library internally (glibc's `SIGEV_THREAD` timer threads start with
 //! every signal blocked), `swapcontext`/`setcontext` masks, and programs
-//! that make the system calls themselves; a handler for SIGBUS/SIGSEGV that
+//! that make the system calls themselves; a handler for SIGBUS/SIGSEGV/SIGSYS that
 //! tiermem chains to runs on tiermem's stack, without its own `sa_mask`,
 //! `SA_RESETHAND` or `SA_ONSTACK`. docs/design.md, "Signals", says more.
 //!
@@ -31,6 +35,7 @@
 
 use libc::{c_int, c_void, sigset_t};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use tiermem_sys::seccomp;
 use tiermem_sys::signal::{self, FaultSignalKind};
 
 /// Makes sure the interposers are linked into the calling library. Does
@@ -58,7 +63,7 @@ fn errno() -> c_int {
     unsafe { *libc::__errno_location() }
 }
 
-/// A copy of `*set` that blocks neither SIGBUS/SIGSEGV nor glibc's
+/// A copy of `*set` that blocks neither SIGBUS/SIGSEGV/SIGSYS nor glibc's
 /// internal signals (32 and 33, which glibc's own `pthread_sigmask` never
 /// blocks either: `setuid()` and cancellation need them).
 ///
@@ -94,7 +99,7 @@ unsafe fn sigprocmask_filtered(how: c_int, set: *const sigset_t, old: *mut sigse
     }
 }
 
-/// `pthread_sigmask(3)`, keeping SIGBUS and SIGSEGV deliverable.
+/// `pthread_sigmask(3)`, keeping SIGBUS, SIGSEGV and SIGSYS deliverable.
 ///
 /// # Safety
 /// As for the C function: `set` and `oset` null or valid.
@@ -104,7 +109,7 @@ pub unsafe extern "C" fn pthread_sigmask(how: c_int, set: *const sigset_t, oset:
     unsafe { sigprocmask_filtered(how, set, oset) }
 }
 
-/// `sigprocmask(2)`, keeping SIGBUS and SIGSEGV deliverable.
+/// `sigprocmask(2)`, keeping SIGBUS, SIGSEGV and SIGSYS deliverable.
 ///
 /// # Safety
 /// As for the C function.
@@ -178,8 +183,9 @@ fn fault_kind(sig: c_int) -> Option<FaultSignalKind> {
     }
 }
 
-/// `sigaction(2)`: handlers never block SIGBUS/SIGSEGV, and tiermem's
-/// SIGBUS/SIGSEGV handler stays installed (the new one is chained to).
+/// `sigaction(2)`: handlers never block SIGBUS/SIGSEGV/SIGSYS, and tiermem's
+/// SIGBUS/SIGSEGV handler, and its SIGSYS handler (the kernel-access trap),
+/// stay installed (the new action is chained to).
 ///
 /// # Safety
 /// As for the C function: `act` and `oact` null or valid.
@@ -189,6 +195,23 @@ pub unsafe extern "C" fn sigaction(
     act: *const libc::sigaction,
     oact: *mut libc::sigaction,
 ) -> c_int {
+    if sig == libc::SIGSYS && seccomp::handler_installed() {
+        // The kernel-access trap's handler stays; the program's action is
+        // chained to for the SIGSYS that are not tiermem's traps.
+        let old = if act.is_null() {
+            seccomp::chained()
+        } else {
+            // SAFETY: non-null and valid by the caller's promise.
+            seccomp::set_chained(unsafe { *act })
+        };
+        if let Some(old) = old {
+            if !oact.is_null() {
+                // SAFETY: valid by the caller's promise.
+                unsafe { *oact = old };
+            }
+            return 0;
+        }
+    }
     if let Some(kind) = fault_kind(sig).filter(|&k| signal::installed(k)) {
         let old = if act.is_null() {
             signal::chained(kind)
@@ -297,7 +320,7 @@ pub extern "C" fn sigset(sig: c_int, disp: libc::sighandler_t) -> libc::sighandl
     }
 }
 
-/// `sigsuspend(2)` under a mask that leaves SIGBUS/SIGSEGV open.
+/// `sigsuspend(2)` under a mask that leaves SIGBUS/SIGSEGV/SIGSYS open.
 ///
 /// # Safety
 /// As for the C function.
@@ -325,7 +348,7 @@ fn next_symbol(cache: &AtomicUsize, name: &std::ffi::CStr) -> usize {
     f
 }
 
-/// A copy of an optional mask without SIGBUS/SIGSEGV (null stays null).
+/// A copy of an optional mask without SIGBUS/SIGSEGV/SIGSYS (null stays null).
 ///
 /// # Safety
 /// `mask` null or valid.
@@ -364,12 +387,12 @@ macro_rules! masked_wait {
 }
 
 masked_wait! {
-    /// `ppoll(2)` under a mask that leaves SIGBUS/SIGSEGV open.
+    /// `ppoll(2)` under a mask that leaves SIGBUS/SIGSEGV/SIGSYS open.
     fn ppoll(fds: *mut libc::pollfd, nfds: libc::nfds_t, timeout: *const libc::timespec; sigmask) -> c_int = c"ppoll"
 }
 
 masked_wait! {
-    /// `pselect(2)` under a mask that leaves SIGBUS/SIGSEGV open.
+    /// `pselect(2)` under a mask that leaves SIGBUS/SIGSEGV/SIGSYS open.
     fn pselect(
         nfds: c_int,
         readfds: *mut libc::fd_set,
@@ -379,12 +402,12 @@ masked_wait! {
 }
 
 masked_wait! {
-    /// `epoll_pwait(2)` under a mask that leaves SIGBUS/SIGSEGV open.
+    /// `epoll_pwait(2)` under a mask that leaves SIGBUS/SIGSEGV/SIGSYS open.
     fn epoll_pwait(epfd: c_int, events: *mut libc::epoll_event, maxevents: c_int, timeout: c_int; sigmask) -> c_int = c"epoll_pwait"
 }
 
 masked_wait! {
-    /// `epoll_pwait2(2)` under a mask that leaves SIGBUS/SIGSEGV open.
+    /// `epoll_pwait2(2)` under a mask that leaves SIGBUS/SIGSEGV/SIGSYS open.
     fn epoll_pwait2(
         epfd: c_int,
         events: *mut libc::epoll_event,
@@ -419,6 +442,8 @@ mod tests {
             let now = tiermem_sys::thread::signal_mask();
             assert!(member(&now, libc::SIGINT) && member(&now, libc::SIGALRM));
             assert!(!member(&now, libc::SIGBUS) && !member(&now, libc::SIGSEGV));
+            // The kernel-access trap's SIGSYS too.
+            assert!(!member(&now, libc::SIGSYS));
             // SAFETY: as above.
             assert_eq!(unsafe { sigprocmask(99, &all, std::ptr::null_mut()) }, -1);
             assert_eq!(errno(), libc::EINVAL);
@@ -446,6 +471,7 @@ mod tests {
         // SAFETY: reading back through the C library.
         unsafe { libc::sigaction(libc::SIGUSR2, std::ptr::null(), &mut now) };
         assert!(!member(&now.sa_mask, libc::SIGBUS) && !member(&now.sa_mask, libc::SIGSEGV));
+        assert!(!member(&now.sa_mask, libc::SIGSYS));
         assert!(member(&now.sa_mask, libc::SIGINT));
         assert_eq!(
             signal(libc::SIGUSR2, libc::SIG_DFL),

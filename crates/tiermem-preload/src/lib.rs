@@ -81,6 +81,10 @@ pub(crate) fn heap_of(addr: usize) -> Option<&'static Heap> {
 }
 
 extern "C" fn init() {
+    // First of all: a process that another tiered program ran inherits its
+    // seccomp filter but not its SIGSYS handler; install ours before this
+    // image allocates or reads anything (even when it is not tiered).
+    tiermem::serve_inherited_traps();
     // Keep libtiermem-interpose's signal-mask interposers in this library.
     tiermem_interpose::link();
     let s = match settings::Settings::from_env() {

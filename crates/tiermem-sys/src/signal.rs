@@ -25,8 +25,9 @@
 //! takes, and threads tiermem creates start with it ([`crate::thread`]).
 //!
 //! A fault signal that is blocked when the kernel raises it kills the
-//! process (the kernel forces the default action). [`strip_fault_signals`]
-//! keeps SIGBUS and SIGSEGV out of a mask; the C library's interposers of
+//! process (the kernel forces the default action); so does a blocked
+//! SIGSYS raised by the kernel-access trap ([`crate::seccomp`]).
+//! [`strip_fault_signals`] keeps SIGBUS, SIGSEGV and SIGSYS out of a mask; the C library's interposers of
 //! `sigprocmask`, `pthread_sigmask` and `sigaction` use it, and installing
 //! tiermem's handlers strips them from the `sa_mask` of handlers already
 //! installed.
@@ -150,12 +151,15 @@ pub fn async_signals() -> libc::sigset_t {
     }
 }
 
-/// Removes SIGBUS and SIGSEGV from `set`: a thread (or a handler) that
-/// blocks them is killed by the first fault tiermem must serve for it.
-/// Returns whether anything changed.
+/// Removes SIGBUS, SIGSEGV and SIGSYS from `set`: a thread (or a handler)
+/// that blocks them is killed by the first fault tiermem must serve for it,
+/// or by the first system call on tiered memory that the kernel-access
+/// trap (`seccomp`, SIGSYS) must serve (an MPI progress thread that blocks
+/// every signal and `recv`s into a tiered buffer). Returns whether
+/// anything changed.
 pub fn strip_fault_signals(set: &mut libc::sigset_t) -> bool {
     let mut changed = false;
-    for s in [libc::SIGBUS, libc::SIGSEGV] {
+    for s in [libc::SIGBUS, libc::SIGSEGV, libc::SIGSYS] {
         // SAFETY: `set` is a valid, initialised sigset_t.
         unsafe {
             if libc::sigismember(set, s) == 1 {
@@ -304,7 +308,7 @@ extern "C" fn on_app_fault(signo: libc::c_int, info: *mut libc::siginfo_t, ctx: 
     }
 }
 
-/// Strips SIGBUS and SIGSEGV from the `sa_mask` of every handler installed
+/// Strips SIGBUS, SIGSEGV and SIGSYS from the `sa_mask` of every handler installed
 /// now: such a handler, touching tiered memory, would be killed by the
 /// fault. Returns the signals whose handlers were changed.
 pub fn strip_fault_signals_from_handlers() -> Vec<libc::c_int> {

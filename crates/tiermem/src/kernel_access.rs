@@ -6,10 +6,13 @@
 //! can be raised and the call fails with `EFAULT`. So in-context regions
 //! are placed in a window of the address space ([`WINDOW`]), and a seccomp
 //! filter traps the system calls that move data between the kernel and a
-//! buffer in that window ([`RULES`]). The SIGSYS handler asks the fault
-//! router to pin the buffer (the pages are brought in, made writable for a
-//! call that writes them, and kept from eviction), runs the call under the
-//! program's own signal mask, unpins, and returns the call's result.
+//! buffer in that window ([`RULES`]) when the C library of this program
+//! image makes them (no other image, which inherits the filter but not its
+//! handler, is ever trapped: `tiermem_sys::seccomp::call_sites`). The
+//! SIGSYS handler asks the fault router to pin the buffer (the pages are
+//! brought in, made writable for a call that writes them, and kept from
+//! eviction), runs the call under the program's own signal mask, unpins,
+//! and returns the call's result.
 //!
 //! Calls that do not touch the window cost nothing but the filter's few
 //! instructions; a trapped call costs about a signal delivery more (~2.5 us
@@ -17,12 +20,22 @@
 //! (half its budget) runs in pieces; on anything else it returns a short
 //! count, which `read`/`write` callers must handle anyway.
 //!
+//! glibc's POSIX asynchronous I/O (`aio_read`, `aio_write`, `lio_listio`)
+//! and `getaddrinfo_a` are worse than not covered: their helper threads
+//! block every signal with a raw `rt_sigprocmask` that the interposers do
+//! not see, so a helper's `pread`/`pwrite` on a tiered buffer is trapped
+//! with SIGSYS blocked and the kernel kills the process ("Bad system
+//! call"). Keep their buffers out of tiered memory (a threshold above
+//! their sizes) or use the handler-thread fault path, which serves them.
+//!
 //! Not covered (they fail with `EFAULT` on a page that is not resident, as
 //! without tiermem's help): calls that take buffers through an `iovec` or a
 //! message header (`readv`, `recvmsg`, ...; the interposers of the preload
-//! library serve those), asynchronous I/O (`io_uring`, `aio`), other
-//! processes reading this one's memory (`process_vm_readv` from outside,
-//! `/proc/PID/mem`).
+//! library serve those), raw system calls made outside the C library, a C
+//! library loaded after the trap is installed (a new link namespace:
+//! `dlmopen(LM_ID_NEWLM)`; see `tiermem_sys::seccomp::call_sites`),
+//! `io_uring`, other processes reading this
+//! one's memory (`process_vm_readv` from outside, `/proc/PID/mem`).
 
 use crate::config::KernelAccess;
 use std::collections::BTreeMap;
@@ -102,6 +115,16 @@ pub(crate) fn active(mode: KernelAccess) -> bool {
             }
         },
     )
+}
+
+/// Makes a kernel-access filter inherited from the program image that ran
+/// this one harmless (its trap is run unchanged) before this image maps
+/// anything: for the preload library's constructor. See
+/// `tiermem_sys::seccomp::serve_inherited`.
+pub fn serve_inherited_traps() {
+    if let Err(e) = seccomp::serve_inherited(TRAMPOLINE_AT) {
+        eprintln!("tiermem: warning: cannot serve an inherited kernel-access trap ({e})");
+    }
 }
 
 /// A buffer prepared for a system call that reads or writes it in kernel

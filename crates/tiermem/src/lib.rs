@@ -77,7 +77,7 @@ pub use config::{
 };
 pub use engine::IoErrorRecord;
 pub use error::{Error, ErrorCode};
-pub use kernel_access::{pin_buffer, PinnedBuffer};
+pub use kernel_access::{pin_buffer, serve_inherited_traps, PinnedBuffer};
 pub use page::PageState;
 pub use policy::PolicyKind;
 pub use region::{advise, clear_poison_at, prefetch, touch, Advice, PageCensus, Region};

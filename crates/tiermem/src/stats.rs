@@ -447,6 +447,10 @@ pub struct FaultAroundStats {
     /// being known used. Reads inside a cluster leave no trace, so this is
     /// an upper bound on the waste.
     pub evicted_unused: u64,
+    /// The largest cluster at the end (16 unless the waste shrank it).
+    pub cluster_cap: u64,
+    /// Halvings of that cap: more than half the neighbours went unused.
+    pub shrinks: u64,
 }
 
 /// Faults served for one application thread.

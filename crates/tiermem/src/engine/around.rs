@@ -54,6 +54,8 @@ const MAX_SCORE: u32 = 8;
 /// A fault at most this many pages past the thread's last cluster (either
 /// side) means the thread walked through it.
 const WALKED: usize = 4;
+/// Neighbours installed between two looks at the waste (see `adapt`).
+const ADAPT_EVERY: u64 = 4096;
 
 /// One thread's recent demand faults (pages + 1; 0: empty) and score.
 #[repr(align(64))]
@@ -81,6 +83,15 @@ pub(crate) struct FaultAround {
     installed: AtomicU64,
     used: AtomicU64,
     evicted_unused: AtomicU64,
+    /// Largest cluster now: halved while more than half of the neighbours
+    /// leave near memory unused (a budget too small for the clusters:
+    /// they evict each other), doubled back while few do (see `adapt`).
+    cap: AtomicUsize,
+    /// `installed` and `evicted_unused` at the last look.
+    seen_installed: AtomicU64,
+    seen_unused: AtomicU64,
+    /// Halvings of `cap`.
+    shrinks: AtomicU64,
 }
 
 /// The pages of a cluster around fault page `at`: `[first, end)`, every
@@ -126,6 +137,10 @@ impl FaultAround {
             installed: AtomicU64::new(0),
             used: AtomicU64::new(0),
             evicted_unused: AtomicU64::new(0),
+            cap: AtomicUsize::new(MAX_CLUSTER),
+            seen_installed: AtomicU64::new(0),
+            seen_unused: AtomicU64::new(0),
+            shrinks: AtomicU64::new(0),
         })
     }
 
@@ -164,6 +179,48 @@ impl FaultAround {
         } else {
             (1 << (score - 1)).min(MAX_CLUSTER)
         }
+    }
+
+    /// Every [`ADAPT_EVERY`] neighbours installed: halves the cluster cap
+    /// (down to 2: one neighbour, so that the waste is still measured)
+    /// when more than half of those evicted or refilled since the last
+    /// look went unused, doubles it (up to [`MAX_CLUSTER`]) when under an
+    /// eighth did. One thread wins the look; the others go on.
+    fn adapt(&self) {
+        let installed = self.installed.load(Ordering::Relaxed);
+        let seen = self.seen_installed.load(Ordering::Relaxed);
+        // A counter reset since the last look: start afresh.
+        if installed < seen {
+            self.seen_installed.store(installed, Ordering::Relaxed);
+            self.seen_unused
+                .store(self.evicted_unused.load(Ordering::Relaxed), Ordering::Relaxed);
+            return;
+        }
+        if installed - seen < ADAPT_EVERY
+            || self
+                .seen_installed
+                .compare_exchange(seen, installed, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        let unused = self.evicted_unused.load(Ordering::Relaxed);
+        let wasted = unused.saturating_sub(self.seen_unused.swap(unused, Ordering::Relaxed));
+        let cap = self.cap.load(Ordering::Relaxed);
+        let next = if 2 * wasted > installed - seen {
+            self.shrinks.fetch_add(1, Ordering::Relaxed);
+            (cap / 2).max(2)
+        } else if 8 * wasted < installed - seen {
+            (cap * 2).min(MAX_CLUSTER)
+        } else {
+            cap
+        };
+        self.cap.store(next, Ordering::Relaxed);
+    }
+
+    /// The largest cluster now (see `adapt`).
+    pub(crate) fn cap(&self) -> usize {
+        self.cap.load(Ordering::Relaxed)
     }
 
     fn remember(&self, tid: u32, first: usize, end: usize) {
@@ -231,12 +288,20 @@ impl FaultAround {
             installed: ld(&self.installed),
             used: ld(&self.used),
             evicted_unused: ld(&self.evicted_unused),
+            cluster_cap: self.cap() as u64,
+            shrinks: ld(&self.shrinks),
         }
     }
 
     /// Zeroes the counters (statistics reset); marks stay.
     pub(crate) fn reset_counters(&self) {
-        for c in [&self.clusters, &self.installed, &self.used, &self.evicted_unused] {
+        for c in [
+            &self.clusters,
+            &self.installed,
+            &self.used,
+            &self.evicted_unused,
+            &self.shrinks,
+        ] {
             c.store(0, Ordering::Relaxed);
         }
     }
@@ -254,7 +319,8 @@ impl RegionCore {
             return c;
         };
         fa.refilled(i);
-        let n = fa.window(tid, i);
+        fa.adapt();
+        let n = fa.window(tid, i).min(fa.cap());
         let far = w.state() == PageState::Far;
         if n < 2 || (far && self.staging.is_some()) {
             return c;
@@ -449,5 +515,46 @@ impl RegionCore {
     /// Whether fault-around applies to this region's pages at all.
     pub(super) fn around_enabled(config: &crate::config::Config) -> bool {
         config.fault_around && config.page_size == PageSize::Base4K
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Adds `n` installed neighbours of which `unused` were evicted unused,
+    /// then lets the cap adapt.
+    fn round(fa: &FaultAround, n: u64, unused: u64) -> usize {
+        fa.installed.fetch_add(n, Ordering::Relaxed);
+        fa.evicted_unused.fetch_add(unused, Ordering::Relaxed);
+        fa.adapt();
+        fa.cap()
+    }
+
+    #[test]
+    fn clusters_shrink_while_their_neighbours_go_unused_and_grow_back() {
+        let fa = FaultAround::new(1 << 16).unwrap();
+        assert_eq!(fa.cap(), MAX_CLUSTER);
+        // Too few installs since the last look: nothing changes.
+        assert_eq!(round(&fa, ADAPT_EVERY - 1, ADAPT_EVERY), MAX_CLUSTER);
+        // Mostly wasted: halved each look, never below one neighbour.
+        assert_eq!(round(&fa, 1, 0), MAX_CLUSTER / 2);
+        assert_eq!(round(&fa, ADAPT_EVERY, ADAPT_EVERY * 3 / 4), MAX_CLUSTER / 4);
+        for _ in 0..8 {
+            round(&fa, ADAPT_EVERY, ADAPT_EVERY);
+        }
+        assert_eq!(fa.cap(), 2);
+        // In between: kept.
+        assert_eq!(round(&fa, ADAPT_EVERY, ADAPT_EVERY / 4), 2);
+        // Little waste: doubled back up to the largest cluster.
+        assert_eq!(round(&fa, ADAPT_EVERY, 0), 4);
+        for _ in 0..8 {
+            round(&fa, ADAPT_EVERY, ADAPT_EVERY / 16);
+        }
+        assert_eq!(fa.cap(), MAX_CLUSTER);
+        assert!(fa.shrinks.load(Ordering::Relaxed) >= 5);
+        // A statistics reset starts afresh without a change.
+        fa.reset_counters();
+        assert_eq!(round(&fa, 10, 10), MAX_CLUSTER);
     }
 }

@@ -251,8 +251,16 @@ impl RegionCore {
             None
         };
         let movers = (config.movers > 0).then(|| MoverShared::new(budget));
-        let prefetcher =
-            (config.movers > 0 && config.prefetch).then(|| Prefetcher::new(pages, config.prefetch_max_pages));
+        // Windows are capped by the budget (`prefetch::BUDGET_SHARE`); a
+        // budget whose share is below the smallest window (4 pages, so
+        // under 64 pages) gets no prefetch at all.
+        let prefetch_room = budget / prefetch::BUDGET_SHARE >= 4;
+        let prefetcher = (config.movers > 0 && config.prefetch && prefetch_room).then(|| {
+            Prefetcher::new(
+                pages,
+                config.prefetch_max_pages.min(budget / prefetch::BUDGET_SHARE),
+            )
+        });
         let around = if RegionCore::around_enabled(&config) {
             Some(around::FaultAround::new(pages)?)
         } else {

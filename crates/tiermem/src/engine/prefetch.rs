@@ -16,7 +16,10 @@
 //! trigger fires, the pages the thread has passed since the last trigger
 //! are *used* (bits cleared); a page evicted with its bit still set was
 //! *wasted*. The cap on `depth` adapts to the waste ratio of recent
-//! windows: halved above 25% waste, doubled below 5%.
+//! windows: halved above 25% waste (down to 4 pages), doubled below 5%.
+//! An unused prefetched page that eviction spares once (see `evict.rs`)
+//! counts as waste here: it reached the head of the replacement order
+//! unused, and the spare would otherwise hide the waste from this count.
 //!
 //! Everything is allocation-free (fixed tables, results on the stack): it
 //! runs inside the SIGBUS handler.
@@ -69,8 +72,21 @@ const MAX_STRIDE: isize = 64;
 pub(crate) const INITIAL_DEPTH: usize = 16;
 const ADVICE_SLOTS: usize = 16;
 /// The most pages a thread that caught up with the movers fills itself, up
-/// to its stream's trigger (see `detect`).
+/// to its stream's trigger (see `detect`); never more than the largest
+/// window.
 pub(crate) const CATCH_UP: usize = 64;
+/// The smallest cap: windows that still waste at this size are muted.
+const FLOOR: usize = 4;
+/// While muted, one window in this many is still issued (a probe: its
+/// waste, or its use, moves the cap again).
+const PROBE_EVERY: u64 = 16;
+
+/// The largest window is at most this share of the near budget (1/16):
+/// a window of hundreds of pages over a budget of a few hundred evicts the
+/// working set to make room for pages the thread may never reach (NPB's
+/// SP.W at a 700-page budget: 512-page windows, 6% of prefetched pages
+/// used, twice the evictions of no prefetch at all).
+pub(crate) const BUDGET_SHARE: usize = 16;
 
 /// Where a stream's thread is, readable without the detector's lock.
 #[derive(Default)]
@@ -145,6 +161,12 @@ pub(crate) struct Prefetcher {
     progress: Box<[Progress]>,
     pages: usize,
     max_depth: usize,
+    /// Windows at the floor still wasted: issue only on probes (`detect`).
+    muted: std::sync::atomic::AtomicBool,
+    /// Windows not issued while muted (every PROBE_EVERY-th is).
+    skipped: AtomicU64,
+    /// `CATCH_UP`, or the largest window if smaller.
+    catch_up: usize,
     cap: AtomicUsize,
     pub(crate) issued: AtomicU64,
     pub(crate) used: AtomicU64,
@@ -180,6 +202,9 @@ impl Prefetcher {
             }),
             pages,
             max_depth,
+            catch_up: CATCH_UP.min(max_depth),
+            muted: std::sync::atomic::AtomicBool::new(false),
+            skipped: AtomicU64::new(0),
             cap: AtomicUsize::new(max_depth),
             issued: AtomicU64::new(0),
             used: AtomicU64::new(0),
@@ -267,6 +292,13 @@ impl Prefetcher {
             return out;
         }
         let cap = self.cap.load(Ordering::Relaxed);
+        // Muted: the cap is at its floor and the last windows there still
+        // wasted (`adapt`). Streams are followed but issue only one window
+        // in PROBE_EVERY, and late threads fill nothing ahead. A mover with
+        // no requests sleeps, and its CPU stops taking the TLB shootdowns
+        // of the application's own evictions.
+        let muted = self.muted.load(Ordering::Relaxed);
+        let skip = |pf: &Prefetcher| muted && pf.skipped.fetch_add(1, Ordering::Relaxed) % PROBE_EVERY != 0;
         let (tk, fresh) = thread_slot(&mut d.threads, tid, tick);
         if fresh {
             for j in 0..STREAMS {
@@ -311,7 +343,12 @@ impl Prefetcher {
                 } else {
                     p + s.stride
                 };
-                self.issue(s, (tk * STREAMS + j) as u32, start, write, &mut out);
+                if skip(self) {
+                    s.trigger = start + (s.depth.max(2) / 2) as isize * s.stride;
+                    s.end = start + s.depth.max(2) as isize * s.stride;
+                } else {
+                    self.issue(s, (tk * STREAMS + j) as u32, start, write, &mut out);
+                }
             }
             // A late fault: the thread caught up with the movers inside
             // the window (they are behind, typically busy evicting). It
@@ -319,9 +356,9 @@ impl Prefetcher {
             // run, and the movers skip what it took: the two leapfrog
             // instead of faulting page by page behind each other. The
             // trigger stays missing, so the next window still fires.
-            if p != s.trigger {
+            if p != s.trigger && !muted {
                 let ahead = (s.trigger - p) / s.stride - 1;
-                let n = (ahead.max(0) as usize).min(CATCH_UP);
+                let n = (ahead.max(0) as usize).min(self.catch_up);
                 if n > 0 {
                     let last = p + n as isize * s.stride;
                     let (first, stride) = if s.stride < 0 {
@@ -389,7 +426,9 @@ impl Prefetcher {
             };
             let slot = tk * STREAMS + victim;
             self.restart(slot, p, stride);
-            self.issue(&mut s, slot as u32, p + stride, write, &mut out);
+            if !skip(self) {
+                self.issue(&mut s, slot as u32, p + stride, write, &mut out);
+            }
             t.streams[victim] = s;
         }
         t.hist[t.hpos] = p;
@@ -446,7 +485,7 @@ impl Prefetcher {
     /// `c` holds (issued, wasted) as of the last adaptation.
     fn adapt(&self, c: &mut (u64, u64)) {
         let issued = self.issued.load(Ordering::Relaxed);
-        let wasted = self.wasted.load(Ordering::Relaxed);
+        let wasted = self.wasted.load(Ordering::Relaxed) + self.spared.load(Ordering::Relaxed);
         let (i0, w0) = *c;
         // A reset of the counters since the checkpoint: start afresh.
         if issued < i0 || wasted < w0 {
@@ -458,9 +497,12 @@ impl Prefetcher {
         }
         let ratio = (wasted - w0) as f64 / (issued - i0) as f64;
         let cap = self.cap.load(Ordering::Relaxed);
+        // Waste at the floor mutes the prefetcher; a probe's good windows
+        // end it.
+        self.muted.store(ratio > 0.25 && cap <= FLOOR, Ordering::Relaxed);
         let next = if ratio > 0.25 {
             self.shrinks.fetch_add(1, Ordering::Relaxed);
-            (cap / 2).max(INITIAL_DEPTH)
+            (cap / 2).max(FLOOR)
         } else if ratio < 0.05 {
             (cap * 2).min(self.max_depth)
         } else {
@@ -499,6 +541,11 @@ impl Prefetcher {
     /// history or sequential advice), or random advice covers it. Looks,
     /// changes nothing: fault-around leaves such faults to the prefetcher.
     pub(crate) fn claims(&self, tid: u32, page: usize) -> bool {
+        // A muted prefetcher takes no fault from fault-around: it would
+        // leave the thread to fault page by page.
+        if self.muted.load(Ordering::Relaxed) {
+            return false;
+        }
         let d = self.detector.lock().unwrap_or_else(|p| p.into_inner());
         if d.advice.iter().flatten().any(|a| page >= a.first && page < a.end) {
             return true;
@@ -732,6 +779,45 @@ mod tests {
         assert!(
             pages_of(&r).len() >= 256,
             "sequential advice starts at full depth"
+        );
+    }
+
+    #[test]
+    fn windows_that_keep_wasting_shrink_to_the_floor_and_then_mute() {
+        let n = 1 << 20;
+        let pf = Prefetcher::new(n, 64);
+        let table = PageTable::new(n);
+        // A sweep whose every prefetched page is wasted.
+        let mut p = 0;
+        let mut fault = |pf: &Prefetcher| {
+            let r = pf.on_fault(&table, 1, p, false);
+            p += 1;
+            pf.wasted
+                .store(pf.issued.load(Ordering::Relaxed), Ordering::Relaxed);
+            !r.as_slice().is_empty() || r.inline.count > 0
+        };
+        for _ in 0..n / 2 {
+            if pf.muted.load(Ordering::Relaxed) {
+                break;
+            }
+            fault(&pf);
+        }
+        assert!(pf.muted.load(Ordering::Relaxed), "never muted");
+        assert_eq!(pf.cap(), FLOOR);
+        // Muted: only probes issue.
+        let issuing = (0..1600).filter(|_| fault(&pf)).count();
+        assert!(issuing <= 1600 / PROBE_EVERY as usize + 1, "{issuing}");
+        // Probes that are used end it.
+        let pf = Prefetcher::new(n, 64);
+        pf.muted.store(true, Ordering::Relaxed);
+        pf.cap.store(FLOOR, Ordering::Relaxed);
+        let (faults, _) = walk(&pf, &table, 0..n / 4);
+        assert!(
+            !pf.muted.load(Ordering::Relaxed) && pf.cap() > FLOOR,
+            "{faults} faults, issued {}, used {}, cap {}",
+            pf.issued.load(Ordering::Relaxed),
+            pf.used.load(Ordering::Relaxed),
+            pf.cap()
         );
     }
 

@@ -241,6 +241,41 @@ fn movers_prefetch_sequential_sweeps() {
 }
 
 #[test]
+fn tiny_budgets_take_no_prefetch_windows_and_keep_data() {
+    let _one_at_a_time = MOVER_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+    // 48 pages: a sixteenth of it is below the smallest window (4 pages).
+    // 256 pages: windows of at most 16 pages.
+    for (near_pages, cap) in [(48u64, 0u64), (256, 16)] {
+        let mut c = Config::new(4 * MIB, near_pages * 4096);
+        c.movers = 1;
+        let mut r = Region::new(c).unwrap();
+        let w: &mut [u64] = r.as_mut_slice();
+        for (i, x) in w.iter_mut().enumerate() {
+            *x = mix(i as u64);
+        }
+        let w: &mut [u64] = r.as_mut_slice();
+        for pass in 0..2 {
+            for (i, x) in w.iter().enumerate() {
+                assert_eq!(*x, mix(i as u64), "{near_pages} pages, pass {pass}, word {i}");
+            }
+        }
+        r.settle();
+        let s = r.stats();
+        assert!(s.resident_peak_bytes <= near_pages * 4096, "{s:?}");
+        if cap == 0 {
+            assert_eq!(s.prefetch.issued, 0, "{near_pages} pages: {:?}", s.prefetch);
+        } else {
+            assert!(
+                s.prefetch.issued > 0 && s.prefetch.window_cap <= cap,
+                "{near_pages} pages: {:?}",
+                s.prefetch
+            );
+        }
+        assert!(r.errors().is_empty(), "{:?}", r.errors());
+    }
+}
+
+#[test]
 fn movers_leave_scattered_eviction_to_faults() {
     let _one_at_a_time = MOVER_TESTS.lock().unwrap_or_else(|e| e.into_inner());
     for policy in tiermem::PolicyKind::ALL {
