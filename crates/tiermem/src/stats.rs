@@ -541,8 +541,7 @@ pub struct RegionStats {
     pub eviction_pauses: u64,
     /// What the mover threads did, and what it cost them.
     pub mover: MoverWork,
-    /// wp-fault read installs in two steps (the zero page, or a frame moved
-    /// in by `install = move`) that found the page written by another
+    /// wp-fault read zero-fills that found the zero page written by another
     /// thread before it was write-protected (published Dirty instead).
     pub zero_fill_races: u64,
     /// THP regions: 2 MiB blocks collapsed into a huge page after a fill.

@@ -597,7 +597,7 @@ impl RegionCore {
     /// Whether a `Dirty` page marked VERIFY is still equal to its far copy
     /// (or to zeros if it was never stored). `data` is the page, read where
     /// no writer can change it (unmapped, or write-protected).
-    pub(super) fn unchanged(&self, page: usize, w: PageWord, data: tiermem_sys::mm::MemRange<'_>) -> bool {
+    fn unchanged(&self, page: usize, w: PageWord, data: tiermem_sys::mm::MemRange<'_>) -> bool {
         if w.far_valid() {
             self.store.same_as((page * self.page_bytes) as u64, data) == Some(true)
         } else {

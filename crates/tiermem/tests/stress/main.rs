@@ -378,10 +378,8 @@ fn sweeps_with_prefetch_and_catch_up_keep_every_page() {
 }
 
 /// `install = move` over a far store that cannot compare in place (a file):
-/// pages moved in for a read stream stay Dirty + VERIFY instead of being
-/// write-protected and compared (which the store cannot do: each page would
-/// count as a racing write and cost an unprotect call). Every word is
-/// checked after each read pass.
+/// pages moved in for a read stream are Dirty + VERIFY, every word is
+/// checked after each read pass, and no read counts as a racing write.
 #[test]
 fn move_install_over_a_file_store_counts_no_false_races() {
     let mut cfg = Config::new(8 << 20, 2 << 20);
