@@ -472,7 +472,7 @@ impl RegionCore {
         let first = run[0].0;
         // One eviction at a time works on the ring's holes; an application
         // thread does not wait for a mover's turn (the classic path).
-        let Some(_turn) = ring.evict_turn(super::mover::on_mover()) else {
+        let Some(turn) = ring.evict_turn(super::mover::on_mover()) else {
             return self.evict_run(run, bufs, timer);
         };
         let (mut at, mut holes) = {
@@ -584,8 +584,10 @@ impl RegionCore {
         let evicted = failed[..moved].iter().filter(|&&f| !f).count();
         self.publish_eviction(&run[..moved], &dirty[..moved], &failed[..moved]);
         timer.lap(Cost::LockList);
+        drop(turn);
         if moved < n {
-            // The kernel would not move the rest (a pinned page): classic path.
+            // The kernel would not move the rest (a pinned page): classic
+            // path, without the ring's eviction turn.
             let (more, err) = self.evict_run(&run[moved..], bufs, timer);
             return (evicted + more, first_error.or(err));
         }

@@ -669,10 +669,13 @@ impl RegionCore {
         // written and is published Dirty (the same reasoning as
         // `zero_fill_wp`). Eviction then drops clean pages without reading
         // them again, instead of comparing every page it evicts (VERIFY,
-        // the fallback should the protection fail).
+        // the fallback should the protection fail). Only a store that can
+        // compare in place (memory) is worth it: elsewhere the pages stay
+        // Dirty + VERIFY, as eviction cannot compare them either.
         let ps = self.page_bytes;
         let protected = !write
             && by_move > 0
+            && self.store.can_compare()
             && self
                 .uffd
                 .writeprotect(&self.reg, run[0].0 * ps, by_move * ps, true, false)

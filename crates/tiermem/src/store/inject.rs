@@ -326,6 +326,10 @@ impl FarStore for InjectingStore {
         self.inner.same_as(offset, src)
     }
 
+    fn can_compare(&self) -> bool {
+        self.inner.can_compare()
+    }
+
     fn forget(&self, offset: u64, len: u64) {
         self.inner.forget(offset, len)
     }

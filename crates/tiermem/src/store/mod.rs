@@ -114,6 +114,11 @@ pub trait FarStore: Send + Sync {
         None
     }
 
+    /// Whether `same_as` can answer (never `None`).
+    fn can_compare(&self) -> bool {
+        false
+    }
+
     /// Forgets `len` bytes at `offset` (the pages became never-written);
     /// frees their space where the store can.
     fn forget(&self, offset: u64, len: u64);

@@ -376,3 +376,35 @@ fn sweeps_with_prefetch_and_catch_up_keep_every_page() {
     eprintln!("catch-up pages over all variants: {caught_up}");
     assert!(caught_up > 0, "no thread ever caught up with the mover");
 }
+
+/// `install = move` over a far store that cannot compare in place (a file):
+/// pages moved in for a read stream stay Dirty + VERIFY instead of being
+/// write-protected and compared (which the store cannot do: each page would
+/// count as a racing write and cost an unprotect call). Every word is
+/// checked after each read pass.
+#[test]
+fn move_install_over_a_file_store_counts_no_false_races() {
+    let mut cfg = Config::new(8 << 20, 2 << 20);
+    cfg.far = tiermem::FarStoreConfig::File {
+        path: std::env::temp_dir(),
+        direct: false,
+    };
+    cfg.install = tiermem::InstallMethod::Move;
+    cfg.movers = 1;
+    cfg.prefetch_max_pages = 64;
+    let r = Region::new(cfg).expect("region");
+    let words = r.as_atomic_u64();
+    let val = |w: usize| (w as u64).wrapping_mul(0x9e37_79b9) ^ 0x5a5a;
+    for (w, x) in words.iter().enumerate() {
+        x.store(val(w), Ordering::Relaxed);
+    }
+    for pass in 0..3 {
+        for (w, x) in words.iter().enumerate() {
+            assert_eq!(x.load(Ordering::Relaxed), val(w), "pass {pass} word {w}");
+        }
+    }
+    let s = r.stats();
+    assert!(r.errors().is_empty(), "{:?}", r.errors());
+    assert!(s.mover_fills > 0, "the mover never filled: {s:?}");
+    assert_eq!(s.zero_fill_races, 0, "no thread wrote during the reads: {s:?}");
+}
