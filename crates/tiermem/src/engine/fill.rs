@@ -675,9 +675,8 @@ impl RegionCore {
                 let mut next = if !write && k < by_move {
                     // Moved in writable: dirty until proven otherwise.
                     // (Protecting the run and comparing it right away saves
-                    // eviction's compare, but costs one more TLB shootdown
-                    // per run: slower on the 1G/512M stencil, 7.29 against
-                    // 6.75 s, 226 against 176 thousand IPIs.)
+                    // eviction's compare but costs one more TLB shootdown
+                    // per run; it showed no clear gain: docs/movers.md.)
                     PageWord::new(PageState::Dirty, w.far_valid()).with_verify()
                 } else {
                     self.filled_state(write, w)
