@@ -995,6 +995,21 @@ fn forward(signo: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_voi
 mod tests {
     use super::*;
 
+    /// `read` (buffer: argument 1) and `getrandom` (argument 0): one rule
+    /// per argument position the filter checks.
+    fn read_and_getrandom() -> [TrapRule; 2] {
+        [
+            TrapRule {
+                nr: libc::SYS_read,
+                buffer_arg: 1,
+            },
+            TrapRule {
+                nr: libc::SYS_getrandom,
+                buffer_arg: 0,
+            },
+        ]
+    }
+
     /// Runs a filter over a fake seccomp_data (the BPF subset used here).
     fn run(prog: &[SockFilter], nr: i64, ip: u64, args: [u64; 6]) -> u32 {
         let word = |off: u32| -> u32 {
@@ -1082,16 +1097,7 @@ mod tests {
 
     #[test]
     fn only_calls_from_the_c_library_trap() {
-        let rules = [
-            TrapRule {
-                nr: libc::SYS_read,
-                buffer_arg: 1,
-            },
-            TrapRule {
-                nr: libc::SYS_getrandom,
-                buffer_arg: 0,
-            },
-        ];
+        let rules = read_and_getrandom();
         let window = (0x1100_0000_0000, 0x5100_0000_0000);
         let statics = (0x5555_5555_8000, 0x5555_5655_8000);
         // Two text segments (glibc before 2.34: libc and libpthread), one
@@ -1177,16 +1183,7 @@ mod tests {
 
     #[test]
     fn oversized_filters_are_errors_not_panics() {
-        let rules = [
-            TrapRule {
-                nr: libc::SYS_read,
-                buffer_arg: 1,
-            },
-            TrapRule {
-                nr: libc::SYS_getrandom,
-                buffer_arg: 0,
-            },
-        ];
+        let rules = read_and_getrandom();
         let ip = 0x10ff_ffe0_0019;
         let window = [(0x1100_0000_0000u64, 0x5100_0000_0000u64)];
         let sites = |n: u64| -> Vec<(u64, u64)> {
@@ -1252,16 +1249,7 @@ mod tests {
             &[(w.lo, w.hi)],
             0x10ff_ffe0_0000,
             &[(0x7f00_0000_0000, 0x7f00_0020_0000)],
-            &[
-                TrapRule {
-                    nr: libc::SYS_read,
-                    buffer_arg: 1,
-                },
-                TrapRule {
-                    nr: libc::SYS_getrandom,
-                    buffer_arg: 0,
-                },
-            ],
+            &read_and_getrandom(),
         )
         .unwrap();
         // One check block per argument position used (0 and 1), not six.
