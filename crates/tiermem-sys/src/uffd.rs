@@ -744,6 +744,15 @@ mod tests {
 
     const PAGE: usize = 4096;
 
+    /// Whether the kernel has UFFDIO_MOVE (says so when it has not).
+    fn has_move() -> bool {
+        let has = Features::probe().unwrap().contains(Features::MOVE);
+        if !has {
+            eprintln!("skipped: no UFFDIO_MOVE on this kernel");
+        }
+        has
+    }
+
     fn region(pages: usize) -> Mapping {
         Mapping::anonymous(pages * PAGE, &MapOptions::default())
             .unwrap()
@@ -896,9 +905,7 @@ mod tests {
 
     #[test]
     fn move_in_and_out_without_copying() {
-        let f = Features::probe().unwrap();
-        if !f.contains(Features::MOVE) {
-            eprintln!("skipped: no UFFDIO_MOVE on this kernel");
+        if !has_move() {
             return;
         }
         let m = region(2);
@@ -931,9 +938,7 @@ mod tests {
 
     #[test]
     fn a_move_that_fails_part_way_reports_what_it_moved() {
-        let f = Features::probe().unwrap();
-        if !f.contains(Features::MOVE) {
-            eprintln!("skipped: no UFFDIO_MOVE on this kernel");
+        if !has_move() {
             return;
         }
         let m = region(4);

@@ -487,10 +487,11 @@ impl RegionCore {
                     k = r.count;
                     break;
                 };
-                if matches!(self.pages.load(p).state(), PageState::Untouched | PageState::Far)
-                    && !(prefetch && self.stale(r, p))
-                {
+                if self.needs_fill(r, p, prefetch) {
                     break;
+                }
+                if prefetch {
+                    self.count_if_stale(r, p);
                 }
                 k += 1;
             }
@@ -500,9 +501,7 @@ impl RegionCore {
                 if want > 0 && p != page_at(k + want - 1).map_or(usize::MAX, |q| q + 1) {
                     break; // runs are contiguous in memory
                 }
-                let fillable = matches!(self.pages.load(p).state(), PageState::Untouched | PageState::Far)
-                    && !(prefetch && self.prefetcher.as_ref().is_some_and(|pf| pf.passed(r, p)));
-                if !fillable {
+                if !self.needs_fill(r, p, prefetch) {
                     break;
                 }
                 want += 1;
@@ -553,23 +552,26 @@ impl RegionCore {
         filled
     }
 
-    /// Whether page `p` of prefetch request `r` is stale: the stream's thread
-    /// passed it before a mover got there (counted). Only pages that need
-    /// filling are asked about: one was evicted behind the thread (the scan
-    /// policy does that to pages it will not keep), and filling it again
-    /// would cost a slot and a copy for nothing. Before this check, a mover
+    /// Whether page `p` of request `r` still needs filling: neither
+    /// resident nor in flight, and, for prefetch, not stale: the stream's
+    /// thread passed it before a mover got there. A page evicted behind the
+    /// thread (the scan policy does that to pages it will not keep) would
+    /// cost a slot and a copy for nothing; before this check, a mover
     /// running behind refilled such pages, and the eviction that followed
     /// gave them a second chance as unused prefetches, pushing pages the
     /// thread was about to use out of scan's protected window.
-    fn stale(&self, r: &Request, p: usize) -> bool {
-        let Some(pf) = &self.prefetcher else {
-            return false;
-        };
-        if !matches!(self.pages.load(p).state(), PageState::Untouched | PageState::Far) || !pf.passed(r, p) {
-            return false;
+    fn needs_fill(&self, r: &Request, p: usize, prefetch: bool) -> bool {
+        matches!(self.pages.load(p).state(), PageState::Untouched | PageState::Far)
+            && !(prefetch && self.prefetcher.as_ref().is_some_and(|pf| pf.passed(r, p)))
+    }
+
+    /// Counts page `p` of prefetch request `r` as stale if it is one (see
+    /// `needs_fill`).
+    fn count_if_stale(&self, r: &Request, p: usize) {
+        let Some(pf) = &self.prefetcher else { return };
+        if matches!(self.pages.load(p).state(), PageState::Untouched | PageState::Far) && pf.passed(r, p) {
+            pf.stale.fetch_add(1, Ordering::Relaxed);
         }
-        pf.stale.fetch_add(1, Ordering::Relaxed);
-        true
     }
 
     /// Takes up to `want` near slots for a mover, evicting to make room.

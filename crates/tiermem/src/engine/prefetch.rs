@@ -807,6 +807,8 @@ mod tests {
         // Muted: only probes issue.
         let issuing = (0..1600).filter(|_| fault(&pf)).count();
         assert!(issuing <= 1600 / PROBE_EVERY as usize + 1, "{issuing}");
+        // Muted, it leaves the thread's next fault to fault-around.
+        assert!(!pf.claims(1, p), "a muted prefetcher claimed page {p}");
         // Probes that are used end it.
         let pf = Prefetcher::new(n, 64);
         pf.muted.store(true, Ordering::Relaxed);
