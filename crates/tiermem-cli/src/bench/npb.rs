@@ -109,8 +109,11 @@ pub const TIERING_RULE: &str = "Same memory on both sides: F = the charged footp
 kernel swap runs in a memory cgroup limited to L = p x F (swap on zram, which the cgroup does not \
 charge); tiermem gets near = L - U, where U = F - T is the charged memory tiermem does not tier \
 (T: heap allocations at or above --tiering-threshold, plus taken-over static sections), which stays \
-in plain memory; tiermem's far store (like zram's pool) is not counted. Without a memory cgroup \
-(not root), F falls back to the plain run's peak RSS.";
+in plain memory; tiermem's far store (like zram's pool) is not counted. Every run starts with the \
+program and its libraries out of the page cache, as a fresh job does, so that F and the kernel's \
+cgroup hold the program's own text (a cgroup charged with anonymous memory alone is OOM-killed by \
+Linux 6.18/cgroup v1 at its first swap-in storm). Without a memory cgroup (not root), F falls back \
+to the plain run's peak RSS.";
 
 /// Paper 3's speedups of the 2 MiB heap over 4 KiB (its table), where it
 /// gives one.
@@ -895,7 +898,8 @@ fn print_tables(r: &Report, backings: &[String], modes: &[String]) {
                  charging a page being swapped in (do_swap_page -> mem_cgroup_swapin_charge_folio), reclaim in the cgroup \
                  freed nothing in its retries (at the kill every anonymous page of the cgroup is on the active list, none \
                  inactive); kernel memory is ~0.1 MiB of the charge. Seen on Linux 6.18 with cgroup v1, with zram and with a \
-                 swap file, at memory.swappiness 60, 100 and 200. Those cells are not in the geometric means. \
+                 swap file, at memory.swappiness 60, 100 and 200, when nothing but anonymous memory was charged to the \
+                 cgroup (runs before the cold page cache of docs/transparent.md). Those cells are not in the geometric means. \
                  swap completes: after an OOM kill, kernel swap was run again at larger shares of F (--swap-ladder steps); \
                  the first share at which it completed and its wall seconds (tiermem not run there)."
             );
