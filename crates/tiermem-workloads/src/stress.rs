@@ -67,6 +67,9 @@ pub struct StressConfig {
     pub evict_batch: usize,
     /// Fault-around (4k pages; drawn on three times in four).
     pub fault_around: bool,
+    /// The rewrite hint (wp-fault, memory store; drawn on three times in
+    /// four).
+    pub rewrite_hint: bool,
     /// Fault injection specification (tests only), if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fault_inject: Option<String>,
@@ -79,12 +82,13 @@ impl StressConfig {
             return format!("plain heap {} MiB, {} thr", self.virt_bytes >> 20, self.threads);
         }
         format!(
-            "{} {} movers={} prefetch={} around={} {} {} {} virt={}K near={}K thr={} batch={}",
+            "{} {} movers={} prefetch={} around={} rewrite={} {} {} {} virt={}K near={}K thr={} batch={}",
             self.page_size,
             self.policy,
             self.movers,
             u8::from(self.prefetch),
             u8::from(self.fault_around),
+            u8::from(self.rewrite_hint),
             self.dirty,
             self.fault_path,
             self.store,
@@ -107,6 +111,7 @@ impl StressConfig {
         c.movers = self.movers;
         c.prefetch = self.prefetch;
         c.fault_around = self.fault_around;
+        c.rewrite_hint = self.rewrite_hint;
         c.dirty_tracking = DirtyTracking::from_name(&self.dirty).unwrap_or(DirtyTracking::WpFault);
         c.fault_path = FaultPath::from_name(&self.fault_path).unwrap_or(FaultPath::InContext);
         c.evict_batch_pages = self.evict_batch;
@@ -159,6 +164,7 @@ pub fn draw(seed: u64, index: u64, huge_2m_pages: u64) -> StressConfig {
         evict_batch: [1, 2, 8, 64, 512][r.below(5) as usize],
         // Drawn last: the fields above stay those of older seeds.
         fault_around: r.below(4) != 0,
+        rewrite_hint: r.below(4) != 0,
         fault_inject: None,
     }
 }
@@ -184,6 +190,7 @@ pub fn plain(seed: u64, index: u64) -> StressConfig {
         threads: 1 + r.below(4) as usize,
         evict_batch: 0,
         fault_around: false,
+        rewrite_hint: false,
         fault_inject: None,
     }
 }

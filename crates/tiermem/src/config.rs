@@ -292,6 +292,13 @@ pub struct Config {
     /// thread's faults show spatial locality (4 KiB pages only).
     #[serde(default = "default_true")]
     pub fault_around: bool,
+    /// Rewrite hint (`wp-fault` dirty tracking, 4 KiB or hugetlb pages, a
+    /// far store that compares in place): a page that was written during
+    /// its last stay in near memory is installed writable at its next read
+    /// fill, so that writing it again costs no write-protect fault; eviction
+    /// compares it with its far copy and writes it back only if it changed.
+    #[serde(default = "default_true")]
+    pub rewrite_hint: bool,
     /// How movers install pages.
     pub install: InstallMethod,
     /// Huge pages to reserve once per process before the first region is
@@ -327,6 +334,7 @@ impl Config {
             prefetch: true,
             prefetch_max_pages: 512,
             fault_around: true,
+            rewrite_hint: true,
             install: InstallMethod::Copy,
             reserve_huge_pages: Vec::new(),
             fault_inject: None,
@@ -860,6 +868,16 @@ pub const ENV_OPTIONS: &[EnvOption] = &[
         help: "Fault-around: a demand fault outside any prefetch stream also installs up to 16 missing neighbours, in the same call, while the thread's faults show spatial locality (4 KiB pages).",
         apply: |c, v| {
             c.fault_around = parse_bool(v)?;
+            Ok(())
+        },
+    },
+    EnvOption {
+        name: "TIERMEM_REWRITE_HINT",
+        unit: "on or off",
+        default: "on",
+        help: "Install a page written during its last stay in near memory writable at its next read fill (no write-protect fault when it is written again; eviction compares it with its far copy). wp-fault dirty tracking with the memory far store.",
+        apply: |c, v| {
+            c.rewrite_hint = parse_bool(v)?;
             Ok(())
         },
     },

@@ -187,6 +187,7 @@ pub(crate) struct Stats {
     pub(crate) mover_copy_calls: AtomicU64,
     pub(crate) mover_unmap_calls: AtomicU64,
     pub(crate) zero_fill_races: AtomicU64,
+    pub(crate) rewrite_installs: AtomicU64,
     pub(crate) thp_collapses: AtomicU64,
     pub(crate) thp_moves: AtomicU64,
     pub(crate) thp_collapse_failures: AtomicU64,
@@ -234,6 +235,7 @@ impl Stats {
             mover_copy_calls: AtomicU64::new(0),
             mover_unmap_calls: AtomicU64::new(0),
             zero_fill_races: AtomicU64::new(0),
+            rewrite_installs: AtomicU64::new(0),
             thp_collapses: AtomicU64::new(0),
             thp_moves: AtomicU64::new(0),
             thp_collapse_failures: AtomicU64::new(0),
@@ -308,6 +310,7 @@ impl Stats {
             &self.mover_copy_calls,
             &self.mover_unmap_calls,
             &self.zero_fill_races,
+            &self.rewrite_installs,
             &self.thp_collapses,
             &self.thp_moves,
             &self.thp_collapse_failures,
@@ -388,6 +391,7 @@ impl Stats {
                 unmap_calls: ld(&self.mover_unmap_calls),
             },
             zero_fill_races: ld(&self.zero_fill_races),
+            rewrite_installs: ld(&self.rewrite_installs),
             thp_collapses: ld(&self.thp_collapses),
             thp_moves: ld(&self.thp_moves),
             thp_collapse_failures: ld(&self.thp_collapse_failures),
@@ -544,6 +548,10 @@ pub struct RegionStats {
     /// wp-fault read zero-fills that found the zero page written by another
     /// thread before it was write-protected (published Dirty instead).
     pub zero_fill_races: u64,
+    /// Read fills that installed the page writable because it was written
+    /// during its last stay in near memory (`Config::rewrite_hint`): each
+    /// saves a write-protect fault if the page is written again.
+    pub rewrite_installs: u64,
     /// THP regions: 2 MiB blocks collapsed into a huge page after a fill.
     pub thp_collapses: u64,
     /// THP regions: blocks built as a huge page in a staging buffer and

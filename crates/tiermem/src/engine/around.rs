@@ -261,7 +261,8 @@ impl FaultAround {
         }
     }
 
-    /// A write-protect fault on page `p`: the page was used.
+    /// Page `p` was written (a write-protect fault, or eviction found it
+    /// changed): it was used.
     pub(crate) fn written(&self, p: usize) {
         if self.take(p) {
             self.used.fetch_add(1, Ordering::Relaxed);
@@ -395,8 +396,12 @@ impl RegionCore {
     ) -> Option<Outcome> {
         let ps = self.page_bytes;
         let mut ok = [false; MAX_CLUSTER];
+        // A read of a page written during its last stay installs the
+        // cluster writable, as a write does (the rewrite hint).
+        let rewrite = !write && self.expects_rewrite(c.at, c.word(c.at));
+        let writable = write || rewrite;
         let mode = CopyMode {
-            write_protect: !write,
+            write_protect: !writable,
             dont_wake: server == Server::InContext,
         };
         let mut at_read_failed = false;
@@ -487,7 +492,7 @@ impl RegionCore {
         }
         for (p, nw) in c.neighbours() {
             if is_ok(p) {
-                let next = if write {
+                let next = if writable {
                     // Installed writable but not written: dirty until
                     // eviction finds it unchanged.
                     PageWord::new(PageState::Dirty, nw.far_valid()).with_verify()
@@ -507,8 +512,15 @@ impl RegionCore {
         if !is_ok(c.at) {
             return None;
         }
-        let state = if write { PageState::Dirty } else { PageState::Clean };
-        self.pages.unlock(c.at, PageWord::new(state, w.far_valid()));
+        let next = if write {
+            PageWord::new(PageState::Dirty, w.far_valid())
+        } else if rewrite {
+            self.count_rewrites((c.first..c.end).filter(|&p| is_ok(p)).count());
+            PageWord::new(PageState::Dirty, w.far_valid()).with_verify()
+        } else {
+            PageWord::new(PageState::Clean, w.far_valid())
+        };
+        self.pages.unlock(c.at, next);
         Some(Outcome::Resolved)
     }
 

@@ -446,7 +446,20 @@ impl RegionCore {
             let next = if failed[k] {
                 policy.get_or_insert_with(|| self.policy()).on_remove(p, true);
                 PageWord::new(PageState::Dirty, w.far_valid())
-            } else if dirty[k] || w.far_valid() {
+            } else if dirty[k] {
+                // Written, so used: a neighbour fault-around installed
+                // writable takes no write-protect fault to say so.
+                if let Some(fa) = &self.around {
+                    fa.written(p);
+                }
+                if let Some(h) = &self.rewrites {
+                    h.written(p);
+                }
+                PageWord::new(PageState::Far, true)
+            } else if w.far_valid() {
+                if let Some(h) = &self.rewrites {
+                    h.unwritten(p);
+                }
                 PageWord::new(PageState::Far, true)
             } else {
                 PageWord::new(PageState::Untouched, false)

@@ -66,8 +66,10 @@ impl RegionCore {
         // microseconds in that design.
         let dont_wake = server == Server::InContext;
         // THP blocks are installed writable: write-protected small pages
-        // cannot collapse.
-        let wp_on_install = !write && !self.thp();
+        // cannot collapse. So is a page written during its last stay (the
+        // rewrite hint), expecting the write again.
+        let rewrite = !write && self.expects_rewrite(i, w);
+        let wp_on_install = !write && !rewrite && !self.thp();
         // A read zero-fill in wp-fault mode maps the shared zero page and
         // then protects it; `raced` says that another thread wrote the page
         // in between (see `zero_fill_wp`).
@@ -144,7 +146,12 @@ impl RegionCore {
         // List the page before publishing it, so an evictor that pops it
         // finds it Busy and waits rather than missing it.
         self.policy().on_fill(i);
-        let next = self.filled_state(write || raced, w);
+        let next = if rewrite {
+            self.count_rewrites(1);
+            PageWord::new(PageState::Dirty, w.far_valid()).with_verify()
+        } else {
+            self.filled_state(write || raced, w)
+        };
         timer.lap(Cost::LockList);
         // Record before publishing: a page that is no longer Busy has its
         // fault counted (Region::settle relies on it).
@@ -180,6 +187,20 @@ impl RegionCore {
         self.stats.zero_fill_races.fetch_add(1, Ordering::Relaxed);
         let _ = self.uffd.writeprotect(&self.reg, off, ps, false, true);
         Ok(true)
+    }
+
+    /// Whether a read fill of page `p`, which was `w`, installs it
+    /// writable: it is far, and was written during its recent stays in
+    /// near memory (see `rewrite`).
+    pub(super) fn expects_rewrite(&self, p: usize, w: PageWord) -> bool {
+        w.state() == PageState::Far && self.rewrites.as_ref().is_some_and(|h| h.expected(p))
+    }
+
+    /// Counts `n` pages installed writable for a read by the rewrite hint.
+    pub(super) fn count_rewrites(&self, n: usize) {
+        if n > 0 {
+            self.stats.rewrite_installs.fetch_add(n as u64, Ordering::Relaxed);
+        }
     }
 
     /// The state of a page just filled for a read or a write. A THP block
@@ -627,11 +648,15 @@ impl RegionCore {
         };
         ok[..by_move].iter_mut().for_each(|x| *x = true);
         let mut s = by_move;
+        // Pages a read installs writable (see `rewrite`).
+        let rewrite = |k: usize| !write && self.expects_rewrite(run[k].0, run[k].1);
         while s < run.len() {
-            // A sub-run of pages of the same kind (all far, or all untouched).
+            // A sub-run of pages of the same kind (all far, or all
+            // untouched) and install mode.
             let far = run[s].1.state() == PageState::Far;
+            let writable = write || rewrite(s);
             let mut e = s + 1;
-            while e < run.len() && (run[e].1.state() == PageState::Far) == far {
+            while e < run.len() && (run[e].1.state() == PageState::Far) == far && rewrite(e) == rewrite(s) {
                 e += 1;
             }
             let off = run[s].0 * self.page_bytes;
@@ -640,7 +665,7 @@ impl RegionCore {
                 let src = self.store.fetch(off as u64, len, staging);
                 timer.lap(Cost::Transfer);
                 match src {
-                    Ok(src) => self.copy_run(off, src, !write && !self.thp()),
+                    Ok(src) => self.copy_run(off, src, !writable && !self.thp()),
                     Err(err) => {
                         // A prefetch is a hint: leave the pages in the far
                         // store; a demand fault will try again and report.
@@ -649,7 +674,7 @@ impl RegionCore {
                     }
                 }
             } else {
-                self.copy_run(off, self.zeros.range(0, len), !write && !self.thp())
+                self.copy_run(off, self.zeros.range(0, len), !writable && !self.thp())
             };
             if installed.is_ok() && self.thp() {
                 self.collapse(off, e - s);
@@ -679,6 +704,9 @@ impl RegionCore {
                     // (Protecting the run and comparing it right away saves
                     // eviction's compare but costs one more TLB shootdown
                     // per run; it showed no clear gain: docs/movers.md.)
+                    PageWord::new(PageState::Dirty, w.far_valid()).with_verify()
+                } else if rewrite(k) {
+                    self.count_rewrites(1);
                     PageWord::new(PageState::Dirty, w.far_valid()).with_verify()
                 } else {
                     self.filled_state(write, w)

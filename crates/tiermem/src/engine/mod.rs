@@ -42,6 +42,7 @@ mod inherit;
 pub(crate) mod mover;
 mod pin;
 pub(crate) mod prefetch;
+mod rewrite;
 pub(crate) mod ring;
 mod scratch;
 
@@ -159,6 +160,9 @@ pub(crate) struct RegionCore {
     /// Frames for zero-copy installs by the movers (`install = move`).
     ring: Option<FrameRing>,
     scanner: Option<PagemapScanner>,
+    /// Which far pages a read fill installs writable (`Config::rewrite_hint`,
+    /// where eviction can compare).
+    rewrites: Option<rewrite::RewriteHistory>,
     pub(crate) stats: Stats,
     errors: ErrorLog,
     /// Fork generation that owns the kernel state.
@@ -274,7 +278,17 @@ impl RegionCore {
         } else {
             None
         };
+        let rewrites = if config.rewrite_hint
+            && config.dirty_tracking == DirtyTracking::WpFault
+            && config.page_size != PageSize::Thp2M
+            && parts.store.compares_in_place()
+        {
+            Some(rewrite::RewriteHistory::new(pages)?)
+        } else {
+            None
+        };
         Ok(RegionCore {
+            rewrites,
             thp_staging,
             thp_stale: AtomicU64::new(0),
             budget_pages: budget,

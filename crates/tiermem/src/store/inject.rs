@@ -326,6 +326,10 @@ impl FarStore for InjectingStore {
         self.inner.same_as(offset, src)
     }
 
+    fn compares_in_place(&self) -> bool {
+        self.inner.compares_in_place()
+    }
+
     fn forget(&self, offset: u64, len: u64) {
         self.inner.forget(offset, len)
     }

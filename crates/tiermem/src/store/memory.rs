@@ -81,6 +81,10 @@ impl FarStore for MemoryStore {
         Some(self.map.range(offset as usize, src.len()).same_bytes(src))
     }
 
+    fn compares_in_place(&self) -> bool {
+        true
+    }
+
     fn forget(&self, offset: u64, len: u64) {
         // Best effort: failing to free space loses nothing.
         let _ = self.memfd.punch_hole(offset, len);

@@ -114,6 +114,11 @@ pub trait FarStore: Send + Sync {
         None
     }
 
+    /// Whether [`FarStore::same_as`] answers (cheaply, in place).
+    fn compares_in_place(&self) -> bool {
+        false
+    }
+
     /// Forgets `len` bytes at `offset` (the pages became never-written);
     /// frees their space where the store can.
     fn forget(&self, offset: u64, len: u64);

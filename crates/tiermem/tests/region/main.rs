@@ -341,15 +341,20 @@ fn explicit_prefetch_and_advice() {
         .enumerate()
         .for_each(|(i, x)| *x = i as u64);
     r.evict_all().unwrap();
-    // Without movers, prefetch fills synchronously.
+    // Without movers, prefetch fills synchronously (pages written before
+    // their eviction come back writable: the rewrite hint).
     r.prefetch(0, 4 * MIB as usize).unwrap();
-    assert_eq!(r.page_census().clean, 1024);
+    let resident = |r: &Region| {
+        let c = r.page_census();
+        c.clean + c.dirty
+    };
+    assert_eq!(resident(&r), 1024);
     r.reset_stats();
     assert_eq!(r.as_mut_slice::<u64>()[1000], 1000);
     assert_eq!(r.stats().faults(), 0, "prefetched page read without a fault");
     // DontNeed evicts and keeps the data.
     r.advise(0, 4 * MIB as usize, tiermem::Advice::DontNeed).unwrap();
-    assert_eq!(r.page_census().clean, 0);
+    assert_eq!(resident(&r), 0);
     assert_eq!(r.as_mut_slice::<u64>()[1000], 1000);
     assert!(r.prefetch(0, 64 * MIB as usize).is_err());
     // WillNeed with movers: queued, done in the background.
@@ -436,7 +441,8 @@ fn prefetch_without_a_free_mover_fills_every_store() {
                 if movers == 0 {
                     // Done on this thread, nothing in flight: nothing busy.
                     assert_eq!(r.page_census().busy, 0, "{what}: pages left busy");
-                    assert!(r.page_census().clean >= 768, "{what}: filled now");
+                    let c = r.page_census();
+                    assert!(c.clean + c.dirty >= 768, "{what}: filled now");
                 }
                 // A page left busy would make this read wait forever.
                 for (i, x) in r.as_mut_slice::<u64>().iter().enumerate() {
@@ -560,4 +566,78 @@ fn region_under_mlockall() {
         err.contains("region under mlockall: ok") || err.contains("skipped"),
         "{err}"
     );
+}
+
+/// Reads then writes one word of every page (two accesses: a read fill,
+/// then a write to the resident page).
+fn read_then_write_every_page(words: &mut [u64], add: u64) {
+    for p in (0..words.len()).step_by(512) {
+        let v = std::hint::black_box(words[p]);
+        words[p] = v.wrapping_add(add);
+    }
+}
+
+fn read_every_page(words: &[u64]) -> u64 {
+    (0..words.len())
+        .step_by(512)
+        .map(|p| std::hint::black_box(words[p]))
+        .sum()
+}
+
+#[test]
+fn pages_written_before_are_installed_writable_and_lose_no_write() {
+    let pages = 1024u64;
+    let run = |hint: bool| {
+        let mut c = Config::new(pages * 4096, 256 * 4096);
+        c.fault_around = false;
+        c.rewrite_hint = hint;
+        let mut r = Region::new(c).unwrap();
+        let words: &mut [u64] = r.as_mut_slice();
+        for p in (0..words.len()).step_by(512) {
+            words[p] = mix(p as u64);
+        }
+        let before = r.stats();
+        read_then_write_every_page(r.as_mut_slice(), 1);
+        let pass = r.stats();
+        let wp = pass.faults_write_protect - before.faults_write_protect;
+        let hinted = pass.rewrite_installs - before.rewrite_installs;
+        // Every page holds its write: pages installed writable for a read
+        // and then written are compared at eviction and written back.
+        read_then_write_every_page(r.as_mut_slice(), 0);
+        let words: &mut [u64] = r.as_mut_slice();
+        for p in (0..words.len()).step_by(512) {
+            assert_eq!(words[p], mix(p as u64) + 1, "hint {hint}: page {}", p / 512);
+        }
+        assert!(r.errors().is_empty(), "{:?}", r.errors());
+        (wp, hinted, r)
+    };
+    // Without the hint every page evicted after its first write takes a
+    // write-protect fault at its second; with it almost none does.
+    let (wp_off, hinted_off, _) = run(false);
+    assert_eq!(hinted_off, 0);
+    assert!(
+        wp_off >= pages - 256,
+        "{wp_off} write-protect faults without the hint"
+    );
+    let (wp_on, hinted_on, r) = run(true);
+    assert!(
+        hinted_on >= pages - 256 - 64,
+        "{hinted_on} pages installed writable"
+    );
+    assert!(wp_on <= 64, "{wp_on} write-protect faults with the hint");
+    // A wrong guess corrects itself: pages installed writable but only
+    // read are found unchanged at eviction (not written back) and lose the
+    // hint, so two read passes later nothing is installed writable.
+    let mut r = r;
+    let mut read = || read_every_page(r.as_mut_slice::<u64>());
+    let first = read();
+    assert_eq!(read(), first);
+    let a = r.stats();
+    let mut read = || read_every_page(r.as_mut_slice::<u64>());
+    assert_eq!(read(), first);
+    assert_eq!(read(), first);
+    let b = r.stats();
+    assert_eq!(b.rewrite_installs, a.rewrite_installs, "{b:?}");
+    assert_eq!(b.write_backs, a.write_backs, "clean pages written back: {b:?}");
+    assert!(b.evictions > a.evictions);
 }
