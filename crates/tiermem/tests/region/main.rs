@@ -580,8 +580,7 @@ fn read_then_write_every_page(words: &mut [u64], add: u64) {
 fn read_every_page(words: &[u64]) -> u64 {
     (0..words.len())
         .step_by(512)
-        .map(|p| std::hint::black_box(words[p]))
-        .sum()
+        .fold(0u64, |s, p| s.wrapping_add(std::hint::black_box(words[p])))
 }
 
 #[test]
@@ -606,7 +605,12 @@ fn pages_written_before_are_installed_writable_and_lose_no_write() {
         read_then_write_every_page(r.as_mut_slice(), 0);
         let words: &mut [u64] = r.as_mut_slice();
         for p in (0..words.len()).step_by(512) {
-            assert_eq!(words[p], mix(p as u64) + 1, "hint {hint}: page {}", p / 512);
+            assert_eq!(
+                words[p],
+                mix(p as u64).wrapping_add(1),
+                "hint {hint}: page {}",
+                p / 512
+            );
         }
         assert!(r.errors().is_empty(), "{:?}", r.errors());
         (wp, hinted, r)
