@@ -102,8 +102,11 @@ pub fn run(
             for &m in modes {
                 let mut c = Config::new(virt, near);
                 c.dirty_tracking = m;
-                // Per-page signatures: one fault per page touched.
+                // Per-page signatures: one fault per page touched, and the
+                // dirty-tracking mechanism itself (the rewrite hint would
+                // install pages written before writable: no wp fault).
                 c.fault_around = false;
+                c.rewrite_hint = false;
                 let r = Region::new(c)?;
                 let words = r.as_atomic_u64();
                 // Populate every page (written once) so that passes move data.

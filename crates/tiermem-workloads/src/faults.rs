@@ -172,8 +172,11 @@ fn region(pages: usize, near_pages: usize, d: &Design, batch: usize) -> Result<R
     c.fault_path = d.fault_path;
     c.handler_cpus = d.handler_cpus.clone();
     c.evict_batch_pages = batch;
-    // The cost of one fault: no neighbours installed with it.
+    // The cost of one fault: no neighbours installed with it, and a
+    // write-protect fault at every first write after a read (the rewrite
+    // hint would install pages written before writable).
     c.fault_around = false;
+    c.rewrite_hint = false;
     // TIERMEM_KERNEL_ACCESS=off measures without the seccomp filter that
     // traps system calls on tiered buffers (it stays installed for the
     // rest of the process once an in-context region made it).
