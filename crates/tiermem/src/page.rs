@@ -106,6 +106,12 @@ impl PageWord {
     pub(crate) fn with_verify(self) -> PageWord {
         PageWord(self.0 | VERIFY)
     }
+    /// A page installed writable without being written (THP blocks, moved
+    /// frames, writable clusters, the rewrite hint): `Dirty` until eviction
+    /// finds it unchanged (VERIFY).
+    pub(crate) fn dirty_unverified(far_valid: bool) -> PageWord {
+        PageWord::new(PageState::Dirty, far_valid).with_verify()
+    }
     /// Whether a kernel-mode access holds the page in place.
     pub(crate) fn pinned(self) -> bool {
         self.0 & PIN_MASK != 0

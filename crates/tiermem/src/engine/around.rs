@@ -495,7 +495,7 @@ impl RegionCore {
                 let next = if writable {
                     // Installed writable but not written: dirty until
                     // eviction finds it unchanged.
-                    PageWord::new(PageState::Dirty, nw.far_valid()).with_verify()
+                    PageWord::dirty_unverified(nw.far_valid())
                 } else {
                     PageWord::new(PageState::Clean, nw.far_valid())
                 };
@@ -516,7 +516,7 @@ impl RegionCore {
             PageWord::new(PageState::Dirty, w.far_valid())
         } else if rewrite {
             self.count_rewrites((c.first..c.end).filter(|&p| is_ok(p)).count());
-            PageWord::new(PageState::Dirty, w.far_valid()).with_verify()
+            PageWord::dirty_unverified(w.far_valid())
         } else {
             PageWord::new(PageState::Clean, w.far_valid())
         };

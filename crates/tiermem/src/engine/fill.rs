@@ -148,7 +148,7 @@ impl RegionCore {
         self.policy().on_fill(i);
         let next = if rewrite {
             self.count_rewrites(1);
-            PageWord::new(PageState::Dirty, w.far_valid()).with_verify()
+            PageWord::dirty_unverified(w.far_valid())
         } else {
             self.filled_state(write || raced, w)
         };
@@ -210,7 +210,7 @@ impl RegionCore {
         if write {
             PageWord::new(PageState::Dirty, w.far_valid())
         } else if self.thp() {
-            PageWord::new(PageState::Dirty, w.far_valid()).with_verify()
+            PageWord::dirty_unverified(w.far_valid())
         } else {
             PageWord::new(PageState::Clean, w.far_valid())
         }
@@ -654,9 +654,10 @@ impl RegionCore {
             // A sub-run of pages of the same kind (all far, or all
             // untouched) and install mode.
             let far = run[s].1.state() == PageState::Far;
-            let writable = write || rewrite(s);
+            let hinted = rewrite(s);
+            let writable = write || hinted;
             let mut e = s + 1;
-            while e < run.len() && (run[e].1.state() == PageState::Far) == far && rewrite(e) == rewrite(s) {
+            while e < run.len() && (run[e].1.state() == PageState::Far) == far && rewrite(e) == hinted {
                 e += 1;
             }
             let off = run[s].0 * self.page_bytes;
@@ -704,10 +705,10 @@ impl RegionCore {
                     // (Protecting the run and comparing it right away saves
                     // eviction's compare but costs one more TLB shootdown
                     // per run; it showed no clear gain: docs/movers.md.)
-                    PageWord::new(PageState::Dirty, w.far_valid()).with_verify()
+                    PageWord::dirty_unverified(w.far_valid())
                 } else if rewrite(k) {
                     self.count_rewrites(1);
-                    PageWord::new(PageState::Dirty, w.far_valid()).with_verify()
+                    PageWord::dirty_unverified(w.far_valid())
                 } else {
                     self.filled_state(write, w)
                 };
