@@ -496,12 +496,8 @@ unsafe extern "C" fn visit_object(
 static CALLBACK: AtomicUsize = AtomicUsize::new(0);
 /// The program's SIGSYS action, which tiermem's handler chains to for the
 /// SIGSYS that are not its traps: what was installed before it, or what an
-/// interposed `sigaction` installed after it ([`set_chained`]). The handler
-/// reads the two atomics without locks; the whole action is kept for
-/// `sigaction` queries.
-static PREV_HANDLER: AtomicUsize = AtomicUsize::new(0); // SIG_DFL
-static PREV_FLAGS: AtomicUsize = AtomicUsize::new(0);
-static PREVIOUS: Mutex<Option<libc::sigaction>> = Mutex::new(None);
+/// interposed `sigaction` installed after it ([`set_chained`]).
+static CHAINED: crate::signal::ChainedAction = crate::signal::ChainedAction::new();
 static INSTALLED: Mutex<Option<Window>> = Mutex::new(None);
 
 /// Why the trap could not be installed.
@@ -619,8 +615,7 @@ pub fn chained() -> Option<libc::sigaction> {
     if !handler_installed() {
         return None;
     }
-    let g = PREVIOUS.lock().unwrap_or_else(|p| p.into_inner());
-    Some(g.unwrap_or_else(default_action))
+    Some(CHAINED.get().unwrap_or_else(default_action))
 }
 
 /// Makes `act` the program's SIGSYS action: tiermem's handler stays
@@ -630,17 +625,11 @@ pub fn chained() -> Option<libc::sigaction> {
 /// filter under `SIG_IGN` or `SIG_DFL` ends the process, as the kernel
 /// would). Returns the action recorded before; `None` (nothing recorded)
 /// when tiermem's handler is not installed: call the real `sigaction`.
-pub fn set_chained(mut act: libc::sigaction) -> Option<libc::sigaction> {
+pub fn set_chained(act: libc::sigaction) -> Option<libc::sigaction> {
     if !handler_installed() {
         return None;
     }
-    crate::signal::strip_fault_signals(&mut act.sa_mask);
-    let mut g = PREVIOUS.lock().unwrap_or_else(|p| p.into_inner());
-    let old = g.replace(act).unwrap_or_else(default_action);
-    PREV_FLAGS.store(act.sa_flags as usize, Ordering::Relaxed);
-    // Release: the handler reads the flags after it sees the new handler.
-    PREV_HANDLER.store(act.sa_sigaction, Ordering::Release);
-    Some(old)
+    Some(CHAINED.replace(act).unwrap_or_else(default_action))
 }
 
 fn default_action() -> libc::sigaction {
@@ -978,9 +967,7 @@ extern "C" fn on_sigsys(signo: libc::c_int, info: *mut libc::siginfo_t, ctx: *mu
 /// under `SIG_IGN`, nothing; otherwise the default action, which ends the
 /// process (the kernel never lets a seccomp trap's SIGSYS be ignored).
 fn forward(signo: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
-    // Acquire: pairs with set_chained's Release (flags before handler).
-    let h = PREV_HANDLER.load(Ordering::Acquire);
-    let flags = PREV_FLAGS.load(Ordering::Relaxed) as libc::c_int;
+    let (h, flags) = CHAINED.handler();
     // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
     let code = unsafe { (*info).si_code };
     if h == libc::SIG_IGN && code != uapi::SYS_SECCOMP {

@@ -103,12 +103,8 @@ pub enum Disposition {
 pub type FaultCallback = fn(&SignalFault) -> Disposition;
 
 static CALLBACKS: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
-/// The handler to chain to (`sa_sigaction` and `sa_flags`), read by the
-/// signal handler without locks.
-static PREV_HANDLER: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
-static PREV_FLAGS: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
-/// The whole previous action, as reported to an interposed `sigaction`.
-static PREVIOUS: Mutex<[Option<libc::sigaction>; 2]> = Mutex::new([None, None]);
+/// The actions tiermem's handlers chain to.
+static CHAINED: [ChainedAction; 2] = [ChainedAction::new(), ChainedAction::new()];
 static INSTALLED: [OnceLock<()>; 2] = [OnceLock::new(), OnceLock::new()];
 static INSTALL: Mutex<()> = Mutex::new(());
 
@@ -224,7 +220,7 @@ pub unsafe fn raw_sigprocmask(
 /// The action tiermem chains to for `kind` (what was installed before it,
 /// or what an interposed `sigaction` installed after it).
 pub fn chained(kind: FaultSignalKind) -> Option<libc::sigaction> {
-    PREVIOUS.lock().unwrap_or_else(|p| p.into_inner())[kind.slot()]
+    CHAINED[kind.slot()].get()
 }
 
 /// Replaces the action tiermem chains to for `kind` (an interposed
@@ -232,15 +228,64 @@ pub fn chained(kind: FaultSignalKind) -> Option<libc::sigaction> {
 /// application's handler runs for every fault tiermem does not serve).
 /// Returns the action chained to before. `None` if tiermem's handler is
 /// not installed: the caller should then call the real `sigaction`.
-pub fn set_chained(kind: FaultSignalKind, mut act: libc::sigaction) -> Option<libc::sigaction> {
+pub fn set_chained(kind: FaultSignalKind, act: libc::sigaction) -> Option<libc::sigaction> {
     INSTALLED[kind.slot()].get()?;
-    strip_fault_signals(&mut act.sa_mask);
-    let mut g = PREVIOUS.lock().unwrap_or_else(|p| p.into_inner());
-    let old = g[kind.slot()].replace(act);
-    PREV_FLAGS[kind.slot()].store(act.sa_flags as usize, Ordering::Relaxed);
-    // Release: the handler reads the flags after it sees the new handler.
-    PREV_HANDLER[kind.slot()].store(act.sa_sigaction, Ordering::Release);
-    old
+    CHAINED[kind.slot()].replace(act)
+}
+
+/// The program's own action for a signal whose handler is tiermem's: what
+/// tiermem's handler chains to. The handler reads the action's handler and
+/// flags from two atomics, without locks. The whole action, for `sigaction`
+/// queries, sits under a lock taken only with asynchronous signals
+/// blocked: a signal handler that calls `sigaction` for the same signal
+/// (a crash handler restoring the default action) could otherwise
+/// interrupt its own thread holding the lock and wait for it forever.
+pub(crate) struct ChainedAction {
+    handler: AtomicUsize,
+    flags: AtomicUsize,
+    whole: Mutex<Option<libc::sigaction>>,
+}
+
+impl ChainedAction {
+    /// Nothing recorded: the default action.
+    pub(crate) const fn new() -> ChainedAction {
+        ChainedAction {
+            handler: AtomicUsize::new(libc::SIG_DFL),
+            flags: AtomicUsize::new(0),
+            whole: Mutex::new(None),
+        }
+    }
+
+    /// The action recorded, if any.
+    pub(crate) fn get(&self) -> Option<libc::sigaction> {
+        let _blocked = AsyncSignalsBlocked::new();
+        let guard = self.whole.lock().unwrap_or_else(|p| p.into_inner());
+        let act = *guard;
+        // Before the signals are let in again (a tail expression's
+        // temporary guard would outlive `_blocked`).
+        drop(guard);
+        act
+    }
+
+    /// Records `act` (without the fault signals in its mask: see
+    /// [`strip_fault_signals`]) and returns the action recorded before.
+    pub(crate) fn replace(&self, mut act: libc::sigaction) -> Option<libc::sigaction> {
+        strip_fault_signals(&mut act.sa_mask);
+        let _blocked = AsyncSignalsBlocked::new();
+        let mut g = self.whole.lock().unwrap_or_else(|p| p.into_inner());
+        let old = g.replace(act);
+        self.flags.store(act.sa_flags as usize, Ordering::Relaxed);
+        // Release: the handler reads the flags after it sees the new handler.
+        self.handler.store(act.sa_sigaction, Ordering::Release);
+        old
+    }
+
+    /// The handler and flags to chain to, for a signal handler.
+    pub(crate) fn handler(&self) -> (usize, libc::c_int) {
+        // Acquire: pairs with `replace`'s Release (flags before handler).
+        let h = self.handler.load(Ordering::Acquire);
+        (h, self.flags.load(Ordering::Relaxed) as libc::c_int)
+    }
 }
 
 static APP_CALLBACKS: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
@@ -418,9 +463,7 @@ fn forward(
     ctx: *mut libc::c_void,
     code: i32,
 ) {
-    // Acquire: pairs with set_chained's Release (flags before handler).
-    let h = PREV_HANDLER[kind.slot()].load(Ordering::Acquire);
-    let flags = PREV_FLAGS[kind.slot()].load(Ordering::Relaxed) as libc::c_int;
+    let (h, flags) = CHAINED[kind.slot()].handler();
     if h == libc::SIG_IGN && code <= 0 {
         // Sent by kill(): ignored, as it was before tiermem.
         return;
@@ -505,6 +548,62 @@ mod tests {
             )
         };
         Disposition::Retry
+    }
+
+    static REPLACED_BY_HANDLER: ChainedAction = ChainedAction::new();
+    static HANDLER_RUNS: AtomicUsize = AtomicUsize::new(0);
+
+    fn action(handler: usize) -> libc::sigaction {
+        // SAFETY: a zeroed sigaction is valid plain data.
+        let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
+        act.sa_sigaction = handler;
+        act
+    }
+
+    extern "C" fn replaces_the_chained_action(_: libc::c_int) {
+        REPLACED_BY_HANDLER.replace(action(libc::SIG_IGN));
+        HANDLER_RUNS.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A signal handler that sets the chained action while its thread was
+    /// interrupted setting it (a crash handler resetting SIGSEGV, say) must
+    /// not wait forever for the lock its own thread holds.
+    #[test]
+    fn a_handler_that_sets_the_chained_action_does_not_deadlock() {
+        let sig = libc::SIGRTMIN() + 3;
+        let handler = replaces_the_chained_action as extern "C" fn(libc::c_int);
+        let mut sa = action(handler as usize);
+        sa.sa_flags = libc::SA_RESTART;
+        // SAFETY: valid struct; a test-only real-time signal.
+        assert_eq!(unsafe { c_sigaction(sig, &sa, std::ptr::null_mut()) }, 0);
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let worker_done = done.clone();
+        std::thread::spawn(move || {
+            tid_tx.send(crate::thread::gettid()).unwrap();
+            for _ in 0..300_000 {
+                REPLACED_BY_HANDLER.replace(action(libc::SIG_DFL));
+                let _ = REPLACED_BY_HANDLER.get();
+            }
+            worker_done.store(true, Ordering::Release);
+        });
+        let tid = tid_rx.recv().unwrap();
+        let mut sent = 0u64;
+        let t0 = std::time::Instant::now();
+        while !done.load(Ordering::Acquire) && t0.elapsed() < std::time::Duration::from_secs(30) {
+            // SAFETY: tgkill with plain integers; the worker is ours.
+            unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, sig) };
+            sent += 1;
+            std::thread::sleep(std::time::Duration::from_micros(20));
+        }
+        assert!(
+            done.load(Ordering::Acquire),
+            "the worker hung in the chained action's lock after {sent} signals"
+        );
+        assert!(
+            HANDLER_RUNS.load(Ordering::Relaxed) > 0,
+            "no signal reached the worker"
+        );
     }
 
     #[test]
