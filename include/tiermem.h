@@ -161,13 +161,19 @@ extern "C" {
  * pages (correct, slower to translate). */
 #define TM_PAGE_THP 2097153
 
-/* tm_config.install: movers install pages with UFFDIO_COPY from the far
- * store; default. */
+/* tm_config.install: pages are installed with UFFDIO_COPY from the far
+ * store and evicted pages freed with MADV_DONTNEED. */
 #define TM_INSTALL_COPY 0
-/* tm_config.install: movers recycle page frames: evicted pages are moved
+/* tm_config.install: page frames are recycled: evicted pages are moved
  * (UFFDIO_MOVE) into a ring of frames that receive new data and are moved
- * into place, with no page allocation and no kernel copy. */
+ * into place, with no page allocation and no kernel copy. Pages moved in
+ * for a read are writable and compared with their far copy at eviction.
+ * Needs Linux 6.8, 4 KiB pages and TM_DIRTY_WP_FAULT (else: copies). */
 #define TM_INSTALL_MOVE 1
+/* tm_config.install: recycling when the region has no movers (faulting
+ * threads evict into the ring and fill from it), copies with movers;
+ * default. */
+#define TM_INSTALL_AUTO 2
 
 /* tm_advise() advice. */
 #define TM_ADVICE_NORMAL 0     /* back to the default heuristics */
@@ -256,7 +262,7 @@ struct tm_config {
                                  (prefetch on whenever movers > 0). */
   uint32_t prefetch_max_pages; /* largest prefetch window in pages, 4 to 2048; 0 = default
                                  (512). */
-  int32_t install;            /* TM_INSTALL_COPY (default) or TM_INSTALL_MOVE. */
+  int32_t install;            /* TM_INSTALL_AUTO (default), _COPY or _MOVE. */
   const int32_t *mover_cpus;  /* CPUs to pin the movers to, round robin; NULL (default) =
                                  unpinned. Read during tm_region_create only. */
   uint32_t mover_cpu_count;   /* entries in mover_cpus; default 0. */

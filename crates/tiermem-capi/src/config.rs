@@ -94,13 +94,15 @@ pub const TM_POLICY_SCAN: i32 = 2;
 /// The `policy` values [`config_from_c`] accepts.
 const POLICIES: Table<PolicyKind> =
     named![PolicyKind: TM_POLICY_FIFO => Fifo, TM_POLICY_CLOCK => Clock, TM_POLICY_SCAN => Scan];
-/// `install`: movers install pages with `UFFDIO_COPY` (default).
+/// `install`: pages installed with `UFFDIO_COPY`.
 pub const TM_INSTALL_COPY: i32 = 0;
-/// `install`: movers recycle page frames with `UFFDIO_MOVE`.
+/// `install`: page frames recycled with `UFFDIO_MOVE`.
 pub const TM_INSTALL_MOVE: i32 = 1;
+/// `install`: recycling without movers, copies with them (default).
+pub const TM_INSTALL_AUTO: i32 = 2;
 /// The `install` values [`config_from_c`] accepts.
 const INSTALLS: Table<InstallMethod> =
-    named![InstallMethod: TM_INSTALL_COPY => Copy, TM_INSTALL_MOVE => Move];
+    named![InstallMethod: TM_INSTALL_COPY => Copy, TM_INSTALL_MOVE => Move, TM_INSTALL_AUTO => Auto];
 /// `fault_path`: faults served on the faulting thread (default).
 pub const TM_FAULT_IN_CONTEXT: i32 = 0;
 /// `fault_path`: faults served by handler threads.
@@ -167,7 +169,7 @@ pub struct tm_config {
     pub prefetch_off: i32,
     /// Largest prefetch window in pages, 4 to 2048; 0 = default (512).
     pub prefetch_max_pages: u32,
-    /// `TM_INSTALL_COPY` (default) or `TM_INSTALL_MOVE`.
+    /// `TM_INSTALL_AUTO` (default), `TM_INSTALL_COPY` or `TM_INSTALL_MOVE`.
     pub install: i32,
     /// CPUs to pin movers to (`mover_cpu_count` entries); NULL = unpinned.
     pub mover_cpus: *const i32,
@@ -227,6 +229,7 @@ impl tm_config {
             prefetch_off: i32::from(!c.prefetch),
             prefetch_max_pages: u32::try_from(c.prefetch_max_pages).unwrap_or(u32::MAX),
             install: match c.install {
+                InstallMethod::Auto => TM_INSTALL_AUTO,
                 InstallMethod::Copy => TM_INSTALL_COPY,
                 InstallMethod::Move => TM_INSTALL_MOVE,
             },

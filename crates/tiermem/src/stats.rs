@@ -188,6 +188,7 @@ pub(crate) struct Stats {
     pub(crate) mover_unmap_calls: AtomicU64,
     pub(crate) zero_fill_races: AtomicU64,
     pub(crate) rewrite_installs: AtomicU64,
+    pub(crate) recycled_installs: AtomicU64,
     pub(crate) thp_collapses: AtomicU64,
     pub(crate) thp_moves: AtomicU64,
     pub(crate) thp_collapse_failures: AtomicU64,
@@ -236,6 +237,7 @@ impl Stats {
             mover_unmap_calls: AtomicU64::new(0),
             zero_fill_races: AtomicU64::new(0),
             rewrite_installs: AtomicU64::new(0),
+            recycled_installs: AtomicU64::new(0),
             thp_collapses: AtomicU64::new(0),
             thp_moves: AtomicU64::new(0),
             thp_collapse_failures: AtomicU64::new(0),
@@ -311,6 +313,7 @@ impl Stats {
             &self.mover_unmap_calls,
             &self.zero_fill_races,
             &self.rewrite_installs,
+            &self.recycled_installs,
             &self.thp_collapses,
             &self.thp_moves,
             &self.thp_collapse_failures,
@@ -392,6 +395,7 @@ impl Stats {
             },
             zero_fill_races: ld(&self.zero_fill_races),
             rewrite_installs: ld(&self.rewrite_installs),
+            recycled_installs: ld(&self.recycled_installs),
             thp_collapses: ld(&self.thp_collapses),
             thp_moves: ld(&self.thp_moves),
             thp_collapse_failures: ld(&self.thp_collapse_failures),
@@ -552,6 +556,9 @@ pub struct RegionStats {
     /// during its last stay in near memory (`Config::rewrite_hint`): each
     /// saves a write-protect fault if the page is written again.
     pub rewrite_installs: u64,
+    /// Pages installed by frame recycling (`install = move`): their data
+    /// copied into a frame an eviction moved out, the frame moved in.
+    pub recycled_installs: u64,
     /// THP regions: 2 MiB blocks collapsed into a huge page after a fill.
     pub thp_collapses: u64,
     /// THP regions: blocks built as a huge page in a staging buffer and

@@ -405,7 +405,28 @@ impl RegionCore {
             dont_wake: server == Server::InContext,
         };
         let mut at_read_failed = false;
-        let mut s = c.first;
+        // Frame recycling (synchronous path): the cluster's leading pages
+        // go into frames evicted earlier, moved into place (writable).
+        let (moved, read_failed) = match self.sync_ring() {
+            Some(ring) => {
+                let mut run = [(0, PageWord::new(PageState::Untouched, false)); MAX_CLUSTER];
+                for (k, p) in (c.first..c.end).enumerate() {
+                    run[k] = (p, c.word(p));
+                }
+                let m = self.install_by_move(ring, &run[..c.len()], timer);
+                (m.done, m.read_failed)
+            }
+            None => (0, None),
+        };
+        ok[c.first - c.base..c.first - c.base + moved]
+            .iter_mut()
+            .for_each(|x| *x = true);
+        let was_moved = |p: usize| p < c.first + moved;
+        // Pages whose read failed (reported) are not read again.
+        if let Some(end) = read_failed {
+            at_read_failed |= (c.first + moved..c.first + end).contains(&c.at);
+        }
+        let mut s = c.first + read_failed.unwrap_or(moved);
         while s < c.end {
             let far = c.word(s).state() == PageState::Far;
             let mut e = s + 1;
@@ -492,7 +513,7 @@ impl RegionCore {
         }
         for (p, nw) in c.neighbours() {
             if is_ok(p) {
-                let next = if writable {
+                let next = if writable || was_moved(p) {
                     // Installed writable but not written: dirty until
                     // eviction finds it unchanged.
                     PageWord::dirty_unverified(nw.far_valid())
@@ -516,6 +537,8 @@ impl RegionCore {
             PageWord::new(PageState::Dirty, w.far_valid())
         } else if rewrite {
             self.count_rewrites((c.first..c.end).filter(|&p| is_ok(p)).count());
+            PageWord::dirty_unverified(w.far_valid())
+        } else if was_moved(c.at) {
             PageWord::dirty_unverified(w.far_valid())
         } else {
             PageWord::new(PageState::Clean, w.far_valid())

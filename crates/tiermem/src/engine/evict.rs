@@ -124,7 +124,11 @@ impl RegionCore {
             while end < k && owned[end].0 == owned[end - 1].0 + 1 {
                 end += 1;
             }
-            let ring = if by_mover { self.ring.as_ref() } else { None };
+            let ring = if by_mover {
+                self.ring.as_ref()
+            } else {
+                self.sync_ring()
+            };
             let (done, err) = match ring {
                 Some(ring) => self.evict_run_to_ring(ring, &owned[start..end], &mut run_bufs, timer),
                 None => self.evict_run(&owned[start..end], &mut run_bufs, timer),

@@ -18,6 +18,17 @@ use tiermem_sys::uffd::{CopyMode, Resolved, UffdError};
 /// for a run at most, long enough that the calls cost little.
 const MOVER_RUN: usize = 64;
 
+/// What [`RegionCore::install_by_move`] did with a run.
+pub(super) struct Moved {
+    /// Leading pages of the run installed. The rest, if any, are left for
+    /// UFFDIO_COPY (the ring ran short, or the kernel would not move), or
+    /// failed to read.
+    pub(super) done: usize,
+    /// The far store failed to read the pages `done..end` (reported
+    /// already): the caller must not read them again for this fill.
+    pub(super) read_failed: Option<usize>,
+}
+
 /// How long a fault keeps trying to free a near slot while every resident
 /// page is busy before it gives up and fails the access.
 const STUCK_LIMIT: Duration = Duration::from_secs(10);
@@ -56,6 +67,9 @@ impl RegionCore {
             if let Some(done) = self.fill_cluster(&cluster, write, tid, server, &mut timer) {
                 return done;
             }
+        }
+        if let Some(done) = self.fill_by_move(i, w, write, tid, server, &mut timer) {
+            return done;
         }
         let off = i * self.page_bytes;
         // Handler threads let the ioctl wake the faulting thread: waking it
@@ -158,6 +172,59 @@ impl RegionCore {
         self.stats.record_fault(kind, tid, timer);
         self.pages.unlock(i, next);
         Outcome::Resolved
+    }
+
+    /// The frame ring when faulting threads recycle frames themselves:
+    /// `install = move` without movers (with movers, they fill from the
+    /// ring and faulting threads copy).
+    pub(super) fn sync_ring(&self) -> Option<&FrameRing> {
+        self.ring.as_ref().filter(|_| self.movers.is_none())
+    }
+
+    /// `fill` by frame recycling, for a far page or a write to an untouched
+    /// one (a read of an untouched page maps the shared zero page, which
+    /// costs no frame). None: no ring, or the move failed; `fill` goes on
+    /// the classic way.
+    fn fill_by_move(
+        &self,
+        i: usize,
+        w: PageWord,
+        write: bool,
+        tid: u32,
+        server: Server,
+        timer: &mut FaultTimer,
+    ) -> Option<Outcome> {
+        let ring = self.sync_ring()?;
+        let far = w.state() == PageState::Far;
+        if !far && !write {
+            return None;
+        }
+        let moved = self.install_by_move(ring, &[(i, w)], timer);
+        if moved.read_failed.is_some() {
+            self.release_slots(1);
+            return Some(self.poison(i, w, server));
+        }
+        if moved.done != 1 {
+            return None;
+        }
+        self.policy().on_fill(i);
+        // Moved in writable: a read leaves it dirty until eviction finds
+        // it unchanged.
+        let next = if write {
+            PageWord::new(PageState::Dirty, w.far_valid())
+        } else {
+            PageWord::dirty_unverified(w.far_valid())
+        };
+        timer.lap(Cost::LockList);
+        let kind = if far {
+            FaultKind::FarFill
+        } else {
+            FaultKind::ZeroFill
+        };
+        self.stats
+            .record_fault(kind, tid, std::mem::replace(timer, FaultTimer::start()));
+        self.pages.unlock(i, next);
+        Some(Outcome::Resolved)
     }
 
     /// wp-fault read zero-fill at the cost of UFFDIO_ZEROPAGE (the shared
@@ -389,11 +456,14 @@ impl RegionCore {
     }
 
     /// Fill by frame recycling: copies the data of a run of owned pages
-    /// into ring frames and moves them into place. Returns how many
-    /// leading pages of `run` were installed (the rest, if any, are left
-    /// for UFFDIO_COPY: the ring ran short or the store failed). Several
-    /// threads may fill from the ring at once (see `FrameRing`).
-    fn install_by_move(&self, ring: &FrameRing, run: &[(usize, PageWord)], timer: &mut FaultTimer) -> usize {
+    /// into ring frames and moves them into place. Several threads may fill
+    /// from the ring at once (see `FrameRing`).
+    pub(super) fn install_by_move(
+        &self,
+        ring: &FrameRing,
+        run: &[(usize, PageWord)],
+        timer: &mut FaultTimer,
+    ) -> Moved {
         let ps = self.page_bytes;
         let (pos, reserved) = {
             let mut st = ring.lock();
@@ -403,6 +473,7 @@ impl RegionCore {
             (pos, k)
         };
         let mut k = reserved;
+        let mut read_failed = None;
         timer.lap(Cost::LockList);
         // Bring the data into the frames.
         let mut s = 0;
@@ -416,6 +487,7 @@ impl RegionCore {
                 let off = (run[s].0 * ps) as u64;
                 if let Err(err) = self.store.read_into(off, (e - s) * ps, &ring.map, (pos + s) * ps) {
                     self.store_failed(off, OP_READ, &err);
+                    read_failed = Some(e);
                     k = s;
                     break;
                 }
@@ -455,12 +527,18 @@ impl RegionCore {
                 .discard(&ring.reg, &ring.map, (pos + done) * ps, (reserved - done) * ps);
         }
         ring.lock().release(pos, reserved, ring.cap);
+        self.stats
+            .recycled_installs
+            .fetch_add(done as u64, Ordering::Relaxed);
         // Moved pages are writable and cannot be installed write-protected;
         // protecting them afterwards would leave a window in which a write
         // goes unseen. The caller marks read-stream pages Dirty + VERIFY
         // instead: eviction compares them with their far copy.
         timer.lap(Cost::Pte);
-        done
+        Moved {
+            done,
+            read_failed: read_failed.filter(|_| done == k),
+        }
     }
 
     /// Fills the pages of a request that are not resident yet (a mover's
@@ -642,12 +720,16 @@ impl RegionCore {
     ) -> usize {
         let ok = &mut ok[..run.len()];
         ok.iter_mut().for_each(|x| *x = false);
-        let by_move = match &self.ring {
-            Some(ring) => self.install_by_move(ring, run, timer),
-            None => 0,
+        let (by_move, read_failed) = match &self.ring {
+            Some(ring) => {
+                let m = self.install_by_move(ring, run, timer);
+                (m.done, m.read_failed)
+            }
+            None => (0, None),
         };
         ok[..by_move].iter_mut().for_each(|x| *x = true);
-        let mut s = by_move;
+        // Pages whose read failed stay far (a demand fault tries again).
+        let mut s = read_failed.unwrap_or(by_move);
         // Pages a read installs writable (see `rewrite`).
         let rewrite = |k: usize| !write && self.expects_rewrite(run[k].0, run[k].1);
         while s < run.len() {

@@ -231,10 +231,32 @@ impl RegionCore {
         // Frame recycling needs UFFDIO_MOVE (Linux 6.8; without it movers
         // copy) and 4 KiB anonymous pages (UFFDIO_MOVE handles neither
         // hugetlb nor ranges frozen read-only by wp-async), and takes its
-        // frames from the budget.
-        let ring_pages = (2 * max_run).min(budget / 4);
-        let ring = if config.movers > 0
-            && config.install == crate::config::InstallMethod::Move
+        // frames from the budget. Movers fill in runs of up to `max_run`;
+        // without them, faulting threads recycle the frames of their own
+        // eviction batches.
+        let ring_pages = if config.movers > 0 {
+            2 * max_run
+        } else {
+            2 * config.evict_batch_pages
+        }
+        .min(budget / 4);
+        // Auto recycles only where the ring is a small part of a budget
+        // that will be evicted from (the ring's frames are near memory),
+        // and over a far store that compares pages in place: a page moved
+        // in for a read is compared with its far copy at eviction, which
+        // a file store would have to read back (it writes it back instead).
+        let recycle = match config.install {
+            crate::config::InstallMethod::Auto => {
+                config.movers == 0
+                    && shared.is_none()
+                    && budget < pages
+                    && ring_pages <= budget / 16
+                    && parts.store.compares_in_place()
+            }
+            crate::config::InstallMethod::Copy => false,
+            crate::config::InstallMethod::Move => true,
+        };
+        let ring = if recycle
             && parts.uffd.features().contains(tiermem_sys::uffd::Features::MOVE)
             && config.page_size == PageSize::Base4K
             && config.dirty_tracking == DirtyTracking::WpFault

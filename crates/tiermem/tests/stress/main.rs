@@ -306,6 +306,43 @@ fn first_read_racing_a_first_write_loses_nothing() {
     }
 }
 
+/// Frame recycling without movers (`install = move`, synchronous faults):
+/// faulting threads move their eviction batches out into the frame ring
+/// and fill from it, single pages and fault-around clusters, every policy;
+/// every page checked.
+#[test]
+fn stress_synchronous_frame_recycling() {
+    let dur = Duration::from_secs_f64(secs());
+    for &policy in tiermem::PolicyKind::ALL {
+        for fault_around in [true, false] {
+            let what = format!("{policy} fault-around {fault_around}");
+            let mut cfg = Config::new(16 << 20, 2 << 20);
+            cfg.install = tiermem::InstallMethod::Move;
+            cfg.policy = policy;
+            cfg.fault_around = fault_around;
+            cfg.evict_batch_pages = 32;
+            let (o, s) = stress(cfg, 3, dur / 3);
+            eprintln!(
+                "{what:<28} {:>8} ops, {:>7} fills ({} recycled), {:>7} evictions",
+                o.ops,
+                s.fills(),
+                s.recycled_installs,
+                s.evictions
+            );
+            assert!(o.corrupt.is_empty(), "{what}: corrupted pages: {:#?}", o.corrupt);
+            assert!(s.evictions > 1000, "{what}: too little churn: {s:?}");
+            if tiermem_sys::uffd::Features::probe()
+                .is_ok_and(|f| f.contains(tiermem_sys::uffd::Features::MOVE))
+            {
+                assert!(
+                    s.recycled_installs > s.faults_far_fill / 4,
+                    "{what}: the ring was not used: {s:?}"
+                );
+            }
+        }
+    }
+}
+
 /// Sequential sweeps (forward, backward, a read stream beside a write
 /// stream) over four times the budget with one mover, every policy: the
 /// prefetcher's windows, its triggers and the catch-up fills of threads
