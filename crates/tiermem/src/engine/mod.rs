@@ -185,12 +185,26 @@ pub(crate) struct Parts {
     pub(crate) shared_budget: Option<Arc<budget::Budget>>,
 }
 
+/// Takes `n` pages for good from a shared budget (the frame ring's: near
+/// memory like resident pages); all or nothing. True for a region's own
+/// budget, which the caller shrinks instead.
+fn take_from_shared(shared: &Option<Arc<budget::Budget>>, n: usize, page_bytes: usize) -> bool {
+    let Some(b) = shared else { return true };
+    let got = b.take(n, page_bytes);
+    if got < n {
+        b.give_back(got, page_bytes);
+    }
+    got == n
+}
+
 impl Drop for RegionCore {
     fn drop(&mut self) {
-        // A shared budget outlives the region: give its pages' room back.
+        // A shared budget outlives the region: give its pages' room back,
+        // and its frame ring's.
         if self.shared_budget {
+            let ring = self.ring.as_ref().map_or(0, |r| r.cap);
             self.budget
-                .give_back(self.resident.load(Ordering::Relaxed), self.page_bytes);
+                .give_back(self.resident.load(Ordering::Relaxed) + ring, self.page_bytes);
         }
     }
 }
@@ -248,7 +262,6 @@ impl RegionCore {
         let recycle = match config.install {
             crate::config::InstallMethod::Auto => {
                 config.movers == 0
-                    && shared.is_none()
                     && budget < pages
                     && ring_pages <= budget / 16
                     && parts.store.compares_in_place()
@@ -261,9 +274,18 @@ impl RegionCore {
             && config.page_size == PageSize::Base4K
             && config.dirty_tracking == DirtyTracking::WpFault
             && ring_pages >= 16
+            && take_from_shared(&shared, ring_pages, page_bytes)
         {
             budget -= ring_pages;
-            Some(FrameRing::new(&parts.uffd, ring_pages, page_bytes)?)
+            match FrameRing::new(&parts.uffd, ring_pages, page_bytes) {
+                Ok(ring) => Some(ring),
+                Err(e) => {
+                    if let Some(b) = &shared {
+                        b.give_back(ring_pages, page_bytes);
+                    }
+                    return Err(e);
+                }
+            }
         } else {
             None
         };
