@@ -392,7 +392,7 @@ static void test_movers_prefetch_advice(void) {
   for (size_t k = 0; k < sizeof policies / sizeof policies[0]; k++) {
     struct tm_config cfg;
     tm_config_init(&cfg, 32 * MiB, 8 * MiB);
-    CHECK(cfg.movers == 0 && cfg.prefetch_off == 0 && cfg.install == TM_INSTALL_COPY &&
+    CHECK(cfg.movers == 0 && cfg.prefetch_off == 0 && cfg.install == TM_INSTALL_AUTO &&
               cfg.mover_cpus == NULL,
           "version-2 defaults");
     cfg.movers = 1;
