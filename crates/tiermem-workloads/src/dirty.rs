@@ -107,6 +107,7 @@ pub fn run(
                 // install pages written before writable: no wp fault).
                 c.fault_around = false;
                 c.rewrite_hint = false;
+                c.install = tiermem::InstallMethod::Copy;
                 let r = Region::new(c)?;
                 let words = r.as_atomic_u64();
                 // Populate every page (written once) so that passes move data.

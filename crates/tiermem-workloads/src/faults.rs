@@ -177,6 +177,7 @@ fn region(pages: usize, near_pages: usize, d: &Design, batch: usize) -> Result<R
     // hint would install pages written before writable).
     c.fault_around = false;
     c.rewrite_hint = false;
+    c.install = tiermem::InstallMethod::Copy;
     // TIERMEM_KERNEL_ACCESS=off measures without the seccomp filter that
     // traps system calls on tiered buffers (it stays installed for the
     // rest of the process once an in-context region made it).

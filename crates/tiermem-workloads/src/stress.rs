@@ -33,7 +33,9 @@ use std::io::{Read, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tiermem::store::inject::{self, InjectTotals};
-use tiermem::{Config, DirtyTracking, FarStoreConfig, FaultPath, PageSize, PolicyKind, Region};
+use tiermem::{
+    Config, DirtyTracking, FarStoreConfig, FaultPath, InstallMethod, PageSize, PolicyKind, Region,
+};
 
 const BLOCK: usize = 4096;
 const WORDS: usize = BLOCK / 8;
@@ -70,6 +72,9 @@ pub struct StressConfig {
     /// The rewrite hint (wp-fault, memory store; drawn on three times in
     /// four).
     pub rewrite_hint: bool,
+    /// How pages are installed: "auto", "copy" or "move" (frame
+    /// recycling).
+    pub install: String,
     /// Fault injection specification (tests only), if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fault_inject: Option<String>,
@@ -82,13 +87,14 @@ impl StressConfig {
             return format!("plain heap {} MiB, {} thr", self.virt_bytes >> 20, self.threads);
         }
         format!(
-            "{} {} movers={} prefetch={} around={} rewrite={} {} {} {} virt={}K near={}K thr={} batch={}",
+            "{} {} movers={} prefetch={} around={} rewrite={} install={} {} {} {} virt={}K near={}K thr={} batch={}",
             self.page_size,
             self.policy,
             self.movers,
             u8::from(self.prefetch),
             u8::from(self.fault_around),
             u8::from(self.rewrite_hint),
+            self.install,
             self.dirty,
             self.fault_path,
             self.store,
@@ -112,6 +118,7 @@ impl StressConfig {
         c.prefetch = self.prefetch;
         c.fault_around = self.fault_around;
         c.rewrite_hint = self.rewrite_hint;
+        c.install = InstallMethod::from_name(&self.install).unwrap_or_default();
         c.dirty_tracking = DirtyTracking::from_name(&self.dirty).unwrap_or(DirtyTracking::WpFault);
         c.fault_path = FaultPath::from_name(&self.fault_path).unwrap_or(FaultPath::InContext);
         c.evict_batch_pages = self.evict_batch;
@@ -165,6 +172,7 @@ pub fn draw(seed: u64, index: u64, huge_2m_pages: u64) -> StressConfig {
         // Drawn last: the fields above stay those of older seeds.
         fault_around: r.below(4) != 0,
         rewrite_hint: r.below(4) != 0,
+        install: pick(&mut r, &["auto", "copy", "move"]),
         fault_inject: None,
     }
 }
@@ -191,6 +199,7 @@ pub fn plain(seed: u64, index: u64) -> StressConfig {
         evict_batch: 0,
         fault_around: false,
         rewrite_hint: false,
+        install: String::new(),
         fault_inject: None,
     }
 }

@@ -46,13 +46,16 @@ fn tmp_kind() -> SwapKind {
     SwapKind::File(std::env::temp_dir())
 }
 
-fn our_swaps() -> Vec<ActiveSwap> {
+/// The swap areas a baseline may have added, by path: another swap area's
+/// use changes as the machine swaps, which says nothing about cleanup.
+fn our_swaps() -> Vec<std::path::PathBuf> {
     active_swaps()
         .into_iter()
         .filter(|s| {
             s.path.to_string_lossy().contains(SWAP_FILE_PREFIX)
                 || s.path.to_string_lossy().starts_with("/dev/zram")
         })
+        .map(|s| s.path)
         .collect()
 }
 
