@@ -556,7 +556,8 @@ pub struct RegionStats {
     /// during its last stay in near memory (`Config::rewrite_hint`): each
     /// saves a write-protect fault if the page is written again.
     pub rewrite_installs: u64,
-    /// Pages installed by frame recycling (`install = move`): their data
+    /// Pages installed by frame recycling (`install = move`, or `auto`
+    /// without movers where the ring pays): their data
     /// copied into a frame an eviction moved out, the frame moved in.
     pub recycled_installs: u64,
     /// THP regions: 2 MiB blocks collapsed into a huge page after a fill.

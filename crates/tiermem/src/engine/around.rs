@@ -407,26 +407,23 @@ impl RegionCore {
         let mut at_read_failed = false;
         // Frame recycling (synchronous path): the cluster's leading pages
         // go into frames evicted earlier, moved into place (writable).
-        let (moved, read_failed) = match self.sync_ring() {
-            Some(ring) => {
+        let m = self
+            .sync_ring()
+            .map(|ring| {
                 let mut run = [(0, PageWord::new(PageState::Untouched, false)); MAX_CLUSTER];
                 for (k, p) in (c.first..c.end).enumerate() {
                     run[k] = (p, c.word(p));
                 }
-                let m = self.install_by_move(ring, &run[..c.len()], timer);
-                (m.done, m.read_failed)
-            }
-            None => (0, None),
-        };
-        ok[c.first - c.base..c.first - c.base + moved]
+                self.install_by_move(ring, &run[..c.len()], timer)
+            })
+            .unwrap_or_default();
+        ok[c.first - c.base..c.first - c.base + m.done]
             .iter_mut()
             .for_each(|x| *x = true);
-        let was_moved = |p: usize| p < c.first + moved;
+        let was_moved = |p: usize| p < c.first + m.done;
         // Pages whose read failed (reported) are not read again.
-        if let Some(end) = read_failed {
-            at_read_failed |= (c.first + moved..c.first + end).contains(&c.at);
-        }
-        let mut s = c.first + read_failed.unwrap_or(moved);
+        at_read_failed |= (c.first + m.done..c.first + m.resume_at()).contains(&c.at);
+        let mut s = c.first + m.resume_at();
         while s < c.end {
             let far = c.word(s).state() == PageState::Far;
             let mut e = s + 1;

@@ -19,6 +19,7 @@ use tiermem_sys::uffd::{CopyMode, Resolved, UffdError};
 const MOVER_RUN: usize = 64;
 
 /// What [`RegionCore::install_by_move`] did with a run.
+#[derive(Default)]
 pub(super) struct Moved {
     /// Leading pages of the run installed. The rest, if any, are left for
     /// UFFDIO_COPY (the ring ran short, or the kernel would not move), or
@@ -27,6 +28,14 @@ pub(super) struct Moved {
     /// The far store failed to read the pages `done..end` (reported
     /// already): the caller must not read them again for this fill.
     pub(super) read_failed: Option<usize>,
+}
+
+impl Moved {
+    /// The first page of the run the caller may still install by copying:
+    /// past the pages moved in, and past those whose read failed.
+    pub(super) fn resume_at(&self) -> usize {
+        self.read_failed.unwrap_or(self.done)
+    }
 }
 
 /// How long a fault keeps trying to free a near slot while every resident
@@ -157,26 +166,38 @@ impl RegionCore {
             self.release_slots(1);
             return self.poison(i, w, server);
         }
-        // List the page before publishing it, so an evictor that pops it
-        // finds it Busy and waits rather than missing it.
-        self.policy().on_fill(i);
         let next = if rewrite {
             self.count_rewrites(1);
             PageWord::dirty_unverified(w.far_valid())
         } else {
             self.filled_state(write || raced, w)
         };
+        self.publish_fill(i, next, kind, tid, timer)
+    }
+
+    /// The end of a demand fill of page `i`: lists the page with the
+    /// policy (before publishing it, so an evictor that pops it finds it
+    /// Busy and waits rather than missing it), records the fault (before
+    /// publishing: a page that is no longer Busy has its fault counted,
+    /// which Region::settle relies on), and publishes `next`.
+    fn publish_fill(
+        &self,
+        i: usize,
+        next: PageWord,
+        kind: FaultKind,
+        tid: u32,
+        mut timer: FaultTimer,
+    ) -> Outcome {
+        self.policy().on_fill(i);
         timer.lap(Cost::LockList);
-        // Record before publishing: a page that is no longer Busy has its
-        // fault counted (Region::settle relies on it).
         self.stats.record_fault(kind, tid, timer);
         self.pages.unlock(i, next);
         Outcome::Resolved
     }
 
-    /// The frame ring when faulting threads recycle frames themselves:
-    /// `install = move` without movers (with movers, they fill from the
-    /// ring and faulting threads copy).
+    /// The frame ring when faulting threads recycle frames themselves: a
+    /// ring (`install = move`, or `auto` where it pays) and no movers (with
+    /// movers, they fill from the ring and faulting threads copy).
     pub(super) fn sync_ring(&self) -> Option<&FrameRing> {
         self.ring.as_ref().filter(|_| self.movers.is_none())
     }
@@ -207,7 +228,6 @@ impl RegionCore {
         if moved.done != 1 {
             return None;
         }
-        self.policy().on_fill(i);
         // Moved in writable: a read leaves it dirty until eviction finds
         // it unchanged.
         let next = if write {
@@ -215,16 +235,13 @@ impl RegionCore {
         } else {
             PageWord::dirty_unverified(w.far_valid())
         };
-        timer.lap(Cost::LockList);
         let kind = if far {
             FaultKind::FarFill
         } else {
             FaultKind::ZeroFill
         };
-        self.stats
-            .record_fault(kind, tid, std::mem::replace(timer, FaultTimer::start()));
-        self.pages.unlock(i, next);
-        Some(Outcome::Resolved)
+        let timer = std::mem::replace(timer, FaultTimer::start());
+        Some(self.publish_fill(i, next, kind, tid, timer))
     }
 
     /// wp-fault read zero-fill at the cost of UFFDIO_ZEROPAGE (the shared
@@ -720,16 +737,15 @@ impl RegionCore {
     ) -> usize {
         let ok = &mut ok[..run.len()];
         ok.iter_mut().for_each(|x| *x = false);
-        let (by_move, read_failed) = match &self.ring {
-            Some(ring) => {
-                let m = self.install_by_move(ring, run, timer);
-                (m.done, m.read_failed)
-            }
-            None => (0, None),
-        };
+        let moved = self
+            .ring
+            .as_ref()
+            .map(|ring| self.install_by_move(ring, run, timer))
+            .unwrap_or_default();
+        let by_move = moved.done;
         ok[..by_move].iter_mut().for_each(|x| *x = true);
         // Pages whose read failed stay far (a demand fault tries again).
-        let mut s = read_failed.unwrap_or(by_move);
+        let mut s = moved.resume_at();
         // Pages a read installs writable (see `rewrite`).
         let rewrite = |k: usize| !write && self.expects_rewrite(run[k].0, run[k].1);
         while s < run.len() {
