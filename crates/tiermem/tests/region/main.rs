@@ -416,6 +416,69 @@ fn shared_budget_holds_both_regions() {
     assert_eq!(budget.bytes(), 4 * MIB);
 }
 
+/// The frames each region's ring recycles (synchronous path, `install =
+/// auto`) are near memory: they come out of a shared budget when the region
+/// is made and go back to it when it is dropped.
+#[test]
+fn recycling_rings_are_counted_in_a_shared_budget() {
+    use tiermem::region::NearBudget;
+    if !tiermem_sys::uffd::Features::probe().is_ok_and(|f| f.contains(tiermem_sys::uffd::Features::MOVE)) {
+        eprintln!("skipped: this kernel has no UFFDIO_MOVE (frame recycling needs it)");
+        return;
+    }
+    let budget = NearBudget::new(16 * MIB);
+    let fill = |r: &mut Region, salt: u64| {
+        for (i, x) in r.as_mut_slice::<u64>().iter_mut().enumerate().step_by(64) {
+            *x = mix(i as u64) ^ salt;
+        }
+    };
+    let check = |r: &mut Region, salt: u64| {
+        for (i, x) in r.as_mut_slice::<u64>().iter().enumerate().step_by(64) {
+            assert_eq!(*x, mix(i as u64) ^ salt, "word {i}");
+        }
+    };
+    let mut a = Region::with_budget(Config::new(64 * MIB, 16 * MIB), &budget).unwrap();
+    let mut b = Region::with_budget(Config::new(32 * MIB, 16 * MIB), &budget).unwrap();
+    fill(&mut a, 0xa);
+    fill(&mut b, 0xb);
+    check(&mut a, 0xa);
+    check(&mut b, 0xb);
+    let (sa, sb) = (a.stats(), b.stats());
+    assert!(
+        sa.recycled_installs > 0 && sb.recycled_installs > 0,
+        "both regions recycle: {} and {}",
+        sa.recycled_installs,
+        sb.recycled_installs
+    );
+    // Two rings of 2 x evict_batch_pages frames each are out of the budget.
+    let ring = 2 * Config::new(64 * MIB, 16 * MIB).evict_batch_pages as u64 * 4096;
+    let resident = sa.resident_bytes + sb.resident_bytes;
+    assert!(
+        resident <= 16 * MIB - 2 * ring,
+        "{resident} resident beside two rings of {ring}"
+    );
+    // Dropping b gives back its pages and its ring: a fills all the budget
+    // but its own ring (less at most one eviction batch, under a ring).
+    drop(b);
+    check(&mut a, 0xa);
+    let s = a.stats();
+    assert!(s.resident_peak_bytes <= 16 * MIB - ring, "{s:?}");
+    assert!(
+        s.resident_bytes > 16 * MIB - 2 * ring,
+        "b's ring came back: {s:?}"
+    );
+    drop(a);
+    let mut c = Region::with_budget(Config::new(32 * MIB, 16 * MIB), &budget).unwrap();
+    fill(&mut c, 0xc);
+    check(&mut c, 0xc);
+    let s = c.stats();
+    assert!(s.resident_peak_bytes <= 16 * MIB - ring, "{s:?}");
+    assert!(
+        s.resident_bytes > 16 * MIB - 2 * ring,
+        "a's ring came back: {s:?}"
+    );
+}
+
 /// Explicit prefetch and `WillNeed` on every fault path, dirty tracking and
 /// far store, with no mover (filled by the caller) and with one mover
 /// whose queue overflows (the rest filled by the caller): no page is left
