@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Real programs, unmodified, under `tiermem run` at a near budget well below
 # their footprint (issue 13): a C++ program (containers), a Fortran program
-# (a COMMON block and allocatable arrays), an OpenMP program and a
-# Python/numpy script. Each checks its own results; the report must show
+# (a COMMON block and allocatable arrays), an OpenMP program, an
+# allocation-heavy C program and a Python/numpy script. Each checks its own results; the report must show
 # evictions (the budget really bound them). A missing compiler or
 # interpreter skips that program with a message.
 set -uo pipefail
@@ -37,6 +37,9 @@ if command -v gfortran >/dev/null; then
 else echo "skipped: fortran (no gfortran; apt-get install gfortran)"; fi
 if command -v gcc >/dev/null; then
   gcc -O2 -fopenmp tests/programs/omp.c -o "$out/openmp" && OMP_NUM_THREADS=2 check openmp 32M "$out/openmp"
+  # Millions of small objects beside a large array allocated and freed every
+  # round (the heap's kept freed blocks, the C library's small ones).
+  gcc -O2 tests/programs/small_objects.c -o "$out/small_objects" && check small_objects 6M "$out/small_objects"
 fi
 if /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
   check numpy 32M /usr/bin/python3 tests/programs/numpy_check.py

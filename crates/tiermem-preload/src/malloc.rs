@@ -15,10 +15,17 @@ fn enomem<T>(v: T) -> T {
     v
 }
 
-/// A heap block of `size` bytes (zero), or None to fall back.
-fn heap_alloc(size: usize, align: usize) -> Option<*mut c_void> {
+/// A heap block of `size` bytes (zero with `zero`; otherwise possibly a
+/// freed block of the same length, its pages still in place), or None to
+/// fall back.
+fn heap_alloc(size: usize, align: usize, zero: bool) -> Option<*mut c_void> {
     let h = heap_for(size)?;
-    match h.alloc(size, align.max(PAGE)) {
+    let got = if zero {
+        h.alloc(size, align.max(PAGE))
+    } else {
+        h.alloc_uninit(size, align.max(PAGE))
+    };
+    match got {
         Some(p) => Some(p as *mut c_void),
         None => {
             crate::report::note_heap_full(size);
@@ -28,14 +35,14 @@ fn heap_alloc(size: usize, align: usize) -> Option<*mut c_void> {
 }
 
 fn alloc(size: size_t) -> *mut c_void {
-    if let Some(p) = heap_alloc(size, PAGE) {
+    if let Some(p) = heap_alloc(size, PAGE, false) {
         return p;
     }
     libc_alloc::malloc(size)
 }
 
 fn aligned(align: size_t, size: size_t) -> *mut c_void {
-    if let Some(p) = heap_alloc(size, align) {
+    if let Some(p) = heap_alloc(size, align, false) {
         return p;
     }
     libc_alloc::memalign(align, size)
@@ -98,7 +105,7 @@ fn zeroed(n: size_t, size: size_t) -> *mut c_void {
         return enomem(std::ptr::null_mut());
     };
     // Heap memory is always zero: no memset, which would fault it all in.
-    if let Some(p) = heap_alloc(bytes, PAGE) {
+    if let Some(p) = heap_alloc(bytes, PAGE, true) {
         return p;
     }
     libc_alloc::calloc(n, size)

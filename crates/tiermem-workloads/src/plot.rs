@@ -169,7 +169,12 @@ pub fn grouped_bars(
             .margin(14)
             .x_label_area_size(40)
             .y_label_area_size(70)
-            .build_cartesian_2d(0.0..ng, (ymin_log..top).log_scale())
+            .build_cartesian_2d(
+                0.0..ng,
+                (ymin_log..top)
+                    .log_scale()
+                    .with_key_points(log_ticks(ymin_log, top)),
+            )
             .map_err(|e| e.to_string())?;
         body!(chart, |v: f64| v.max(ymin_log), ymin_log);
     } else {
@@ -184,6 +189,23 @@ pub fn grouped_bars(
     }
     root.present().map_err(|e| e.to_string())?;
     Ok(())
+}
+
+/// Ticks for a log axis over `[lo, hi]`: 1, 2 and 5 times each power of
+/// ten (plotters' own log ticks print a decade's end twice).
+fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
+    let mut ticks = Vec::new();
+    let mut decade = 10f64.powi(lo.log10().floor() as i32);
+    while decade <= hi {
+        ticks.extend(
+            [1.0, 2.0, 5.0]
+                .iter()
+                .map(|m| m * decade)
+                .filter(|t| (lo..=hi).contains(t)),
+        );
+        decade *= 10.0;
+    }
+    ticks
 }
 
 /// One segment of a stacked bar.
@@ -328,6 +350,13 @@ pub fn lines(path: &Path, title: &str, x_label: &str, y_label: &str, lines: &[Li
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn log_ticks_name_each_value_once() {
+        assert_eq!(log_ticks(0.5, 35.0), vec![0.5, 1.0, 2.0, 5.0, 10.0, 20.0]);
+        assert_eq!(log_ticks(1.0, 10.0), vec![1.0, 2.0, 5.0, 10.0]);
+        assert_eq!(log_ticks(0.03, 0.04), Vec::<f64>::new());
+    }
 
     #[test]
     fn median_bars_take_the_median_and_the_maximum() {

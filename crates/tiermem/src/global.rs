@@ -33,7 +33,7 @@ struct Heap {
 /// The process-wide heap: tiered (the default) or huge pages.
 enum Global {
     Tiered(Heap),
-    Huge(crate::heap::Heap),
+    Huge(Box<crate::heap::Heap>),
 }
 
 static HEAP: Mutex<Option<Global>> = Mutex::new(None);
@@ -99,10 +99,10 @@ fn global_from_env() -> Result<Global, Error> {
                 .and_then(|v| parse_size(&v).ok())
                 .filter(|&b| b > 0)
                 .unwrap_or(config.virt_bytes);
-            Ok(Global::Huge(crate::heap::Heap::new(HeapConfig::huge(
+            Ok(Global::Huge(Box::new(crate::heap::Heap::new(HeapConfig::huge(
                 bytes as u64,
                 kind,
-            ))?))
+            ))?)))
         }
     }
 }

@@ -20,7 +20,14 @@
 //! (tiered: the pages go back to the never-written state; huge: whole huge
 //! pages are dropped), so memory handed out is always zero and `calloc`
 //! needs no `memset` (on the huge backend, ranges that share a huge page
-//! with a freed neighbour are zeroed explicitly). Bookkeeping lives outside
+//! with a freed neighbour are zeroed explicitly). A range is discarded
+//! before its arena may hand it out again, never after.
+//!
+//! A tiered heap keeps the last few freed ranges as they are, pages and
+//! all (at most a sixteenth of its near budget, 64 MiB), for the next
+//! `malloc` of the same length ([`Heap::alloc_uninit`]): a program that
+//! allocates and frees a large temporary array every step faults it in
+//! once, as glibc's arenas do, not every step. Bookkeeping lives outside
 //! the heap's range, so it never faults.
 
 mod extent;
@@ -101,6 +108,66 @@ pub struct Heap {
     /// Arena `k` covers `[base + k * slice, base + (k + 1) * slice)`,
     /// arena 0 the first half of the range.
     slice: usize,
+    /// Freed ranges kept for `alloc_uninit`, and the most they may hold
+    /// in bytes (0: none kept).
+    retained: Mutex<Retained>,
+    retain_limit: usize,
+}
+
+/// Freed ranges kept with their pages: still allocated in their arena,
+/// oldest first.
+#[derive(Default)]
+struct Retained {
+    ranges: [(usize, usize); RETAIN_RANGES],
+    n: usize,
+    bytes: usize,
+}
+
+/// Freed ranges a heap keeps at most.
+const RETAIN_RANGES: usize = 8;
+/// Bytes they hold at most (and a sixteenth of the near budget).
+const RETAIN_MAX_BYTES: u64 = 64 << 20;
+
+impl Retained {
+    fn holds(&self, addr: usize) -> bool {
+        self.ranges[..self.n].iter().any(|&(a, _)| a == addr)
+    }
+
+    /// The newest kept range of length `len` aligned to `align`, taken out.
+    fn take(&mut self, len: usize, align: usize) -> Option<usize> {
+        let i = (0..self.n)
+            .rev()
+            .find(|&i| self.ranges[i].1 == len && self.ranges[i].0 % align == 0)?;
+        let (addr, len) = self.ranges[i];
+        self.ranges.copy_within(i + 1..self.n, i);
+        self.n -= 1;
+        self.bytes -= len;
+        Some(addr)
+    }
+
+    /// Keeps `(addr, len)`, pushing the oldest ranges out until at most
+    /// `limit` bytes are kept; the pushed-out ones go to `out`. Returns how
+    /// many.
+    fn keep(
+        &mut self,
+        addr: usize,
+        len: usize,
+        limit: usize,
+        out: &mut [(usize, usize); RETAIN_RANGES],
+    ) -> usize {
+        let mut pushed = 0;
+        while self.n > 0 && (self.n == RETAIN_RANGES || self.bytes + len > limit) {
+            out[pushed] = self.ranges[0];
+            self.bytes -= self.ranges[0].1;
+            self.ranges.copy_within(1..self.n, 0);
+            self.n -= 1;
+            pushed += 1;
+        }
+        self.ranges[self.n] = (addr, len);
+        self.n += 1;
+        self.bytes += len;
+        pushed
+    }
 }
 
 impl std::fmt::Debug for Heap {
@@ -120,6 +187,9 @@ pub struct HeapStats {
     pub allocated_bytes: u64,
     /// Allocations live now.
     pub allocations: u64,
+    /// Freed bytes kept with their pages for the next `malloc` of their
+    /// length (not in `allocated_bytes`).
+    pub retained_bytes: u64,
     /// The tiered region's statistics (tiered heaps).
     pub region: Option<RegionStats>,
     /// Huge pages by size, and fallbacks (huge heaps).
@@ -129,19 +199,21 @@ pub struct HeapStats {
 impl Heap {
     /// Reserves the range and sets up the arenas.
     pub fn new(config: HeapConfig) -> Result<Heap, Error> {
-        let (backing, base, len, unit) = match config.backing {
+        let (backing, base, len, unit, retain_limit) = match config.backing {
             HeapBacking::Tiered(c) => {
+                let near = config.budget.as_ref().map_or(c.near_bytes, NearBudget::bytes);
                 let r = match &config.budget {
                     Some(b) => Region::with_budget(c, b)?,
                     None => Region::new(c)?,
                 };
                 let (base, len, unit) = (r.base(), r.len(), r.page_bytes());
-                (Backing::Tiered(r), base, len, unit)
+                let retain = (near / 16).min(RETAIN_MAX_BYTES) as usize;
+                (Backing::Tiered(r), base, len, unit, retain)
             }
             HeapBacking::Huge { bytes, kind } => {
                 let h = huge::HugeSpace::reserve(bytes as usize, kind)?;
                 let (base, len) = (h.base(), h.len());
-                (Backing::Huge(h), base, len, 4096)
+                (Backing::Huge(h), base, len, 4096, 0)
             }
         };
         let cpus = tiermem_sys::thread::online_cpus().clamp(1, 8);
@@ -166,6 +238,8 @@ impl Heap {
             large: (slice / 8).max(unit),
             slice,
             arenas: arenas.into_boxed_slice(),
+            retained: Mutex::new(Retained::default()),
+            retain_limit,
         })
     }
 
@@ -216,6 +290,24 @@ impl Heap {
         self.arenas[k].lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    fn retained(&self) -> std::sync::MutexGuard<'_, Retained> {
+        self.retained.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Like [`Heap::alloc`], but the memory may hold what a freed
+    /// allocation left (for `malloc`, not `calloc`): a kept freed range of
+    /// the same length comes first, with its pages already in place.
+    pub fn alloc_uninit(&self, size: usize, align: usize) -> Option<usize> {
+        if self.retain_limit > 0 {
+            let len = size.max(1).checked_next_multiple_of(self.unit)?;
+            let _blocked = tiermem_sys::signal::AsyncSignalsBlocked::new();
+            if let Some(addr) = self.retained().take(len, align.max(self.unit)) {
+                return Some(addr);
+            }
+        }
+        self.alloc(size, align)
+    }
+
     /// Allocates `size` bytes aligned to `align` (a power of two); the
     /// memory reads as zeros. None when the heap is full.
     pub fn alloc(&self, size: usize, align: usize) -> Option<usize> {
@@ -256,12 +348,32 @@ impl Heap {
             return false;
         }
         let _blocked = tiermem_sys::signal::AsyncSignalsBlocked::new();
-        let k = self.arena_of(addr);
-        let Some(len) = self.lock(k).free(addr) else {
+        let Some(len) = self.lock(self.arena_of(addr)).len_of(addr) else {
             return false;
         };
-        self.release(addr, len);
+        if len > self.retain_limit {
+            return self.give_back(addr, len);
+        }
+        let mut out = [(0, 0); RETAIN_RANGES];
+        let pushed = {
+            let mut r = self.retained();
+            if r.holds(addr) {
+                // Freed already.
+                return false;
+            }
+            r.keep(addr, len, self.retain_limit, &mut out)
+        };
+        for &(a, l) in &out[..pushed] {
+            self.give_back(a, l);
+        }
         true
+    }
+
+    /// Discards a freed range, then returns it to its arena: in that
+    /// order, so that a discard never hits the range's next owner.
+    fn give_back(&self, addr: usize, len: usize) -> bool {
+        self.release(addr, len);
+        self.lock(self.arena_of(addr)).free(addr).is_some()
     }
 
     /// Gives the memory of a freed range back (it reads as zeros next time).
@@ -301,12 +413,15 @@ impl Heap {
         }
         let _blocked = tiermem_sys::signal::AsyncSignalsBlocked::new();
         let k = self.arena_of(addr);
+        // A shrink discards the tail before the arena may hand it out.
+        let old = self.lock(k).len_of(addr);
+        let new = size.max(1).checked_next_multiple_of(self.unit);
+        if let Some((old, new)) = old.zip(new).filter(|(old, new)| new < old) {
+            self.release(addr + new, old - new);
+        }
         let r = self.lock(k).resize_in_place(addr, size);
         match r {
-            Some((old, new)) if new < old => {
-                self.release(addr + new, old - new);
-                true
-            }
+            Some((old, new)) if new < old => true,
             Some((old, new)) if new > old => {
                 if self.back(addr + old, new - old) {
                     true
@@ -338,6 +453,13 @@ impl Heap {
             let g = self.lock(k);
             s.allocated_bytes += g.used_bytes as u64;
             s.allocations += g.count() as u64;
+        }
+        {
+            let r = self.retained();
+            s.retained_bytes = r.bytes as u64;
+            // Saturating: the arenas were read a moment earlier.
+            s.allocated_bytes = s.allocated_bytes.saturating_sub(s.retained_bytes);
+            s.allocations = s.allocations.saturating_sub(r.n as u64);
         }
         match &self.backing {
             Backing::Tiered(r) => s.region = Some(r.stats()),
@@ -449,6 +571,121 @@ mod tests {
         assert_eq!(word(b).load(Relaxed), 0xfeed, "the neighbour is intact");
         assert!(h.free(b) && h.free(c));
         assert_eq!(h.stats().allocations, 0);
+    }
+
+    /// `malloc` after `free` of the same length takes the freed range back
+    /// with its pages (no fault); `calloc` never does; a kept range is
+    /// still refused as a double free; the oldest kept ranges are given
+    /// back (discarded) past eight or the byte limit.
+    #[test]
+    fn freed_ranges_are_kept_for_the_next_malloc_of_their_length() {
+        use std::sync::atomic::Ordering::Relaxed;
+        let h = tiered(256 << 20, 64 << 20);
+        assert_eq!(h.retain_limit, 4 << 20, "a sixteenth of the budget");
+        let w = h.region().unwrap().as_atomic_u64();
+        let word = |addr: usize| &w[(addr - h.base()) / 8];
+        let touch = |p: usize, len: usize, v: u64| {
+            for off in (0..len).step_by(4096) {
+                word(p + off).store(v, Relaxed);
+            }
+        };
+        let fills = || {
+            let s = h.region().unwrap().stats();
+            s.faults_zero_fill + s.faults_far_fill
+        };
+        let p = h.alloc_uninit(1 << 20, 4096).unwrap();
+        touch(p, 1 << 20, 7);
+        assert!(h.free(p));
+        assert!(!h.free(p), "a kept range freed again is a double free");
+        let s = h.stats();
+        assert_eq!(
+            (s.allocations, s.allocated_bytes, s.retained_bytes),
+            (0, 0, 1 << 20)
+        );
+        let before = fills();
+        let q = h.alloc_uninit(1 << 20, 4096).unwrap();
+        assert_eq!(q, p, "the kept range comes back");
+        assert_eq!(word(q).load(Relaxed), 7, "with its pages");
+        assert_eq!(fills(), before, "without a fault");
+        assert!(h.free(q));
+        // calloc's path: zero memory, never the kept range.
+        let z = h.alloc(1 << 20, 4096).unwrap();
+        assert_ne!(z, p);
+        assert!((0..1 << 20)
+            .step_by(4096)
+            .all(|off| word(z + off).load(Relaxed) == 0));
+        assert!(h.free(z));
+        // Another length or alignment does not take it either.
+        let other = h.alloc_uninit(2 << 20, 4096).unwrap();
+        assert_ne!(other, p);
+        assert!(h.free(other));
+        // Past the byte limit (4 MiB: p, z and other hold 4 MiB) the oldest
+        // go back to their arena, discarded.
+        let big = h.alloc_uninit(3 << 20, 4096).unwrap();
+        touch(big, 3 << 20, 9);
+        assert!(h.free(big));
+        let s = h.stats();
+        assert!(s.retained_bytes <= 4 << 20, "{s:?}");
+        assert_eq!(s.allocated_bytes, 0);
+        let again = h.alloc_uninit(1 << 20, 4096).unwrap();
+        if again == p {
+            assert_eq!(word(again).load(Relaxed), 0, "a range pushed out was discarded");
+        }
+        assert!(h.free(again));
+        // Larger than the limit: never kept.
+        let huge = h.alloc_uninit(8 << 20, 4096).unwrap();
+        touch(huge, 8 << 20, 3);
+        assert!(h.free(huge));
+        let back = h.alloc(8 << 20, 4096).unwrap();
+        assert!((0..8 << 20)
+            .step_by(4096)
+            .all(|off| word(back + off).load(Relaxed) == 0));
+        assert!(h.free(back));
+        // Nine small frees: at most eight kept.
+        let ptrs: Vec<usize> = (0..9).map(|_| h.alloc_uninit(64 << 10, 4096).unwrap()).collect();
+        for &p in &ptrs {
+            assert!(h.free(p));
+        }
+        assert!(h.retained().n <= RETAIN_RANGES);
+        assert_eq!(h.stats().allocations, 0);
+    }
+
+    /// A range freed by one thread is discarded before another thread can
+    /// get it from the arena. In the other order a late discard wiped what
+    /// the range's next owner had written (or handed it out unzeroed).
+    #[test]
+    fn a_freed_range_is_discarded_before_anyone_else_gets_it() {
+        use std::sync::atomic::Ordering::Relaxed;
+        use std::time::{Duration, Instant};
+        let h = tiered(64 << 20, 64 << 20);
+        let base = h.base();
+        let w = h.region().unwrap().as_atomic_u64();
+        let deadline = Instant::now() + Duration::from_secs(2);
+        const LEN: usize = 16 << 12;
+        std::thread::scope(|s| {
+            for t in 0..3u64 {
+                let (h, w) = (&h, &w);
+                s.spawn(move || {
+                    let mut round = 0u64;
+                    while Instant::now() < deadline {
+                        round += 1;
+                        let tag = (t + 1) << 48 | round;
+                        // calloc's path: zero memory, never a kept range.
+                        let p = h.alloc(LEN, 4096).expect("room");
+                        let first = (p - base) / 8;
+                        for i in (first..first + LEN / 8).step_by(512) {
+                            assert_eq!(w[i].load(Relaxed), 0, "thread {t} round {round}: not zero");
+                            w[i].store(tag, Relaxed);
+                        }
+                        for i in (first..first + LEN / 8).step_by(512) {
+                            assert_eq!(w[i].load(Relaxed), tag, "thread {t} round {round}: data lost");
+                        }
+                        assert!(h.free(p));
+                    }
+                });
+            }
+        });
+        assert_eq!(h.stats().allocated_bytes, 0);
     }
 
     #[test]
