@@ -457,26 +457,21 @@ fn recycling_rings_are_counted_in_a_shared_budget() {
         resident <= 16 * MIB - 2 * ring,
         "{resident} resident beside two rings of {ring}"
     );
-    // Dropping b gives back its pages and its ring: a fills all the budget
-    // but its own ring (less at most one eviction batch, under a ring).
+    // Alone, a region fills all the budget but its own ring (less at most
+    // one eviction batch, under a ring): the other's ring came back.
+    let fills_all_but_its_ring = |r: &Region, what: &str| {
+        let s = r.stats();
+        assert!(s.resident_peak_bytes <= 16 * MIB - ring, "{what}: {s:?}");
+        assert!(s.resident_bytes > 16 * MIB - 2 * ring, "{what}: {s:?}");
+    };
     drop(b);
     check(&mut a, 0xa);
-    let s = a.stats();
-    assert!(s.resident_peak_bytes <= 16 * MIB - ring, "{s:?}");
-    assert!(
-        s.resident_bytes > 16 * MIB - 2 * ring,
-        "b's ring came back: {s:?}"
-    );
+    fills_all_but_its_ring(&a, "b dropped");
     drop(a);
     let mut c = Region::with_budget(Config::new(32 * MIB, 16 * MIB), &budget).unwrap();
     fill(&mut c, 0xc);
     check(&mut c, 0xc);
-    let s = c.stats();
-    assert!(s.resident_peak_bytes <= 16 * MIB - ring, "{s:?}");
-    assert!(
-        s.resident_bytes > 16 * MIB - 2 * ring,
-        "a's ring came back: {s:?}"
-    );
+    fills_all_but_its_ring(&c, "a dropped");
 }
 
 /// Explicit prefetch and `WillNeed` on every fault path, dirty tracking and
