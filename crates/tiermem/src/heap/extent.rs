@@ -4,6 +4,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+/// The length an allocation of `size` bytes takes: whole units, at least
+/// one (None on overflow).
+pub(crate) fn round_len(size: usize, unit: usize) -> Option<usize> {
+    size.max(1).checked_next_multiple_of(unit)
+}
+
 /// Free and used ranges of `[start, start + len)`.
 #[derive(Debug)]
 pub(crate) struct Extents {
@@ -50,7 +56,7 @@ impl Extents {
     /// (a power of two): the smallest free range that fits. Returns the
     /// start and the rounded length.
     pub(crate) fn alloc(&mut self, size: usize, align: usize) -> Option<(usize, usize)> {
-        let len = size.max(1).checked_next_multiple_of(self.unit)?;
+        let len = round_len(size, self.unit)?;
         let align = align.max(self.unit);
         // Best fit; with an alignment larger than the unit a range may need
         // up to `align - unit` bytes more, so look for that much first and
@@ -118,7 +124,7 @@ impl Extents {
     /// old and new lengths.
     pub(crate) fn resize_in_place(&mut self, start: usize, size: usize) -> Option<(usize, usize)> {
         let old = *self.used.get(&start)?;
-        let new = size.max(1).checked_next_multiple_of(self.unit)?;
+        let new = round_len(size, self.unit)?;
         if new == old {
             return Some((old, new));
         }

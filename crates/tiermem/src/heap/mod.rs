@@ -299,7 +299,7 @@ impl Heap {
     /// the same length comes first, with its pages already in place.
     pub fn alloc_uninit(&self, size: usize, align: usize) -> Option<usize> {
         if self.retain_limit > 0 {
-            let len = size.max(1).checked_next_multiple_of(self.unit)?;
+            let len = extent::round_len(size, self.unit)?;
             let _blocked = tiermem_sys::signal::AsyncSignalsBlocked::new();
             if let Some(addr) = self.retained().take(len, align.max(self.unit)) {
                 return Some(addr);
@@ -415,7 +415,7 @@ impl Heap {
         let k = self.arena_of(addr);
         // A shrink discards the tail before the arena may hand it out.
         let old = self.lock(k).len_of(addr);
-        let new = size.max(1).checked_next_multiple_of(self.unit);
+        let new = extent::round_len(size, self.unit);
         if let Some((old, new)) = old.zip(new).filter(|(old, new)| new < old) {
             self.release(addr + new, old - new);
         }
