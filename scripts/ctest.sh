@@ -71,10 +71,14 @@ build test_transparent "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -g tests/c/tes
 build test_transparent-nopie "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -g -fno-pie -no-pie \
   tests/c/test_transparent.c -lpthread -ldl -o "$out/test_transparent-nopie"
 
+# fork() at depths 1-3 (issue 30.1), built the same way.
+build test_fork_depth "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -g tests/c/test_fork_depth.c \
+  -o "$out/test_fork_depth"
+
 # A hang is a failure, not a stuck CI job: each program gets 5 minutes
 # (they take seconds).
 for name in "${built[@]}"; do
-  [[ $name == test_transparent-nopie ]] && continue # runs under the preload below
+  case $name in test_transparent-nopie | test_fork_depth) continue ;; esac # run under the preload below
   echo "== $name"
   status=0
   case $name in
@@ -111,6 +115,23 @@ if [[ " ${built[*]} " == *" test_transparent-nopie "* ]]; then
     LD_PRELOAD=$lib/libtiermem_preload.so TIERMEM_NEAR=16M TIERMEM_THRESHOLD=256K TIERMEM_FOLLOW_EXEC=1 \
       TIERMEM_QUIET=1 timeout -k 10 300 "$out/test_transparent-nopie" $case || status=$?
     report "test_transparent-nopie $case (preloaded)" "$status"
+  done
+fi
+
+# Every generation must see exactly what its parent wrote: both fault
+# paths, 4 KiB and transparent huge pages, the programs exec'd at each
+# depth tiered (--follow-exec) or not.
+if [[ " ${built[*]} " == *" test_fork_depth "* ]]; then
+  for path in in-context handler-thread; do
+    for pages in 4k thp; do
+      for follow in "" --follow-exec; do
+        echo "== tiermem run --near 16M --page-size $pages $follow -- test_fork_depth 3 ($path)"
+        status=0
+        TIERMEM_FAULT_PATH=$path timeout -k 10 300 "$lib/tiermem" run --near 16M --page-size $pages $follow \
+          --quiet -- "$out/test_fork_depth" 3 || status=$?
+        report "test_fork_depth ($path, $pages${follow:+, $follow})" "$status"
+      done
+    done
   done
 fi
 

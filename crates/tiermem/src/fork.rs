@@ -72,10 +72,24 @@ pub(crate) fn register(core: &Arc<RegionCore>) {
     unlock();
 }
 
+/// The registered regions this process made. A forked child's copies of
+/// its parent's regions are plain memory that the child owns: copying the
+/// far pages of those into a grandchild would overwrite what the child
+/// wrote with the parent's old data from the far store the two share.
+/// Call with `LOCK` held.
+fn own_regions() -> Vec<Arc<RegionCore>> {
+    let here = crate::fault::fork_generation();
+    guard(&REGIONS)
+        .iter()
+        .filter_map(Weak::upgrade)
+        .filter(|c| c.generation == here)
+        .collect()
+}
+
 /// Bytes a child would copy from far stores if this process forked now.
 pub fn copy_bytes() -> u64 {
     lock();
-    let regions: Vec<Arc<RegionCore>> = guard(&REGIONS).iter().filter_map(Weak::upgrade).collect();
+    let regions = own_regions();
     unlock();
     regions
         .iter()
@@ -85,7 +99,7 @@ pub fn copy_bytes() -> u64 {
 
 extern "C" fn prepare() {
     lock();
-    let regions: Vec<Arc<RegionCore>> = guard(&REGIONS).iter().filter_map(Weak::upgrade).collect();
+    let regions = own_regions();
     if regions.is_empty() {
         return;
     }
@@ -126,6 +140,9 @@ extern "C" fn in_child() {
         }
         pipe.write_byte();
     }
+    // What was copied is the child's own memory now, and so is everything
+    // else it inherited: forget the parent's regions here.
+    guard(&REGIONS).clear();
     unlock();
 }
 
