@@ -71,6 +71,9 @@ build test_transparent "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -g tests/c/tes
 build test_transparent-nopie "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -g -fno-pie -no-pie \
   tests/c/test_transparent.c -lpthread -ldl -o "$out/test_transparent-nopie"
 
+# Every way to set a disposition or a mask (issue 30.2, 30.10), likewise.
+build test_signal_paths "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -g tests/c/test_signal_paths.c \
+  -lpthread -o "$out/test_signal_paths"
 # fork() at depths 1-3 (issue 30.1), built the same way.
 build test_fork_depth "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -g tests/c/test_fork_depth.c \
   -o "$out/test_fork_depth"
@@ -78,7 +81,7 @@ build test_fork_depth "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -g tests/c/test
 # A hang is a failure, not a stuck CI job: each program gets 5 minutes
 # (they take seconds).
 for name in "${built[@]}"; do
-  case $name in test_transparent-nopie | test_fork_depth) continue ;; esac # run under the preload below
+  case $name in test_transparent-nopie | test_fork_depth | test_signal_paths) continue ;; esac # run under the preload below
   echo "== $name"
   status=0
   case $name in
@@ -115,6 +118,16 @@ if [[ " ${built[*]} " == *" test_transparent-nopie "* ]]; then
     LD_PRELOAD=$lib/libtiermem_preload.so TIERMEM_NEAR=16M TIERMEM_THRESHOLD=256K TIERMEM_FOLLOW_EXEC=1 \
       TIERMEM_QUIET=1 timeout -k 10 300 "$out/test_transparent-nopie" $case || status=$?
     report "test_transparent-nopie $case (preloaded)" "$status"
+  done
+fi
+
+if [[ " ${built[*]} " == *" test_signal_paths "* ]]; then
+  for path in in-context handler-thread; do
+    echo "== test_signal_paths under LD_PRELOAD=libtiermem_preload.so, TIERMEM_NEAR=16M ($path)"
+    status=0
+    TIERMEM_FAULT_PATH=$path LD_PRELOAD=$lib/libtiermem_preload.so TIERMEM_NEAR=16M TIERMEM_THRESHOLD=256K \
+      TIERMEM_FOLLOW_EXEC=1 TIERMEM_QUIET=1 timeout -k 10 300 "$out/test_signal_paths" || status=$?
+    report "test_signal_paths ($path)" "$status"
   done
 fi
 

@@ -19,14 +19,17 @@
 //! | function | what changes |
 //! |---|---|
 //! | `pthread_sigmask`, `sigprocmask`, `sigblock`, `sigsetmask`, `sighold` | SIGBUS/SIGSEGV/SIGSYS never blocked (glibc's rule for its internal signals is kept too) |
-//! | `sigaction`, `signal`, `bsd_signal`, `sysv_signal`, `sigset` | `sa_mask` without SIGBUS/SIGSEGV/SIGSYS; an action for SIGBUS/SIGSEGV/SIGSYS installed after tiermem's handler becomes the one tiermem chains to, so tiermem stays first (for SIGSYS: every SIGSYS that is not a trap of tiermem's filter, with `SIG_IGN`/`SIG_DFL` meaning what they mean without tiermem) |
+//! | `sigaction`, `__sigaction`, `signal`, `ssignal`, `bsd_signal`, `sysv_signal`, `__sysv_signal`, `sigset`, `sigignore`, `siginterrupt` | `sa_mask` without SIGBUS/SIGSEGV/SIGSYS; an action for SIGBUS/SIGSEGV/SIGSYS installed after tiermem's handler becomes the one tiermem chains to, so tiermem stays first (for SIGSYS: every SIGSYS that is not a trap of tiermem's filter, with `SIG_IGN`/`SIG_DFL` meaning what they mean without tiermem) |
 //! | `sigsuspend`, `ppoll`, `pselect`, `epoll_pwait`, `epoll_pwait2`, `pthread_attr_setsigmask_np` | the temporary or initial mask without SIGBUS/SIGSEGV/SIGSYS |
 //!
 //! Everything else about the calls is unchanged (return values, errno,
-//! the old mask or action reported). What is not covered: masks set by the
-//! C library internally (glibc's `SIGEV_THREAD` timer threads start with
-//! every signal blocked), `swapcontext`/`setcontext` masks, and programs
-//! that make the system calls themselves; a handler for SIGBUS/SIGSEGV/SIGSYS that
+//! the old mask or action reported). What no interposer sees, the C
+//! library's internal calls (glibc's `SIGEV_THREAD` timer threads and aio
+//! helpers start with every signal blocked; `sigvec`, `setcontext`,
+//! `siglongjmp`) and `syscall(SYS_rt_sigaction, ...)`, the kernel-access
+//! filter traps and redoes the same way where it is installed (the
+//! in-context fault path; `tiermem_sys::sigguard`); a `syscall` instruction
+//! of the program's own code is not covered. A handler for SIGBUS/SIGSEGV/SIGSYS that
 //! tiermem chains to runs on tiermem's stack, without its own `sa_mask`,
 //! `SA_RESETHAND` or `SA_ONSTACK`. docs/design.md, "Signals", says more.
 //!
@@ -46,9 +49,6 @@ pub fn link() {
 }
 
 extern "C" {
-    /// glibc's own `sigaction` (exported as `__sigaction`), which this
-    /// crate's `sigaction` calls after editing the action.
-    fn __sigaction(sig: c_int, act: *const libc::sigaction, oact: *mut libc::sigaction) -> c_int;
     /// glibc's own `sigsuspend`.
     fn __sigsuspend(mask: *const sigset_t) -> c_int;
 }
@@ -195,7 +195,10 @@ pub unsafe extern "C" fn sigaction(
     act: *const libc::sigaction,
     oact: *mut libc::sigaction,
 ) -> c_int {
-    if sig == libc::SIGSYS && seccomp::handler_installed() {
+    // Tiermem's handlers stay first while they are the kernel's; one that
+    // was replaced behind the interposers' back (the handler-thread path
+    // does without them) leaves the signal to the program.
+    if sig == libc::SIGSYS && seccomp::owns_sigsys() {
         // The kernel-access trap's handler stays; the program's action is
         // chained to for the SIGSYS that are not tiermem's traps.
         let old = if act.is_null() {
@@ -212,7 +215,7 @@ pub unsafe extern "C" fn sigaction(
             return 0;
         }
     }
-    if let Some(kind) = fault_kind(sig).filter(|&k| signal::installed(k)) {
+    if let Some(kind) = fault_kind(sig).filter(|&k| signal::owns(k)) {
         let old = if act.is_null() {
             signal::chained(kind)
         } else {
@@ -229,13 +232,27 @@ pub unsafe extern "C" fn sigaction(
     }
     if act.is_null() {
         // SAFETY: forwarded unchanged.
-        return unsafe { __sigaction(sig, act, oact) };
+        return unsafe { signal::kernel_sigaction(sig, act, oact) };
     }
     // SAFETY: non-null and valid.
     let mut a = unsafe { *act };
     signal::strip_fault_signals(&mut a.sa_mask);
     // SAFETY: `a` is a valid copy; `oact` as the caller passed it.
-    unsafe { __sigaction(sig, &a, oact) }
+    unsafe { signal::kernel_sigaction(sig, &a, oact) }
+}
+
+/// glibc's exported name of its own `sigaction` (a program may call it).
+///
+/// # Safety
+/// As for `sigaction`.
+#[no_mangle]
+pub unsafe extern "C" fn __sigaction(
+    sig: c_int,
+    act: *const libc::sigaction,
+    oact: *mut libc::sigaction,
+) -> c_int {
+    // SAFETY: forwarded.
+    unsafe { sigaction(sig, act, oact) }
 }
 
 /// Installs `handler` with `flags` and a mask of `mask_self ? {sig} : {}`
@@ -277,10 +294,53 @@ pub extern "C" fn bsd_signal(sig: c_int, handler: libc::sighandler_t) -> libc::s
     install_simple(sig, handler, libc::SA_RESTART, true)
 }
 
+/// `ssignal(3)`: the same as `signal` in glibc.
+#[no_mangle]
+pub extern "C" fn ssignal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+    install_simple(sig, handler, libc::SA_RESTART, true)
+}
+
 /// `sysv_signal(3)`: one-shot, not masked while it runs.
 #[no_mangle]
 pub extern "C" fn sysv_signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
     install_simple(sig, handler, libc::SA_RESETHAND | libc::SA_NODEFER, false)
+}
+
+/// `__sysv_signal`: what `signal()` is in a program built in strict ISO C
+/// (`-std=c99`): zstd's crash handlers come this way.
+#[no_mangle]
+pub extern "C" fn __sysv_signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+    sysv_signal(sig, handler)
+}
+
+/// SysV `sigignore(3)`.
+#[no_mangle]
+pub extern "C" fn sigignore(sig: c_int) -> c_int {
+    if install_simple(sig, libc::SIG_IGN, 0, false) == libc::SIG_ERR {
+        -1
+    } else {
+        0
+    }
+}
+
+/// `siginterrupt(3)`: whether the signal interrupts system calls
+/// (`SA_RESTART` cleared) or not, on the program's own action.
+#[no_mangle]
+pub extern "C" fn siginterrupt(sig: c_int, interrupt: c_int) -> c_int {
+    // SAFETY: a zeroed sigaction is a valid out-parameter.
+    let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: valid structs; this crate's sigaction reports the program's
+    // action (the chained one for tiermem's signals).
+    if unsafe { sigaction(sig, std::ptr::null(), &mut act) } != 0 {
+        return -1;
+    }
+    if interrupt != 0 {
+        act.sa_flags &= !libc::SA_RESTART;
+    } else {
+        act.sa_flags |= libc::SA_RESTART;
+    }
+    // SAFETY: as above.
+    unsafe { sigaction(sig, &act, std::ptr::null_mut()) }
 }
 
 /// `SIG_HOLD` of `<signal.h>` (not in the libc crate).

@@ -69,6 +69,10 @@ pub struct TrapRule {
 /// traps from other filters'.
 const TRAP_DATA: u32 = 0x7134;
 
+/// `SECCOMP_RET_DATA` of the signal guard's traps ([`crate::sigguard`]):
+/// the program's own `rt_sigaction`, `rt_sigprocmask` and `rt_sigsuspend`.
+const GUARD_DATA: u32 = 0x7135;
+
 /// The trapped call, as the callback sees it.
 pub struct TrappedSyscall<'a> {
     /// System call number.
@@ -116,6 +120,20 @@ impl TrappedSyscall<'_> {
     /// Sets the value the program's system call returns.
     pub fn set_result(&mut self, r: i64) {
         self.ctx.uc_mcontext.gregs[libc::REG_RAX as usize] = r;
+    }
+
+    /// The kernel's signal mask of the interrupted code (the one restored
+    /// when the handler returns).
+    pub(crate) fn interrupted_mask(&self) -> u64 {
+        // SAFETY: the first 64 bits of glibc's sigset_t are the kernel mask.
+        unsafe { *(&self.ctx.uc_sigmask as *const libc::sigset_t).cast::<u64>() }
+    }
+
+    /// Replaces the mask the interrupted code runs under once the handler
+    /// returns: what a `rt_sigprocmask` made by that code would have set.
+    pub(crate) fn set_interrupted_mask(&mut self, mask: u64) {
+        // SAFETY: as above.
+        unsafe { *(&mut self.ctx.uc_sigmask as *mut libc::sigset_t).cast::<u64>() = mask };
     }
 }
 
@@ -177,11 +195,13 @@ static TRAMPOLINE: AtomicUsize = AtomicUsize::new(0);
 
 type Syscall6 = unsafe extern "C" fn(i64, u64, u64, u64, u64, u64, u64) -> i64;
 
-/// Calls the trampoline: the fixed copy once it exists.
+/// Calls the trampoline: the fixed copy once it exists. Returns the raw
+/// result (a negative errno on failure). Never trapped by a filter of
+/// tiermem's: tiermem's own signal calls ([`crate::signal`]) go this way.
 ///
 /// # Safety
 /// As for the system call made.
-unsafe fn call_trampoline(nr: i64, a: [u64; 6]) -> i64 {
+pub(crate) unsafe fn call_trampoline(nr: i64, a: [u64; 6]) -> i64 {
     // Acquire: the copy's bytes are in place before its address is seen.
     let f = match TRAMPOLINE.load(Ordering::Acquire) {
         0 => tiermem_trap_syscall6 as Syscall6,
@@ -565,8 +585,22 @@ pub fn install(
         None => {}
     }
     let ip = place_trampoline(trampoline_at)?;
-    let prog = filter(&[(window.lo, window.hi)], ip, call_sites(), rules)?;
+    let ranges = [(window.lo, window.hi)];
+    let guard = crate::sigguard::wanted(call_sites());
+    let prog = match filter(&ranges, ip, call_sites(), rules, guard) {
+        Err(TrapError::FilterTooLarge { .. }) if guard => {
+            eprintln!(
+                "tiermem: warning: the signal guard does not fit the kernel-access filter; signal \
+                 dispositions set behind the C library's interposable functions are not seen"
+            );
+            filter(&ranges, ip, call_sites(), rules, false)?
+        }
+        p => p?,
+    };
     install_handler()?;
+    if guard {
+        crate::sigguard::arm();
+    }
     load(&prog)?;
     *g = Some(window);
     Ok(())
@@ -587,7 +621,7 @@ pub fn add_ranges(ranges: &[(u64, u64)], rules: &[TrapRule]) -> Result<(), TrapE
     }
     let ret = std::ptr::addr_of!(tiermem_trap_syscall_return) as usize;
     let ip = (at + (ret - tiermem_trap_syscall6 as *const () as usize)) as u64;
-    load(&filter(ranges, ip, call_sites(), rules)?)
+    load(&filter(ranges, ip, call_sites(), rules, false)?)
 }
 
 /// The window trapped in this process, if any.
@@ -607,6 +641,13 @@ static HANDLER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::n
 /// untouched, or kill the process under `SIG_IGN`).
 pub fn handler_installed() -> bool {
     HANDLER.load(Ordering::Acquire)
+}
+
+/// Whether tiermem's SIGSYS handler is installed and still the kernel's
+/// action (see `signal::owns`). One system call.
+pub fn owns_sigsys() -> bool {
+    handler_installed()
+        && crate::signal::current_handler(libc::SIGSYS) == Some(on_sigsys as *const () as usize)
 }
 
 /// The program's SIGSYS action that tiermem's handler chains to (see
@@ -642,11 +683,7 @@ fn default_action() -> libc::sigaction {
 /// behind the interposers' back, say with a raw `rt_sigaction`, is moved
 /// behind tiermem's again and chained to).
 fn install_handler() -> Result<(), TrapError> {
-    let mut cur = default_action();
-    // SAFETY: reading the current action into a valid struct.
-    if unsafe { crate::signal::c_sigaction(libc::SIGSYS, std::ptr::null(), &mut cur) } == 0
-        && cur.sa_sigaction == on_sigsys as *const () as usize
-    {
+    if crate::signal::current_handler(libc::SIGSYS) == Some(on_sigsys as *const () as usize) {
         HANDLER.store(true, Ordering::Release);
         return Ok(());
     }
@@ -782,6 +819,26 @@ fn in_ranges(a: &mut Asm, lo_off: u32, ranges: &[(u64, u64)], hit: usize) {
     }
 }
 
+/// Emits the test every trap starts with: calls made through the
+/// trampoline (whose `syscall` returns to `ip`), and calls made from
+/// anywhere but this image's C library (`sites`; none: any code is), go to
+/// `pass`; the others fall through.
+fn from_this_c_library(a: &mut Asm, ip: u64, sites: &[(u64, u64)], pass: usize) {
+    let not_ours = a.label();
+    a.stmt(uapi::BPF_LD_W_ABS, uapi::SECCOMP_DATA_IP);
+    a.jump(uapi::BPF_JMP_JEQ_K, ip as u32, None, Some(not_ours));
+    a.stmt(uapi::BPF_LD_W_ABS, uapi::SECCOMP_DATA_IP + 4);
+    a.jump(uapi::BPF_JMP_JEQ_K, (ip >> 32) as u32, Some(pass), None);
+    a.here(not_ours);
+    if !sites.is_empty() {
+        let from_libc = a.label();
+        in_ranges(a, uapi::SECCOMP_DATA_IP, sites, from_libc);
+        // An unsigned A >= 0: always taken.
+        a.jump(uapi::BPF_JMP_JGE_K, 0, Some(pass), None);
+        a.here(from_libc);
+    }
+}
+
 /// The filter: `rules`' calls trap when their buffer argument lies in one
 /// of `ranges` and the call is made from one of `sites` (the C library's
 /// code in the image that loads the filter; any code when `sites` is
@@ -797,11 +854,17 @@ fn in_ranges(a: &mut Asm, lo_off: u32, ranges: &[(u64, u64)], hit: usize) {
 /// One check block per buffer argument position the rules use (17 + 10 per
 /// site + 10 per range instructions each); an error, not a panic, when the
 /// program does not fit classic BPF.
+/// With `guard`, it also traps the signal calls of this image's C library
+/// that could take SIGBUS, SIGSEGV or SIGSYS away from tiermem
+/// ([`crate::sigguard`]): `rt_sigaction` that sets any action or asks for
+/// one of those three, `rt_sigprocmask` that may block (how is not
+/// `SIG_UNBLOCK`, a set is given), and every `rt_sigsuspend`.
 fn filter(
     ranges: &[(u64, u64)],
     ip: u64,
     sites: &[(u64, u64)],
     rules: &[TrapRule],
+    guard: bool,
 ) -> Result<Vec<SockFilter>, TrapError> {
     if let Some(r) = rules.iter().find(|r| r.buffer_arg > 5) {
         return Err(TrapError::BadRule {
@@ -834,29 +897,64 @@ fn filter(
     for r in rules {
         a.jump(uapi::BPF_JMP_JEQ_K, r.nr as u32, Some(args[r.buffer_arg]), None);
     }
+    let guards = [
+        libc::SYS_rt_sigaction,
+        libc::SYS_rt_sigprocmask,
+        libc::SYS_rt_sigsuspend,
+    ]
+    .map(|nr| (nr, a.label()));
+    if guard {
+        for &(nr, l) in &guards {
+            a.jump(uapi::BPF_JMP_JEQ_K, nr as u32, Some(l), None);
+        }
+    }
     a.here(allow);
     a.stmt(uapi::BPF_RET_K, uapi::SECCOMP_RET_ALLOW);
+    if guard {
+        // Jumps go forward only: the guard has its own returns.
+        let (pass, trap) = (a.label(), a.label());
+        let arg = |k: u32| uapi::SECCOMP_DATA_ARGS + 8 * k;
+        for &(nr, l) in &guards {
+            a.here(l);
+            from_this_c_library(&mut a, ip, sites, pass);
+            match nr {
+                libc::SYS_rt_sigaction => {
+                    // An action given: trap. A query: only for the three.
+                    a.stmt(uapi::BPF_LD_W_ABS, arg(1));
+                    a.jump(uapi::BPF_JMP_JEQ_K, 0, None, Some(trap));
+                    a.stmt(uapi::BPF_LD_W_ABS, arg(1) + 4);
+                    a.jump(uapi::BPF_JMP_JEQ_K, 0, None, Some(trap));
+                    a.stmt(uapi::BPF_LD_W_ABS, arg(0));
+                    for sig in [libc::SIGBUS, libc::SIGSEGV, libc::SIGSYS] {
+                        a.jump(uapi::BPF_JMP_JEQ_K, sig as u32, Some(trap), None);
+                    }
+                    a.jump(uapi::BPF_JMP_JGE_K, 0, Some(pass), None);
+                }
+                libc::SYS_rt_sigprocmask => {
+                    // SIG_UNBLOCK, or no set: nothing gets blocked.
+                    a.stmt(uapi::BPF_LD_W_ABS, arg(0));
+                    a.jump(uapi::BPF_JMP_JEQ_K, libc::SIG_UNBLOCK as u32, Some(pass), None);
+                    a.stmt(uapi::BPF_LD_W_ABS, arg(1));
+                    a.jump(uapi::BPF_JMP_JEQ_K, 0, None, Some(trap));
+                    a.stmt(uapi::BPF_LD_W_ABS, arg(1) + 4);
+                    a.jump(uapi::BPF_JMP_JEQ_K, 0, Some(pass), Some(trap));
+                }
+                _ => a.jump(uapi::BPF_JMP_JGE_K, 0, Some(trap), None),
+            }
+        }
+        a.here(pass);
+        a.stmt(uapi::BPF_RET_K, uapi::SECCOMP_RET_ALLOW);
+        a.here(trap);
+        a.stmt(uapi::BPF_RET_K, uapi::SECCOMP_RET_TRAP | GUARD_DATA);
+    }
     // Classic BPF jumps only forward: each argument check ends in its own
     // returns.
     for &k in &used {
         let l = args[k];
         let arg_off = uapi::SECCOMP_DATA_ARGS + 8 * k as u32;
         a.here(l);
-        // The trampoline's calls always run.
-        let (not_ours, pass, trap) = (a.label(), a.label(), a.label());
-        a.stmt(uapi::BPF_LD_W_ABS, uapi::SECCOMP_DATA_IP);
-        a.jump(uapi::BPF_JMP_JEQ_K, ip as u32, None, Some(not_ours));
-        a.stmt(uapi::BPF_LD_W_ABS, uapi::SECCOMP_DATA_IP + 4);
-        a.jump(uapi::BPF_JMP_JEQ_K, (ip >> 32) as u32, Some(pass), None);
-        a.here(not_ours);
-        // Calls made from anywhere but this image's C library run.
-        if !sites.is_empty() {
-            let from_libc = a.label();
-            in_ranges(&mut a, uapi::SECCOMP_DATA_IP, sites, from_libc);
-            // An unsigned A >= 0: always taken.
-            a.jump(uapi::BPF_JMP_JGE_K, 0, Some(pass), None);
-            a.here(from_libc);
-        }
+        let (pass, trap) = (a.label(), a.label());
+        from_this_c_library(&mut a, ip, sites, pass);
         in_ranges(&mut a, arg_off, ranges, trap);
         a.here(pass);
         a.stmt(uapi::BPF_RET_K, uapi::SECCOMP_RET_ALLOW);
@@ -928,8 +1026,10 @@ extern "C" fn on_sigsys(signo: libc::c_int, info: *mut libc::siginfo_t, ctx: *mu
     let saved_errno = unsafe { *libc::__errno_location() };
     // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
     let (code, data) = unsafe { ((*info).si_code, (*info).si_errno as u32) };
-    let cb = CALLBACK.load(Ordering::Acquire);
-    if code == uapi::SYS_SECCOMP && data == TRAP_DATA && !ctx.is_null() {
+    let ours = code == uapi::SYS_SECCOMP && (data == TRAP_DATA || data == GUARD_DATA);
+    if !ours || ctx.is_null() {
+        forward(signo, info, ctx);
+    } else {
         // SAFETY: ctx is the interrupted thread's ucontext for SA_SIGINFO.
         let uc = unsafe { &mut *(ctx.cast::<libc::ucontext_t>()) };
         let g = &uc.uc_mcontext.gregs;
@@ -944,7 +1044,10 @@ extern "C" fn on_sigsys(signo: libc::c_int, info: *mut libc::siginfo_t, ctx: *mu
         // SAFETY: a seccomp SIGSYS carries the call number.
         let nr = unsafe { si_syscall(info) };
         let mut call = TrappedSyscall { nr, args, ctx: uc };
-        if cb == 0 {
+        let cb = CALLBACK.load(Ordering::Acquire);
+        if data == GUARD_DATA {
+            crate::sigguard::emulate(&mut call);
+        } else if cb == 0 {
             // A filter inherited from the image that ran this one trapped
             // it (serve_inherited): nothing of this image is tiered yet.
             let r = call.execute(nr, args, true);
@@ -955,8 +1058,6 @@ extern "C" fn on_sigsys(signo: libc::c_int, info: *mut libc::siginfo_t, ctx: *mu
             let f: TrapCallback = unsafe { std::mem::transmute::<usize, TrapCallback>(cb) };
             f(&mut call);
         }
-    } else {
-        forward(signo, info, ctx);
     }
     // SAFETY: restore the interrupted code's errno.
     unsafe { *libc::__errno_location() = saved_errno };
@@ -1042,7 +1143,7 @@ mod tests {
             (0x7_ffff_f000, 0x8_0000_1000),
         ];
         let ip = 0x10ff_ffe0_0019;
-        let p = filter(&ranges, ip, &[], &rules).unwrap();
+        let p = filter(&ranges, ip, &[], &rules, false).unwrap();
         let trap = uapi::SECCOMP_RET_TRAP | TRAP_DATA;
         let read = |buf: u64| run(&p, libc::SYS_read, 0x1234, [3, buf, 10, 0, 0, 0]);
         for (lo, hi) in ranges {
@@ -1063,7 +1164,7 @@ mod tests {
             uapi::SECCOMP_RET_ALLOW
         );
         // And the window.
-        let w = filter(&[(0x1100_0000_0000, 0x5100_0000_0000)], ip, &[], &rules).unwrap();
+        let w = filter(&[(0x1100_0000_0000, 0x5100_0000_0000)], ip, &[], &rules, false).unwrap();
         assert_eq!(
             run(&w, libc::SYS_read, 0, [0, 0x1100_0000_0000, 1, 0, 0, 0]),
             trap
@@ -1094,7 +1195,7 @@ mod tests {
             (0x7f12_ffff_f000, 0x7f13_0000_1000),
         ];
         let ip = 0x10ff_ffe0_0019;
-        let p = filter(&[window, statics], ip, &sites, &rules).unwrap();
+        let p = filter(&[window, statics], ip, &sites, &rules, false).unwrap();
         let trap = uapi::SECCOMP_RET_TRAP | TRAP_DATA;
         let allow = uapi::SECCOMP_RET_ALLOW;
         let read = |from: u64, buf: u64| run(&p, libc::SYS_read, from, [3, buf, 10, 0, 0, 0]);
@@ -1185,7 +1286,7 @@ mod tests {
         };
         // Many sites: still a working filter while the jumps fit.
         let many = sites(20);
-        let p = filter(&window, ip, &many, &rules).unwrap();
+        let p = filter(&window, ip, &many, &rules, false).unwrap();
         let trap = uapi::SECCOMP_RET_TRAP | TRAP_DATA;
         for &(lo, hi) in &many {
             assert_eq!(run(&p, libc::SYS_read, lo, [3, window[0].0, 8, 0, 0, 0]), trap);
@@ -1204,7 +1305,7 @@ mod tests {
             (sites(2), ranges(64)),
             (sites(500), ranges(500)),
         ] {
-            match filter(&r, ip, &s, &rules) {
+            match filter(&r, ip, &s, &rules, false) {
                 Err(TrapError::FilterTooLarge { sites, ranges }) => {
                     assert_eq!((sites, ranges), (s.len(), r.len()))
                 }
@@ -1221,9 +1322,97 @@ mod tests {
             buffer_arg: 6,
         }];
         assert!(matches!(
-            filter(&window, ip, &[], &bad),
+            filter(&window, ip, &[], &bad, false),
             Err(TrapError::BadRule { arg: 6, .. })
         ));
+    }
+
+    #[test]
+    fn the_signal_guard_traps_what_could_take_the_fault_signals_away() {
+        let rules = read_and_getrandom();
+        let sites = [(0x7f12_3450_0000, 0x7f12_3468_0000)];
+        let ip = 0x10ff_ffe0_0019;
+        let p = filter(&[(0x1100_0000_0000, 0x5100_0000_0000)], ip, &sites, &rules, true).unwrap();
+        let guard = uapi::SECCOMP_RET_TRAP | GUARD_DATA;
+        let allow = uapi::SECCOMP_RET_ALLOW;
+        let libc_ip = sites[0].0 + 0x100;
+        let act = 0x7ffc_1234_5678;
+        let call = |nr: i64, from: u64, args: [u64; 4]| {
+            run(&p, nr, from, [args[0], args[1], args[2], args[3], 0, 0])
+        };
+        // rt_sigaction: any new action, and queries of the three signals.
+        for sig in [
+            libc::SIGINT,
+            libc::SIGBUS,
+            libc::SIGSEGV,
+            libc::SIGSYS,
+            libc::SIGUSR1,
+        ] {
+            assert_eq!(
+                call(libc::SYS_rt_sigaction, libc_ip, [sig as u64, act, 0, 8]),
+                guard
+            );
+            // A pointer above 4 GiB with a zero low half is still a pointer.
+            assert_eq!(
+                call(libc::SYS_rt_sigaction, libc_ip, [sig as u64, 1 << 40, 0, 8]),
+                guard
+            );
+        }
+        for sig in [libc::SIGBUS, libc::SIGSEGV, libc::SIGSYS] {
+            assert_eq!(
+                call(libc::SYS_rt_sigaction, libc_ip, [sig as u64, 0, act, 8]),
+                guard
+            );
+        }
+        assert_eq!(
+            call(libc::SYS_rt_sigaction, libc_ip, [libc::SIGINT as u64, 0, act, 8]),
+            allow
+        );
+        // rt_sigprocmask: whatever may block.
+        for how in [libc::SIG_BLOCK, libc::SIG_SETMASK, 7] {
+            assert_eq!(
+                call(libc::SYS_rt_sigprocmask, libc_ip, [how as u64, act, 0, 8]),
+                guard
+            );
+            assert_eq!(
+                call(libc::SYS_rt_sigprocmask, libc_ip, [how as u64, 0, act, 8]),
+                allow
+            );
+        }
+        assert_eq!(
+            call(
+                libc::SYS_rt_sigprocmask,
+                libc_ip,
+                [libc::SIG_UNBLOCK as u64, act, 0, 8]
+            ),
+            allow
+        );
+        assert_eq!(call(libc::SYS_rt_sigsuspend, libc_ip, [act, 8, 0, 0]), guard);
+        // Not from this image's C library, or through the trampoline: run.
+        for from in [ip, sites[0].1, 0x5555_5555_5000] {
+            assert_eq!(
+                call(libc::SYS_rt_sigaction, from, [libc::SIGSEGV as u64, act, 0, 8]),
+                allow
+            );
+            assert_eq!(call(libc::SYS_rt_sigprocmask, from, [0, act, 0, 8]), allow);
+            assert_eq!(call(libc::SYS_rt_sigsuspend, from, [act, 8, 0, 0]), allow);
+        }
+        // The buffer traps are unchanged.
+        assert_eq!(
+            call(libc::SYS_read, libc_ip, [3, 0x1100_0000_0000, 1, 0]),
+            uapi::SECCOMP_RET_TRAP | TRAP_DATA
+        );
+        assert_eq!(call(libc::SYS_write, libc_ip, [1, act, 1, 0]), allow);
+        // Without the guard none of them traps.
+        let q = filter(&[(0x1100_0000_0000, 0x5100_0000_0000)], ip, &sites, &rules, false).unwrap();
+        assert_eq!(
+            run(&q, libc::SYS_rt_sigaction, libc_ip, [11, act, 0, 8, 0, 0]),
+            allow
+        );
+        assert_eq!(
+            run(&q, libc::SYS_rt_sigprocmask, libc_ip, [0, act, 0, 8, 0, 0]),
+            allow
+        );
     }
 
     #[test]
@@ -1237,6 +1426,7 @@ mod tests {
             0x10ff_ffe0_0000,
             &[(0x7f00_0000_0000, 0x7f00_0020_0000)],
             &read_and_getrandom(),
+            false,
         )
         .unwrap();
         // One check block per argument position used (0 and 1), not six.

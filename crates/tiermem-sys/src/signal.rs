@@ -33,19 +33,86 @@
 //! installed.
 
 use crate::errno::Errno;
+use crate::sigguard::KernelSigaction;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
+/// `sigaction(2)` made by tiermem itself, straight to the kernel through
+/// the kernel-access trap's trampoline: neither an interposer nor a filter
+/// of tiermem's ever sees it (the signal guard, [`crate::sigguard`], traps
+/// the program's own calls). Checks the signal number as the C library
+/// does; an action without a restorer gets tiermem's.
+///
+/// # Safety
+/// `act` and `oact` null or valid.
+pub unsafe fn kernel_sigaction(
+    sig: libc::c_int,
+    act: *const libc::sigaction,
+    oact: *mut libc::sigaction,
+) -> libc::c_int {
+    // The C library keeps 32 and 33 (cancellation, set*id) for itself.
+    if !(1..=64).contains(&sig) || sig == 32 || sig == 33 {
+        // SAFETY: errno is thread-local.
+        unsafe { *libc::__errno_location() = libc::EINVAL };
+        return -1;
+    }
+    // SAFETY: non-null and valid by the caller's promise.
+    let new = (!act.is_null()).then(|| {
+        let mut k = KernelSigaction::from_libc(unsafe { &*act });
+        if k.flags & SA_RESTORER == 0 || k.restorer == 0 {
+            k.flags |= SA_RESTORER;
+            k.restorer = tiermem_restore_rt as *const () as usize;
+        }
+        k
+    });
+    let mut old = KernelSigaction::default();
+    let kact = new.as_ref().map_or(0, |k| k as *const KernelSigaction as u64);
+    let koact = if oact.is_null() {
+        0
+    } else {
+        &mut old as *mut KernelSigaction as u64
+    };
+    // SAFETY: valid kernel structs or null; an 8-byte mask.
+    let r = unsafe {
+        crate::seccomp::call_trampoline(libc::SYS_rt_sigaction, [sig as u64, kact, koact, 8, 0, 0])
+    };
+    if r < 0 {
+        // SAFETY: errno is thread-local.
+        unsafe { *libc::__errno_location() = -r as i32 };
+        return -1;
+    }
+    if !oact.is_null() {
+        // SAFETY: valid by the caller's promise.
+        unsafe { *oact = old.to_libc() };
+    }
+    0
+}
+
+pub(crate) use kernel_sigaction as c_sigaction;
+
+/// `SA_RESTORER`: the kernel returns from a handler through `sa_restorer`.
+const SA_RESTORER: u64 = 0x0400_0000;
+
+// What a handler returns to: `rt_sigreturn`, in the exact bytes of the C
+// library's `__restore_rt` (`mov rax, 15; syscall`), which unwinders and
+// debuggers recognise as a signal frame. The `nop` before it is there for
+// the same reason as glibc's: an unwinder looks up the caller's pc - 1.
+std::arch::global_asm!(
+    ".pushsection .text.tiermem_restore_rt,\"ax\",@progbits",
+    ".globl tiermem_restore_rt",
+    ".hidden tiermem_restore_rt",
+    ".type tiermem_restore_rt,@function",
+    "    nop",
+    "tiermem_restore_rt:",
+    "    .byte 0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00",
+    "    .byte 0x0f, 0x05",
+    ".size tiermem_restore_rt, . - tiermem_restore_rt",
+    ".popsection",
+);
+
 extern "C" {
-    /// The C library's own `sigaction` (glibc exports it under this name
-    /// too): tiermem's interposed `sigaction` (crate tiermem-interpose)
-    /// must not see tiermem's own calls.
-    #[link_name = "__sigaction"]
-    pub(crate) fn c_sigaction(
-        sig: libc::c_int,
-        act: *const libc::sigaction,
-        oact: *mut libc::sigaction,
-    ) -> libc::c_int;
+    /// The restorer above.
+    fn tiermem_restore_rt();
 }
 
 /// Which signal.
@@ -203,7 +270,8 @@ impl Drop for AsyncSignalsBlocked {
 }
 
 /// `rt_sigprocmask` without the C library (which an interposer may
-/// replace): the kernel's 8-byte mask.
+/// replace, and whose calls the signal guard traps): the kernel's 8-byte
+/// mask. Returns 0, or -1 with `errno` set.
 ///
 /// # Safety
 /// `set` and `old` must be null or point to valid sigset_t values.
@@ -214,7 +282,18 @@ pub unsafe fn raw_sigprocmask(
 ) -> libc::c_int {
     // SAFETY: the caller passes valid or null pointers; the kernel reads and
     // writes 8 bytes (_NSIG / 8) of each.
-    unsafe { libc::syscall(libc::SYS_rt_sigprocmask, how, set, old, 8) as libc::c_int }
+    let r = unsafe {
+        crate::seccomp::call_trampoline(
+            libc::SYS_rt_sigprocmask,
+            [how as u64, set as u64, old as u64, 8, 0, 0],
+        )
+    };
+    if r < 0 {
+        // SAFETY: errno is thread-local.
+        unsafe { *libc::__errno_location() = -r as i32 };
+        return -1;
+    }
+    0
 }
 
 /// The action tiermem chains to for `kind` (what was installed before it,
@@ -422,6 +501,22 @@ pub fn installed(kind: FaultSignalKind) -> bool {
     CALLBACKS[kind.slot()].load(Ordering::Acquire) != 0 && INSTALLED[kind.slot()].get().is_some()
 }
 
+/// Whether tiermem's handler for `kind` is installed and still the
+/// kernel's action (not replaced behind the interposers' back, say by a
+/// raw system call the signal guard does not see): only then is the
+/// program's action the one tiermem chains to. One system call.
+pub fn owns(kind: FaultSignalKind) -> bool {
+    installed(kind) && current_handler(kind.signo()) == Some(on_fault as *const () as usize)
+}
+
+/// The handler the kernel has for `sig` now.
+pub(crate) fn current_handler(sig: libc::c_int) -> Option<usize> {
+    // SAFETY: a zeroed sigaction is a valid out-parameter.
+    let mut cur: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: reading the current action into a valid struct.
+    (unsafe { kernel_sigaction(sig, std::ptr::null(), &mut cur) } == 0).then_some(cur.sa_sigaction)
+}
+
 extern "C" fn on_fault(signo: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     // SAFETY: errno location is thread-local and always valid.
     let saved_errno = unsafe { *libc::__errno_location() };
@@ -493,7 +588,15 @@ pub(crate) fn chain_to(
             c_sigaction(signo, &dfl, std::ptr::null_mut());
             if reraise {
                 raw_sigprocmask(libc::SIG_UNBLOCK, &one_signal(signo), std::ptr::null_mut());
-                libc::raise(signo);
+                // Not raise(), which blocks every signal first: inside the
+                // SIGSYS handler the guard would trap that with SIGSYS
+                // blocked.
+                libc::syscall(
+                    libc::SYS_tgkill,
+                    libc::getpid(),
+                    libc::syscall(libc::SYS_gettid),
+                    signo,
+                );
             }
         }
     } else if flags & libc::SA_SIGINFO != 0 {
