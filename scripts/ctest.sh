@@ -74,6 +74,9 @@ build test_transparent-nopie "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -g -fno-
 # Every way to set a disposition or a mask (issue 30.2, 30.10), likewise.
 build test_signal_paths "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -g tests/c/test_signal_paths.c \
   -lpthread -o "$out/test_signal_paths"
+# Kernel I/O on tiered buffers from several threads (issue 30.3, 30.4).
+build test_kernel_io "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -g tests/c/test_kernel_io.c \
+  -lpthread -o "$out/test_kernel_io"
 # fork() at depths 1-3 (issue 30.1), built the same way.
 build test_fork_depth "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -g tests/c/test_fork_depth.c \
   -o "$out/test_fork_depth"
@@ -81,7 +84,7 @@ build test_fork_depth "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -g tests/c/test
 # A hang is a failure, not a stuck CI job: each program gets 5 minutes
 # (they take seconds).
 for name in "${built[@]}"; do
-  case $name in test_transparent-nopie | test_fork_depth | test_signal_paths) continue ;; esac # run under the preload below
+  case $name in test_transparent-nopie | test_fork_depth | test_signal_paths | test_kernel_io) continue ;; esac # run under the preload below
   echo "== $name"
   status=0
   case $name in
@@ -121,15 +124,16 @@ if [[ " ${built[*]} " == *" test_transparent-nopie "* ]]; then
   done
 fi
 
-if [[ " ${built[*]} " == *" test_signal_paths "* ]]; then
+for prog in test_signal_paths test_kernel_io; do
+  [[ " ${built[*]} " == *" $prog "* ]] || continue
   for path in in-context handler-thread; do
-    echo "== test_signal_paths under LD_PRELOAD=libtiermem_preload.so, TIERMEM_NEAR=16M ($path)"
+    echo "== $prog under LD_PRELOAD=libtiermem_preload.so, TIERMEM_NEAR=16M ($path)"
     status=0
     TIERMEM_FAULT_PATH=$path LD_PRELOAD=$lib/libtiermem_preload.so TIERMEM_NEAR=16M TIERMEM_THRESHOLD=256K \
-      TIERMEM_FOLLOW_EXEC=1 TIERMEM_QUIET=1 timeout -k 10 300 "$out/test_signal_paths" || status=$?
-    report "test_signal_paths ($path)" "$status"
+      TIERMEM_FOLLOW_EXEC=1 TIERMEM_QUIET=1 timeout -k 10 300 "$out/$prog" || status=$?
+    report "$prog ($path)" "$status"
   done
-fi
+done
 
 # Every generation must see exactly what its parent wrote: both fault
 # paths, 4 KiB and transparent huge pages, the programs exec'd at each

@@ -2,14 +2,17 @@
 //! (`readv`, `writev`, `preadv`, `pwritev`, `preadv2`, `pwritev2`,
 //! `recvmsg`, `sendmsg`, `process_vm_readv`/`writev` for the local side):
 //! the kernel-access filter cannot see behind the vector, so these are
-//! interposed: each buffer is pinned ([`tiermem::pin_buffer`]) for the
-//! call, which then runs as the C library's own. A buffer that cannot be
-//! pinned whole shortens the call there (a short count, which callers of
-//! these functions must handle).
+//! interposed. On a regular file each buffer is pinned
+//! ([`tiermem::pin_buffer`]) for the call, which then runs as the C
+//! library's own, in pieces as large as can be pinned. On a pipe, a socket
+//! or a device, which may block for long, nothing is pinned: the data goes
+//! through a bounce buffer (`tiermem_sys::bounce`), so a thread blocked in
+//! `recvmsg` holds nothing another thread's `sendmsg` needs.
 
 use libc::{c_int, iovec, msghdr, ssize_t};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use tiermem::PinnedBuffer;
+use tiermem_sys::bounce::{Bounce, FdKind};
 
 /// The C library's function `name`, looked up once.
 fn next(cache: &AtomicUsize, name: &std::ffi::CStr) -> usize {
@@ -33,18 +36,13 @@ unsafe fn pin_all(
     cnt: c_int,
     kernel_writes: bool,
 ) -> Option<(Vec<PinnedBuffer>, Vec<iovec>)> {
-    let heap = crate::heap()?;
-    if iov.is_null() || cnt <= 0 {
+    // Only vectors that touch tiered memory pay for the pinning.
+    // SAFETY: forwarded from the caller.
+    if !unsafe { touches_tiered(iov, cnt) } {
         return None;
     }
     // SAFETY: the caller's vector.
     let v = unsafe { std::slice::from_raw_parts(iov, cnt as usize) };
-    // Only vectors that touch tiered memory pay for the pinning.
-    let tiered =
-        |b: &iovec| heap.contains(b.iov_base as usize) || crate::statics::contains(b.iov_base as usize);
-    if !v.iter().any(tiered) {
-        return None;
-    }
     let mut pins = Vec::with_capacity(v.len());
     let mut out = Vec::with_capacity(v.len());
     for b in v {
@@ -62,11 +60,115 @@ unsafe fn pin_all(
     Some((pins, out))
 }
 
-/// Runs a vectored call on `iov[..cnt]` with its tiered buffers pinned:
-/// `call(vector, count, done)` makes the call (`done`: bytes already
-/// moved, for the file offset of `preadv`/`pwritev`). On a regular file a
-/// vector longer than what can be pinned at once is done in pieces, as one
-/// call would have done it whole; elsewhere the call is shortened.
+/// How a vectored call may be split, by what its descriptor is: see
+/// `tiermem_sys::seccomp::Split`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Split {
+    Whole,
+    Once,
+    Pieces,
+}
+
+/// How a call on `fd` goes when a buffer of its vector is tiered: pinned
+/// (a regular file, `None`), or through a bounce buffer split so.
+fn bounce_split(fd: c_int, kernel_writes: bool, wait_all: bool) -> Option<Split> {
+    match tiermem_sys::bounce::fd_kind(fd) {
+        FdKind::File => None,
+        FdKind::Messages => Some(Split::Whole),
+        FdKind::Stream if kernel_writes && !wait_all => Some(Split::Once),
+        FdKind::Stream => Some(Split::Pieces),
+    }
+}
+
+/// Copies `n` bytes between `buf` and the vector `v` from `skip` bytes
+/// into it: into the vector (`to_vector`) or out of it.
+///
+/// # Safety
+/// `v`'s buffers valid for what is copied; `buf` valid for `n` bytes.
+unsafe fn copy_vector(v: &[iovec], mut skip: usize, buf: usize, n: usize, to_vector: bool) {
+    let mut at = 0usize;
+    for b in v {
+        if at >= n {
+            break;
+        }
+        if skip >= b.iov_len {
+            skip -= b.iov_len;
+            continue;
+        }
+        let k = (b.iov_len - skip).min(n - at);
+        let user = b.iov_base as usize + skip;
+        // SAFETY: inside the caller's buffer and `buf`, by the caller's
+        // promise; user-mode copies, so tiered pages fault in as usual.
+        unsafe {
+            if to_vector {
+                std::ptr::copy_nonoverlapping((buf + at) as *const u8, user as *mut u8, k);
+            } else {
+                std::ptr::copy_nonoverlapping(user as *const u8, (buf + at) as *mut u8, k);
+            }
+        }
+        at += k;
+        skip = 0;
+    }
+}
+
+/// Runs a vectored call with its data going through a bounce buffer
+/// (`tiermem_sys::bounce`): `call(vector, count, done)` on a one-element
+/// vector of plain memory, the data copied from or to the caller's vector
+/// in user mode. Nothing of the caller's is held while the call blocks.
+///
+/// # Safety
+/// `v` the caller's valid vector.
+unsafe fn bounced(
+    v: &[iovec],
+    kernel_writes: bool,
+    split: Split,
+    mut call: impl FnMut(*const iovec, c_int, usize) -> ssize_t,
+) -> ssize_t {
+    let total: usize = v.iter().map(|b| b.iov_len).sum();
+    let want = if split == Split::Whole {
+        total
+    } else {
+        total.min(tiermem_sys::bounce::CHUNK)
+    };
+    let Some(b) = Bounce::get(want) else {
+        // SAFETY: errno is thread-local.
+        unsafe { *libc::__errno_location() = libc::ENOMEM };
+        return -1;
+    };
+    let mut done = 0usize;
+    loop {
+        let n = (total - done).min(b.len());
+        if !kernel_writes {
+            // SAFETY: the caller's vector; the bounce buffer holds `n`.
+            unsafe { copy_vector(v, done, b.addr() as usize, n, false) };
+        }
+        let one = iovec {
+            iov_base: b.addr() as *mut libc::c_void,
+            iov_len: n,
+        };
+        let r = call(&one, 1, done);
+        if r < 0 {
+            return if done > 0 { done as ssize_t } else { r };
+        }
+        let r = (r as usize).min(n);
+        if kernel_writes {
+            // SAFETY: as above, `r <= n` bytes.
+            unsafe { copy_vector(v, done, b.addr() as usize, r, true) };
+        }
+        done += r;
+        if split != Split::Pieces || r != n || done >= total {
+            return done as ssize_t;
+        }
+    }
+}
+
+/// Runs a vectored call on `iov[..cnt]`: `call(vector, count, done)` makes
+/// the call (`done`: bytes already moved, for the file offset of
+/// `preadv`/`pwritev`). On a regular file the tiered buffers are pinned for
+/// the call, and a vector longer than what can be pinned at once is done
+/// in pieces, as one call would have done it whole (through a bounce
+/// buffer where nothing can be pinned). On a pipe, a socket or a device,
+/// which may block, the data goes through a bounce buffer.
 ///
 /// # Safety
 /// `iov` points to `cnt` valid iovecs.
@@ -75,29 +177,22 @@ unsafe fn vectored(
     iov: *const iovec,
     cnt: c_int,
     kernel_writes: bool,
-    call: impl Fn(*const iovec, c_int, usize) -> ssize_t,
+    wait_all: bool,
+    mut call: impl FnMut(*const iovec, c_int, usize) -> ssize_t,
 ) -> ssize_t {
-    // SAFETY: the caller's vector.
-    let Some((pins, first)) = (unsafe { pin_all(iov, cnt, kernel_writes) }) else {
+    // SAFETY: forwarded from the caller.
+    if !unsafe { touches_tiered(iov, cnt) } {
         return call(iov, cnt, 0);
-    };
+    }
     // SAFETY: the caller's vector.
     let all = unsafe { std::slice::from_raw_parts(iov, cnt as usize) };
+    if let Some(split) = bounce_split(fd, kernel_writes, wait_all) {
+        // SAFETY: the caller's vector.
+        return unsafe { bounced(all, kernel_writes, split, call) };
+    }
     let total: usize = all.iter().map(|b| b.iov_len).sum();
-    let regular = tiermem_sys::file::fd_is_regular(fd);
-    let (mut pins, mut piece) = (pins, first);
     let mut done = 0usize;
     loop {
-        let want: usize = piece.iter().map(|b| b.iov_len).sum();
-        let r = call(piece.as_ptr(), piece.len() as c_int, done);
-        drop(pins);
-        if r < 0 {
-            return if done > 0 { done as ssize_t } else { r };
-        }
-        done += r as usize;
-        if !regular || (r as usize) < want || done >= total {
-            return done as ssize_t;
-        }
         // The rest of the vector, from `done` bytes in.
         let mut rest: Vec<iovec> = Vec::new();
         let mut skip = done;
@@ -114,11 +209,52 @@ unsafe fn vectored(
             skip = 0;
         }
         // SAFETY: `rest` is a valid vector inside the caller's buffers.
-        match unsafe { pin_all(rest.as_ptr(), rest.len() as c_int, kernel_writes) } {
-            Some((p, v)) => (pins, piece) = (p, v),
-            None => (pins, piece) = (Vec::new(), rest),
+        let (pins, piece) = match unsafe { pin_all(rest.as_ptr(), rest.len() as c_int, kernel_writes) } {
+            Some(p) => p,
+            None => (Vec::new(), rest.clone()),
+        };
+        let want: usize = piece.iter().map(|b| b.iov_len).sum();
+        let r = if want == 0 && done < total {
+            // Nothing could be pinned: the rest through a bounce buffer.
+            drop(pins);
+            // SAFETY: `rest` lies inside the caller's buffers.
+            let r = unsafe {
+                bounced(&rest, kernel_writes, Split::Pieces, |v, n, d| {
+                    call(v, n, done + d)
+                })
+            };
+            return if r < 0 && done == 0 {
+                r
+            } else {
+                (done + r.max(0) as usize) as ssize_t
+            };
+        } else {
+            call(piece.as_ptr(), piece.len() as c_int, done)
+        };
+        drop(pins);
+        if r < 0 {
+            return if done > 0 { done as ssize_t } else { r };
+        }
+        done += r as usize;
+        if (r as usize) < want || done >= total {
+            return done as ssize_t;
         }
     }
+}
+
+/// Whether a buffer of `iov[..cnt]` lies in tiered memory.
+///
+/// # Safety
+/// `iov` null or pointing to `cnt` valid iovecs.
+unsafe fn touches_tiered(iov: *const iovec, cnt: c_int) -> bool {
+    let Some(heap) = crate::heap() else { return false };
+    if iov.is_null() || cnt <= 0 {
+        return false;
+    }
+    // SAFETY: the caller's vector.
+    let v = unsafe { std::slice::from_raw_parts(iov, cnt as usize) };
+    v.iter()
+        .any(|b| heap.contains(b.iov_base as usize) || crate::statics::contains(b.iov_base as usize))
 }
 
 macro_rules! iov_call {
@@ -135,7 +271,7 @@ macro_rules! iov_call {
             // SAFETY: the C library's function of this signature.
             let real: unsafe extern "C" fn(c_int, *const iovec, c_int) -> ssize_t = unsafe { std::mem::transmute(f) };
             // SAFETY: the caller's arguments.
-            unsafe { vectored(fd, iov, cnt, $w, |v, n, _| real(fd, v, n)) }
+            unsafe { vectored(fd, iov, cnt, $w, false, |v, n, _| real(fd, v, n)) }
         }
     };
     // The positional forms: the offset moves on by what earlier pieces did.
@@ -152,7 +288,7 @@ macro_rules! iov_call {
             // SAFETY: the C library's function of this signature.
             let real: Real = unsafe { std::mem::transmute(f) };
             // SAFETY: the caller's arguments.
-            unsafe { vectored(fd, iov, cnt, $w, |v, n, done| real(fd, v, n, off + done as libc::off_t $(, $arg)*)) }
+            unsafe { vectored(fd, iov, cnt, $w, false, |v, n, done| real(fd, v, n, off + done as libc::off_t $(, $arg)*)) }
         }
     };
 }
@@ -203,20 +339,19 @@ unsafe fn msg_call(
     }
     // SAFETY: a valid header by the caller's promise.
     let m = unsafe { &mut *msg };
-    // SAFETY: the header's vector.
-    match unsafe { pin_all(m.msg_iov, m.msg_iovlen as c_int, kernel_writes) } {
-        Some((_pins, mut v)) => {
-            let (iov, len) = (m.msg_iov, m.msg_iovlen);
-            m.msg_iov = v.as_mut_ptr();
-            m.msg_iovlen = v.len() as _;
-            // SAFETY: the caller's header with a vector of pinned buffers.
-            let r = unsafe { real(fd, msg, flags) };
+    let (iov, len) = (m.msg_iov, m.msg_iovlen);
+    let wait_all = flags & libc::MSG_WAITALL != 0;
+    // SAFETY: the header's vector; `call` swaps in the vector to pass and
+    // restores the caller's.
+    unsafe {
+        vectored(fd, iov, len as c_int, kernel_writes, wait_all, |v, n, _| {
+            m.msg_iov = v as *mut iovec;
+            m.msg_iovlen = n as _;
+            let r = real(fd, msg, flags);
             m.msg_iov = iov;
             m.msg_iovlen = len;
             r
-        }
-        // SAFETY: forwarded untouched.
-        None => unsafe { real(fd, msg, flags) },
+        })
     }
 }
 
@@ -241,6 +376,64 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) ->
     // SAFETY: forwarded (sendmsg does not write the header; msg_call
     // restores the fields it swaps).
     unsafe { msg_call(&NEXT, c"sendmsg", fd, msg as *mut msghdr, flags, false) }
+}
+
+/// `vmsplice(2)`. Into a pipe, the kernel keeps references to the pages
+/// themselves (no copy): a tiered page would be one tiermem may evict or
+/// reuse for other data while the pipe still holds it, and on the
+/// in-context path a missing one fails the call with EFAULT. So the data is
+/// copied into pages of its own, which are spliced and then left to the
+/// pipe; what the reader gets is the data as of the call (without tiermem,
+/// a later write by the program could still show). Out of a pipe into
+/// tiered memory, the call copies, as `readv` does: through a bounce buffer.
+///
+/// # Safety
+/// As for the C function.
+#[no_mangle]
+pub unsafe extern "C" fn vmsplice(
+    fd: c_int,
+    iov: *const iovec,
+    nr: libc::c_ulong,
+    flags: libc::c_uint,
+) -> ssize_t {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let f = next(&NEXT, c"vmsplice");
+    // SAFETY: the C library's function of this signature.
+    let real: unsafe extern "C" fn(c_int, *const iovec, libc::c_ulong, libc::c_uint) -> ssize_t =
+        unsafe { std::mem::transmute(f) };
+    // SAFETY: the caller's vector.
+    if nr > c_int::MAX as libc::c_ulong || !unsafe { touches_tiered(iov, nr as c_int) } {
+        // SAFETY: the caller's arguments.
+        return unsafe { real(fd, iov, nr, flags) };
+    }
+    // SAFETY: the caller's vector.
+    let all = unsafe { std::slice::from_raw_parts(iov, nr as usize) };
+    // SAFETY: F_GETFL takes no argument.
+    let mode = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if mode < 0 || mode & libc::O_ACCMODE == libc::O_RDONLY {
+        // Out of the pipe (or a bad descriptor, which the call reports).
+        // SAFETY: the caller's vector and arguments.
+        return unsafe {
+            bounced(all, true, Split::Once, |v, n, _| {
+                real(fd, v, n as libc::c_ulong, flags)
+            })
+        };
+    }
+    let total: usize = all.iter().map(|b| b.iov_len).sum();
+    let Some(pages) = Bounce::private(total) else {
+        // SAFETY: errno is thread-local.
+        unsafe { *libc::__errno_location() = libc::ENOMEM };
+        return -1;
+    };
+    // SAFETY: the caller's vector; `pages` holds `total` bytes.
+    unsafe { copy_vector(all, 0, pages.addr() as usize, total, false) };
+    let one = iovec {
+        iov_base: pages.addr() as *mut libc::c_void,
+        iov_len: total,
+    };
+    // SAFETY: a vector of our own pages, which the pipe keeps (a gift of
+    // pages that are ours to give is as good as the program's).
+    unsafe { real(fd, &one, 1, flags) }
 }
 
 macro_rules! vm_call {
@@ -286,19 +479,27 @@ unsafe fn vm_call(
     flags: libc::c_ulong,
     kernel_writes: bool,
 ) -> ssize_t {
+    let call = |v: *const iovec, n: c_int, _done: usize| {
+        // SAFETY: the caller's arguments with a local vector of its own
+        // buffers or a bounce buffer; these calls are not cancellation
+        // points, so the raw system call is the C library's own behaviour.
+        unsafe { libc::syscall(nr, pid, v, n as libc::c_ulong, remote, riovcnt, flags) as ssize_t }
+    };
     // SAFETY: the caller's local vector.
-    let (l, n) = match unsafe { pin_all(local, liovcnt as c_int, kernel_writes) } {
-        Some((pins, v)) => (Some((pins, v)), 0),
-        None => (None, liovcnt),
-    };
-    let (ptr, cnt) = match &l {
-        Some((_, v)) => (v.as_ptr(), v.len() as libc::c_ulong),
-        None => (local, n),
-    };
-    // SAFETY: the caller's arguments with a pinned local vector; these
-    // calls are not cancellation points, so the raw system call is the
-    // C library's own behaviour.
-    let r = unsafe { libc::syscall(nr, pid, ptr, cnt, remote, riovcnt, flags) } as ssize_t;
-    drop(l);
-    r
+    if !unsafe { touches_tiered(local, liovcnt as c_int) } {
+        return call(local, liovcnt as c_int, 0);
+    }
+    // The local side is this process's memory and never blocks: pinned,
+    // in one call (the remote vector is not split), cut where pinning
+    // stopped; through a bounce buffer if nothing could be pinned.
+    // SAFETY: the caller's local vector.
+    match unsafe { pin_all(local, liovcnt as c_int, kernel_writes) } {
+        Some((_pins, v)) if v.iter().any(|b| b.iov_len > 0) => call(v.as_ptr(), v.len() as c_int, 0),
+        _ => {
+            // SAFETY: the caller's local vector.
+            let all = unsafe { std::slice::from_raw_parts(local, liovcnt as usize) };
+            // SAFETY: as above.
+            unsafe { bounced(all, kernel_writes, Split::Whole, call) }
+        }
+    }
 }

@@ -22,6 +22,8 @@
 //! - [`ranges`]: a table of address ranges searchable from signal handlers;
 //! - [`raw`]: memory-management system calls that bypass the C library;
 //! - [`seccomp`]: trapping system calls on buffers in a window (SIGSYS);
+//! - [`bounce`]: plain buffers that blocking calls use in place of tiered
+//!   ones;
 //! - [`splice`]: a pipe of page references for team-mode eviction;
 //! - [`thread`]: thread ids, CPUs, affinity, futexes, fork generation;
 //! - [`event`]: eventfd and poll;
@@ -32,6 +34,7 @@
 //!   windows for the shared virtual memory across nodes.
 
 pub mod atomic;
+pub mod bounce;
 pub mod cache;
 pub mod errno;
 pub mod event;

@@ -40,6 +40,7 @@
 //! then set for the process and its children (setuid programs they run do
 //! not gain privileges).
 
+use crate::bounce;
 use crate::errno::Errno;
 use crate::signal::{async_signals, raw_sigprocmask, SIGCANCEL};
 use crate::uapi::{self, SockFilter, SockFprog};
@@ -134,6 +135,87 @@ impl TrappedSyscall<'_> {
     pub(crate) fn set_interrupted_mask(&mut self, mask: u64) {
         // SAFETY: as above.
         unsafe { *(&mut self.ctx.uc_sigmask as *mut libc::sigset_t).cast::<u64>() = mask };
+    }
+}
+
+/// How a call made through a bounce buffer may be split
+/// ([`TrappedSyscall::execute_bounced`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Split {
+    /// One call with the whole buffer (a datagram is one message).
+    Whole,
+    /// One call with up to [`bounce::CHUNK`] bytes: a read from a pipe or
+    /// a stream socket, which may return less than asked anyway.
+    Once,
+    /// Calls of up to a chunk each, until one moves less than it was given:
+    /// a write, which must move everything it can, and a read that waits
+    /// for all of it (`MSG_WAITALL`, a regular file).
+    Pieces,
+}
+
+/// A call whose buffer goes through a bounce buffer.
+#[derive(Clone, Copy, Debug)]
+pub struct Bounced {
+    /// Index of the buffer argument.
+    pub buf: usize,
+    /// Index of the length argument.
+    pub len: usize,
+    /// Index of a file offset argument, moved on by what earlier pieces did.
+    pub offset: Option<usize>,
+    /// The kernel writes the buffer (a read) rather than reads it.
+    pub kernel_writes: bool,
+    /// How it may be split.
+    pub split: Split,
+    /// It may block for long (see [`TrappedSyscall::execute`]).
+    pub interruptible: bool,
+}
+
+impl TrappedSyscall<'_> {
+    /// Runs `nr` with `args` as [`TrappedSyscall::execute`] does, but with
+    /// its buffer replaced by a bounce buffer ([`bounce`]): what the call
+    /// writes is copied to the program's buffer afterwards, what it reads
+    /// copied from it before, in user mode. Nothing of the program's
+    /// buffer is held while the call blocks. Returns the raw result: bytes
+    /// moved, or a negative errno when nothing was.
+    pub fn execute_bounced(&self, nr: i64, args: [u64; 6], how: Bounced) -> i64 {
+        let total = args[how.len] as usize;
+        let want = match how.split {
+            Split::Whole => total,
+            Split::Once | Split::Pieces => total.min(bounce::CHUNK),
+        };
+        let Some(mut b) = bounce::Bounce::get(want) else {
+            return -(libc::ENOMEM as i64);
+        };
+        let user = args[how.buf] as usize;
+        let mut done = 0usize;
+        loop {
+            let n = (total - done).min(b.len());
+            let mut a = args;
+            a[how.buf] = b.addr();
+            a[how.len] = n as u64;
+            if let Some(o) = how.offset {
+                a[o] += done as u64;
+            }
+            if !how.kernel_writes {
+                // SAFETY: the program's buffer, which it handed the kernel
+                // to read: tiered memory, whose faults are served here.
+                unsafe { b.load(user + done, n) };
+            }
+            let r = self.execute(nr, a, how.interruptible);
+            if r < 0 {
+                return if done > 0 { done as i64 } else { r };
+            }
+            let r = (r as usize).min(n);
+            if how.kernel_writes {
+                // SAFETY: the program's buffer, which it handed the kernel
+                // to write, `r <= n` bytes of it.
+                unsafe { b.store(user + done, r) };
+            }
+            done += r;
+            if how.split != Split::Pieces || r != n || done >= total {
+                return done as i64;
+            }
+        }
     }
 }
 

@@ -56,8 +56,8 @@ pub unsafe fn kernel_sigaction(
         unsafe { *libc::__errno_location() = libc::EINVAL };
         return -1;
     }
-    // SAFETY: non-null and valid by the caller's promise.
     let new = (!act.is_null()).then(|| {
+        // SAFETY: non-null and valid by the caller's promise.
         let mut k = KernelSigaction::from_libc(unsafe { &*act });
         if k.flags & SA_RESTORER == 0 || k.restorer == 0 {
             k.flags |= SA_RESTORER;

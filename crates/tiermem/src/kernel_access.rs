@@ -17,16 +17,15 @@
 //! Calls that do not touch the window cost nothing but the filter's few
 //! instructions; a trapped call costs about a signal delivery more (~2.5 us
 //! here). A call on a regular file larger than a region's pin allowance
-//! (half its budget) runs in pieces; on anything else it returns a short
-//! count, which `read`/`write` callers must handle anyway.
+//! (half its budget) runs in pieces. Calls on pipes, sockets and devices,
+//! which may block for long, pin nothing: their data goes through a bounce
+//! buffer (see [`on_trap`]).
 //!
 //! glibc's POSIX asynchronous I/O (`aio_read`, `aio_write`, `lio_listio`)
-//! and `getaddrinfo_a` are worse than not covered: their helper threads
-//! block every signal with a raw `rt_sigprocmask` that the interposers do
-//! not see, so a helper's `pread`/`pwrite` on a tiered buffer is trapped
-//! with SIGSYS blocked and the kernel kills the process ("Bad system
-//! call"). Keep their buffers out of tiered memory (a threshold above
-//! their sizes) or use the handler-thread fault path, which serves them.
+//! and `getaddrinfo_a` run their calls in helper threads that block every
+//! signal with a raw `rt_sigprocmask`; the same filter traps that call
+//! (`tiermem_sys::sigguard`) and keeps SIGBUS, SIGSEGV and SIGSYS open, so
+//! their calls on tiered buffers are served like any other.
 //!
 //! Not covered (they fail with `EFAULT` on a page that is not resident, as
 //! without tiermem's help): calls that take buffers through an `iovec` or a
@@ -40,7 +39,8 @@
 use crate::config::KernelAccess;
 use std::collections::BTreeMap;
 use std::sync::{Mutex, OnceLock};
-use tiermem_sys::seccomp::{self, TrapRule, TrappedSyscall, Window};
+use tiermem_sys::bounce::FdKind;
+use tiermem_sys::seccomp::{self, Bounced, Split, TrapRule, TrappedSyscall, Window};
 
 /// Where in-context regions are placed: 64 TiB between 17 and 81 TiB,
 /// below where the kernel maps executables (~85 TiB) and libraries
@@ -225,46 +225,86 @@ impl Drop for Placement {
 }
 
 /// The SIGSYS callback: a call from the rule table with its buffer in the
-/// window.
+/// window. Calls on regular files (and `getrandom`) do not wait for other
+/// processes: their pages are pinned for the call ([`pinned`]). Calls on
+/// pipes, sockets and devices may block for as long as another thread or
+/// process likes, so nothing of the program's is held across them: they
+/// go through a bounce buffer, with the data copied in user mode
+/// (`tiermem_sys::bounce`). A blocked `recv` then holds no pins that
+/// another thread's `send` would wait for (issue 30.3), and a handler
+/// that `siglongjmp`s out of the call leaves no page pinned.
 fn on_trap(call: &mut TrappedSyscall<'_>) {
     let Some(rule) = RULES.iter().find(|r| r.nr == call.nr).copied() else {
         let r = call.execute(call.nr, call.args, true);
         call.set_result(r);
         return;
     };
+    let kind = match rule.nr {
+        libc::SYS_getrandom => FdKind::File,
+        _ => tiermem_sys::bounce::fd_kind(call.args[0] as i32),
+    };
+    let bounced = |split| Bounced {
+        buf: rule.buf,
+        len: rule.len,
+        offset: rule.offset.then_some(3),
+        kernel_writes: rule.kernel_writes,
+        split,
+        interruptible: kind != FdKind::File,
+    };
+    let result = match kind {
+        FdKind::File => pinned(call, rule, bounced(Split::Pieces)),
+        // One message, one call.
+        FdKind::Messages => call.execute_bounced(call.nr, call.args, bounced(Split::Whole)),
+        FdKind::Stream => {
+            let wait_all = rule.nr == libc::SYS_recvfrom && call.args[3] & libc::MSG_WAITALL as u64 != 0;
+            let split = if rule.kernel_writes && !wait_all {
+                Split::Once
+            } else {
+                Split::Pieces
+            };
+            call.execute_bounced(call.nr, call.args, bounced(split))
+        }
+    };
+    call.set_result(result);
+}
+
+/// A call on a regular file (or `getrandom`) with its buffer pinned, in
+/// pieces as large as a region's pin allowance (half its budget): a file
+/// gives the same bytes in several calls as in one. Where nothing can be
+/// pinned (the allowance is taken by other threads' calls, or the range
+/// is not one whose pages tiermem pins), the rest goes through a bounce
+/// buffer: never does a call meet a tiered page unprepared.
+fn pinned(call: &mut TrappedSyscall<'_>, rule: Rule, fallback: Bounced) -> i64 {
     let addr = call.args[rule.buf] as usize;
     let len = call.args[rule.len] as usize;
-    // A regular file gives the same bytes in several calls as in one; a
-    // pipe or socket might block in a second call where one would have
-    // returned: those get one (possibly short) call.
-    let pieces = rule.nr == libc::SYS_pread64
-        || rule.nr == libc::SYS_pwrite64
-        || (matches!(rule.nr, libc::SYS_read | libc::SYS_write)
-            && tiermem_sys::file::fd_is_regular(call.args[0] as i32));
-    // Calls on regular files (and getrandom) do not wait for other
-    // processes: they run without reopening the program's signal mask.
-    let interruptible = !pieces && rule.nr != libc::SYS_getrandom;
+    let pieces = rule.nr != libc::SYS_getrandom;
     let mut done = 0usize;
-    let result = loop {
-        let pins = crate::fault::pin_for_kernel(addr + done, len - done, rule.kernel_writes);
-        // Nothing pinnable (the first page is poisoned, or not tiermem's to
-        // pin): run the call as it is and let the kernel say what it says.
-        let n = if pins.ready == 0 { len - done } else { pins.ready };
+    loop {
         let mut args = call.args;
         args[rule.buf] += done as u64;
-        args[rule.len] = n as u64;
+        args[rule.len] = (len - done) as u64;
         if rule.offset {
             args[3] += done as u64;
         }
-        let r = call.execute(call.nr, args, interruptible);
+        let pins = crate::fault::pin_for_kernel(addr + done, len - done, rule.kernel_writes);
+        if pins.ready == 0 && len > done {
+            drop(pins);
+            let r = call.execute_bounced(call.nr, args, fallback);
+            break if r < 0 && done == 0 {
+                r
+            } else {
+                done as i64 + r.max(0)
+            };
+        }
+        args[rule.len] = pins.ready as u64;
+        let r = call.execute(call.nr, args, false);
         drop(pins);
         if r < 0 {
             break if done == 0 { r } else { done as i64 };
         }
         done += r as usize;
-        if !pieces || r as usize != n || done >= len {
+        if !pieces || r as usize != args[rule.len] as usize || done >= len {
             break done as i64;
         }
-    };
-    call.set_result(result);
+    }
 }

@@ -22,8 +22,9 @@ impl RegionCore {
         let last = self.page_of(addr + len - 1);
         let mut pinned_to = addr;
         for i in first..=last {
-            let pinned = self.pin_page(i, write, tid) || (i == first && self.pin_first_page(i, write, tid));
-            if !pinned {
+            // None at all (the allowance is taken by other threads' calls):
+            // the caller moves the data through a bounce buffer instead.
+            if !self.pin_page(i, write, tid) {
                 break;
             }
             pinned_to = self.mapping.addr() + (i + 1) * self.page_bytes;
@@ -40,33 +41,6 @@ impl RegionCore {
             self.pages.unpin(i);
             self.pinned.fetch_sub(1, Ordering::Relaxed);
         }
-    }
-
-    /// The first page of a call found the pin allowance used up by other
-    /// threads' calls (a small budget of huge pages, many threads): rather
-    /// than let the call meet a missing page (EFAULT), wait a while for one
-    /// of them to return. Bounded: a call that blocks while it holds pins
-    /// (a `recv` waiting for another thread's `send`, which needs a pin)
-    /// must not wait forever; after ~100 ms the call runs unpinned, as it
-    /// did before. `tiermem stress` found this with 2 MiB pages.
-    fn pin_first_page(&self, i: usize, write: bool, tid: u32) -> bool {
-        if self.pages.load(i).state() == PageState::Poisoned {
-            return false;
-        }
-        for k in 0..200u32 {
-            if self.pin_page(i, write, tid) {
-                return true;
-            }
-            if self.pages.load(i).state() == PageState::Poisoned {
-                return false;
-            }
-            if k < 20 {
-                std::thread::yield_now();
-            } else {
-                tiermem_sys::thread::sleep(std::time::Duration::from_micros(500));
-            }
-        }
-        false
     }
 
     fn pin_page(&self, i: usize, write: bool, tid: u32) -> bool {
