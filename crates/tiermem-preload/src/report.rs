@@ -18,7 +18,7 @@ pub(crate) fn note_heap_full(size: usize) {
     if HEAP_FULL.fetch_add(1, Ordering::Relaxed) == 0 {
         eprintln!(
             "tiermem: warning: the heap is full ({size} bytes asked); larger allocations now come from \
-             the C library, untiered (raise TIERMEM_FAR / --far-size)"
+             the C library, untiered (a larger heap: tiermem run --heap-size, or TIERMEM_FAR)"
         );
     }
 }
