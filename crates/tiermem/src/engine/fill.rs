@@ -69,7 +69,12 @@ impl RegionCore {
     ) -> Outcome {
         if let Err(why) = self.reserve_slot(tid, server, &mut timer) {
             let errno = match &why {
-                NoRoom::Store(e) => e.errno().map_or(0, |e| e.raw()),
+                NoRoom::Store(e) => {
+                    if e.is_full() {
+                        self.say_store_full();
+                    }
+                    e.errno().map_or(0, |e| e.raw())
+                }
                 NoRoom::Stuck => 0,
                 NoRoom::Later => {
                     // Waiting here would keep the handler thread from the

@@ -47,6 +47,7 @@ mod rewrite;
 pub(crate) mod ring;
 mod scratch;
 
+pub(crate) use errors::Bytes;
 pub use errors::IoErrorRecord;
 pub(crate) use evict::Evicted;
 
@@ -59,7 +60,7 @@ use errors::{ErrorLog, OP_INSTALL};
 use mover::MoverShared;
 use prefetch::{Advice, Prefetcher};
 use ring::FrameRing;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tiermem_sys::mm::Mapping;
 use tiermem_sys::pagemap::PagemapScanner;
@@ -143,6 +144,11 @@ pub(crate) struct RegionCore {
     pinned: AtomicUsize,
     policy: Mutex<Box<dyn Policy>>,
     store: Box<dyn FarStore>,
+    /// `store.describe()`, made at creation: the fault path names the
+    /// store without allocating.
+    store_name: Box<str>,
+    /// The store was said to be full (once per region).
+    said_full: AtomicBool,
     staging: Option<StagingPool>,
     /// Zeros (never written, so they map the zero page), the source of
     /// COPY-based zero fills: one mover run long.
@@ -348,6 +354,8 @@ impl RegionCore {
             resident: AtomicUsize::new(0),
             pinned: AtomicUsize::new(0),
             policy: Mutex::new(parts.policy),
+            store_name: parts.store.describe().into(),
+            said_full: AtomicBool::new(false),
             store: parts.store,
             staging,
             zeros,
@@ -383,10 +391,6 @@ impl RegionCore {
 
     pub(crate) fn store_description(&self) -> String {
         self.store.describe()
-    }
-
-    pub(crate) fn errors(&self) -> Vec<IoErrorRecord> {
-        self.errors.list()
     }
 
     pub(crate) fn page_of(&self, addr: usize) -> usize {
