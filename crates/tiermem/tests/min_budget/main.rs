@@ -140,6 +140,11 @@ fn child_page_crossing_movsq() {
         for &install in InstallMethod::ALL {
             for &policy in PolicyKind::ALL {
                 for &dt in DirtyTracking::ALL {
+                    // Every policy and dirty tracking at 4 and 8 pages.
+                    let every = near == 4 || near == 8;
+                    if !every && (policy != PolicyKind::Fifo || dt != DirtyTracking::WpFault) {
+                        continue;
+                    }
                     let what = format!("{fp:?} near {near} {install:?} {policy:?} {dt:?}");
                     // One-page batches (where the batch is not all of
                     // the budget) too.
@@ -163,12 +168,30 @@ fn child_page_crossing_movsq() {
             }
         }
     }
+    // The smallest budget with a frame ring of its own (`install = move`:
+    // a quarter of 64 pages), over a region four times larger.
+    for &install in InstallMethod::ALL {
+        let what = format!("{fp:?} near 64 of 256 {install:?}");
+        eprintln!("case {what}");
+        let mut c = Config::new((4 * PAGES * PAGE) as u64, (64 * PAGE) as u64);
+        c.fault_path = fp;
+        c.install = install;
+        let mut r = Region::new(c).unwrap();
+        let mut shadow = fill(&mut r);
+        r.evict_all().unwrap();
+        crossing_moves(r.base(), &mut shadow, 0, 4 * PAGES, 64, 4000);
+        check(&mut r, &shadow, &what);
+        if install == InstallMethod::Move && fp == FaultPath::InContext {
+            assert!(r.stats().recycled_installs > 0, "{what}: the ring was used");
+        }
+    }
     eprintln!("min budget: ok");
 }
 
 /// 400 `movsq` with both operands crossing a page, pages evicted, on a
-/// 4..16-page budget, every install method, policy and dirty tracking,
-/// batches of 64 pages and of one.
+/// 4..16-page budget, every install method (and at 4 and 8 pages every
+/// policy and dirty tracking), batches of 64 pages and of one; 4000 on a
+/// 64-page budget with a frame ring.
 #[test]
 fn page_crossing_movsq_completes_on_the_minimum_budget() {
     per_fault_path("child_page_crossing_movsq");
