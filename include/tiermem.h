@@ -350,7 +350,9 @@ tm_decl_export void tm_config_init(struct tm_config *cfg, uint64_t virt_bytes,
 /* Creates a region as *cfg describes and stores its handle in *out.
  * Returns TM_OK, or a negative code with *out set to NULL (when out is not
  * NULL): TM_EINVAL (NULL cfg or out, bad struct_size, bad field),
- * TM_EHUGEPAGES, TM_EUNSUPPORTED, TM_EPERM, TM_ENOMEM, ... The region's
+ * TM_EHUGEPAGES, TM_EUNSUPPORTED, TM_EPERM, TM_ENOMEM, TM_ENOSPC (a far
+ * file whose file system has no room for one eviction batch, for a region
+ * that evicts; tm_last_error names it), ... The region's
  * memory starts as zeros. With TIERMEM_VERBOSE=1 in the environment the
  * effective configuration is printed on stderr. */
 tm_decl_nodiscard tm_decl_export int tm_region_create(const struct tm_config *cfg,

@@ -858,6 +858,54 @@ static void test_fork_handles(void) {
   if (t != NULL) CHECK(tm_team_destroy(t) == TM_OK, "tm_team_destroy in the parent");
 }
 
+/*
+ * A file far store in a directory whose file system is full (issue 30 item
+ * 7): tm_region_create refuses it with TM_ENOSPC and a message naming the
+ * directory and its free space, instead of a region whose every fault past
+ * the budget dies by SIGBUS. Root only (it mounts a 256 KiB tmpfs).
+ */
+static void test_full_far_directory(void) {
+  if (geteuid() != 0) {
+    printf("skipped: test_full_far_directory needs root to mount a tmpfs\n");
+    return;
+  }
+  char dir[] = "/tmp/tiermem-capi-full-XXXXXX";
+  if (mkdtemp(dir) == NULL) {
+    perror("mkdtemp");
+    failures++;
+    return;
+  }
+  char cmd[256];
+  snprintf(cmd, sizeof cmd, "mount -t tmpfs -o size=256k tiermem-test %s", dir);
+  if (system(cmd) != 0) {
+    printf("skipped: test_full_far_directory: mount -t tmpfs failed\n");
+    rmdir(dir);
+    return;
+  }
+  char filler[300];
+  snprintf(filler, sizeof filler, "%s/filler", dir);
+  FILE *f = fopen(filler, "w");
+  static char block[4096];
+  while (f != NULL && fwrite(block, 1, sizeof block, f) == sizeof block && fflush(f) == 0) {
+  }
+  if (f != NULL) fclose(f);
+
+  struct tm_config cfg;
+  tm_config_init(&cfg, 4 * MiB, 1 * MiB);
+  cfg.far_kind = TM_FAR_FILE;
+  cfg.far_path = dir;
+  tm_region *r = NULL;
+  int rc = tm_region_create(&cfg, &r);
+  CHECK(rc == TM_ENOSPC && r == NULL, "a full far directory: tm_region_create returned %d", rc);
+  CHECK(strstr(tm_last_error(), dir) != NULL && strstr(tm_last_error(), "0 B free") != NULL,
+        "the message names the directory and its free space");
+  if (r != NULL) tm_region_destroy(r);
+
+  snprintf(cmd, sizeof cmd, "umount %s", dir);
+  if (system(cmd) != 0) fprintf(stderr, "umount %s failed\n", dir);
+  rmdir(dir);
+}
+
 int main(void) {
   /* The global region reads its configuration at first use. */
   if (setenv("TIERMEM_FAR", "64M", 1) != 0 || setenv("TIERMEM_NEAR", "16M", 1) != 0) {
@@ -878,6 +926,7 @@ int main(void) {
   test_segments_and_thp();
   test_svm();
   test_fork_handles();
+  test_full_far_directory();
 
   printf("test_capi: %d checks, %d failed\n", checks, failures);
   return failures == 0 ? 0 : 1;

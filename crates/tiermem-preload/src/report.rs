@@ -18,7 +18,7 @@ pub(crate) fn note_heap_full(size: usize) {
     if HEAP_FULL.fetch_add(1, Ordering::Relaxed) == 0 {
         eprintln!(
             "tiermem: warning: the heap is full ({size} bytes asked); larger allocations now come from \
-             the C library, untiered (raise TIERMEM_FAR / --far-size)"
+             the C library, untiered (a larger heap: tiermem run --heap-size, or TIERMEM_FAR)"
         );
     }
 }
@@ -55,17 +55,45 @@ pub struct Report {
     pub heap_full_events: u64,
     /// Frees of heap addresses that were no allocation.
     pub bad_frees: u64,
+    /// The heap's latest far-store errors.
+    pub errors: Vec<tiermem::IoErrorRecord>,
+    /// Why the process ended, when it did not exit: the report was
+    /// written on its way to a fatal signal.
+    pub ended_by: Option<&'static str>,
 }
 
-/// Registers the exit report.
+/// Registers the exit report, and the same on the way to a fatal SIGBUS
+/// on a tiered page (a full far store, a failed read).
 pub(crate) fn at_exit(s: Settings) {
     if SETTINGS.set((s, Instant::now())).is_ok() {
         // SAFETY: registering a plain extern "C" function.
         unsafe { libc::atexit(on_exit) };
+        tiermem::set_last_words(before_fatal_sigbus);
     }
 }
 
 extern "C" fn on_exit() {
+    say(None);
+}
+
+/// The report and summary of a process that a SIGBUS on a tiered page is
+/// about to end (no handler of the program's catches it). Runs in the
+/// faulting thread's signal handler: a best effort, which allocates and
+/// writes files. It cannot wait for a lock of tiermem's (those are not
+/// held across a fault), but the interrupted code may hold one of the C
+/// library's (its allocator's, stdio's): tiermem's router kills the
+/// process if this takes over 10 s, so a deadlock costs the report, never
+/// a hang (`tiermem::set_last_words`).
+fn before_fatal_sigbus() {
+    say(Some("SIGBUS: a tiered page could not be brought in (see errors)"));
+}
+
+/// Writes the report and prints the summary, once.
+fn say(ended_by: Option<&'static str>) {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if SAID.swap(true, Ordering::AcqRel) {
+        return;
+    }
     let Some((s, start)) = SETTINGS.get() else { return };
     let Some(h) = crate::heap() else { return };
     // A child this process forked reports nothing (the report is the
@@ -87,6 +115,8 @@ extern "C" fn on_exit() {
         statics: crate::statics::reports(),
         heap_full_events: HEAP_FULL.load(Ordering::Relaxed),
         bad_frees: BAD_FREES.load(Ordering::Relaxed),
+        errors: h.region().map(|r| r.errors()).unwrap_or_default(),
+        ended_by,
     };
     let path = s.report.as_ref().map(|p| {
         if root {
@@ -167,6 +197,12 @@ pub fn summary(r: &Report) -> String {
             "tiermem:   heap full {} times (served untiered)\n",
             r.heap_full_events
         );
+    }
+    if let Some(e) = r.errors.last() {
+        out += &format!("tiermem:   latest far-store error: {}\n", e.message);
+    }
+    if let Some(why) = r.ended_by {
+        out += &format!("tiermem:   ended by {why}\n");
     }
     out
 }

@@ -64,6 +64,18 @@ pub struct FarFile {
     created: Option<(PathBuf, (u64, u64))>,
     direct: bool,
     owner_pid: u32,
+    /// The path given at creation: the directory of an unnamed file, or
+    /// the file's name.
+    given: PathBuf,
+}
+
+/// A file system's size and free space, in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FsSpace {
+    /// Size of the file system.
+    pub total: u64,
+    /// Free for an unprivileged writer.
+    pub free: u64,
 }
 
 impl FarFile {
@@ -131,6 +143,7 @@ impl FarFile {
             created,
             direct,
             owner_pid: std::process::id(),
+            given: path.to_path_buf(),
         })
     }
 
@@ -144,13 +157,30 @@ impl FarFile {
         self.created.as_ref().map(|(p, _)| p.as_path())
     }
 
+    /// The path given at creation (a directory for an unnamed file).
+    pub fn location(&self) -> &Path {
+        &self.given
+    }
+
     /// Bytes free on the file's file system for an unprivileged writer.
     pub fn fs_free_bytes(&self) -> Result<u64, Errno> {
-        // SAFETY: statvfs is plain data.
-        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-        // SAFETY: valid descriptor and struct.
-        check(unsafe { libc::fstatvfs(self.fd.as_raw_fd(), &mut st) })?;
-        Ok(st.f_bavail as u64 * st.f_frsize as u64)
+        self.fs_space().map(|s| s.free)
+    }
+
+    /// Size and free space of the file's file system. One `fstatfs`
+    /// system call (not the C library's `fstatvfs`, which may read
+    /// /proc/mounts), no allocation: callable from a signal handler.
+    pub fn fs_space(&self) -> Result<FsSpace, Errno> {
+        // SAFETY: statfs is plain data.
+        let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+        // SAFETY: valid descriptor and struct; the kernel fills it.
+        let r = unsafe { libc::syscall(libc::SYS_fstatfs, self.fd.as_raw_fd(), &mut st) };
+        check(r as i32)?;
+        let unit = if st.f_frsize > 0 { st.f_frsize } else { st.f_bsize } as u64;
+        Ok(FsSpace {
+            total: st.f_blocks * unit,
+            free: st.f_bavail * unit,
+        })
     }
 }
 
@@ -289,6 +319,8 @@ mod tests {
         let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
         assert!(f.fs_free_bytes().unwrap() > 0);
+        let space = f.fs_space().unwrap();
+        assert!(space.total >= space.free && space.total > 0, "{space:?}");
         assert!(matches!(
             FarFile::create(&p, false),
             Err(FileError::Exists { .. })

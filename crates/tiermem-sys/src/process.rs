@@ -253,6 +253,75 @@ pub fn exit_now(code: i32) -> ! {
     unsafe { libc::_exit(code) }
 }
 
+/// Writes `bytes` to standard error with `write(2)` (retrying partial
+/// writes and EINTR), bypassing Rust's and the C library's buffers and
+/// locks: async-signal-safe. Errors are ignored (nowhere to report them).
+pub fn write_stderr(mut bytes: &[u8]) {
+    while !bytes.is_empty() {
+        // SAFETY: a valid buffer of that length; fd 2 may be closed (EBADF).
+        let n = unsafe { libc::write(2, bytes.as_ptr().cast(), bytes.len()) };
+        if n > 0 {
+            bytes = &bytes[n as usize..];
+        } else if n < 0 && crate::Errno::last().raw() == libc::EINTR {
+            continue;
+        } else {
+            return;
+        }
+    }
+}
+
+/// A one-shot timer that kills this process (SIGKILL) unless disarmed:
+/// the bound on work a dying process does in a signal handler, which
+/// could wait for a lock the interrupted code holds. Raw system calls,
+/// async-signal-safe.
+pub struct KillTimer(libc::c_int);
+
+impl KillTimer {
+    /// Arms the timer for `after`.
+    pub fn arm(after: std::time::Duration) -> Result<KillTimer, crate::Errno> {
+        // SAFETY: sigevent is plain data; zeroed then filled.
+        let mut ev: libc::sigevent = unsafe { std::mem::zeroed() };
+        ev.sigev_notify = libc::SIGEV_SIGNAL;
+        ev.sigev_signo = libc::SIGKILL;
+        let mut id: libc::c_int = 0;
+        // SAFETY: valid sigevent and out-parameter (the kernel's timer id
+        // is an int).
+        let r = unsafe { libc::syscall(libc::SYS_timer_create, libc::CLOCK_MONOTONIC, &mut ev, &mut id) };
+        crate::errno::check(r as i32)?;
+        let spec = libc::itimerspec {
+            it_interval: libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+            it_value: libc::timespec {
+                tv_sec: after.as_secs() as libc::time_t,
+                tv_nsec: after.subsec_nanos() as libc::c_long,
+            },
+        };
+        // SAFETY: a timer id the kernel returned and a valid itimerspec.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_timer_settime,
+                id,
+                0,
+                &spec,
+                std::ptr::null_mut::<libc::itimerspec>(),
+            )
+        };
+        let t = KillTimer(id);
+        crate::errno::check(r as i32)?;
+        Ok(t)
+    }
+}
+
+impl Drop for KillTimer {
+    /// Disarms and deletes the timer.
+    fn drop(&mut self) {
+        // SAFETY: deleting the timer created in `arm`.
+        unsafe { libc::syscall(libc::SYS_timer_delete, self.0) };
+    }
+}
+
 /// Blocks `signals` in the calling thread (and the threads it creates
 /// later) and starts a thread that passes each one that arrives on to
 /// `pid` (a launcher forwarding what a batch system sends it). Children
@@ -313,6 +382,23 @@ pub fn exit_like(status: std::process::ExitStatus) -> ! {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_kill_timer_kills_unless_dropped() {
+        drop(KillTimer::arm(std::time::Duration::from_millis(50)).unwrap());
+        std::thread::sleep(std::time::Duration::from_millis(150));
+        match fork(true).unwrap() {
+            Forked::Child => {
+                let _t = KillTimer::arm(std::time::Duration::from_millis(50)).unwrap();
+                write_stderr(b"");
+                std::thread::sleep(std::time::Duration::from_secs(5));
+                exit_now(0)
+            }
+            Forked::Parent(pid) => {
+                assert_eq!(wait(pid).unwrap(), ExitStatus::Signaled(libc::SIGKILL));
+            }
+        }
+    }
 
     #[test]
     fn fork_wait_and_statuses() {

@@ -302,6 +302,14 @@ pub fn chained(kind: FaultSignalKind) -> Option<libc::sigaction> {
     CHAINED[kind.slot()].get()
 }
 
+/// Whether a fault of `kind` that tiermem does not serve takes the
+/// default action (no handler of the program's to chain to): the process
+/// dies of it. Two atomic loads, async-signal-safe.
+pub fn chained_is_default(kind: FaultSignalKind) -> bool {
+    let (h, _) = CHAINED[kind.slot()].handler();
+    h == libc::SIG_DFL || h == libc::SIG_IGN
+}
+
 /// Replaces the action tiermem chains to for `kind` (an interposed
 /// `sigaction` installing the application's handler after tiermem's: the
 /// application's handler runs for every fault tiermem does not serve).

@@ -56,6 +56,10 @@ pub enum Error {
     /// Misuse of the API (a pointer that is not ours, ...).
     #[error("{0}")]
     Usage(String),
+    /// The far store has no room left (its file system is full): names
+    /// the store, its file system's size and free space, and what to do.
+    #[error("{0}")]
+    FarStoreFull(String),
     /// The process-wide region has no free range large enough.
     #[error("{0}")]
     GlobalHeapFull(String),
@@ -136,6 +140,7 @@ impl Error {
             Error::File(FileError::DirectUnsupported { .. }) => ErrorCode::Unsupported,
             Error::File(_) => ErrorCode::InvalidArgument,
             Error::Store(e) if e.is_full() => ErrorCode::NoSpace,
+            Error::FarStoreFull(_) => ErrorCode::NoSpace,
             Error::Store(_) => ErrorCode::Io,
             Error::HugePages { .. } => ErrorCode::HugePages,
             Error::Sys { errno, .. } if errno.raw() == libc::ENOMEM => ErrorCode::OutOfMemory,

@@ -27,7 +27,9 @@
 use crate::Error;
 use std::any::Any;
 use std::cell::Cell;
-use std::sync::{Arc, Once};
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Once, OnceLock};
+use std::time::Duration;
 use tiermem_sys::ranges::RangeTable;
 use tiermem_sys::signal::{self, Disposition, FaultSignalKind, SignalFault, BUS_MCEERR_AR};
 
@@ -300,11 +302,66 @@ fn repeated(addr: usize) -> bool {
     })
 }
 
+/// What runs once before a fault on tiered memory that cannot be served
+/// ends the process.
+static LAST_WORDS: OnceLock<fn()> = OnceLock::new();
+/// 0: not run yet; 1: running; 2: done.
+static LAST_WORDS_STATE: AtomicU8 = AtomicU8::new(0);
+/// How long the last words may take before the process is killed.
+const LAST_WORDS_LIMIT: Duration = Duration::from_secs(10);
+
+/// Registers `f` to run once, on the faulting thread, before a SIGBUS on a
+/// tiered page that could not be served (a page poisoned by a failed read,
+/// a full far store) takes the default action and ends the process: not
+/// when the program has its own SIGBUS handler. Transparent mode writes
+/// its report and summary there.
+///
+/// `f` runs in a signal handler and is not held to async-signal safety:
+/// it is a best effort from a dying process. The interrupted code may hold
+/// a lock `f` needs (the C library's allocator or stdio, for instance), so
+/// a timer kills the process (SIGKILL) if `f` has not returned within 10 s:
+/// it never hangs. Other threads that die meanwhile wait for it. The
+/// first registration stays.
+pub fn set_last_words(f: fn()) {
+    let _ = LAST_WORDS.set(f);
+}
+
+/// Runs the last words if a SIGBUS is about to end the process.
+fn before_death(kind: FaultSignalKind) {
+    let Some(f) = LAST_WORDS.get() else { return };
+    if kind != FaultSignalKind::Bus || !signal::chained_is_default(kind) {
+        return;
+    }
+    if LAST_WORDS_STATE
+        .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        // Another thread is saying them: the process ends once it is done
+        // (or its timer fires).
+        while LAST_WORDS_STATE.load(Ordering::Acquire) == 1 {
+            tiermem_sys::thread::sleep(Duration::from_millis(1));
+        }
+        return;
+    }
+    let _timer = tiermem_sys::process::KillTimer::arm(LAST_WORDS_LIMIT);
+    f();
+    LAST_WORDS_STATE.store(2, Ordering::Release);
+}
+
+/// Whether `addr` lies in a range registered by this process.
+fn ours(addr: usize) -> bool {
+    let generation = fork_generation();
+    TABLE.read(addr, |e| e.is_some_and(|e| e.value.generation == generation))
+}
+
 /// The signal callback for both signals.
 fn dispatch(f: &SignalFault) -> Disposition {
     if f.kind == FaultSignalKind::Bus && f.code == BUS_MCEERR_AR {
         // A poisoned page (tiermem's marker or real hardware poison): the
         // access fails.
+        if ours(f.addr) {
+            before_death(f.kind);
+        }
         return Disposition::Forward;
     }
     let fault = Fault {
@@ -327,7 +384,12 @@ fn dispatch(f: &SignalFault) -> Disposition {
             Disposition::Retry
         }
         Some(Served::Spurious) if !repeated(f.addr) => Disposition::Retry,
-        _ => Disposition::Forward,
+        Some(_) => {
+            // A tiered page that could not be served (poisoned).
+            before_death(f.kind);
+            Disposition::Forward
+        }
+        None => Disposition::Forward,
     }
 }
 

@@ -77,6 +77,7 @@ pub use config::{
 };
 pub use engine::IoErrorRecord;
 pub use error::{Error, ErrorCode};
+pub use fault::set_last_words;
 pub use kernel_access::{pin_buffer, serve_inherited_traps, PinnedBuffer};
 pub use page::PageState;
 pub use policy::PolicyKind;

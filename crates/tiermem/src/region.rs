@@ -229,6 +229,7 @@ impl Region {
                 FarStoreConfig::Memory => Box::new(MemoryStore::new(config.virt_bytes)?),
                 FarStoreConfig::File { path, direct } => {
                     let mut f = FileStore::create(path, *direct, config.virt_bytes)?;
+                    refuse_a_full_store(&f, &config, shared.is_some())?;
                     if let Some(i) = &inject {
                         f.set_injector(i.clone());
                     }
@@ -445,7 +446,7 @@ impl Region {
         // not on the replacement list yet: let them land first.
         self.settle();
         // Blocks asynchronous signals batch by batch.
-        Ok(self.core.evict_all()?)
+        self.core.evict_all().map_err(|e| self.core.store_error(e))
     }
 
     /// Forgets `[offset, offset+len)`: the pages read as zeros again and
@@ -485,7 +486,9 @@ impl Region {
         self.here("advise")?;
         let (first, count) = self.pages_of(offset, len, "advise")?;
         let _blocked = owning_pages();
-        self.core.advise(first, count, advice)?;
+        self.core
+            .advise(first, count, advice)
+            .map_err(|e| self.core.store_error(e))?;
         Ok(())
     }
 
@@ -651,6 +654,29 @@ pub fn touch(addr: usize, len: usize) -> Result<usize, Error> {
         .count())
 }
 
+/// Refuses a file far store whose file system has no room for one
+/// eviction batch, when the region will evict: every fault past the budget
+/// would fail (SIGBUS). A clear error now instead, naming the store.
+fn refuse_a_full_store(store: &FileStore, config: &Config, shared_budget: bool) -> Result<(), Error> {
+    let evicts = shared_budget || config.near_bytes < config.virt_bytes;
+    let Some(space) = store.space().filter(|_| evicts) else {
+        return Ok(());
+    };
+    let batch = (config.evict_batch_pages * config.page_size.bytes()) as u64;
+    if space.free >= batch.min(config.virt_bytes) {
+        return Ok(());
+    }
+    Err(Error::FarStoreFull(format!(
+        "the far store is full already: {} is on a file system of {} with {} free, less than one \
+         eviction batch ({}). Give the far store a directory with room, or the region a near \
+         budget as large as it",
+        store.describe(),
+        crate::engine::Bytes(space.total),
+        crate::engine::Bytes(space.free),
+        crate::engine::Bytes(batch)
+    )))
+}
+
 /// Access advice for `[addr, addr+len)`, which must lie in one region of
 /// this process (`tm_advise`): the address-based form of [`Region::advise`].
 pub fn advise(addr: usize, len: usize, advice: Advice) -> Result<(), Error> {
@@ -658,7 +684,8 @@ pub fn advise(addr: usize, len: usize, advice: Advice) -> Result<(), Error> {
     // which a region's unregistration waits for.
     let _blocked = owning_pages();
     let (core, first, count) = locate(addr, len, "advise")?;
-    core.advise(first, count, advice)?;
+    core.advise(first, count, advice)
+        .map_err(|e| core.store_error(e))?;
     Ok(())
 }
 

@@ -13,9 +13,10 @@
 //! [`MAX_CLUSTER`]) around the fault, narrowed to the contiguous pages
 //! that are untouched or far (far ones only from a store that fetches runs
 //! without staging) and can be locked at once: a busy neighbour ends the
-//! cluster, nothing ever waits. Neighbours take free near slots only: the
-//! faulting page evicts as before when the budget is full, its neighbours
-//! never evict.
+//! cluster, nothing ever waits. Neighbours take free near slots only, and
+//! never the last three (the faulting instruction may need three more
+//! pages, see `progress`): the faulting page evicts as before when the
+//! budget is full, its neighbours never evict.
 //!
 //! Install mode: a read fault installs the cluster write-protected (the
 //! neighbours are `Clean`, their first write is a write-protect fault as
@@ -363,8 +364,19 @@ impl RegionCore {
         if want == 0 {
             return c;
         }
-        // Free slots only: neighbours never evict.
-        let got = self.take_slots(want);
+        // Free slots only, and never the last three: neighbours never
+        // evict, and the instruction that faults may need three more pages
+        // (MIN_NEAR_PAGES); on a budget of a few pages, clusters that took
+        // them were evicted by its next fault, and its first page with
+        // them, forever (issue 30).
+        let room = self
+            .free_slots()
+            .saturating_sub(crate::config::MIN_NEAR_PAGES - 1);
+        let got = if room == 0 {
+            0
+        } else {
+            self.take_slots(want.min(room))
+        };
         let mut excess = want - got;
         while excess > 0 && c.end > i + 1 {
             c.end -= 1;

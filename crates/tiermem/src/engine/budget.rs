@@ -17,6 +17,8 @@ use std::sync::{Arc, Mutex, Weak};
 pub(crate) struct Budget {
     limit_bytes: u64,
     used_bytes: AtomicU64,
+    /// Of `used_bytes`, what members keep for good (frame rings).
+    kept_bytes: AtomicU64,
     /// Regions sharing it (empty for a region's own budget).
     members: Mutex<Vec<Weak<RegionCore>>>,
 }
@@ -26,6 +28,7 @@ impl Budget {
         Arc::new(Budget {
             limit_bytes,
             used_bytes: AtomicU64::new(0),
+            kept_bytes: AtomicU64::new(0),
             members: Mutex::new(Vec::new()),
         })
     }
@@ -56,6 +59,32 @@ impl Budget {
                 Err(now) => used = now,
             }
         }
+    }
+
+    /// Takes `n` slots of `page` bytes for as long as a member lives (its
+    /// frame ring), all or nothing: only while all that members keep
+    /// stays within a quarter of the limit, so that pages always find room
+    /// (one ring is at most a quarter of a region's budget, but several
+    /// regions' rings took a small shared budget whole, and every fault
+    /// then failed). Give them back with [`Budget::give_back_kept`].
+    pub(crate) fn keep(&self, n: usize, page: usize) -> bool {
+        let bytes = (n * page) as u64;
+        let kept = self.kept_bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        if kept <= self.limit_bytes / 4 {
+            let got = self.take(n, page);
+            if got == n {
+                return true;
+            }
+            self.give_back(got, page);
+        }
+        self.kept_bytes.fetch_sub(bytes, Ordering::Relaxed);
+        false
+    }
+
+    /// Gives back what [`Budget::keep`] took.
+    pub(crate) fn give_back_kept(&self, n: usize, page: usize) {
+        self.kept_bytes.fetch_sub((n * page) as u64, Ordering::Relaxed);
+        self.give_back(n, page);
     }
 
     /// Gives `n` slots of `page` bytes back.
@@ -102,5 +131,21 @@ mod tests {
         assert_eq!(b.free(4096), 3);
         assert_eq!(b.take(1, 2 << 20), 0, "a 2 MiB page does not fit in 12 KiB");
         assert_eq!(b.limit_bytes(), 40960);
+    }
+
+    #[test]
+    fn members_keep_at_most_a_quarter() {
+        let b = Budget::new(64 * 4096);
+        assert!(b.keep(8, 4096));
+        assert!(b.keep(8, 4096));
+        assert!(!b.keep(1, 4096), "a quarter kept already");
+        assert_eq!(b.free(4096), 48);
+        b.give_back_kept(8, 4096);
+        assert!(b.keep(8, 4096));
+        // All or nothing when the pages are out.
+        b.give_back_kept(16, 4096);
+        assert_eq!(b.take(64, 4096), 64);
+        assert!(!b.keep(4, 4096));
+        assert_eq!(b.free(4096), 0);
     }
 }

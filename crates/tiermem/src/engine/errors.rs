@@ -72,10 +72,131 @@ pub(super) const OP_WRITE: u8 = 1;
 pub(super) const OP_EVICT: u8 = 2;
 pub(super) const OP_INSTALL: u8 = 3;
 
+/// One line of text built without allocating (the fault path may run in
+/// a signal handler); what does not fit is cut.
+pub(super) struct LineBuf {
+    buf: [u8; 640],
+    len: usize,
+}
+
+impl LineBuf {
+    pub(super) fn new() -> LineBuf {
+        LineBuf {
+            buf: [0; 640],
+            len: 0,
+        }
+    }
+
+    /// The text, ending in a newline.
+    pub(super) fn line(&mut self) -> &[u8] {
+        let end = self.len.min(self.buf.len() - 1);
+        self.buf[end] = b'\n';
+        &self.buf[..=end]
+    }
+}
+
+impl std::fmt::Write for LineBuf {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        // Keep a byte for the newline.
+        let room = self.buf.len() - 1 - self.len;
+        let n = s.len().min(room);
+        self.buf[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
+        self.len += n;
+        Ok(())
+    }
+}
+
+/// A byte count for people (`24.0 MiB`), formatted without allocating.
+pub(crate) struct Bytes(pub(crate) u64);
+
+impl std::fmt::Display for Bytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let b = self.0 as f64;
+        match self.0 {
+            n if n >= 1 << 30 => write!(f, "{:.1} GiB", b / (1u64 << 30) as f64),
+            n if n >= 1 << 20 => write!(f, "{:.1} MiB", b / (1u64 << 20) as f64),
+            n if n >= 1 << 10 => write!(f, "{:.1} KiB", b / (1u64 << 10) as f64),
+            n => write!(f, "{n} B"),
+        }
+    }
+}
+
+/// What to do about a full far store (the option and variable names are
+/// checked by crates/tiermem-cli/tests/names.rs).
+const FULL_HINT: &str =
+    "Give the far store room (a directory on a larger file system: tiermem run --far DIR, \
+                         TIERMEM_FAR_FILE) or a larger near budget (--near, TIERMEM_NEAR)";
+
 impl RegionCore {
     /// Counts and records a far-store failure at region offset `off`.
     pub(super) fn store_failed(&self, off: u64, op: u8, err: &StoreError) {
         self.stats.io_errors.fetch_add(1, Ordering::Relaxed);
         self.errors.record(off, op, err.errno().map_or(0, |e| e.raw()));
+    }
+
+    /// "the far store is full: STORE (a file system of SIZE, FREE free)",
+    /// without allocating.
+    fn describe_full(&self, w: &mut impl std::fmt::Write) -> std::fmt::Result {
+        write!(w, "the far store is full: {}", self.store_name)?;
+        if let Some(s) = self.store.space() {
+            write!(
+                w,
+                " (a file system of {}, {} free)",
+                Bytes(s.total),
+                Bytes(s.free)
+            )?;
+        }
+        Ok(())
+    }
+
+    /// A fault found no page it could write back because the far store is
+    /// full, and fails: says so once per region, in one line on stderr,
+    /// before the access fails (SIGBUS, which may end the process). Runs
+    /// on the fault path (a signal handler in-context): the line is built
+    /// in a stack buffer (a frame of its own, off the common path's
+    /// stack) and written with write(2).
+    #[cold]
+    #[inline(never)]
+    pub(super) fn say_store_full(&self) {
+        if self.said_full.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        use std::fmt::Write;
+        let mut line = LineBuf::new();
+        let _ = line.write_str("tiermem: ");
+        let _ = self.describe_full(&mut line);
+        let _ = write!(
+            line,
+            "; no page could be written back to make room, so the access that needed one fails \
+             (SIGBUS; EFAULT in a system call). {FULL_HINT}"
+        );
+        tiermem_sys::process::write_stderr(line.line());
+    }
+
+    /// The error for a far-store failure of an explicit call (eviction,
+    /// advice): a full store is named, with its space and what to do.
+    pub(crate) fn store_error(&self, e: StoreError) -> crate::Error {
+        if !e.is_full() {
+            return crate::Error::Store(e);
+        }
+        let mut s = String::new();
+        let _ = self.describe_full(&mut s);
+        crate::Error::FarStoreFull(format!(
+            "{s}: {e}; the pages not written back stay resident. {FULL_HINT}"
+        ))
+    }
+
+    /// The error log, a full store named in its records.
+    pub(crate) fn errors(&self) -> Vec<IoErrorRecord> {
+        let mut list = self.errors.list();
+        for r in &mut list {
+            if matches!(r.op, "write" | "evict")
+                && matches!(r.errno, libc::ENOSPC | libc::EDQUOT | libc::EFBIG)
+            {
+                r.message.push_str("; ");
+                let _ = self.describe_full(&mut r.message);
+            }
+        }
+        list
     }
 }

@@ -1,6 +1,7 @@
 //! Eviction: victim runs, gap filling, write-back, unmap and publish (protocol: the engine's docs).
 
 use super::errors::{OP_EVICT, OP_WRITE};
+use super::progress::Keep;
 use super::ring::FrameRing;
 use super::scratch::{EvictBufs, SmallEvict};
 use super::RegionCore;
@@ -34,10 +35,16 @@ pub(crate) struct Evicted {
 const EVICT_ALL_PATIENCE: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl RegionCore {
-    /// Evicts up to `want` pages chosen by the policy. Returns how many left
-    /// near memory; fails only when write-back failed for all of them.
-    pub(crate) fn evict_batch(&self, want: usize, timer: &mut FaultTimer) -> Result<usize, StoreError> {
-        self.evict_batch_by(want, timer, false).map(|e| e.pages)
+    /// Evicts up to `want` pages chosen by the policy, sparing those `keep`
+    /// names (see `progress`). Returns how many left near memory; fails
+    /// only when write-back failed for all of them.
+    pub(crate) fn evict_batch(
+        &self,
+        want: usize,
+        keep: Keep,
+        timer: &mut FaultTimer,
+    ) -> Result<usize, StoreError> {
+        self.evict_batch_by(want, keep, timer, false).map(|e| e.pages)
     }
 
     /// `evict_batch`; a mover (`by_mover`) moves victims into the frame
@@ -45,14 +52,15 @@ impl RegionCore {
     pub(super) fn evict_batch_by(
         &self,
         want: usize,
+        keep: Keep,
         timer: &mut FaultTimer,
         by_mover: bool,
     ) -> Result<Evicted, StoreError> {
         // The arrays come from the region's scratch sets, or from a small
         // set on the stack (smaller batches) when all are taken.
         match self.scratch.claim_evict() {
-            Some(mut set) => self.evict_batch_in(set.bufs(), want, timer, by_mover),
-            None => self.evict_batch_small(want, timer, by_mover),
+            Some(mut set) => self.evict_batch_in(set.bufs(), want, keep, timer, by_mover),
+            None => self.evict_batch_small(want, keep, timer, by_mover),
         }
     }
 
@@ -62,23 +70,25 @@ impl RegionCore {
     fn evict_batch_small(
         &self,
         want: usize,
+        keep: Keep,
         timer: &mut FaultTimer,
         by_mover: bool,
     ) -> Result<Evicted, StoreError> {
         let mut small = SmallEvict::new();
-        self.evict_batch_in(small.bufs(), want, timer, by_mover)
+        self.evict_batch_in(small.bufs(), want, keep, timer, by_mover)
     }
 
     fn evict_batch_in(
         &self,
         b: EvictBufs<'_>,
         want: usize,
+        keep: Keep,
         timer: &mut FaultTimer,
         by_mover: bool,
     ) -> Result<Evicted, StoreError> {
         let victims = b.victims;
         let want = want.clamp(1, victims.len());
-        let n = self.policy().select_victims(&mut victims[..want]);
+        let n = self.select_victims(&mut victims[..want], keep);
         timer.lap(Cost::LockList);
         if n == 0 {
             return Ok(Evicted::default());
@@ -108,7 +118,7 @@ impl RegionCore {
         // the gaps are typically a stream's trigger page or pages a thread
         // faulted in itself a moment after the mover filled their
         // neighbours.
-        let k = self.fill_gaps(owned, b.extra, k);
+        let k = self.fill_gaps(owned, b.extra, k, keep);
         timer.lap(Cost::LockList);
         let mut run_bufs = RunBufs {
             dirty: b.dirty,
@@ -144,6 +154,43 @@ impl RegionCore {
             Some(e) if evicted == 0 => Err(e),
             _ => Ok(Evicted { pages: evicted, runs }),
         }
+    }
+
+    /// Asks the policy for victims until `out` is full or it has no more,
+    /// leaving out those `keep` spares. They are handed back once the
+    /// batch is chosen: handed back at once, a policy that prefers recent
+    /// pages (scan) offered them again and again, and never the page that
+    /// could go.
+    fn select_victims(&self, out: &mut [usize], keep: Keep) -> usize {
+        // More than the pages `progress` ever spares at once (3 + 4).
+        const SPARED: usize = 8;
+        let mut spared = [0usize; SPARED];
+        let mut s = 0;
+        let mut n = 0;
+        let mut policy = self.policy();
+        while n < out.len() {
+            let got = policy.select_victims(&mut out[n..]);
+            let mut kept = n;
+            for j in n..n + got {
+                let v = out[j];
+                if s < SPARED && self.progress.spares(keep, v) {
+                    spared[s] = v;
+                    s += 1;
+                } else {
+                    out[kept] = v;
+                    kept += 1;
+                }
+            }
+            let none_spared = kept == n + got;
+            n = kept;
+            if got == 0 || none_spared {
+                break;
+            }
+        }
+        for &v in &spared[..s] {
+            policy.on_fill(v);
+        }
+        n
     }
 
     /// Gives victim `v` a second chance if it is resident and was
@@ -202,7 +249,13 @@ impl RegionCore {
 
     /// Adds to the sorted victims `owned[..k]` the evictable resident pages
     /// of gaps of up to `GAP` pages between them. Returns the new count.
-    fn fill_gaps(&self, owned: &mut [(usize, PageWord)], extra: &mut [(usize, PageWord)], k: usize) -> usize {
+    fn fill_gaps(
+        &self,
+        owned: &mut [(usize, PageWord)],
+        extra: &mut [(usize, PageWord)],
+        k: usize,
+        keep: Keep,
+    ) -> usize {
         const GAP: usize = 32;
         if k < 2 {
             return k;
@@ -223,6 +276,7 @@ impl RegionCore {
                     let w = self.pages.load(p);
                     if matches!(w.state(), PageState::Clean | PageState::Dirty)
                         && policy.evictable(p)
+                        && !self.progress.spares(keep, p)
                         && self.pages.try_lock(p, w)
                     {
                         extra[e] = (p, w);
@@ -685,7 +739,7 @@ impl RegionCore {
         let result = loop {
             let (batch, tracked) = {
                 let _blocked = tiermem_sys::signal::AsyncSignalsBlocked::new();
-                let b = self.evict_batch(crate::config::MAX_EVICT_BATCH, &mut timer);
+                let b = self.evict_batch(crate::config::MAX_EVICT_BATCH, Keep::Nothing, &mut timer);
                 let t = if matches!(b, Ok(0)) {
                     self.policy().tracked()
                 } else {
@@ -720,7 +774,9 @@ impl RegionCore {
     /// error log and the stats, and its pages stay resident.
     pub(crate) fn mover_evict(&self, batch: usize) -> Evicted {
         let mut timer = FaultTimer::start();
-        let e = self.evict_batch_by(batch, &mut timer, true).unwrap_or_default();
+        let e = self
+            .evict_batch_by(batch, Keep::Turn, &mut timer, true)
+            .unwrap_or_default();
         self.stats.charge_mover(timer);
         self.stats
             .mover_evictions

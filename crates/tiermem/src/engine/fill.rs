@@ -2,6 +2,7 @@
 
 use super::errors::{OP_EVICT, OP_INSTALL, OP_READ};
 use super::prefetch::Request;
+use super::progress::Keep;
 use super::ring::FrameRing;
 use super::scratch::SmallFill;
 use super::{Outcome, RegionCore, Server};
@@ -49,6 +50,9 @@ pub(crate) enum NoRoom {
     Store(StoreError),
     /// Every resident page stayed busy for too long.
     Stuck,
+    /// A handler thread found every page it may evict spared for another
+    /// thread's turn: the fault is served later (see `fill`).
+    Later,
 }
 
 impl RegionCore {
@@ -63,10 +67,24 @@ impl RegionCore {
         server: Server,
         mut timer: FaultTimer,
     ) -> Outcome {
-        if let Err(why) = self.reserve_slot(&mut timer) {
+        if let Err(why) = self.reserve_slot(tid, server, &mut timer) {
             let errno = match &why {
-                NoRoom::Store(e) => e.errno().map_or(0, |e| e.raw()),
+                NoRoom::Store(e) => {
+                    if e.is_full() {
+                        self.say_store_full();
+                    }
+                    e.errno().map_or(0, |e| e.raw())
+                }
                 NoRoom::Stuck => 0,
+                NoRoom::Later => {
+                    // Waiting here would keep the handler thread from the
+                    // faults of the thread whose turn it is: wake the
+                    // faulting thread instead, it faults again.
+                    self.pages.unlock(i, w);
+                    let _ = self.uffd.wake(&self.reg, i * self.page_bytes, self.page_bytes);
+                    self.stats.record_fault(FaultKind::Spurious, tid, timer);
+                    return Outcome::Spurious;
+                }
             };
             self.errors.record((i * self.page_bytes) as u64, OP_EVICT, errno);
             return self.poison(i, w, server);
@@ -421,7 +439,10 @@ impl RegionCore {
     }
 
     /// Takes one near slot, evicting a batch first if the budget is full.
-    fn reserve_slot(&self, timer: &mut FaultTimer) -> Result<(), NoRoom> {
+    fn reserve_slot(&self, tid: u32, server: Server, timer: &mut FaultTimer) -> Result<(), NoRoom> {
+        // The thread's own last fills stay: they may be the other pages of
+        // the instruction that faults (see `progress`).
+        let keep = Keep::Thread(tid);
         let mut stuck_since: Option<Instant> = None;
         loop {
             if self.take_slots(1) == 1 {
@@ -435,15 +456,20 @@ impl RegionCore {
             if let Some(m) = self.movers.as_ref().filter(|m| !m.eviction_paused()) {
                 m.wake();
             }
-            match self.evict_batch(self.config.evict_batch_pages, timer) {
+            match self.evict_batch(self.config.evict_batch_pages, keep, timer) {
                 Ok(n) if n > 0 => {
                     stuck_since = None;
                     self.stats.inline_evictions.fetch_add(n as u64, Ordering::Relaxed);
                 }
-                Ok(_) if self.evict_elsewhere(timer) > 0 => stuck_since = None,
+                Ok(_) if self.evict_elsewhere(keep, timer) > 0 => stuck_since = None,
+                Ok(_) if server == Server::HandlerThread && self.progress.turn_of_other(tid) => {
+                    return Err(NoRoom::Later);
+                }
                 Ok(_) => {
                     // Every resident page is being filled by another thread
-                    // right now: let them finish.
+                    // right now, or spared for another thread's turn: let
+                    // them finish (a turn held too long ends here).
+                    self.progress.stuck(keep);
                     let t0 = *stuck_since.get_or_insert_with(Instant::now);
                     if t0.elapsed() > STUCK_LIMIT {
                         return Err(NoRoom::Stuck);
@@ -457,9 +483,9 @@ impl RegionCore {
 
     /// With a shared budget, evicts a batch of another region's pages when
     /// this one has none to give. Returns pages evicted.
-    fn evict_elsewhere(&self, timer: &mut FaultTimer) -> usize {
+    fn evict_elsewhere(&self, keep: Keep, timer: &mut FaultTimer) -> usize {
         for other in self.budget.others(self) {
-            if let Ok(n) = other.evict_batch(other.config.evict_batch_pages, timer) {
+            if let Ok(n) = other.evict_batch(other.config.evict_batch_pages, keep, timer) {
                 if n > 0 {
                     other
                         .stats
@@ -468,6 +494,7 @@ impl RegionCore {
                     return n;
                 }
             }
+            other.progress.stuck(keep);
         }
         0
     }
@@ -712,11 +739,14 @@ impl RegionCore {
                 Some(m) if !m.eviction_paused() => m.batch.max(want),
                 _ => want,
             };
-            match self.evict_batch_by(batch, timer, true).map(|e| e.pages) {
+            match self
+                .evict_batch_by(batch, Keep::Turn, timer, true)
+                .map(|e| e.pages)
+            {
                 Ok(n) if n > 0 => {
                     self.stats.mover_evictions.fetch_add(n as u64, Ordering::Relaxed);
                 }
-                _ if self.evict_elsewhere(timer) > 0 => {}
+                _ if self.evict_elsewhere(Keep::Turn, timer) > 0 => {}
                 _ => return got,
             }
         }

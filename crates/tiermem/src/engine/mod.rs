@@ -42,10 +42,12 @@ mod inherit;
 pub(crate) mod mover;
 mod pin;
 pub(crate) mod prefetch;
+mod progress;
 mod rewrite;
 pub(crate) mod ring;
 mod scratch;
 
+pub(crate) use errors::Bytes;
 pub use errors::IoErrorRecord;
 pub(crate) use evict::Evicted;
 
@@ -58,7 +60,7 @@ use errors::{ErrorLog, OP_INSTALL};
 use mover::MoverShared;
 use prefetch::{Advice, Prefetcher};
 use ring::FrameRing;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tiermem_sys::mm::Mapping;
 use tiermem_sys::pagemap::PagemapScanner;
@@ -142,6 +144,11 @@ pub(crate) struct RegionCore {
     pinned: AtomicUsize,
     policy: Mutex<Box<dyn Policy>>,
     store: Box<dyn FarStore>,
+    /// `store.describe()`, made at creation: the fault path names the
+    /// store without allocating.
+    store_name: Box<str>,
+    /// The store was said to be full (once per region).
+    said_full: AtomicBool,
     staging: Option<StagingPool>,
     /// Zeros (never written, so they map the zero page), the source of
     /// COPY-based zero fills: one mover run long.
@@ -157,6 +164,8 @@ pub(crate) struct RegionCore {
     pub(crate) prefetcher: Option<Prefetcher>,
     /// Fault-around for demand faults outside prefetch streams.
     pub(crate) around: Option<around::FaultAround>,
+    /// Which pages evictions spare so that every fault makes progress.
+    progress: progress::Progress,
     /// Frames for zero-copy installs by the movers (`install = move`).
     ring: Option<FrameRing>,
     scanner: Option<PagemapScanner>,
@@ -186,15 +195,11 @@ pub(crate) struct Parts {
 }
 
 /// Takes `n` pages for good from a shared budget (the frame ring's: near
-/// memory like resident pages); all or nothing. True for a region's own
-/// budget, which the caller shrinks instead.
+/// memory like resident pages); all or nothing, and never past a quarter
+/// of it (see `Budget::keep`). True for a region's own budget, which the
+/// caller shrinks instead.
 fn take_from_shared(shared: &Option<Arc<budget::Budget>>, n: usize, page_bytes: usize) -> bool {
-    let Some(b) = shared else { return true };
-    let got = b.take(n, page_bytes);
-    if got < n {
-        b.give_back(got, page_bytes);
-    }
-    got == n
+    shared.as_ref().is_none_or(|b| b.keep(n, page_bytes))
 }
 
 impl Drop for RegionCore {
@@ -204,7 +209,8 @@ impl Drop for RegionCore {
         if self.shared_budget {
             let ring = self.ring.as_ref().map_or(0, |r| r.cap);
             self.budget
-                .give_back(self.resident.load(Ordering::Relaxed) + ring, self.page_bytes);
+                .give_back(self.resident.load(Ordering::Relaxed), self.page_bytes);
+            self.budget.give_back_kept(ring, self.page_bytes);
         }
     }
 }
@@ -281,7 +287,7 @@ impl RegionCore {
                 Ok(ring) => Some(ring),
                 Err(e) => {
                     if let Some(b) = &shared {
-                        b.give_back(ring_pages, page_bytes);
+                        b.give_back_kept(ring_pages, page_bytes);
                     }
                     return Err(e);
                 }
@@ -348,6 +354,8 @@ impl RegionCore {
             resident: AtomicUsize::new(0),
             pinned: AtomicUsize::new(0),
             policy: Mutex::new(parts.policy),
+            store_name: parts.store.describe().into(),
+            said_full: AtomicBool::new(false),
             store: parts.store,
             staging,
             zeros,
@@ -357,6 +365,7 @@ impl RegionCore {
             movers,
             prefetcher,
             around,
+            progress: progress::Progress::new(),
             scanner,
             stats: Stats::new(),
             errors: ErrorLog::new(),
@@ -382,10 +391,6 @@ impl RegionCore {
 
     pub(crate) fn store_description(&self) -> String {
         self.store.describe()
-    }
-
-    pub(crate) fn errors(&self) -> Vec<IoErrorRecord> {
-        self.errors.list()
     }
 
     pub(crate) fn page_of(&self, addr: usize) -> usize {
@@ -426,6 +431,7 @@ impl RegionCore {
                     timer.lap(Cost::LockList);
                     let outcome = self.fill(i, w, write, tid, server, timer);
                     if outcome == Outcome::Resolved {
+                        self.progress.filled(tid, i);
                         self.after_demand_fault(tid, i, write);
                     }
                     return outcome;

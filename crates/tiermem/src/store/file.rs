@@ -113,13 +113,18 @@ impl FarStore for FileStore {
     }
 
     fn describe(&self) -> String {
+        let place = match self.file.path() {
+            Some(p) => format!("file {}", p.display()),
+            None => format!("an unnamed file in {}", self.file.location().display()),
+        };
         format!(
-            "file {} ({} bytes{})",
-            self.file
-                .path()
-                .map_or_else(|| "(unnamed)".to_owned(), |p| p.display().to_string()),
-            self.capacity,
+            "{place} (sparse, up to {}{})",
+            crate::engine::Bytes(self.capacity),
             if self.file.direct() { ", O_DIRECT" } else { "" }
         )
+    }
+
+    fn space(&self) -> Option<tiermem_sys::file::FsSpace> {
+        self.file.fs_space().ok()
     }
 }

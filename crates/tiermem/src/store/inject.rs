@@ -334,6 +334,10 @@ impl FarStore for InjectingStore {
         self.inner.forget(offset, len)
     }
 
+    fn space(&self) -> Option<tiermem_sys::file::FsSpace> {
+        self.inner.space()
+    }
+
     fn describe(&self) -> String {
         format!(
             "{} with fault injection {:?} (test only)",

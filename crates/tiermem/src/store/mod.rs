@@ -125,6 +125,13 @@ pub trait FarStore: Send + Sync {
 
     /// One-line description for logs and results.
     fn describe(&self) -> String;
+
+    /// The size and free space of the file system the store writes to,
+    /// when it has one (the file store). Must not allocate: asked on the
+    /// fault path when the store is full (a signal handler).
+    fn space(&self) -> Option<tiermem_sys::file::FsSpace> {
+        None
+    }
 }
 
 /// Reads `len` bytes of `fd` at `offset` into `dst` at `dst_offset`, all

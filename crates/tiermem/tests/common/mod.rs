@@ -252,3 +252,47 @@ impl Drop for HugePool {
         let _ = tiermem_sys::hugetlb::set_pool_pages(self.size, self.before);
     }
 }
+
+/// What [`run_child_within`] saw.
+pub struct ChildRun {
+    /// Exit status; None when the child ran past the deadline (killed).
+    pub status: Option<std::process::ExitStatus>,
+    pub stderr: String,
+}
+
+/// [`run_child`] with extra environment and a deadline: a child still
+/// running after `limit` is killed, so a hang fails the test instead of
+/// stalling the suite.
+pub fn run_child_within(name: &str, env: &[(&str, String)], limit: std::time::Duration) -> ChildRun {
+    use std::io::Read;
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env("TIERMEM_CHILD", name)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut pipe = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = pipe.read_to_string(&mut s);
+        s
+    });
+    let t0 = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break Some(s);
+        }
+        if t0.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    ChildRun {
+        status,
+        stderr: reader.join().unwrap_or_default(),
+    }
+}

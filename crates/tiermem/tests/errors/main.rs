@@ -123,6 +123,10 @@ fn failed_write_back_keeps_the_data_and_reports() {
     faults.writes.store(true, Ordering::Relaxed);
     let e = r.evict_all().unwrap_err();
     assert_eq!(e.code(), ErrorCode::NoSpace, "{e}");
+    // A full store is named in the error and the error log.
+    for msg in [e.to_string(), r.errors().last().unwrap().message.clone()] {
+        assert!(msg.contains("far store is full: failing memory store"), "{msg}");
+    }
     assert!(!r.errors().is_empty());
     assert!(
         r.errors()[0].message.contains("No space left"),
@@ -177,8 +181,18 @@ fn child_store_full_during_fault_raises_sigbus() {
     if !is_child("child_store_full_during_fault_raises_sigbus") {
         return;
     }
+    // Test only: a signal handler may not print; this one runs once, in a
+    // process about to die.
+    tiermem::set_last_words(|| eprintln!("last words: ran"));
+    // As in a C program: no handler of Rust's stack-overflow detection
+    // for tiermem to chain to (with one, the program might survive the
+    // signal, and no last words are said).
+    // SAFETY: restores the default action of SIGBUS in this child process.
+    unsafe { libc::signal(libc::SIGBUS, libc::SIG_DFL) };
     let (store, faults) = FailingStore::new(4 * MIB);
-    let mut r = Region::with_store(Config::new(4 * MIB, MIB), Box::new(store)).unwrap();
+    let mut c = Config::new(4 * MIB, MIB);
+    c.fault_path = test_path();
+    let mut r = Region::with_store(c, Box::new(store)).unwrap();
     let w: &mut [u64] = r.as_mut_slice();
     faults.writes.store(true, Ordering::Relaxed);
     eprintln!("filling past the budget");
@@ -188,15 +202,113 @@ fn child_store_full_during_fault_raises_sigbus() {
     eprintln!("BUG: wrote past a full far store");
 }
 
+/// The fault path a child runs (`TIERMEM_TEST_PATH`, default in-context).
+fn test_path() -> FaultPath {
+    let name = std::env::var("TIERMEM_TEST_PATH").unwrap_or_default();
+    *FaultPath::ALL
+        .iter()
+        .find(|f| f.name() == name)
+        .unwrap_or(&FaultPath::InContext)
+}
+
+/// Runs child test `name` on each fault path (`env` besides) and returns
+/// the stderr of each, checked to end by SIGBUS.
+fn sigbus_per_fault_path(name: &str, env: &[(&str, String)]) -> Vec<String> {
+    FaultPath::ALL
+        .iter()
+        .map(|fp| {
+            let mut env = env.to_vec();
+            env.push(("TIERMEM_TEST_PATH", fp.name().to_owned()));
+            let run = common::run_child_within(name, &env, std::time::Duration::from_secs(120));
+            let err = run.stderr;
+            assert_eq!(
+                run.status.and_then(|s| s.signal()),
+                Some(libc::SIGBUS),
+                "{fp:?}: {:?} (None: hung), stderr:\n{err}",
+                run.status
+            );
+            assert!(!err.contains("BUG"), "{fp:?}: {err}");
+            err
+        })
+        .collect()
+}
+
+/// The one line a full far store gets before the fault fails, naming the
+/// store and what to do (issue 30 item 7: the process died by SIGBUS with
+/// nothing on stderr). Returns it.
+fn the_full_store_line<'a>(err: &'a str, store: &str) -> &'a str {
+    let lines: Vec<&str> = err.lines().filter(|l| l.contains("far store is full")).collect();
+    assert_eq!(lines.len(), 1, "one line, not {}:\n{err}", lines.len());
+    let l = lines[0];
+    for says in [store, "SIGBUS", "--far", "--near", "TIERMEM_FAR_FILE"] {
+        assert!(l.contains(says), "the line names {says:?}: {l}");
+    }
+    l
+}
+
 #[test]
 fn store_full_during_fault_raises_sigbus() {
-    let (status, err) = run_child("child_store_full_during_fault_raises_sigbus");
-    assert_eq!(
-        status.signal(),
-        Some(libc::SIGBUS),
-        "status {status:?}, stderr:\n{err}"
-    );
-    assert!(!err.contains("BUG"), "{err}");
+    for err in sigbus_per_fault_path("child_store_full_during_fault_raises_sigbus", &[]) {
+        the_full_store_line(&err, "failing memory store");
+        // Registered last words run once, before the default action.
+        assert_eq!(err.matches("last words: ran").count(), 1, "{err}");
+    }
+}
+
+#[test]
+fn child_full_file_store_during_fault() {
+    if !is_child("child_full_file_store_during_fault") {
+        return;
+    }
+    let dir = std::env::var("TIERMEM_TEST_DIR").unwrap();
+    let mut c = file_config(dir);
+    c.virt_bytes = 8 * MIB;
+    c.fault_path = test_path();
+    let mut r = Region::new(c).unwrap();
+    eprintln!("filling past the budget");
+    for (i, x) in r.as_mut_slice::<u64>().iter_mut().enumerate() {
+        *x = i as u64;
+    }
+    eprintln!("BUG: wrote past a full far store");
+}
+
+/// A real full file system under a file store, on both fault paths: the
+/// line names the directory, the file system's size and free space.
+#[test]
+fn a_full_file_store_is_named_before_sigbus() {
+    let Some(small) = TmpMount::new("fullfault", "size=512k") else {
+        return;
+    };
+    let dir = small.path.display().to_string();
+    let env = [("TIERMEM_TEST_DIR", dir.clone())];
+    for err in sigbus_per_fault_path("child_full_file_store_during_fault", &env) {
+        let l = the_full_store_line(&err, &format!("an unnamed file in {dir}"));
+        assert!(l.contains("a file system of 512.0 KiB, 0 B free"), "{l}");
+    }
+}
+
+/// A file far store in a directory whose file system is full already is
+/// refused when the region is created, with an error naming it; a region
+/// that never evicts does not need the room.
+#[test]
+fn a_full_directory_is_refused_at_creation() {
+    let Some(small) = TmpMount::new("fulldir", "size=256k") else {
+        return;
+    };
+    let _ = std::fs::write(small.path.join("filler"), vec![1u8; 256 << 10]);
+    let e = Region::new(file_config(&small.path)).unwrap_err();
+    assert_eq!(e.code(), ErrorCode::NoSpace, "{e}");
+    let msg = e.to_string();
+    for says in [
+        small.path.to_str().unwrap(),
+        "0 B free",
+        "a file system of 256.0 KiB",
+    ] {
+        assert!(msg.contains(says), "{says:?} in: {msg}");
+    }
+    let mut c = file_config(&small.path);
+    c.near_bytes = c.virt_bytes;
+    Region::new(c).expect("a region that never evicts needs no room");
 }
 
 /// A real full disk: a 256 KiB tmpfs under a file store.
@@ -213,6 +325,13 @@ fn full_disk_is_reported_and_loses_nothing() {
         .for_each(|(i, x)| *x = !(i as u64));
     let e = r.evict_all().unwrap_err();
     assert_eq!(e.code(), ErrorCode::NoSpace, "{e}");
+    // The error and the error log name the store and its space.
+    let far = small.path.join("far.bin");
+    for msg in [e.to_string(), r.errors().last().unwrap().message.clone()] {
+        for says in ["far store is full", far.to_str().unwrap(), "0 B free"] {
+            assert!(msg.contains(says), "{says:?} in: {msg}");
+        }
+    }
     let w: &mut [u64] = r.as_mut_slice();
     assert!(w[..(MIB / 8) as usize]
         .iter()
