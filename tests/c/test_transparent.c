@@ -130,6 +130,178 @@ static void test_mmap(void) {
   fclose(t);
 }
 
+/* ---- mremap of large mappings, whole and in part; fixed addresses ----
+ *
+ * A program that manages its own large mappings: grows, shrinks and moves
+ * them (MREMAP_MAYMOVE, MREMAP_FIXED to a place it reserved,
+ * MREMAP_DONTUNMAP), moves parts of them out, replaces a range with fresh
+ * memory by mmap(MAP_FIXED), with far more data than a small near budget
+ * holds; every word is checked after every move. */
+
+static void *map_rw(size_t len) {
+  return mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+}
+
+/* Address space of the program's own, not memory: where MREMAP_FIXED goes. */
+static char *reserve(size_t len) {
+  char *p = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  return p == MAP_FAILED ? NULL : p;
+}
+
+static size_t nonzero_words(const uint64_t *p, size_t words) {
+  size_t n = 0;
+  for (size_t i = 0; i < words; i++) n += p[i] != 0;
+  return n;
+}
+
+/* mremap's result and errno, for the error cases. */
+static int remap_fails(void *old, size_t old_len, size_t new_len, int flags, void *to, int want) {
+  errno = 0;
+  void *r = mremap(old, old_len, new_len, flags, to);
+  return r == MAP_FAILED && errno == want;
+}
+
+static void test_mremap(void) {
+  const size_t W = MIB / 8; /* words per MiB */
+  /* Whole mapping: grow (in place or moved), shrink, grow without moving. */
+  uint64_t *m = map_rw(32 * MIB);
+  CHECK(m != MAP_FAILED, "mmap");
+  fill(m, 32 * W, 51);
+  uint64_t *g = mremap(m, 32 * MIB, 48 * MIB, MREMAP_MAYMOVE);
+  CHECK(g != MAP_FAILED, "grow: %s", strerror(errno));
+  CHECK(bad_words(g, 32 * W, 51) == 0 && nonzero_words(g + 32 * W, 16 * W) == 0, "grow: data, zero tail");
+  uint64_t *s = mremap(g, 48 * MIB, 24 * MIB, 0);
+  CHECK(s == g && bad_words(s, 24 * W, 51) == 0, "shrink in place");
+  uint64_t *s2 = mremap(s, 24 * MIB, 28 * MIB, 0);
+  if (s2 == MAP_FAILED) {
+    CHECK(errno == ENOMEM, "grow without MREMAP_MAYMOVE: %s", strerror(errno));
+  } else {
+    CHECK(s2 == s && bad_words(s2, 24 * W, 51) == 0 && nonzero_words(s2 + 24 * W, 4 * W) == 0,
+          "grow in place over the freed tail");
+    s = mremap(s2, 28 * MIB, 24 * MIB, 0);
+  }
+
+  /* MREMAP_FIXED to a place the program reserved, growing on the way. */
+  char *place = reserve(64 * MIB);
+  CHECK(place != NULL, "reserve");
+  uint64_t *f = mremap(s, 24 * MIB, 32 * MIB, MREMAP_MAYMOVE | MREMAP_FIXED, place);
+  CHECK(f == (uint64_t *)place, "MREMAP_FIXED: %p, %s", (void *)f, strerror(errno));
+  CHECK(bad_words(f, 24 * W, 51) == 0 && nonzero_words(f + 24 * W, 8 * W) == 0, "MREMAP_FIXED data");
+  fill(f, 32 * W, 52); /* still writable memory */
+  CHECK(bad_words(f, 32 * W, 52) == 0, "MREMAP_FIXED destination memory");
+
+  /* MREMAP_FIXED onto another large mapping of the program's: replaced. */
+  uint64_t *a = map_rw(16 * MIB), *b = map_rw(16 * MIB);
+  CHECK(a != MAP_FAILED && b != MAP_FAILED, "mmap a, b");
+  fill(a, 16 * W, 53);
+  fill(b, 16 * W, 54);
+  uint64_t *ab = mremap(a, 16 * MIB, 16 * MIB, MREMAP_MAYMOVE | MREMAP_FIXED, b);
+  CHECK(ab == b && bad_words(b, 16 * W, 53) == 0, "MREMAP_FIXED onto a mapping: %s", strerror(errno));
+  uint64_t *ab2 = mremap(b, 8 * MIB, 4 * MIB, MREMAP_MAYMOVE | MREMAP_FIXED, b + 12 * W);
+  CHECK(ab2 == b + 12 * W && bad_words(ab2, 4 * W, 53) == 0 && bad_words(b + 8 * W, 4 * W, 53 + 8 * W) == 0,
+        "MREMAP_FIXED of a head into the same mapping's tail");
+
+  /* Part of a mapping: the middle moved out (growing, so it must move),
+   * a part moved to a fixed place, the tail shrunk; what stays is intact. */
+  uint64_t *c = map_rw(32 * MIB);
+  CHECK(c != MAP_FAILED, "mmap c");
+  fill(c, 32 * W, 55);
+  uint64_t *mid = mremap(c + 8 * W, 8 * MIB, 12 * MIB, MREMAP_MAYMOVE);
+  CHECK(mid != MAP_FAILED && mid != c + 8 * W, "move the middle out: %s", strerror(errno));
+  CHECK(bad_words(mid, 8 * W, 55 + 8 * W) == 0 && nonzero_words(mid + 8 * W, 4 * W) == 0, "middle moved");
+  uint64_t *part = mremap(c + 16 * W, 8 * MIB, 8 * MIB, MREMAP_MAYMOVE | MREMAP_FIXED, place + 40 * MIB);
+  CHECK(part == (uint64_t *)(place + 40 * MIB) && bad_words(part, 8 * W, 55 + 16 * W) == 0,
+        "a part to a fixed place: %s", strerror(errno));
+  CHECK(mremap(c + 24 * W, 8 * MIB, 4 * MIB, 0) == c + 24 * W, "shrink a tail part");
+  CHECK(bad_words(c, 8 * W, 55) == 0 && bad_words(c + 24 * W, 4 * W, 55 + 24 * W) == 0, "what stays");
+  /* The middle is gone: growing the head in place over it is the kernel's
+   * business (it may or may not), but never loses data. */
+  uint64_t *head = mremap(c, 8 * MIB, 12 * MIB, 0);
+  if (head != MAP_FAILED)
+    CHECK(head == c && bad_words(c, 8 * W, 55) == 0 && nonzero_words(c + 8 * W, 4 * W) == 0,
+          "the head grown over the hole");
+  else
+    CHECK(errno == ENOMEM, "grow the head: %s", strerror(errno));
+
+  /* MREMAP_DONTUNMAP (Linux 5.7): moved, the source stays mapped, empty. */
+  uint64_t *e = map_rw(16 * MIB);
+  fill(e, 16 * W, 56);
+  uint64_t *moved = mremap(e, 16 * MIB, 16 * MIB, MREMAP_MAYMOVE | MREMAP_DONTUNMAP, NULL);
+  if (moved == MAP_FAILED && errno == EINVAL) {
+    fprintf(stderr, "skipped: MREMAP_DONTUNMAP (kernel before 5.7)\n");
+  } else {
+    CHECK(moved != MAP_FAILED && moved != e, "MREMAP_DONTUNMAP: %s", strerror(errno));
+    CHECK(bad_words(moved, 16 * W, 56) == 0, "MREMAP_DONTUNMAP data");
+    CHECK(nonzero_words(e, 16 * W) == 0, "MREMAP_DONTUNMAP source reads zeros");
+    fill(e, 16 * W, 57);
+    uint64_t *fx =
+        mremap(e, 8 * MIB, 8 * MIB, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, place + 48 * MIB);
+    CHECK(fx == (uint64_t *)(place + 48 * MIB) && bad_words(fx, 8 * W, 57) == 0 &&
+              nonzero_words(e, 8 * W) == 0 && bad_words(e + 8 * W, 8 * W, 57 + 8 * W) == 0,
+          "MREMAP_DONTUNMAP to a fixed place");
+    munmap(moved, 16 * MIB);
+  }
+  munmap(e, 16 * MIB);
+
+  /* mmap(MAP_FIXED) of fresh memory over part of a mapping: zeros there. */
+  uint64_t *z = map_rw(16 * MIB);
+  fill(z, 16 * W, 58);
+  CHECK(mmap(z + 4 * W, 4 * MIB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) ==
+            z + 4 * W,
+        "mmap(MAP_FIXED) over a mapping: %s", strerror(errno));
+  CHECK(bad_words(z, 4 * W, 58) == 0 && nonzero_words(z + 4 * W, 4 * W) == 0 &&
+            bad_words(z + 8 * W, 8 * W, 58 + 8 * W) == 0,
+        "mmap(MAP_FIXED): zeros in the range, data around it");
+
+  /* The kernel's errors. */
+  uint64_t *v = map_rw(20 * MIB);
+  munmap(v + 16 * W, 4 * MIB); /* v's mapping ends at 16 MiB */
+  CHECK(remap_fails((char *)v + 1, MIB, 2 * MIB, MREMAP_MAYMOVE, NULL, EINVAL), "unaligned: EINVAL");
+  CHECK(remap_fails(v, 16 * MIB, 0, MREMAP_MAYMOVE, NULL, EINVAL), "no length: EINVAL");
+  CHECK(remap_fails(v, 16 * MIB, 16 * MIB, MREMAP_FIXED, place, EINVAL), "fixed without maymove: EINVAL");
+  CHECK(remap_fails(v, 16 * MIB, 16 * MIB, MREMAP_MAYMOVE | MREMAP_FIXED, v + W, EINVAL), "overlap: EINVAL");
+  CHECK(remap_fails(v, 16 * MIB, 8 * MIB, MREMAP_MAYMOVE | MREMAP_DONTUNMAP, NULL, EINVAL),
+        "MREMAP_DONTUNMAP resizing: EINVAL");
+  CHECK(remap_fails(v, 16 * MIB, 16 * MIB, 0x80, NULL, EINVAL), "unknown flag: EINVAL");
+  CHECK(remap_fails(v, 20 * MIB, 24 * MIB, MREMAP_MAYMOVE, NULL, EFAULT), "beyond the mapping: EFAULT");
+  CHECK(remap_fails(v, 0, 16 * MIB, MREMAP_MAYMOVE, NULL, EINVAL), "no old length (private): EINVAL");
+  CHECK(remap_fails(v + 16 * W, 4 * MIB, 8 * MIB, MREMAP_MAYMOVE, NULL, EFAULT), "unmapped: EFAULT");
+  CHECK(remap_fails(v, 16 * MIB, 32 * MIB, 0, NULL, ENOMEM) || mremap(v, 32 * MIB, 16 * MIB, 0) == v,
+        "no room without MREMAP_MAYMOVE: ENOMEM");
+  CHECK(nonzero_words(v, 16 * W) == 0, "v untouched");
+
+  /* Moving a small mapping of the kernel's to where a large one was: never
+   * over memory the program let go of (under tiermem, that is still its
+   * heap, and the next large mapping must read zeros and keep its data). */
+  uint64_t *big = map_rw(24 * MIB);
+  fill(big, 24 * W, 59);
+  uint64_t *gone = map_rw(24 * MIB);
+  munmap(gone, 24 * MIB);
+  uint64_t *small = mmap(NULL, 65536, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  fill(small, 65536 / 8, 60);
+  uint64_t *onto = mremap(small, 65536, 65536, MREMAP_MAYMOVE | MREMAP_FIXED, gone);
+  if (onto == MAP_FAILED) {
+    CHECK(errno == EINVAL, "a move onto unmapped memory: %s", strerror(errno));
+    munmap(small, 65536);
+  } else {
+    CHECK(onto == gone && bad_words(onto, 65536 / 8, 60) == 0, "a move onto unmapped memory");
+  }
+  uint64_t *fresh = map_rw(24 * MIB);
+  uint64_t *fresh2 = mmap(gone + W, 65536, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+  if (fresh2 == MAP_FAILED) CHECK(errno == EINVAL, "mmap(MAP_FIXED) onto unmapped memory: %s", strerror(errno));
+  CHECK(fresh != MAP_FAILED && nonzero_words(fresh, 24 * W) == 0, "fresh memory reads zeros");
+  fill(fresh, 24 * W, 61);
+  fill(big, 24 * W, 62); /* evicts fresh */
+  CHECK(bad_words(fresh, 24 * W, 61) == 0 && bad_words(big, 24 * W, 62) == 0, "fresh memory keeps its data");
+
+  /* Munmap across holes and mappings, as the kernel allows. */
+  CHECK(munmap(c, 32 * MIB) == 0 && munmap(mid, 12 * MIB) == 0 && munmap(place, 64 * MIB) == 0 &&
+            munmap(a, 16 * MIB) == 0 && munmap(b, 16 * MIB) == 0 && munmap(z, 16 * MIB) == 0 &&
+            munmap(v, 16 * MIB) == 0 && munmap(big, 24 * MIB) == 0 && munmap(fresh, 24 * MIB) == 0,
+        "munmap");
+  CHECK(munmap((char *)c + 1, MIB) == -1 && errno == EINVAL, "munmap unaligned: EINVAL");
+}
+
 /* ---- kernel accesses into tiered buffers ---- */
 
 static void test_kernel_access(void) {
@@ -432,6 +604,7 @@ static const struct test_case cases[] = {
     {"alloc", test_alloc_surface},       {"mmap", test_mmap},   {"kernel-access", test_kernel_access},
     {"statics", test_statics},           {"fork", test_fork},   {"threads", test_threads_and_dlopen},
     {"exit", test_exit_with_live_memory}, {"exec", test_exec},
+    {"mremap", test_mremap},
 };
 
 /* test_transparent: every case, each in a fresh process (the environment,
