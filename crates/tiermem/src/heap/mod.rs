@@ -39,7 +39,9 @@ use crate::stats::RegionStats;
 use crate::Error;
 use extent::Extents;
 pub use huge::{HugeKind, HugeStats};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
+use tiermem_sys::zeroed::ZeroedArray;
 
 /// What backs the heap.
 #[derive(Clone, Debug)]
@@ -112,7 +114,15 @@ pub struct Heap {
     /// in bytes (0: none kept).
     retained: Mutex<Retained>,
     retain_limit: usize,
+    /// Tiered: one bit per [`OPEN_CHUNK`] of the range, set once it is
+    /// accessible. The range is `PROT_NONE` until allocations reach it, so
+    /// that a raw `mlockall` system call finds nothing there to populate
+    /// (through the fault handler, it filled the whole reservation).
+    open: Option<ZeroedArray<AtomicU64>>,
 }
+
+/// Bytes of a tiered heap's range opened at a time.
+const OPEN_CHUNK: usize = 2 << 20;
 
 /// Freed ranges kept with their pages: still allocated in their arena,
 /// oldest first.
@@ -208,6 +218,7 @@ impl Heap {
                 };
                 let (base, len, unit) = (r.base(), r.len(), r.page_bytes());
                 let retain = (near / 16).min(RETAIN_MAX_BYTES) as usize;
+                r.close()?;
                 (Backing::Tiered(r), base, len, unit, retain)
             }
             HeapBacking::Huge { bytes, kind } => {
@@ -230,7 +241,12 @@ impl Heap {
         for k in 0..n {
             arenas.push(Mutex::new(Extents::new(base + half + k * slice, slice, unit)));
         }
+        let open = match backing {
+            Backing::Tiered(_) => Some(ZeroedArray::new(len.div_ceil(OPEN_CHUNK).div_ceil(64))?),
+            Backing::Huge(_) => None,
+        };
         Ok(Heap {
+            open,
             backing,
             base,
             len,
@@ -336,9 +352,33 @@ impl Heap {
     /// huge pages it needs, zeroes what a freed neighbour left).
     fn back(&self, addr: usize, len: usize) -> bool {
         match &self.backing {
-            Backing::Tiered(_) => true,
+            Backing::Tiered(r) => self.open_chunks(r, addr, len),
             Backing::Huge(h) => h.back(addr, len),
         }
+    }
+
+    /// Opens the chunks of a tiered heap's range that `[addr, addr + len)`
+    /// lies in (see `open`). Two threads may open a chunk at once: the same
+    /// `mprotect` twice.
+    fn open_chunks(&self, r: &Region, addr: usize, len: usize) -> bool {
+        let Some(open) = &self.open else {
+            return true;
+        };
+        let off = addr - self.base;
+        for c in off / OPEN_CHUNK..(off + len).div_ceil(OPEN_CHUNK) {
+            let (word, bit) = (&open[c / 64], 1u64 << (c % 64));
+            // Acquire: pairs with the Release below; a chunk seen open is.
+            if word.load(Ordering::Acquire) & bit != 0 {
+                continue;
+            }
+            let at = c * OPEN_CHUNK;
+            if r.open(at, OPEN_CHUNK.min(self.len - at)).is_err() {
+                return false;
+            }
+            // Release: the mprotect is done before anyone skips it.
+            word.fetch_or(bit, Ordering::Release);
+        }
+        true
     }
 
     /// Frees the allocation at `addr`. False if the heap did not hand it
