@@ -29,6 +29,7 @@
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -357,6 +358,163 @@ static void test_statics(void) {
   free(spare);
 }
 
+/* ---- memory locks ----
+ *
+ * MPI libraries and real-time codes lock all their memory at start. The
+ * data must stay right, locking must succeed, and under a near budget the
+ * program must not be held in memory whole: the heap's reservation (twice
+ * the machine's memory) must never be populated. */
+
+static long status_kib(const char *field) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  long v = -1;
+  size_t n = strlen(field);
+  while (f && fgets(line, sizeof line, f))
+    if (strncmp(line, field, n) == 0) v = atol(line + n);
+  if (f) fclose(f);
+  return v;
+}
+
+/* The near budget the program runs under (TIERMEM_NEAR, in bytes), 0 when
+ * none: the bound on resident memory checked below. */
+static size_t near_budget(void) {
+  const char *s = getenv("TIERMEM_NEAR");
+  if (!s || !*s) return 0;
+  char *end;
+  size_t v = strtoul(s, &end, 10);
+  switch (*end) {
+  case 'G': case 'g': return v << 30;
+  case 'M': case 'm': return v << 20;
+  case 'K': case 'k': return v << 10;
+  case '%': return 0;
+  default: return v;
+  }
+}
+
+/* Resident and locked memory with `live` bytes of large data live (the
+ * static arrays come on top). `raw`: after a raw mlockall system call,
+ * which no library sees (VmLck then counts address space that is not
+ * memory, and tiering metadata may be resident: only the data is
+ * bounded). */
+static void check_resident(const char *when, size_t live, int raw) {
+  long lck = status_kib("VmLck:"), rss = status_kib("VmRSS:"), anon = status_kib("RssAnon:"),
+       shmem = status_kib("RssShmem:");
+  size_t near = near_budget();
+  live += 2 * STATIC_WORDS * 8;
+  fprintf(stderr, "  %s: VmLck %ld kB, VmRSS %ld kB, RssAnon %ld kB, RssShmem %ld kB (live data %zu MiB)\n", when,
+          lck, rss, anon, shmem, live / MIB);
+  if (!raw) CHECK(lck >= 0 && lck < (1l << 20), "%s: VmLck %ld kB", when, lck);
+  /* Near memory (anonymous: the budget, and the program's own memory),
+   * not the data, several times the budget. VmRSS counts a far store in
+   * memory too (shared memory: RssShmem), which holds evicted data only. */
+  if (near && !raw)
+    CHECK((size_t)anon * 1024 < 2 * near + 32 * MIB, "%s: RssAnon %ld kB over a %zu MiB budget", when, anon,
+          near / MIB);
+  CHECK((size_t)shmem * 1024 < live + 64 * MIB, "%s: RssShmem %ld kB for %zu MiB of data", when, shmem, live / MIB);
+}
+
+static void churn_and_check(size_t len, uint64_t seed, size_t live, int raw) {
+  uint64_t *p = malloc(len);
+  uint64_t *m = mmap(NULL, len / 2, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  CHECK(p && m != MAP_FAILED, "allocate under a lock");
+  fill(p, len / 8, seed);
+  fill(m, len / 16, seed + 1);
+  fill(static_array, STATIC_WORDS, seed + 2);
+  CHECK(bad_words(p, len / 8, seed) == 0 && bad_words(m, len / 16, seed + 1) == 0 &&
+            bad_words(static_array, STATIC_WORDS, seed + 2) == 0,
+        "data under a lock (seed %llu)", (unsigned long long)seed);
+  check_resident("after touching", live + len + len / 2, raw);
+  munmap(m, len / 2);
+  free(p);
+}
+
+/* Whether RLIMIT_MEMLOCK may refuse a lock (root, with CAP_IPC_LOCK, or
+ * an unlimited limit, may lock anything). */
+static int lock_limited(void) {
+  struct rlimit rl;
+  return geteuid() != 0 && getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY;
+}
+
+static void test_mlock(void) {
+  /* mlock/mlock2 of a large buffer, then its data after others churned. */
+  size_t len = 32 * MIB;
+  uint64_t *b = malloc(len);
+  fill(b, len / 8, 71);
+  errno = 0;
+  if (mlock(b, len) != 0) {
+    CHECK(lock_limited() && (errno == ENOMEM || errno == EPERM), "mlock: %s", strerror(errno));
+    fprintf(stderr, "skipped: mlock: %s (RLIMIT_MEMLOCK)\n", strerror(errno));
+    free(b);
+    return;
+  }
+  CHECK(mlock2(b, len, MLOCK_ONFAULT) == 0 || errno == ENOSYS, "mlock2: %s", strerror(errno));
+  CHECK(mlock2(b, len, 0x80) == -1 && errno == EINVAL, "mlock2 with an unknown flag: EINVAL");
+  churn_and_check(48 * MIB, 72, len, 0);
+  CHECK(bad_words(b, len / 8, 71) == 0, "mlock'ed data");
+  CHECK(munlock(b, len) == 0, "munlock: %s", strerror(errno));
+  free(b);
+}
+
+static void test_mlockall(void) {
+  size_t len = 32 * MIB;
+  uint64_t *b = malloc(len);
+  fill(b, len / 8, 71);
+  /* mlockall, every combination; each time more data than the budget. */
+  int modes[] = {MCL_CURRENT | MCL_FUTURE, MCL_CURRENT, MCL_FUTURE, MCL_CURRENT | MCL_FUTURE | MCL_ONFAULT,
+                 MCL_CURRENT | MCL_ONFAULT};
+  CHECK(mlockall(0) == -1 && errno == EINVAL, "mlockall(0): EINVAL");
+  CHECK(mlockall(MCL_ONFAULT) == -1 && errno == EINVAL, "mlockall(MCL_ONFAULT): EINVAL");
+  for (size_t k = 0; k < sizeof modes / sizeof modes[0]; k++) {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int r = mlockall(modes[k]);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (r != 0) {
+      CHECK(lock_limited() && (errno == ENOMEM || errno == EPERM), "mlockall(%#x): %s", modes[k], strerror(errno));
+      fprintf(stderr, "skipped: mlockall(%#x): %s (RLIMIT_MEMLOCK)\n", modes[k], strerror(errno));
+      continue;
+    }
+    double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    fprintf(stderr, "  mlockall(%#x) took %.3f s\n", modes[k], s);
+    CHECK(s < 10, "mlockall(%#x) took %.1f s", modes[k], s);
+    check_resident("after mlockall", len, 0);
+    churn_and_check(96 * MIB, 80 + 10 * k, len, 0);
+    CHECK(bad_words(b, len / 8, 71) == 0, "data from before the lock");
+    CHECK(munlockall() == 0, "munlockall: %s", strerror(errno));
+  }
+  free(b);
+}
+
+/* The same with the system call made directly, as no C library function
+ * (an interposer) sees it: it must not populate the machine's memory nor
+ * stop tiering; what it costs in resident metadata is in
+ * docs/transparent.md. */
+static void test_mlockall_raw(void) {
+  size_t len = 32 * MIB;
+  uint64_t *b = malloc(len);
+  fill(b, len / 8, 91);
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  long r = syscall(SYS_mlockall, MCL_CURRENT | MCL_FUTURE);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  if (r != 0) {
+    CHECK(lock_limited() && (errno == ENOMEM || errno == EPERM), "raw mlockall: %s", strerror(errno));
+    fprintf(stderr, "skipped: raw mlockall: %s (RLIMIT_MEMLOCK)\n", strerror(errno));
+    free(b);
+    return;
+  }
+  double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+  fprintf(stderr, "  raw mlockall took %.3f s\n", s);
+  CHECK(s < 10, "raw mlockall took %.1f s", s);
+  check_resident("after a raw mlockall", len, 1);
+  churn_and_check(96 * MIB, 92, len, 1);
+  CHECK(bad_words(b, len / 8, 91) == 0, "data from before the lock");
+  CHECK(syscall(SYS_munlockall) == 0, "munlockall: %s", strerror(errno));
+  churn_and_check(96 * MIB, 93, len, 1);
+  free(b);
+}
+
 /* ---- fork, and fork+exec ---- */
 
 static void test_fork(void) {
@@ -604,7 +762,8 @@ static const struct test_case cases[] = {
     {"alloc", test_alloc_surface},       {"mmap", test_mmap},   {"kernel-access", test_kernel_access},
     {"statics", test_statics},           {"fork", test_fork},   {"threads", test_threads_and_dlopen},
     {"exit", test_exit_with_live_memory}, {"exec", test_exec},
-    {"mremap", test_mremap},
+    {"mremap", test_mremap},             {"mlockall", test_mlockall}, {"mlock", test_mlock},
+    {"mlockall-raw", test_mlockall_raw},
 };
 
 /* test_transparent: every case, each in a fresh process (the environment,
