@@ -37,6 +37,15 @@
  * - Versioned structs (struct tm_config, struct tm_stats) start with
  *   struct_size = sizeof(the struct as the caller compiled it), so that
  *   later versions can append fields without breaking older programs.
+ * - Memory locks: a region's pages move between near and far memory and
+ *   cannot be locked. Regions created after mlockall(MCL_FUTURE) are made
+ *   out of the lock. mlockall(MCL_CURRENT) after a region exists locks its
+ *   range: the handler-thread fault path then serves the kernel's fault-in
+ *   of the whole range once (within the budget), and the lock is taken off
+ *   the region's mappings at the first eviction it refuses; the far store
+ *   in memory is not populated, the region's metadata is (about 21 bytes
+ *   per page of the range). Under `tiermem run`, mlockall, mlock and
+ *   mlock2 leave tiered memory out (docs/transparent.md, "Memory locks").
  *
  * Error codes (stable; never renumbered)
  *   TM_OK            0  success

@@ -114,6 +114,16 @@ if [[ " ${built[*]} " == *" test_transparent "* ]]; then
   fi
   report "test_transparent (tiermem run)" "$status"
 fi
+if [[ " ${built[*]} " == *" test_transparent "* ]]; then
+  # The cases about the heap's own mappings, on the other fault path too.
+  for case in mremap mlockall mlock mlockall-raw; do
+    echo "== test_transparent $case under LD_PRELOAD=libtiermem_preload.so, TIERMEM_FAULT_PATH=handler-thread"
+    status=0
+    LD_PRELOAD=$lib/libtiermem_preload.so TIERMEM_NEAR=16M TIERMEM_THRESHOLD=256K TIERMEM_FOLLOW_EXEC=1 \
+      TIERMEM_QUIET=1 TIERMEM_FAULT_PATH=handler-thread timeout -k 10 300 "$out/test_transparent" $case || status=$?
+    report "test_transparent $case (preloaded, handler-thread)" "$status"
+  done
+fi
 if [[ " ${built[*]} " == *" test_transparent-nopie "* ]]; then
   for case in kernel-access exec; do
     echo "== test_transparent-nopie $case under LD_PRELOAD=libtiermem_preload.so"

@@ -29,6 +29,7 @@
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -130,6 +131,178 @@ static void test_mmap(void) {
   fclose(t);
 }
 
+/* ---- mremap of large mappings, whole and in part; fixed addresses ----
+ *
+ * A program that manages its own large mappings: grows, shrinks and moves
+ * them (MREMAP_MAYMOVE, MREMAP_FIXED to a place it reserved,
+ * MREMAP_DONTUNMAP), moves parts of them out, replaces a range with fresh
+ * memory by mmap(MAP_FIXED), with far more data than a small near budget
+ * holds; every word is checked after every move. */
+
+static void *map_rw(size_t len) {
+  return mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+}
+
+/* Address space of the program's own, not memory: where MREMAP_FIXED goes. */
+static char *reserve(size_t len) {
+  char *p = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  return p == MAP_FAILED ? NULL : p;
+}
+
+static size_t nonzero_words(const uint64_t *p, size_t words) {
+  size_t n = 0;
+  for (size_t i = 0; i < words; i++) n += p[i] != 0;
+  return n;
+}
+
+/* mremap's result and errno, for the error cases. */
+static int remap_fails(void *old, size_t old_len, size_t new_len, int flags, void *to, int want) {
+  errno = 0;
+  void *r = mremap(old, old_len, new_len, flags, to);
+  return r == MAP_FAILED && errno == want;
+}
+
+static void test_mremap(void) {
+  const size_t W = MIB / 8; /* words per MiB */
+  /* Whole mapping: grow (in place or moved), shrink, grow without moving. */
+  uint64_t *m = map_rw(32 * MIB);
+  CHECK(m != MAP_FAILED, "mmap");
+  fill(m, 32 * W, 51);
+  uint64_t *g = mremap(m, 32 * MIB, 48 * MIB, MREMAP_MAYMOVE);
+  CHECK(g != MAP_FAILED, "grow: %s", strerror(errno));
+  CHECK(bad_words(g, 32 * W, 51) == 0 && nonzero_words(g + 32 * W, 16 * W) == 0, "grow: data, zero tail");
+  uint64_t *s = mremap(g, 48 * MIB, 24 * MIB, 0);
+  CHECK(s == g && bad_words(s, 24 * W, 51) == 0, "shrink in place");
+  uint64_t *s2 = mremap(s, 24 * MIB, 28 * MIB, 0);
+  if (s2 == MAP_FAILED) {
+    CHECK(errno == ENOMEM, "grow without MREMAP_MAYMOVE: %s", strerror(errno));
+  } else {
+    CHECK(s2 == s && bad_words(s2, 24 * W, 51) == 0 && nonzero_words(s2 + 24 * W, 4 * W) == 0,
+          "grow in place over the freed tail");
+    s = mremap(s2, 28 * MIB, 24 * MIB, 0);
+  }
+
+  /* MREMAP_FIXED to a place the program reserved, growing on the way. */
+  char *place = reserve(64 * MIB);
+  CHECK(place != NULL, "reserve");
+  uint64_t *f = mremap(s, 24 * MIB, 32 * MIB, MREMAP_MAYMOVE | MREMAP_FIXED, place);
+  CHECK(f == (uint64_t *)place, "MREMAP_FIXED: %p, %s", (void *)f, strerror(errno));
+  CHECK(bad_words(f, 24 * W, 51) == 0 && nonzero_words(f + 24 * W, 8 * W) == 0, "MREMAP_FIXED data");
+  fill(f, 32 * W, 52); /* still writable memory */
+  CHECK(bad_words(f, 32 * W, 52) == 0, "MREMAP_FIXED destination memory");
+
+  /* MREMAP_FIXED onto another large mapping of the program's: replaced. */
+  uint64_t *a = map_rw(16 * MIB), *b = map_rw(16 * MIB);
+  CHECK(a != MAP_FAILED && b != MAP_FAILED, "mmap a, b");
+  fill(a, 16 * W, 53);
+  fill(b, 16 * W, 54);
+  uint64_t *ab = mremap(a, 16 * MIB, 16 * MIB, MREMAP_MAYMOVE | MREMAP_FIXED, b);
+  CHECK(ab == b && bad_words(b, 16 * W, 53) == 0, "MREMAP_FIXED onto a mapping: %s", strerror(errno));
+  uint64_t *ab2 = mremap(b, 8 * MIB, 4 * MIB, MREMAP_MAYMOVE | MREMAP_FIXED, b + 12 * W);
+  CHECK(ab2 == b + 12 * W && bad_words(ab2, 4 * W, 53) == 0 && bad_words(b + 8 * W, 4 * W, 53 + 8 * W) == 0,
+        "MREMAP_FIXED of a head into the same mapping's tail");
+
+  /* Part of a mapping: the middle moved out (growing, so it must move),
+   * a part moved to a fixed place, the tail shrunk; what stays is intact. */
+  uint64_t *c = map_rw(32 * MIB);
+  CHECK(c != MAP_FAILED, "mmap c");
+  fill(c, 32 * W, 55);
+  uint64_t *mid = mremap(c + 8 * W, 8 * MIB, 12 * MIB, MREMAP_MAYMOVE);
+  CHECK(mid != MAP_FAILED && mid != c + 8 * W, "move the middle out: %s", strerror(errno));
+  CHECK(bad_words(mid, 8 * W, 55 + 8 * W) == 0 && nonzero_words(mid + 8 * W, 4 * W) == 0, "middle moved");
+  uint64_t *part = mremap(c + 16 * W, 8 * MIB, 8 * MIB, MREMAP_MAYMOVE | MREMAP_FIXED, place + 40 * MIB);
+  CHECK(part == (uint64_t *)(place + 40 * MIB) && bad_words(part, 8 * W, 55 + 16 * W) == 0,
+        "a part to a fixed place: %s", strerror(errno));
+  CHECK(mremap(c + 24 * W, 8 * MIB, 4 * MIB, 0) == c + 24 * W, "shrink a tail part");
+  CHECK(bad_words(c, 8 * W, 55) == 0 && bad_words(c + 24 * W, 4 * W, 55 + 24 * W) == 0, "what stays");
+  /* The middle is gone: growing the head in place over it is the kernel's
+   * business (it may or may not), but never loses data. */
+  uint64_t *head = mremap(c, 8 * MIB, 12 * MIB, 0);
+  if (head != MAP_FAILED)
+    CHECK(head == c && bad_words(c, 8 * W, 55) == 0 && nonzero_words(c + 8 * W, 4 * W) == 0,
+          "the head grown over the hole");
+  else
+    CHECK(errno == ENOMEM, "grow the head: %s", strerror(errno));
+
+  /* MREMAP_DONTUNMAP (Linux 5.7): moved, the source stays mapped, empty. */
+  uint64_t *e = map_rw(16 * MIB);
+  fill(e, 16 * W, 56);
+  uint64_t *moved = mremap(e, 16 * MIB, 16 * MIB, MREMAP_MAYMOVE | MREMAP_DONTUNMAP, NULL);
+  if (moved == MAP_FAILED && errno == EINVAL) {
+    fprintf(stderr, "skipped: MREMAP_DONTUNMAP (kernel before 5.7)\n");
+  } else {
+    CHECK(moved != MAP_FAILED && moved != e, "MREMAP_DONTUNMAP: %s", strerror(errno));
+    CHECK(bad_words(moved, 16 * W, 56) == 0, "MREMAP_DONTUNMAP data");
+    CHECK(nonzero_words(e, 16 * W) == 0, "MREMAP_DONTUNMAP source reads zeros");
+    fill(e, 16 * W, 57);
+    uint64_t *fx =
+        mremap(e, 8 * MIB, 8 * MIB, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, place + 48 * MIB);
+    CHECK(fx == (uint64_t *)(place + 48 * MIB) && bad_words(fx, 8 * W, 57) == 0 &&
+              nonzero_words(e, 8 * W) == 0 && bad_words(e + 8 * W, 8 * W, 57 + 8 * W) == 0,
+          "MREMAP_DONTUNMAP to a fixed place");
+    munmap(moved, 16 * MIB);
+  }
+  munmap(e, 16 * MIB);
+
+  /* mmap(MAP_FIXED) of fresh memory over part of a mapping: zeros there. */
+  uint64_t *z = map_rw(16 * MIB);
+  fill(z, 16 * W, 58);
+  CHECK(mmap(z + 4 * W, 4 * MIB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) ==
+            z + 4 * W,
+        "mmap(MAP_FIXED) over a mapping: %s", strerror(errno));
+  CHECK(bad_words(z, 4 * W, 58) == 0 && nonzero_words(z + 4 * W, 4 * W) == 0 &&
+            bad_words(z + 8 * W, 8 * W, 58 + 8 * W) == 0,
+        "mmap(MAP_FIXED): zeros in the range, data around it");
+
+  /* The kernel's errors. */
+  uint64_t *v = map_rw(20 * MIB);
+  munmap(v + 16 * W, 4 * MIB); /* v's mapping ends at 16 MiB */
+  CHECK(remap_fails((char *)v + 1, MIB, 2 * MIB, MREMAP_MAYMOVE, NULL, EINVAL), "unaligned: EINVAL");
+  CHECK(remap_fails(v, 16 * MIB, 0, MREMAP_MAYMOVE, NULL, EINVAL), "no length: EINVAL");
+  CHECK(remap_fails(v, 16 * MIB, 16 * MIB, MREMAP_FIXED, place, EINVAL), "fixed without maymove: EINVAL");
+  CHECK(remap_fails(v, 16 * MIB, 16 * MIB, MREMAP_MAYMOVE | MREMAP_FIXED, v + W, EINVAL), "overlap: EINVAL");
+  CHECK(remap_fails(v, 16 * MIB, 8 * MIB, MREMAP_MAYMOVE | MREMAP_DONTUNMAP, NULL, EINVAL),
+        "MREMAP_DONTUNMAP resizing: EINVAL");
+  CHECK(remap_fails(v, 16 * MIB, 16 * MIB, 0x80, NULL, EINVAL), "unknown flag: EINVAL");
+  CHECK(remap_fails(v, 20 * MIB, 24 * MIB, MREMAP_MAYMOVE, NULL, EFAULT), "beyond the mapping: EFAULT");
+  CHECK(remap_fails(v, 0, 16 * MIB, MREMAP_MAYMOVE, NULL, EINVAL), "no old length (private): EINVAL");
+  CHECK(remap_fails(v + 16 * W, 4 * MIB, 8 * MIB, MREMAP_MAYMOVE, NULL, EFAULT), "unmapped: EFAULT");
+  CHECK(remap_fails(v, 16 * MIB, 32 * MIB, 0, NULL, ENOMEM) || mremap(v, 32 * MIB, 16 * MIB, 0) == v,
+        "no room without MREMAP_MAYMOVE: ENOMEM");
+  CHECK(nonzero_words(v, 16 * W) == 0, "v untouched");
+
+  /* Moving a small mapping of the kernel's to where a large one was: never
+   * over memory the program let go of (under tiermem, that is still its
+   * heap, and the next large mapping must read zeros and keep its data). */
+  uint64_t *big = map_rw(24 * MIB);
+  fill(big, 24 * W, 59);
+  uint64_t *gone = map_rw(24 * MIB);
+  munmap(gone, 24 * MIB);
+  uint64_t *small = mmap(NULL, 65536, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  fill(small, 65536 / 8, 60);
+  uint64_t *onto = mremap(small, 65536, 65536, MREMAP_MAYMOVE | MREMAP_FIXED, gone);
+  if (onto == MAP_FAILED) {
+    CHECK(errno == EINVAL, "a move onto unmapped memory: %s", strerror(errno));
+    munmap(small, 65536);
+  } else {
+    CHECK(onto == gone && bad_words(onto, 65536 / 8, 60) == 0, "a move onto unmapped memory");
+  }
+  uint64_t *fresh = map_rw(24 * MIB);
+  uint64_t *fresh2 = mmap(gone + W, 65536, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+  if (fresh2 == MAP_FAILED) CHECK(errno == EINVAL, "mmap(MAP_FIXED) onto unmapped memory: %s", strerror(errno));
+  CHECK(fresh != MAP_FAILED && nonzero_words(fresh, 24 * W) == 0, "fresh memory reads zeros");
+  fill(fresh, 24 * W, 61);
+  fill(big, 24 * W, 62); /* evicts fresh */
+  CHECK(bad_words(fresh, 24 * W, 61) == 0 && bad_words(big, 24 * W, 62) == 0, "fresh memory keeps its data");
+
+  /* Munmap across holes and mappings, as the kernel allows. */
+  CHECK(munmap(c, 32 * MIB) == 0 && munmap(mid, 12 * MIB) == 0 && munmap(place, 64 * MIB) == 0 &&
+            munmap(a, 16 * MIB) == 0 && munmap(b, 16 * MIB) == 0 && munmap(z, 16 * MIB) == 0 &&
+            munmap(v, 16 * MIB) == 0 && munmap(big, 24 * MIB) == 0 && munmap(fresh, 24 * MIB) == 0,
+        "munmap");
+  CHECK(munmap((char *)c + 1, MIB) == -1 && errno == EINVAL, "munmap unaligned: EINVAL");
+}
+
 /* ---- kernel accesses into tiered buffers ---- */
 
 static void test_kernel_access(void) {
@@ -183,6 +356,163 @@ static void test_statics(void) {
   CHECK(got == (ssize_t)(4 * MIB), "read into a static array: %zd, %s", got, strerror(errno));
   close(fd);
   free(spare);
+}
+
+/* ---- memory locks ----
+ *
+ * MPI libraries and real-time codes lock all their memory at start. The
+ * data must stay right, locking must succeed, and under a near budget the
+ * program must not be held in memory whole: the heap's reservation (twice
+ * the machine's memory) must never be populated. */
+
+static long status_kib(const char *field) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  long v = -1;
+  size_t n = strlen(field);
+  while (f && fgets(line, sizeof line, f))
+    if (strncmp(line, field, n) == 0) v = atol(line + n);
+  if (f) fclose(f);
+  return v;
+}
+
+/* The near budget the program runs under (TIERMEM_NEAR, in bytes), 0 when
+ * none: the bound on resident memory checked below. */
+static size_t near_budget(void) {
+  const char *s = getenv("TIERMEM_NEAR");
+  if (!s || !*s) return 0;
+  char *end;
+  size_t v = strtoul(s, &end, 10);
+  switch (*end) {
+  case 'G': case 'g': return v << 30;
+  case 'M': case 'm': return v << 20;
+  case 'K': case 'k': return v << 10;
+  case '%': return 0;
+  default: return v;
+  }
+}
+
+/* Resident and locked memory with `live` bytes of large data live (the
+ * static arrays come on top). `raw`: after a raw mlockall system call,
+ * which no library sees (VmLck then counts address space that is not
+ * memory, and tiering metadata may be resident: only the data is
+ * bounded). */
+static void check_resident(const char *when, size_t live, int raw) {
+  long lck = status_kib("VmLck:"), rss = status_kib("VmRSS:"), anon = status_kib("RssAnon:"),
+       shmem = status_kib("RssShmem:");
+  size_t near = near_budget();
+  live += 2 * STATIC_WORDS * 8;
+  fprintf(stderr, "  %s: VmLck %ld kB, VmRSS %ld kB, RssAnon %ld kB, RssShmem %ld kB (live data %zu MiB)\n", when,
+          lck, rss, anon, shmem, live / MIB);
+  if (!raw) CHECK(lck >= 0 && lck < (1l << 20), "%s: VmLck %ld kB", when, lck);
+  /* Near memory (anonymous: the budget, and the program's own memory),
+   * not the data, several times the budget. VmRSS counts a far store in
+   * memory too (shared memory: RssShmem), which holds evicted data only. */
+  if (near && !raw)
+    CHECK((size_t)anon * 1024 < 2 * near + 32 * MIB, "%s: RssAnon %ld kB over a %zu MiB budget", when, anon,
+          near / MIB);
+  CHECK((size_t)shmem * 1024 < live + 64 * MIB, "%s: RssShmem %ld kB for %zu MiB of data", when, shmem, live / MIB);
+}
+
+static void churn_and_check(size_t len, uint64_t seed, size_t live, int raw) {
+  uint64_t *p = malloc(len);
+  uint64_t *m = mmap(NULL, len / 2, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  CHECK(p && m != MAP_FAILED, "allocate under a lock");
+  fill(p, len / 8, seed);
+  fill(m, len / 16, seed + 1);
+  fill(static_array, STATIC_WORDS, seed + 2);
+  CHECK(bad_words(p, len / 8, seed) == 0 && bad_words(m, len / 16, seed + 1) == 0 &&
+            bad_words(static_array, STATIC_WORDS, seed + 2) == 0,
+        "data under a lock (seed %llu)", (unsigned long long)seed);
+  check_resident("after touching", live + len + len / 2, raw);
+  munmap(m, len / 2);
+  free(p);
+}
+
+/* Whether RLIMIT_MEMLOCK may refuse a lock (root, with CAP_IPC_LOCK, or
+ * an unlimited limit, may lock anything). */
+static int lock_limited(void) {
+  struct rlimit rl;
+  return geteuid() != 0 && getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY;
+}
+
+static void test_mlock(void) {
+  /* mlock/mlock2 of a large buffer, then its data after others churned. */
+  size_t len = 32 * MIB;
+  uint64_t *b = malloc(len);
+  fill(b, len / 8, 71);
+  errno = 0;
+  if (mlock(b, len) != 0) {
+    CHECK(lock_limited() && (errno == ENOMEM || errno == EPERM), "mlock: %s", strerror(errno));
+    fprintf(stderr, "skipped: mlock: %s (RLIMIT_MEMLOCK)\n", strerror(errno));
+    free(b);
+    return;
+  }
+  CHECK(mlock2(b, len, MLOCK_ONFAULT) == 0 || errno == ENOSYS, "mlock2: %s", strerror(errno));
+  CHECK(mlock2(b, len, 0x80) == -1 && errno == EINVAL, "mlock2 with an unknown flag: EINVAL");
+  churn_and_check(48 * MIB, 72, len, 0);
+  CHECK(bad_words(b, len / 8, 71) == 0, "mlock'ed data");
+  CHECK(munlock(b, len) == 0, "munlock: %s", strerror(errno));
+  free(b);
+}
+
+static void test_mlockall(void) {
+  size_t len = 32 * MIB;
+  uint64_t *b = malloc(len);
+  fill(b, len / 8, 71);
+  /* mlockall, every combination; each time more data than the budget. */
+  int modes[] = {MCL_CURRENT | MCL_FUTURE, MCL_CURRENT, MCL_FUTURE, MCL_CURRENT | MCL_FUTURE | MCL_ONFAULT,
+                 MCL_CURRENT | MCL_ONFAULT};
+  CHECK(mlockall(0) == -1 && errno == EINVAL, "mlockall(0): EINVAL");
+  CHECK(mlockall(MCL_ONFAULT) == -1 && errno == EINVAL, "mlockall(MCL_ONFAULT): EINVAL");
+  for (size_t k = 0; k < sizeof modes / sizeof modes[0]; k++) {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int r = mlockall(modes[k]);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (r != 0) {
+      CHECK(lock_limited() && (errno == ENOMEM || errno == EPERM), "mlockall(%#x): %s", modes[k], strerror(errno));
+      fprintf(stderr, "skipped: mlockall(%#x): %s (RLIMIT_MEMLOCK)\n", modes[k], strerror(errno));
+      continue;
+    }
+    double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    fprintf(stderr, "  mlockall(%#x) took %.3f s\n", modes[k], s);
+    CHECK(s < 10, "mlockall(%#x) took %.1f s", modes[k], s);
+    check_resident("after mlockall", len, 0);
+    churn_and_check(96 * MIB, 80 + 10 * k, len, 0);
+    CHECK(bad_words(b, len / 8, 71) == 0, "data from before the lock");
+    CHECK(munlockall() == 0, "munlockall: %s", strerror(errno));
+  }
+  free(b);
+}
+
+/* The same with the system call made directly, as no C library function
+ * (an interposer) sees it: it must not populate the machine's memory nor
+ * stop tiering; what it costs in resident metadata is in
+ * docs/transparent.md. */
+static void test_mlockall_raw(void) {
+  size_t len = 32 * MIB;
+  uint64_t *b = malloc(len);
+  fill(b, len / 8, 91);
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  long r = syscall(SYS_mlockall, MCL_CURRENT | MCL_FUTURE);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  if (r != 0) {
+    CHECK(lock_limited() && (errno == ENOMEM || errno == EPERM), "raw mlockall: %s", strerror(errno));
+    fprintf(stderr, "skipped: raw mlockall: %s (RLIMIT_MEMLOCK)\n", strerror(errno));
+    free(b);
+    return;
+  }
+  double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+  fprintf(stderr, "  raw mlockall took %.3f s\n", s);
+  CHECK(s < 10, "raw mlockall took %.1f s", s);
+  check_resident("after a raw mlockall", len, 1);
+  churn_and_check(96 * MIB, 92, len, 1);
+  CHECK(bad_words(b, len / 8, 91) == 0, "data from before the lock");
+  CHECK(syscall(SYS_munlockall) == 0, "munlockall: %s", strerror(errno));
+  churn_and_check(96 * MIB, 93, len, 1);
+  free(b);
 }
 
 /* ---- fork, and fork+exec ---- */
@@ -432,6 +762,8 @@ static const struct test_case cases[] = {
     {"alloc", test_alloc_surface},       {"mmap", test_mmap},   {"kernel-access", test_kernel_access},
     {"statics", test_statics},           {"fork", test_fork},   {"threads", test_threads_and_dlopen},
     {"exit", test_exit_with_live_memory}, {"exec", test_exec},
+    {"mremap", test_mremap},             {"mlockall", test_mlockall}, {"mlock", test_mlock},
+    {"mlockall-raw", test_mlockall_raw},
 };
 
 /* test_transparent: every case, each in a fresh process (the environment,

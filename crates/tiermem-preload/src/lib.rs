@@ -19,6 +19,9 @@
 //!   `free` tells them apart by address range, never by guess;
 //! - [`mmap`]: private anonymous `mmap`s of at least the threshold come
 //!   from the heap too, with `munmap`, `mremap` and `madvise(DONTNEED)`;
+//! - [`mlock`]: `mlockall`, `mlock` and `mlock2` lock the program's other
+//!   memory and leave tiered memory out (it moves; its reserved ranges must
+//!   never be populated);
 //! - `fork`: a child gets a private copy of the tiered memory as of the
 //!   fork (evicted pages copied in before `fork` returns);
 //! - [`statics`]: the executable's large `.bss`/`.data` (static arrays,
@@ -40,6 +43,7 @@ mod fork;
 mod iov;
 mod libc_alloc;
 pub mod malloc;
+pub mod mlock;
 pub mod mmap;
 mod report;
 pub mod settings;

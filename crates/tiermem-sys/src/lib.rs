@@ -10,6 +10,8 @@
 //!   WAKE, WRITEPROTECT, MOVE, CONTINUE, POISON, event reading);
 //! - [`mm`]: owned mappings (`mmap`, `munmap`, `madvise`, `mprotect`,
 //!   `mremap`) and raw copies in and out of them;
+//! - [`locks`]: tiermem's mappings, kept out of the program's memory
+//!   locks (`mlock`, `mlockall`);
 //! - [`memfd`]: memfd, `ftruncate`, `fallocate`;
 //! - [`file`]: far-store files (0600, sparse, optional `O_DIRECT`);
 //! - [`hugetlb`]: huge page pools;
@@ -41,6 +43,7 @@ pub mod event;
 pub mod file;
 pub mod hugetlb;
 pub mod interrupts;
+pub mod locks;
 pub mod memfd;
 pub mod mm;
 #[cfg(feature = "mpi")]

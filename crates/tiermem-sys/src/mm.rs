@@ -189,6 +189,9 @@ pub struct Mapping {
     dontfork_generation: Option<u64>,
     /// `MAP_SHARED` of a file: dropping its page-table entries loses nothing.
     shared: bool,
+    /// Memory tiermem manages, kept out of the program's memory locks
+    /// (recorded in [`crate::locks`] while mapped).
+    kept_unlocked: bool,
 }
 
 // SAFETY: a Mapping is an address range plus metadata; all accesses go through
@@ -258,7 +261,9 @@ impl Mapping {
             page_size: page,
             dontfork_generation: None,
             shared: false,
+            kept_unlocked: true,
         };
+        crate::locks::record(addr, len, None);
         Ok((map, UserAccess { addr }))
     }
 
@@ -334,6 +339,7 @@ impl Mapping {
             page_size,
             dontfork_generation: None,
             shared: true,
+            kept_unlocked: false,
         };
         let user = UserAccess { addr };
         Ok((map, user))
@@ -402,6 +408,7 @@ impl Mapping {
             page_size,
             dontfork_generation: None,
             shared: fd.is_some() && flags & libc::MAP_SHARED != 0,
+            kept_unlocked: keep_unlocked,
         };
         if keep_unlocked {
             // SAFETY: our fresh mapping; munlock changes no contents (it
@@ -415,6 +422,9 @@ impl Mapping {
         if opts.dontfork {
             map.advise(0, len, Advice::DontFork)?;
             map.dontfork_generation = Some(crate::thread::fork_generation());
+        }
+        if keep_unlocked {
+            crate::locks::record(map.addr(), len, map.dontfork_generation);
         }
         Ok(map)
     }
@@ -809,7 +819,19 @@ impl Mapping {
         // SAFETY: the range is inside our mapping; the advice kinds accepted
         // here either change no contents or are discard(), whose callers own
         // the contents.
-        let r = unsafe { crate::raw::madvise(self.as_ptr().add(offset).cast(), len, advice.raw()) };
+        let call = || unsafe { crate::raw::madvise(self.as_ptr().add(offset).cast(), len, advice.raw()) };
+        let mut r = call();
+        // A memory lock (a raw mlockall the preload library did not see)
+        // makes the kernel refuse to drop pages: take it off the mapping
+        // and try again (see crate::locks).
+        if r != 0
+            && self.kept_unlocked
+            && matches!(advice, Advice::DontNeed | Advice::Remove)
+            && Errno::last().raw() == libc::EINVAL
+            && crate::locks::munlock(self.addr(), self.len)
+        {
+            r = call();
+        }
         check(r)
             .map(|_| ())
             .map_err(|errno| MmError::Advise { advice, len, errno })
@@ -845,6 +867,19 @@ impl Mapping {
             .map_err(|errno| MmError::Protect { len, errno })
     }
 
+    /// Makes `[offset, offset + len)` readable and writable: a part of a
+    /// mapping kept `PROT_NONE` until it is needed (so that a raw
+    /// `mlockall` system call does not populate it, see [`crate::locks`]).
+    /// The lock such a call left on the part is taken off first: made
+    /// writable while locked, a private range would be populated whole.
+    pub fn open(&self, offset: usize, len: usize) -> Result<(), MmError> {
+        self.check_range(offset, len);
+        if self.kept_unlocked {
+            crate::locks::munlock(self.addr() + offset, len);
+        }
+        self.protect(offset, len, Protection::ReadWrite)
+    }
+
     /// Grows or shrinks the mapping in place or by moving it (`mremap` with
     /// `MREMAP_MAYMOVE`). The user token follows the mapping.
     pub fn remap(&mut self, user: &mut UserAccess, new_len: usize) -> Result<(), MmError> {
@@ -871,6 +906,10 @@ impl Mapping {
                 new_len,
                 errno: Errno::last(),
             });
+        }
+        if self.kept_unlocked {
+            crate::locks::forget(self.addr());
+            crate::locks::record(p as usize, new_len, self.dontfork_generation);
         }
         self.addr = NonNull::new(p.cast()).expect("mremap returned null");
         self.len = new_len;
@@ -942,7 +981,7 @@ impl Mapping {
     pub fn lock(&self, offset: usize, len: usize) -> Result<(), MmError> {
         self.check_range(offset, len);
         // SAFETY: the range is inside our mapping; locking changes no contents.
-        let r = unsafe { libc::mlock(self.as_ptr().add(offset).cast(), len) };
+        let r = unsafe { crate::raw::mlock(self.as_ptr().add(offset).cast(), len) };
         check(r).map(|_| ()).map_err(|errno| MmError::Lock { len, errno })
     }
 
@@ -987,6 +1026,14 @@ impl Mapping {
                 unit: self.page_size,
             });
         }
+        // Private memory made accessible stays out of a program's
+        // mlockall(MCL_FUTURE), as in `map` (the huge heap's fallback
+        // chunks). Hugetlb mappings are never locked, PROT_NONE ones never
+        // populated; shared ones show data in use (the SVM's home file).
+        let out_of_lock = self.kept_unlocked
+            && flags & (libc::MAP_HUGETLB | libc::MAP_SHARED) == 0
+            && prot != Protection::None;
+        let first_prot = if out_of_lock { libc::PROT_NONE } else { prot.raw() };
         // SAFETY: the range lies inside our own mapping (checked above), so
         // MAP_FIXED replaces only our pages, never memory of someone else.
         // The bytes the range shows change; callers use it under a page
@@ -996,7 +1043,7 @@ impl Mapping {
             crate::raw::mmap(
                 self.as_ptr().add(offset).cast(),
                 len,
-                prot.raw(),
+                first_prot,
                 flags | libc::MAP_FIXED,
                 fd,
                 file_offset as libc::off_t,
@@ -1007,6 +1054,10 @@ impl Mapping {
                 len,
                 errno: Errno::last(),
             });
+        }
+        if out_of_lock {
+            crate::locks::munlock(p as usize, len);
+            self.protect(offset, len, prot)?;
         }
         Ok(())
     }
@@ -1087,6 +1138,10 @@ impl Drop for Mapping {
             if g != crate::thread::fork_generation() {
                 return; // a forked child: the range was never ours here
             }
+        }
+        if self.kept_unlocked {
+            // Before the unmap: the address may be someone else's after it.
+            crate::locks::forget(self.addr());
         }
         // SAFETY: we own the range; every borrow of it has ended.
         unsafe { crate::raw::munmap(self.as_ptr().cast(), self.len) };

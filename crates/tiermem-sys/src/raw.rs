@@ -1,7 +1,8 @@
 //! Memory-management system calls made directly, not through the C
 //! library: the preload library interposes the C library's `mmap`,
-//! `munmap`, `mremap`, `madvise` and `mprotect` (an unmodified program's
-//! large anonymous mappings become tiered heap), and tiermem's own calls,
+//! `munmap`, `mremap`, `madvise`, `mlock`, `mlock2` and `mlockall` (an
+//! unmodified program's large anonymous mappings become tiered heap, which
+//! its memory locks leave out), and tiermem's own calls,
 //! which also manage the heap's range, must never come back to it. Each
 //! returns like the C function (`MAP_FAILED` or -1 with `errno` set).
 
@@ -63,4 +64,40 @@ pub unsafe fn madvise(addr: *mut c_void, len: size_t, advice: c_int) -> c_int {
 pub unsafe fn mprotect(addr: *mut c_void, len: size_t, prot: c_int) -> c_int {
     // SAFETY: forwarded from the caller.
     unsafe { libc::syscall(libc::SYS_mprotect, addr, len, prot) as c_int }
+}
+
+/// `mlock(2)`.
+///
+/// # Safety
+/// As for the C function.
+pub unsafe fn mlock(addr: *const c_void, len: size_t) -> c_int {
+    // SAFETY: forwarded from the caller.
+    unsafe { libc::syscall(libc::SYS_mlock, addr, len) as c_int }
+}
+
+/// `mlock2(2)`.
+///
+/// # Safety
+/// As for the C function.
+pub unsafe fn mlock2(addr: *const c_void, len: size_t, flags: libc::c_uint) -> c_int {
+    // SAFETY: forwarded from the caller.
+    unsafe { libc::syscall(libc::SYS_mlock2, addr, len, flags) as c_int }
+}
+
+/// `mlockall(2)`.
+///
+/// # Safety
+/// As for the C function.
+pub unsafe fn mlockall(flags: c_int) -> c_int {
+    // SAFETY: forwarded from the caller.
+    unsafe { libc::syscall(libc::SYS_mlockall, flags) as c_int }
+}
+
+/// `munlockall(2)`.
+///
+/// # Safety
+/// As for the C function.
+pub unsafe fn munlockall() -> c_int {
+    // SAFETY: no arguments.
+    unsafe { libc::syscall(libc::SYS_munlockall) as c_int }
 }

@@ -562,7 +562,17 @@ impl Uffd {
         };
         // SAFETY: struct ours; both ranges are live mappings borrowed by the
         // caller; the kernel moves only anonymous-exclusive pages into holes.
-        let r = unsafe { libc::ioctl(self.fd.as_raw_fd(), uapi::UFFDIO_MOVE as _, &mut m) };
+        let mut r = unsafe { libc::ioctl(self.fd.as_raw_fd(), uapi::UFFDIO_MOVE as _, &mut m) };
+        // The kernel moves only between ranges both locked or both not: a
+        // memory lock that reached one of them (a raw mlockall) is taken off
+        // both mappings, and the move tried again (see crate::locks).
+        if r != 0 && m.moved == 0 && Errno::last().raw() == libc::EINVAL {
+            let unlocked = crate::locks::unlock_containing(src) | crate::locks::unlock_containing(dst);
+            if unlocked {
+                // SAFETY: as above.
+                r = unsafe { libc::ioctl(self.fd.as_raw_fd(), uapi::UFFDIO_MOVE as _, &mut m) };
+            }
+        }
         // A move that fails part way (a pinned page: EBUSY; a mapped
         // destination page: EEXIST) has moved the pages before it, and says
         // how many bytes in `moved`: report those as done, so that the

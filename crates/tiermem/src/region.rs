@@ -314,6 +314,24 @@ impl Region {
         crate::kernel_access::add_range(from.min(self.base()), self.base() + self.len())
     }
 
+    /// Makes the whole range inaccessible (`PROT_NONE`) until parts of it
+    /// are opened with [`Region::open`]: for a range handed out piece by
+    /// piece (the transparent heap). A raw `mlockall` system call, which no
+    /// interposer sees, populates every accessible mapping; through the
+    /// fault handler, the whole reserved range (see `tiermem_sys::locks`).
+    pub(crate) fn close(&self) -> Result<(), Error> {
+        let m = &self.core.mapping;
+        m.protect(0, m.len(), tiermem_sys::mm::Protection::None)?;
+        Ok(())
+    }
+
+    /// Makes `[offset, offset + len)` readable and writable again (see
+    /// [`Region::close`]); page aligned.
+    pub(crate) fn open(&self, offset: usize, len: usize) -> Result<(), Error> {
+        self.core.mapping.open(offset, len)?;
+        Ok(())
+    }
+
     /// Whether this handle was inherited by a `fork()`ed child.
     pub fn is_forked_copy(&self) -> bool {
         self.core.generation != crate::fault::fork_generation()

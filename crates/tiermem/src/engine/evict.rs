@@ -577,6 +577,7 @@ impl RegionCore {
         while moved < n && holes > 0 {
             let k = holes.min(ring.cap - at).min(n - moved);
             let mut done = 0;
+            let mut emptied = 0;
             while done < k {
                 let r = self.uffd.move_out(
                     &self.reg,
@@ -588,6 +589,18 @@ impl RegionCore {
                 match r {
                     Ok(Resolved::Done) => done = k,
                     Ok(Resolved::Partial { bytes }) if bytes > 0 => done += bytes / ps,
+                    // A hole the kernel itself filled (`resolve_outside`):
+                    // empty it and go on.
+                    Ok(Resolved::AlreadyMapped) if emptied < k => {
+                        emptied += 1;
+                        if self
+                            .uffd
+                            .discard(&ring.reg, &ring.map, (at + done) * ps, ps)
+                            .is_err()
+                        {
+                            break;
+                        }
+                    }
                     _ => break,
                 }
             }

@@ -100,6 +100,10 @@ fn serve(core: &RegionCore, stop: &EventFd) {
                 continue;
             }
             last = page;
+            if !core.mapping.contains(e.address) {
+                core.resolve_outside(e.address);
+                continue;
+            }
             core.resolve(e.address, e.write, e.tid, Server::HandlerThread);
         }
     }

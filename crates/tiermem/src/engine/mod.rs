@@ -413,6 +413,21 @@ impl RegionCore {
             .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
     }
 
+    /// A fault on the region's descriptor outside the region: a hole of
+    /// the frame ring, which only the kernel itself touches (a raw
+    /// `mlockall` system call populates every accessible mapping,
+    /// `tiermem_sys::locks`). It gets a zero page, so that the call goes on;
+    /// the eviction that finds the hole taken empties it again.
+    pub(crate) fn resolve_outside(&self, addr: usize) {
+        let Some(ring) = &self.ring else {
+            return;
+        };
+        if ring.map.contains(addr) {
+            let off = (addr - ring.map.addr()) & !(self.page_bytes - 1);
+            let _ = self.uffd.zeropage(&ring.reg, off, self.page_bytes, false);
+        }
+    }
+
     /// Serves a fault at `addr` (in the region) for thread `tid`.
     pub(crate) fn resolve(&self, addr: usize, write: bool, tid: u32, server: Server) -> Outcome {
         let i = self.page_of(addr);

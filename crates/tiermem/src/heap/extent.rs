@@ -157,6 +157,38 @@ impl Extents {
         let (&s, &l) = self.used.range(..=addr).next_back()?;
         (addr < s + l).then_some((s, l))
     }
+
+    /// The allocations that overlap `[a, b)`, in address order, into `out`.
+    pub(crate) fn overlapping(&self, a: usize, b: usize, out: &mut Vec<(usize, usize)>) {
+        out.extend(self.containing(a).filter(|&(s, _)| s < a));
+        out.extend(self.used.range(a..b).map(|(&s, &l)| (s, l)));
+    }
+
+    /// Cuts `[a, b)` (whole units inside the allocation at `start`) out of
+    /// it, as `munmap` of part of a mapping does: what is left before and
+    /// after stays allocated (the allocation shrinks, starts later, or is
+    /// split in two), the cut becomes free. False if no allocation at
+    /// `start` holds `[a, b)`.
+    pub(crate) fn cut(&mut self, start: usize, a: usize, b: usize) -> bool {
+        let Some(&len) = self.used.get(&start) else {
+            return false;
+        };
+        let end = start + len;
+        if !(start <= a && a < b && b <= end) || a % self.unit != 0 || b % self.unit != 0 {
+            return false;
+        }
+        // The pieces as allocations (their lengths add up to the old one,
+        // so `used_bytes` holds), then the cut freed (coalesced).
+        self.used.remove(&start);
+        if a > start {
+            self.used.insert(start, a - start);
+        }
+        self.used.insert(a, b - a);
+        if end > b {
+            self.used.insert(b, end - b);
+        }
+        self.free(a).is_some()
+    }
 }
 
 #[cfg(test)]
@@ -207,5 +239,34 @@ mod tests {
             "the freed tail is reused"
         );
         assert_eq!(e.used_bytes, 9 * U);
+    }
+
+    #[test]
+    fn cut_head_tail_middle_and_whole() {
+        let mut e = Extents::new(0, 64 * U, U);
+        let (a, _) = e.alloc(16 * U, 1).unwrap();
+        let (b, _) = e.alloc(4 * U, 1).unwrap();
+        assert_eq!((a, b), (0, 16 * U));
+        let mut o = Vec::new();
+        e.overlapping(15 * U, 17 * U, &mut o);
+        assert_eq!(o, [(0, 16 * U), (16 * U, 4 * U)]);
+        assert!(!e.cut(a, 15 * U, 17 * U), "beyond the allocation");
+        assert!(!e.cut(a, 3, U), "not whole units");
+        // Middle: two allocations, the hole free.
+        assert!(e.cut(a, 4 * U, 6 * U));
+        assert_eq!(e.containing(U), Some((0, 4 * U)));
+        assert_eq!(e.containing(5 * U), None);
+        assert_eq!(e.containing(7 * U), Some((6 * U, 10 * U)));
+        // Head and tail.
+        assert!(e.cut(6 * U, 6 * U, 8 * U));
+        assert!(e.cut(8 * U, 14 * U, 16 * U));
+        assert_eq!(e.containing(8 * U), Some((8 * U, 6 * U)));
+        assert_eq!(e.used_bytes, (4 + 6 + 4) * U);
+        // Whole: the same as free.
+        assert!(e.cut(b, b, b + 4 * U));
+        assert_eq!(e.used_bytes, 10 * U);
+        // The holes coalesced with their neighbours: 4..8 and 14..64 free.
+        assert_eq!(e.free_by_addr.get(&(4 * U)), Some(&(4 * U)));
+        assert_eq!(e.free_by_addr.get(&(14 * U)), Some(&(50 * U)));
     }
 }

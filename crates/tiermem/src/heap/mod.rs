@@ -39,7 +39,9 @@ use crate::stats::RegionStats;
 use crate::Error;
 use extent::Extents;
 pub use huge::{HugeKind, HugeStats};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
+use tiermem_sys::zeroed::ZeroedArray;
 
 /// What backs the heap.
 #[derive(Clone, Debug)]
@@ -112,7 +114,15 @@ pub struct Heap {
     /// in bytes (0: none kept).
     retained: Mutex<Retained>,
     retain_limit: usize,
+    /// Tiered: one bit per [`OPEN_CHUNK`] of the range, set once it is
+    /// accessible. The range is `PROT_NONE` until allocations reach it, so
+    /// that a raw `mlockall` system call finds nothing there to populate
+    /// (through the fault handler, it filled the whole reservation).
+    open: Option<ZeroedArray<AtomicU64>>,
 }
+
+/// Bytes of a tiered heap's range opened at a time.
+const OPEN_CHUNK: usize = 2 << 20;
 
 /// Freed ranges kept with their pages: still allocated in their arena,
 /// oldest first.
@@ -208,6 +218,7 @@ impl Heap {
                 };
                 let (base, len, unit) = (r.base(), r.len(), r.page_bytes());
                 let retain = (near / 16).min(RETAIN_MAX_BYTES) as usize;
+                r.close()?;
                 (Backing::Tiered(r), base, len, unit, retain)
             }
             HeapBacking::Huge { bytes, kind } => {
@@ -230,7 +241,12 @@ impl Heap {
         for k in 0..n {
             arenas.push(Mutex::new(Extents::new(base + half + k * slice, slice, unit)));
         }
+        let open = match backing {
+            Backing::Tiered(_) => Some(ZeroedArray::new(len.div_ceil(OPEN_CHUNK).div_ceil(64))?),
+            Backing::Huge(_) => None,
+        };
         Ok(Heap {
+            open,
             backing,
             base,
             len,
@@ -336,9 +352,33 @@ impl Heap {
     /// huge pages it needs, zeroes what a freed neighbour left).
     fn back(&self, addr: usize, len: usize) -> bool {
         match &self.backing {
-            Backing::Tiered(_) => true,
+            Backing::Tiered(r) => self.open_chunks(r, addr, len),
             Backing::Huge(h) => h.back(addr, len),
         }
+    }
+
+    /// Opens the chunks of a tiered heap's range that `[addr, addr + len)`
+    /// lies in (see `open`). Two threads may open a chunk at once: the same
+    /// `mprotect` twice.
+    fn open_chunks(&self, r: &Region, addr: usize, len: usize) -> bool {
+        let Some(open) = &self.open else {
+            return true;
+        };
+        let off = addr - self.base;
+        for c in off / OPEN_CHUNK..(off + len).div_ceil(OPEN_CHUNK) {
+            let (word, bit) = (&open[c / 64], 1u64 << (c % 64));
+            // Acquire: pairs with the Release below; a chunk seen open is.
+            if word.load(Ordering::Acquire) & bit != 0 {
+                continue;
+            }
+            let at = c * OPEN_CHUNK;
+            if r.open(at, OPEN_CHUNK.min(self.len - at)).is_err() {
+                return false;
+            }
+            // Release: the mprotect is done before anyone skips it.
+            word.fetch_or(bit, Ordering::Release);
+        }
+        true
     }
 
     /// Frees the allocation at `addr`. False if the heap did not hand it
@@ -433,6 +473,81 @@ impl Heap {
             Some(_) => true,
             None => false,
         }
+    }
+
+    /// The allocation the program holds that contains `addr` (not one it
+    /// freed that the heap keeps for reuse): its start and length.
+    pub fn holding(&self, addr: usize) -> Option<(usize, usize)> {
+        let (s, l) = self.allocation_containing(addr)?;
+        (!self.retained().holds(s)).then_some((s, l))
+    }
+
+    /// Whether every page of `[addr, addr + len)` lies in allocations the
+    /// program holds (one or several, end to end).
+    pub fn owns(&self, addr: usize, len: usize) -> bool {
+        let Some(end) = addr.checked_add(len) else {
+            return false;
+        };
+        if len == 0 || !self.contains(addr) || !self.contains(end - 1) {
+            return false;
+        }
+        let blocks = self.allocations_in(addr, end);
+        let r = self.retained();
+        let mut at = addr;
+        for (s, l) in blocks {
+            if s > at || r.holds(s) {
+                return false;
+            }
+            at = s + l;
+        }
+        at >= end
+    }
+
+    /// `munmap(2)` of `[addr, addr + len)` for the allocations it covers, as
+    /// the kernel unmaps mappings: an allocation covered whole is freed; a
+    /// covered part (whole pages of the heap's unit, and the tail up to the
+    /// allocation's end) is cut off, so that the allocation shrinks, starts
+    /// later or splits in two, and goes back to its arena, discarded first.
+    /// What the program does not hold there is left alone, as `munmap`
+    /// leaves holes alone.
+    pub fn unmap(&self, addr: usize, len: usize) {
+        let Some(end) = addr.checked_add(len) else {
+            return;
+        };
+        let _blocked = tiermem_sys::signal::AsyncSignalsBlocked::new();
+        let u = self.unit;
+        for (s, l) in self.allocations_in(addr, end) {
+            // Whole units only; a range that reaches into the allocation's
+            // last unit takes the tail (the program's length may end inside
+            // that unit).
+            let x = if addr <= s { s } else { addr.next_multiple_of(u) };
+            let y = if end.next_multiple_of(u) >= s + l {
+                s + l
+            } else {
+                end / u * u
+            };
+            if x >= y || self.retained().holds(s) {
+                continue;
+            }
+            if x == s && y == s + l {
+                self.free(s);
+            } else {
+                // Discarded before its arena may hand it out again.
+                self.release(x, y - x);
+                self.lock(self.arena_of(s)).cut(s, x, y);
+            }
+        }
+    }
+
+    /// The allocations overlapping `[a, b)` (kept freed ones included), in
+    /// address order.
+    fn allocations_in(&self, a: usize, b: usize) -> Vec<(usize, usize)> {
+        let mut out = Vec::new();
+        for k in 0..self.arenas.len() {
+            self.lock(k).overlapping(a, b, &mut out);
+        }
+        out.sort_unstable();
+        out
     }
 
     /// Drops the contents of `[addr, addr + len)` inside an allocation
@@ -533,6 +648,61 @@ mod tests {
         assert_eq!(h.usable_size(p), Some(4096));
         assert!(!h.free(p + 4096));
         assert!(h.free(p));
+    }
+
+    /// `munmap` of parts of allocations: a middle splits one in two, a head
+    /// or tail shrinks it, a whole one is freed, kept freed ranges are not
+    /// the program's; the cut parts are discarded and can be reused.
+    #[test]
+    fn unmap_cuts_allocations_as_munmap_cuts_mappings() {
+        use std::sync::atomic::Ordering::Relaxed;
+        const U: usize = 4096;
+        let h = tiered(256 << 20, 256 << 20);
+        let w = h.region().unwrap().as_atomic_u64();
+        let word = |addr: usize| &w[(addr - h.base()) / 8];
+        let p = h.alloc(64 * U, 4096).unwrap();
+        for off in (0..64 * U).step_by(U) {
+            word(p + off).store(off as u64 + 1, Relaxed);
+        }
+        assert!(h.owns(p, 64 * U) && !h.owns(p, 65 * U));
+        // The middle: two allocations.
+        h.unmap(p + 16 * U, 8 * U);
+        assert_eq!(h.holding(p + U), Some((p, 16 * U)));
+        assert_eq!(h.holding(p + 16 * U), None);
+        assert_eq!(h.holding(p + 30 * U), Some((p + 24 * U, 40 * U)));
+        assert!(!h.owns(p, 64 * U) && h.owns(p + 24 * U, 40 * U));
+        // A head and a tail; an unmap across the hole and a partial unit.
+        h.unmap(p + 24 * U, 4 * U);
+        h.unmap(p + 60 * U - 100, 4 * U + 100);
+        assert_eq!(h.holding(p + 30 * U), Some((p + 28 * U, 32 * U)));
+        h.unmap(p + 12 * U, 16 * U + 1);
+        assert_eq!(h.holding(p), Some((p, 12 * U)));
+        assert_eq!(
+            h.holding(p + 28 * U),
+            Some((p + 28 * U, 32 * U)),
+            "a partial unit stays"
+        );
+        assert_eq!(h.stats().allocated_bytes as usize, 44 * U);
+        // What stayed kept its data.
+        for off in (0..12 * U).chain(28 * U..60 * U).step_by(U) {
+            assert_eq!(word(p + off).load(Relaxed), off as u64 + 1, "{off:#x}");
+        }
+        // Cut parts come back zeroed.
+        let q = h.alloc(4 * U, 4096).unwrap();
+        assert!((0..4 * U).step_by(8).all(|off| word(q + off).load(Relaxed) == 0));
+        // A whole allocation and holes: freed; a freed range kept for
+        // reuse is not the program's (not unmapped twice).
+        let k = h.alloc_uninit(8 * U, 4096).unwrap();
+        assert!(h.free(k));
+        assert_eq!(h.holding(k), None);
+        assert!(!h.owns(k, U));
+        h.unmap(k, 8 * U);
+        assert_eq!(h.alloc_uninit(8 * U, 4096), Some(k), "still kept");
+        h.unmap(p, 64 * U);
+        h.unmap(k, 8 * U);
+        h.unmap(q, 4 * U);
+        assert_eq!(h.stats().allocated_bytes, 0);
+        assert_eq!(h.stats().allocations, 0);
     }
 
     /// The huge backing falls back when the pool is short, and memory it

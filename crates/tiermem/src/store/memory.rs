@@ -3,11 +3,23 @@
 //! Stands for the host memory of paper 1. Evicting copies the page into
 //! the pool (the paper's DMA); filling hands UFFDIO_COPY a source range
 //! inside the pool, so a fill is one copy with no staging buffer.
+//!
+//! The pool is as large as the region (twice the machine's memory for the
+//! transparent heap), and its mapping is opened chunk by chunk as pages
+//! are first stored there, `PROT_NONE` until then: a memory lock the
+//! program takes with a raw `mlockall` system call populates every
+//! accessible mapping, which here allocated the whole pool (see
+//! `tiermem_sys::locks`). Only stored pages are ever read back.
 
 use super::{FarStore, StagingSlot, StoreError};
 use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicU64, Ordering};
 use tiermem_sys::memfd::Memfd;
-use tiermem_sys::mm::{MapOptions, Mapping, MemRange};
+use tiermem_sys::mm::{MapOptions, Mapping, MemRange, Protection};
+use tiermem_sys::zeroed::ZeroedArray;
+
+/// Bytes of the pool's mapping opened at a time.
+const CHUNK: usize = 2 << 20;
 
 /// A memfd pool as large as the region.
 pub struct MemoryStore {
@@ -15,6 +27,9 @@ pub struct MemoryStore {
     map: Mapping,
     memfd: Memfd,
     capacity: u64,
+    /// One bit per chunk of the mapping: set once it is readable and
+    /// writable.
+    open: ZeroedArray<AtomicU64>,
 }
 
 impl MemoryStore {
@@ -37,7 +52,45 @@ impl MemoryStore {
             },
         )
         .map_err(|e| StoreError::Create(e.to_string()))?;
-        Ok(MemoryStore { map, memfd, capacity })
+        map.protect(0, map.len(), Protection::None)
+            .map_err(|e| StoreError::Create(e.to_string()))?;
+        let open = ZeroedArray::new(map.len().div_ceil(CHUNK).div_ceil(64))
+            .map_err(|e| StoreError::Create(e.to_string()))?;
+        Ok(MemoryStore {
+            map,
+            memfd,
+            capacity,
+            open,
+        })
+    }
+
+    /// Opens the chunks `[offset, offset + len)` lies in. Lock-free (it
+    /// runs in fault handlers): two threads may open a chunk at once, which
+    /// is the same `mprotect` twice.
+    fn open(&self, offset: usize, len: usize) -> Result<(), StoreError> {
+        for c in offset / CHUNK..(offset + len).div_ceil(CHUNK) {
+            let (word, bit) = (&self.open[c / 64], 1u64 << (c % 64));
+            // Acquire: pairs with the Release below; a chunk seen open is.
+            if word.load(Ordering::Acquire) & bit != 0 {
+                continue;
+            }
+            let at = c * CHUNK;
+            let len = CHUNK.min(self.map.len() - at);
+            if let Err(e) = self.map.open(at, len) {
+                let errno = match e {
+                    tiermem_sys::mm::MmError::Protect { errno, .. } => errno,
+                    _ => tiermem_sys::Errno(libc::ENOMEM),
+                };
+                return Err(StoreError::Write {
+                    offset: at as u64,
+                    len,
+                    errno,
+                });
+            }
+            // Release: the mprotect is done before anyone skips it.
+            word.fetch_or(bit, Ordering::Release);
+        }
+        Ok(())
     }
 }
 
@@ -56,6 +109,7 @@ impl FarStore for MemoryStore {
     }
 
     fn store(&self, offset: u64, src: MemRange<'_>) -> Result<(), StoreError> {
+        self.open(offset as usize, src.len())?;
         // Evicted data goes cold: stream it past the caches.
         self.map.copy_in_streaming(offset as usize, src);
         Ok(())
@@ -110,6 +164,8 @@ mod tests {
         assert_eq!(out, page);
         s.forget(8192, 4096);
         assert!(s.fetch(8192, 4096, None).unwrap().is_zero());
+        // Only the chunk stored to is open: the rest is address space only.
+        assert_eq!(s.open[0].load(Ordering::Relaxed), 1);
         assert!(!s.needs_staging());
         assert!(s.describe().contains("memory"));
     }

@@ -628,6 +628,72 @@ fn region_under_mlockall() {
     );
 }
 
+#[test]
+fn child_region_before_mlockall() {
+    if !common::is_child("child_region_before_mlockall") {
+        return;
+    }
+    for fp in tiermem::FaultPath::ALL {
+        let mut c = Config::new(64 * MIB, 4 * MIB);
+        c.fault_path = *fp;
+        let mut r = Region::new(c).unwrap();
+        let words = r.as_mut_slice::<u64>();
+        let half = words.len() / 2;
+        words[..half]
+            .iter_mut()
+            .enumerate()
+            .for_each(|(i, x)| *x = mix(i as u64));
+        let before = vm_kib("RssAnon:");
+        // A lock on the region's mapping, taken by the kernel's own
+        // mlockall (no preload library here): it may populate the region
+        // once (through the handler thread), but not beyond the budget, and
+        // eviction must go on.
+        // SAFETY: plain syscall; affects only this (child test) process.
+        if unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) } != 0 {
+            eprintln!("skipped: mlockall: {}", std::io::Error::last_os_error());
+            return;
+        }
+        let grown = vm_kib("RssAnon:").saturating_sub(before);
+        assert!(grown < 16 << 10, "{fp:?}: mlockall grew RssAnon by {grown} KiB");
+        assert!(
+            vm_kib("RssShmem:") < 48 << 10,
+            "{fp:?}: the far store was populated"
+        );
+        let evictions = r.stats().evictions;
+        let words = r.as_mut_slice::<u64>();
+        words
+            .iter_mut()
+            .enumerate()
+            .for_each(|(i, x)| *x = mix(i as u64 + 1));
+        assert!(
+            words.iter().enumerate().all(|(i, &x)| x == mix(i as u64 + 1)),
+            "{fp:?}"
+        );
+        let s = r.stats();
+        assert!(s.evictions > evictions, "{fp:?}: eviction goes on under the lock");
+        assert!(s.resident_bytes <= 4 * MIB, "{fp:?}");
+        // SAFETY: as above.
+        unsafe { libc::munlockall() };
+    }
+    eprintln!("region before mlockall: ok");
+}
+
+/// Issue 30.6: `mlockall(MCL_CURRENT)` after a region existed locked its
+/// range; every eviction then failed (`MADV_DONTNEED` refuses a locked
+/// range: a panic on the fault path), and the memory far store, mapped
+/// whole, was populated to the region's size. A lock is now taken off
+/// tiermem's mappings when it stops an eviction, and the far store is
+/// opened only where pages are stored.
+#[test]
+fn region_before_mlockall() {
+    let (status, err) = common::run_child("child_region_before_mlockall");
+    assert!(status.success(), "{err}");
+    assert!(
+        err.contains("region before mlockall: ok") || err.contains("skipped"),
+        "{err}"
+    );
+}
+
 /// Reads then writes one word of every page (two accesses: a read fill,
 /// then a write to the resident page).
 fn read_then_write_every_page(words: &mut [u64], add: u64) {
