@@ -195,10 +195,15 @@ extern "C" {
  * SIGBUS handler: no thread wake-up, the fastest design; default. System
  * calls that move data into or out of the region in kernel mode (read,
  * pread, recv, getrandom, write, pwrite, send, and fread/fwrite through
- * them) are trapped by a seccomp filter and run with the buffer's pages
- * brought in and pinned (TIERMEM_KERNEL_ACCESS=trap, the default). Not
- * served: readv/writev/recvmsg/sendmsg and other iovec calls, io_uring and
- * aio, and accesses by other processes (process_vm_readv, /proc/PID/mem,
+ * them) are trapped by a seccomp filter and served: on a regular file with
+ * the buffer's pages brought in and pinned, on a pipe, socket or device
+ * through a bounce buffer of plain memory (nothing pinned while the call
+ * blocks) (TIERMEM_KERNEL_ACCESS=trap, the default). The same filter keeps
+ * the program's own signal calls made inside the C library (sigvec,
+ * setcontext, aio and timer helper threads) from blocking or taking
+ * SIGBUS/SIGSEGV/SIGSYS. Not served through libtiermem: readv/writev/
+ * recvmsg/sendmsg and other iovec calls (the preload library serves them),
+ * io_uring, and accesses by other processes (process_vm_readv, /proc/PID/mem,
  * ptrace): on a page that is not resident these fail with EFAULT (EIO for
  * /proc/PID/mem). With TIERMEM_KERNEL_ACCESS=off every kernel access to a
  * missing or write-protected page fails with EFAULT. */

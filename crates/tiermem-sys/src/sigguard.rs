@@ -90,10 +90,30 @@ const NEVER_BLOCKED: u64 =
 static OWNER: AtomicI32 = AtomicI32::new(0);
 
 /// Whether the filter should carry the guard: only where the C library's
-/// code was found (`sites`), and where addresses are randomised (see the
-/// module's documentation).
+/// code was found (`sites`), where addresses are randomised (see the
+/// module's documentation), and while this thread is the process's only
+/// one and keeps SIGSYS open. A trap raised while SIGSYS is blocked kills
+/// the process, and once the guard is in nothing can block it; but another
+/// thread could have blocked it before, for a moment (`pthread_create`
+/// blocks every signal around the `clone`, and so starts the new thread):
+/// its next `rt_sigprocmask` would then be trapped with SIGSYS blocked.
+/// A process with one thread has no such moment in flight. Under the
+/// preload library the filter comes in its constructor, before `main`.
 pub(crate) fn wanted(sites: &[(u64, u64)]) -> bool {
-    !sites.is_empty() && randomised()
+    !sites.is_empty() && randomised() && alone_with_sigsys_open()
+}
+
+fn alone_with_sigsys_open() -> bool {
+    let alone = std::fs::read_dir("/proc/self/task").is_ok_and(|d| d.count() == 1);
+    let mut now = 0u64;
+    // SAFETY: a query: no set, an 8-byte out-parameter.
+    let r = unsafe {
+        crate::seccomp::call_trampoline(
+            libc::SYS_rt_sigprocmask,
+            [libc::SIG_BLOCK as u64, 0, &mut now as *mut u64 as u64, 8, 0, 0],
+        )
+    };
+    alone && r == 0 && now & bit(libc::SIGSYS) == 0
 }
 
 /// Whether program images of this process get randomised addresses: the
