@@ -159,6 +159,14 @@ if [[ " ${built[*]} " == *" test_fork_depth "* ]]; then
         report "test_fork_depth ($path, $pages${follow:+, $follow})" "$status"
       done
     done
+    # Forks that run no fork handlers, at every depth.
+    for how in sys-fork sys-clone; do
+      echo "== tiermem run --near 16M -- test_fork_depth 3 $how ($path)"
+      status=0
+      TIERMEM_FAULT_PATH=$path timeout -k 10 300 "$lib/tiermem" run --near 16M --quiet -- \
+        "$out/test_fork_depth" 3 $how || status=$?
+      report "test_fork_depth ($path, $how)" "$status"
+    done
   done
 fi
 

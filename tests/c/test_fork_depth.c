@@ -23,14 +23,20 @@
  *
  * Exit status 0 when every check at every depth passed.
  *
- *   test_fork_depth [DEPTH]       (default 3)
+ *   test_fork_depth [DEPTH [HOW]]   (default 3, fork)
  *   test_fork_depth leaf
+ *
+ * HOW: `fork` (the C library's), or a fork that runs no fork handlers:
+ * `sys-fork` (syscall(SYS_fork)), `sys-clone` (syscall(SYS_clone,
+ * SIGCHLD, 0): a child on the caller's stack, as fork makes it).
  */
 #define _GNU_SOURCE
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -44,6 +50,13 @@
 #define PAGE_WORDS (PAGE / 8)
 
 static uint64_t *a, *b, *c;
+static const char *how = "fork";
+
+static pid_t fork_how(void) {
+  if (!strcmp(how, "sys-fork")) return (pid_t)syscall(SYS_fork);
+  if (!strcmp(how, "sys-clone")) return (pid_t)syscall(SYS_clone, SIGCHLD, 0, 0, 0, 0);
+  return fork();
+}
 
 /* What generation `g` wrote into word `i` of A (for a page it rewrote). */
 static uint64_t written_by(int g, size_t i) { return mix(((uint64_t)g << 40) ^ i); }
@@ -117,8 +130,8 @@ static int generation(int g, int depth) {
   run_leaf(g);
   if (g == depth) return failures ? 1 : 0;
   fflush(NULL);
-  pid_t pid = fork();
-  CHECK(pid >= 0, "generation %d: fork failed", g);
+  pid_t pid = fork_how();
+  CHECK(pid >= 0, "generation %d: %s failed", g, how);
   if (pid == 0) {
     int child = g + 1;
     /* The child's own copy: check, then rewrite two pages in three. */
@@ -143,6 +156,7 @@ static int generation(int g, int depth) {
 int main(int argc, char **argv) {
   if (argc == 2 && strcmp(argv[1], "leaf") == 0) return leaf();
   int depth = argc >= 2 ? atoi(argv[1]) : 3;
+  if (argc >= 3) how = argv[2];
   a = malloc(A_BYTES);
   b = malloc(B_BYTES);
   c = malloc(C_BYTES);
@@ -151,6 +165,6 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < C_BYTES / 8; i++) c[i] = mix(~i);
   for (size_t i = 0; i < A_BYTES / 8; i++) a[i] = written_by(0, i);
   int r = generation(0, depth);
-  if (r == 0) printf("test_fork_depth: %d generations, all data as written\n", depth + 1);
+  if (r == 0) printf("test_fork_depth: %d generations (%s), all data as written\n", depth + 1, how);
   return r;
 }

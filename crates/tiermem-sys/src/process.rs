@@ -253,6 +253,47 @@ pub fn exit_now(code: i32) -> ! {
     unsafe { libc::_exit(code) }
 }
 
+/// One line of text built without allocating (for a signal handler, with
+/// [`write_stderr`]); what does not fit is cut.
+pub struct LineBuf {
+    buf: [u8; 640],
+    len: usize,
+}
+
+impl LineBuf {
+    /// An empty line.
+    pub fn new() -> LineBuf {
+        LineBuf {
+            buf: [0; 640],
+            len: 0,
+        }
+    }
+
+    /// The text, ending in a newline.
+    pub fn line(&mut self) -> &[u8] {
+        let end = self.len.min(self.buf.len() - 1);
+        self.buf[end] = b'\n';
+        &self.buf[..=end]
+    }
+}
+
+impl Default for LineBuf {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Write for LineBuf {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        // Keep a byte for the newline.
+        let room = self.buf.len() - 1 - self.len;
+        let n = s.len().min(room);
+        self.buf[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
+        self.len += n;
+        Ok(())
+    }
+}
+
 /// Writes `bytes` to standard error with `write(2)` (retrying partial
 /// writes and EINTR), bypassing Rust's and the C library's buffers and
 /// locks: async-signal-safe. Errors are ignored (nowhere to report them).

@@ -667,25 +667,45 @@ pub fn install(
         None => {}
     }
     let ip = place_trampoline(trampoline_at)?;
-    let ranges = [(window.lo, window.hi)];
-    let guard = crate::sigguard::wanted(call_sites());
-    let prog = match filter(&ranges, ip, call_sites(), rules, guard) {
-        Err(TrapError::FilterTooLarge { .. }) if guard => {
-            eprintln!(
-                "tiermem: warning: the signal guard does not fit the kernel-access filter; signal \
-                 dispositions set behind the C library's interposable functions are not seen"
-            );
-            filter(&ranges, ip, call_sites(), rules, false)?
-        }
-        p => p?,
-    };
     install_handler()?;
-    if guard {
-        crate::sigguard::arm();
-    }
-    load(&prog)?;
+    guard_with(ip)?;
+    load(&filter(
+        &[(window.lo, window.hi)],
+        ip,
+        call_sites(),
+        rules,
+        false,
+    )?)?;
     *g = Some(window);
     Ok(())
+}
+
+/// Whether the signal guard's filter has been considered (loaded, or left
+/// out because [`crate::sigguard`] did not want it).
+static GUARD: Mutex<bool> = Mutex::new(false);
+
+/// Loads the signal guard ([`crate::sigguard`]) on its own, once per
+/// process image, where it is wanted: what a process whose kernel accesses
+/// need no trap (the handler-thread path) still needs for forks that run
+/// no fork handlers. [`install`] loads it too.
+pub fn install_guard(trampoline_at: usize) -> Result<(), TrapError> {
+    let ip = place_trampoline(trampoline_at)?;
+    install_handler()?;
+    guard_with(ip)
+}
+
+fn guard_with(ip: u64) -> Result<(), TrapError> {
+    let mut done = GUARD.lock().unwrap_or_else(|p| p.into_inner());
+    if *done {
+        return Ok(());
+    }
+    *done = true;
+    if !crate::sigguard::wanted(call_sites()) {
+        return Ok(());
+    }
+    let prog = filter(&[], ip, call_sites(), &[], true)?;
+    crate::sigguard::arm();
+    load(&prog)
 }
 
 /// Traps the same calls when their buffer lies in one of `ranges` (exact
@@ -940,7 +960,11 @@ fn from_this_c_library(a: &mut Asm, ip: u64, sites: &[(u64, u64)], pass: usize) 
 /// that could take SIGBUS, SIGSEGV or SIGSYS away from tiermem
 /// ([`crate::sigguard`]): `rt_sigaction` that sets any action or asks for
 /// one of those three, `rt_sigprocmask` that may block (how is not
-/// `SIG_UNBLOCK`, a set is given), and every `rt_sigsuspend`.
+/// `SIG_UNBLOCK`, a set is given), and every `rt_sigsuspend`; and the
+/// forks that run no fork handlers: `fork` and a `clone` that shares
+/// nothing but starts the child on the caller's stack, as a fork does (a
+/// `clone3`, whose flags a filter cannot read, fails with ENOSYS: the C
+/// library then makes a `clone`).
 fn filter(
     ranges: &[(u64, u64)],
     ip: u64,
@@ -983,6 +1007,9 @@ fn filter(
         libc::SYS_rt_sigaction,
         libc::SYS_rt_sigprocmask,
         libc::SYS_rt_sigsuspend,
+        libc::SYS_clone,
+        libc::SYS_fork,
+        libc::SYS_clone3,
     ]
     .map(|nr| (nr, a.label()));
     if guard {
@@ -994,7 +1021,7 @@ fn filter(
     a.stmt(uapi::BPF_RET_K, uapi::SECCOMP_RET_ALLOW);
     if guard {
         // Jumps go forward only: the guard has its own returns.
-        let (pass, trap) = (a.label(), a.label());
+        let (pass, trap, enosys) = (a.label(), a.label(), a.label());
         let arg = |k: u32| uapi::SECCOMP_DATA_ARGS + 8 * k;
         for &(nr, l) in &guards {
             a.here(l);
@@ -1021,9 +1048,22 @@ fn filter(
                     a.stmt(uapi::BPF_LD_W_ABS, arg(1) + 4);
                     a.jump(uapi::BPF_JMP_JEQ_K, 0, Some(pass), Some(trap));
                 }
+                libc::SYS_clone => {
+                    // A thread, a vfork (CLONE_VM), or a child on a stack
+                    // of its own: run.
+                    a.stmt(uapi::BPF_LD_W_ABS, arg(0));
+                    a.jump(uapi::BPF_JMP_JSET_K, libc::CLONE_VM as u32, Some(pass), None);
+                    a.stmt(uapi::BPF_LD_W_ABS, arg(1));
+                    a.jump(uapi::BPF_JMP_JEQ_K, 0, None, Some(pass));
+                    a.stmt(uapi::BPF_LD_W_ABS, arg(1) + 4);
+                    a.jump(uapi::BPF_JMP_JEQ_K, 0, Some(trap), Some(pass));
+                }
+                libc::SYS_clone3 => a.jump(uapi::BPF_JMP_JGE_K, 0, Some(enosys), None),
                 _ => a.jump(uapi::BPF_JMP_JGE_K, 0, Some(trap), None),
             }
         }
+        a.here(enosys);
+        a.stmt(uapi::BPF_RET_K, uapi::SECCOMP_RET_ERRNO | libc::ENOSYS as u32);
         a.here(pass);
         a.stmt(uapi::BPF_RET_K, uapi::SECCOMP_RET_ALLOW);
         a.here(trap);
@@ -1209,6 +1249,7 @@ mod tests {
                 uapi::BPF_JMP_JEQ_K => pc += jump(acc == i.k),
                 uapi::BPF_JMP_JGE_K => pc += jump(acc >= i.k),
                 uapi::BPF_JMP_JGT_K => pc += jump(acc > i.k),
+                uapi::BPF_JMP_JSET_K => pc += jump(acc & i.k != 0),
                 c => panic!("opcode {c:#x}"),
             }
         }
@@ -1470,6 +1511,27 @@ mod tests {
             allow
         );
         assert_eq!(call(libc::SYS_rt_sigsuspend, libc_ip, [act, 8, 0, 0]), guard);
+        // Forks that run no fork handlers; threads and vforks run.
+        let fork_flags = (libc::CLONE_CHILD_SETTID | libc::CLONE_CHILD_CLEARTID | libc::SIGCHLD) as u64;
+        assert_eq!(call(libc::SYS_clone, libc_ip, [fork_flags, 0, 0, act]), guard);
+        assert_eq!(call(libc::SYS_fork, libc_ip, [0, 0, 0, 0]), guard);
+        let thread_flags = (libc::CLONE_VM | libc::CLONE_THREAD | libc::CLONE_SIGHAND) as u64;
+        assert_eq!(call(libc::SYS_clone, libc_ip, [thread_flags, act, 0, 0]), allow);
+        let vfork_flags = (libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD) as u64;
+        assert_eq!(call(libc::SYS_clone, libc_ip, [vfork_flags, act, 0, 0]), allow);
+        assert_eq!(
+            call(libc::SYS_clone, libc_ip, [libc::SIGCHLD as u64, act, 0, 0]),
+            allow
+        );
+        assert_eq!(
+            call(libc::SYS_clone, libc_ip, [libc::SIGCHLD as u64, 1 << 40, 0, 0]),
+            allow
+        );
+        assert_eq!(
+            call(libc::SYS_clone3, libc_ip, [act, 88, 0, 0]),
+            uapi::SECCOMP_RET_ERRNO | libc::ENOSYS as u32
+        );
+        assert_eq!(call(libc::SYS_clone3, 0x5555_5555_5000, [act, 88, 0, 0]), allow);
         // Not from this image's C library, or through the trampoline: run.
         for from in [ip, sites[0].1, 0x5555_5555_5000] {
             assert_eq!(

@@ -33,7 +33,7 @@
 
 use crate::seccomp::TrappedSyscall;
 use crate::signal::{self, FaultSignalKind};
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 
 /// The kernel's `struct sigaction` on x86-64 (`rt_sigaction` takes this,
 /// with an 8-byte mask, not the C library's).
@@ -132,9 +132,48 @@ pub(crate) fn arm() {
         // SAFETY: getpid has no preconditions.
         OWNER.store(unsafe { libc::getpid() }, Ordering::Relaxed);
     }
-    if OWNER.swap(std::process::id() as i32, Ordering::Relaxed) == 0 {
-        crate::thread::at_fork(None, None, Some(in_child));
+    extern "C" fn in_child_done() {
+        in_child();
+        fork_done();
     }
+    if OWNER.swap(std::process::id() as i32, Ordering::Relaxed) == 0 {
+        crate::thread::at_fork(Some(fork_prepared), Some(fork_done), Some(in_child_done));
+    }
+}
+
+/// The thread inside the C library's `fork()` now, whose fork handlers
+/// have run (tiermem's copy the far data into the child), 0 when none.
+static FORKING: AtomicU32 = AtomicU32::new(0);
+
+extern "C" fn fork_prepared() {
+    FORKING.store(crate::thread::gettid(), Ordering::Release);
+}
+
+extern "C" fn fork_done() {
+    FORKING.store(0, Ordering::Release);
+}
+
+/// A fork system call the filter trapped: the C library's `fork`, whose
+/// handlers have run, goes ahead. Any other (`syscall(SYS_fork)`,
+/// `clone(SIGCHLD)` on the caller's stack, glibc's `_Fork`, which run no
+/// fork handlers) gets tiermem's own around it: without them the child
+/// would read zeros where its parent's evicted data is, take the
+/// parent's regions for its own, and free into the far store they share.
+fn fork(call: &mut TrappedSyscall<'_>) -> i64 {
+    use crate::thread::{run_fork_hooks, ForkStage};
+    if FORKING.load(Ordering::Acquire) == crate::thread::gettid() {
+        return call.execute(call.nr, call.args, false);
+    }
+    run_fork_hooks(ForkStage::Prepare);
+    // The child returns from the call here too, and leaves the handler
+    // through its copy of the signal frame.
+    let r = call.execute(call.nr, call.args, false);
+    run_fork_hooks(if r == 0 {
+        ForkStage::Child
+    } else {
+        ForkStage::Parent
+    });
+    r
 }
 
 /// Runs a trapped `rt_sigaction`, `rt_sigprocmask` or `rt_sigsuspend` as
@@ -143,7 +182,8 @@ pub(crate) fn arm() {
 pub(crate) fn emulate(call: &mut TrappedSyscall<'_>) {
     let mask_size = match call.nr {
         libc::SYS_rt_sigsuspend => call.args[1],
-        _ => call.args[3],
+        libc::SYS_rt_sigaction | libc::SYS_rt_sigprocmask => call.args[3],
+        _ => 8,
     };
     let r = if mask_size != 8 {
         -(libc::EINVAL as i64)
@@ -152,6 +192,7 @@ pub(crate) fn emulate(call: &mut TrappedSyscall<'_>) {
             libc::SYS_rt_sigaction => sigaction(call),
             libc::SYS_rt_sigprocmask => sigprocmask(call),
             libc::SYS_rt_sigsuspend => sigsuspend(call),
+            libc::SYS_clone | libc::SYS_fork => fork(call),
             nr => call.execute(nr, call.args, true),
         }
     };

@@ -2,7 +2,7 @@
 
 use crate::errno::{check, Errno};
 use crate::uapi;
-use std::sync::atomic::AtomicU32;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::time::Duration;
 
 /// The kernel thread id of the calling thread.
@@ -240,16 +240,19 @@ extern "C" fn after_fork_in_child() {
 /// state copied from the parent can be recognised without a `getpid()`
 /// system call. Installs the `pthread_atfork` hook on first use.
 pub fn fork_generation() -> u64 {
-    ATFORK.call_once(|| {
-        // SAFETY: registers a plain function without captured state; the
-        // child handler only bumps an atomic (async-signal-safe).
-        let r = unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
-        // Without the hook a forked child would take the parent's mappings
-        // for its own (and unmap them): refuse to go on.
-        assert_eq!(r, 0, "pthread_atfork failed");
-    });
+    ATFORK.call_once(|| at_fork(None, None, Some(after_fork_in_child)));
     FORK_GENERATION.load(std::sync::atomic::Ordering::Relaxed)
 }
+
+/// The handlers [`at_fork`] registered, also for the forks that run no
+/// `pthread_atfork` handlers, which the signal guard runs them around
+/// (`crate::sigguard`). Written under `HOOKS_LOCK`, read lock-free.
+const MAX_HOOKS: usize = 16;
+#[allow(clippy::declare_interior_mutable_const)]
+const NO_HOOK: [AtomicUsize; 3] = [AtomicUsize::new(0), AtomicUsize::new(0), AtomicUsize::new(0)];
+static HOOKS: [[AtomicUsize; 3]; MAX_HOOKS] = [NO_HOOK; MAX_HOOKS];
+static HOOK_COUNT: AtomicUsize = AtomicUsize::new(0);
+static HOOKS_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Registers `pthread_atfork` handlers (process-wide, for good): `prepare`
 /// runs in the forking thread before the copy, `parent` and `child` after
@@ -266,6 +269,42 @@ pub fn at_fork(
     // Only ENOMEM is possible: without the hooks a forked child would
     // inherit stale locks; refuse to go on.
     assert_eq!(r, 0, "pthread_atfork failed");
+    let _g = HOOKS_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let n = HOOK_COUNT.load(Ordering::Relaxed);
+    assert!(n < MAX_HOOKS, "more than {MAX_HOOKS} fork hooks");
+    for (slot, f) in HOOKS[n].iter().zip([prepare, parent, child]) {
+        slot.store(f.map_or(0, |f| f as usize), Ordering::Relaxed);
+    }
+    // Release: the slots before the count that shows them.
+    HOOK_COUNT.store(n + 1, Ordering::Release);
+}
+
+/// Which handlers [`run_fork_hooks`] runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ForkStage {
+    Prepare = 0,
+    Parent = 1,
+    Child = 2,
+}
+
+/// Runs the handlers of `stage` that [`at_fork`] registered, as the C
+/// library's `fork` does: prepare handlers last registered first, the
+/// others in the order registered.
+pub(crate) fn run_fork_hooks(stage: ForkStage) {
+    let n = HOOK_COUNT.load(Ordering::Acquire);
+    let run = |k: usize| {
+        let f = HOOKS[k][stage as usize].load(Ordering::Relaxed);
+        if f != 0 {
+            // SAFETY: only at_fork stores here, always an extern "C" fn().
+            let f: extern "C" fn() = unsafe { std::mem::transmute::<usize, extern "C" fn()>(f) };
+            f();
+        }
+    };
+    if stage == ForkStage::Prepare {
+        (0..n).rev().for_each(run);
+    } else {
+        (0..n).for_each(run);
+    }
 }
 
 #[cfg(test)]

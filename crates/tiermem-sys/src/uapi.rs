@@ -229,6 +229,7 @@ pub const SECCOMP_SET_MODE_FILTER: libc::c_uint = 1;
 pub const SECCOMP_FILTER_FLAG_TSYNC: libc::c_uint = 1;
 pub const SECCOMP_RET_TRAP: u32 = 0x0003_0000;
 pub const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
+pub const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
 pub const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
 /// `si_code` of a SIGSYS raised by a seccomp filter.
 pub const SYS_SECCOMP: i32 = 1;
@@ -242,6 +243,7 @@ pub const BPF_LD_W_ABS: u16 = 0x20;
 pub const BPF_JMP_JEQ_K: u16 = 0x05 | 0x10; // BPF_JMP | BPF_JEQ | BPF_K
 pub const BPF_JMP_JGE_K: u16 = 0x05 | 0x30; // BPF_JMP | BPF_JGE | BPF_K
 pub const BPF_JMP_JGT_K: u16 = 0x05 | 0x20; // BPF_JMP | BPF_JGT | BPF_K
+pub const BPF_JMP_JSET_K: u16 = 0x05 | 0x40; // BPF_JMP | BPF_JSET | BPF_K
 pub const BPF_RET_K: u16 = 0x06; // BPF_RET | BPF_K
 
 /// `struct sock_filter`.

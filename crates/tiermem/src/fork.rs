@@ -63,6 +63,8 @@ pub(crate) fn register(core: &Arc<RegionCore>) {
         tiermem_sys::thread::at_fork(Some(prepare), Some(in_parent), Some(in_child));
     });
     core.pages.set_gated();
+    // Forks that run no fork handlers are made to run ours.
+    crate::kernel_access::guard(core.config.kernel_access);
     lock();
     {
         let mut g = guard(&REGIONS);

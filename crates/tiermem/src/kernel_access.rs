@@ -117,6 +117,25 @@ pub(crate) fn active(mode: KernelAccess) -> bool {
     )
 }
 
+/// Loads the signal guard alone (`tiermem_sys::sigguard`), for a region
+/// whose data a `fork()`ed child copies (the transparent heap) on a path
+/// that traps no kernel access (the handler-thread path): forks that run
+/// no fork handlers then still copy it. Nothing with `mode` off.
+pub(crate) fn guard(mode: KernelAccess) {
+    static DONE: OnceLock<()> = OnceLock::new();
+    if mode == KernelAccess::Off {
+        return;
+    }
+    DONE.get_or_init(|| {
+        if let Err(e) = seccomp::install_guard(TRAMPOLINE_AT) {
+            eprintln!(
+                "tiermem: warning: no signal guard ({e}): a fork that runs no fork handlers \
+                 (syscall(SYS_fork)) gives a child zeros where tiered memory is evicted"
+            );
+        }
+    });
+}
+
 /// Makes a kernel-access filter inherited from the program image that ran
 /// this one harmless (its trap is run unchanged) before this image maps
 /// anything: for the preload library's constructor. See

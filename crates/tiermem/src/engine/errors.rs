@@ -72,39 +72,7 @@ pub(super) const OP_WRITE: u8 = 1;
 pub(super) const OP_EVICT: u8 = 2;
 pub(super) const OP_INSTALL: u8 = 3;
 
-/// One line of text built without allocating (the fault path may run in
-/// a signal handler); what does not fit is cut.
-pub(super) struct LineBuf {
-    buf: [u8; 640],
-    len: usize,
-}
-
-impl LineBuf {
-    pub(super) fn new() -> LineBuf {
-        LineBuf {
-            buf: [0; 640],
-            len: 0,
-        }
-    }
-
-    /// The text, ending in a newline.
-    pub(super) fn line(&mut self) -> &[u8] {
-        let end = self.len.min(self.buf.len() - 1);
-        self.buf[end] = b'\n';
-        &self.buf[..=end]
-    }
-}
-
-impl std::fmt::Write for LineBuf {
-    fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        // Keep a byte for the newline.
-        let room = self.buf.len() - 1 - self.len;
-        let n = s.len().min(room);
-        self.buf[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
-        self.len += n;
-        Ok(())
-    }
-}
+pub(super) use tiermem_sys::process::LineBuf;
 
 /// A byte count for people (`24.0 MiB`), formatted without allocating.
 pub(crate) struct Bytes(pub(crate) u64);
