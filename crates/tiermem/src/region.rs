@@ -667,6 +667,15 @@ pub fn touch(addr: usize, len: usize) -> Result<usize, Error> {
     let _blocked = owning_pages();
     let (core, first, count) = locate(addr, len, "touch")?;
     core.fill_range_now(first, count);
+    // A page another thread has in transition (a fill it is publishing, an
+    // eviction) was passed over: wait for it, then fill what that left out.
+    let busy = |p: &usize| core.pages.load(*p).state() == PageState::Busy;
+    if (first..first + count).any(|p| busy(&p)) {
+        (first..first + count)
+            .filter(busy)
+            .for_each(|p| core.wait_page(p));
+        core.fill_range_now(first, count);
+    }
     Ok((first..first + count)
         .filter(|&p| matches!(core.pages.load(p).state(), PageState::Clean | PageState::Dirty))
         .count())
