@@ -76,7 +76,7 @@ fn bounce_split(fd: c_int, kernel_writes: bool, wait_all: bool) -> Option<Split>
         FdKind::File => None,
         FdKind::Messages => Some(Split::Whole),
         FdKind::Stream if kernel_writes && !wait_all => Some(Split::Once),
-        FdKind::Stream => Some(Split::Pieces),
+        FdKind::Stream | FdKind::Device => Some(Split::Pieces),
     }
 }
 

@@ -198,9 +198,13 @@ pub enum FdKind {
     /// A regular file or a block device: the same bytes in several calls
     /// as in one, and no wait on another process.
     File,
-    /// A pipe, a stream socket, a terminal, a character device: a call may
-    /// block; a shorter read is as good as a longer one.
+    /// A pipe or a stream socket: a call may block for as long as another
+    /// thread or process likes; a shorter read is as good as a longer one.
     Stream,
+    /// A character device (a terminal, `/dev/zero`, `/dev/urandom`): a
+    /// call may block (a terminal), but programs expect a read of
+    /// `/dev/urandom` to come back whole.
+    Device,
     /// A socket that keeps message boundaries (datagram, sequenced packet,
     /// raw): one message, one call, whatever its size.
     Messages,
@@ -218,6 +222,7 @@ pub fn fd_kind(fd: i32) -> FdKind {
     }
     match st.st_mode & libc::S_IFMT {
         libc::S_IFREG | libc::S_IFBLK => FdKind::File,
+        libc::S_IFCHR => FdKind::Device,
         libc::S_IFSOCK => {
             let mut ty: libc::c_int = 0;
             let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
@@ -324,6 +329,8 @@ mod tests {
             libc::close(fds[0]);
             libc::close(fds[1]);
         }
+        let z = std::fs::File::open("/dev/zero").unwrap();
+        assert_eq!(fd_kind(std::os::fd::AsRawFd::as_raw_fd(&z)), FdKind::Device);
         let f = std::fs::File::open("/proc/self/exe").unwrap();
         assert_eq!(fd_kind(std::os::fd::AsRawFd::as_raw_fd(&f)), FdKind::File);
     }

@@ -248,7 +248,10 @@ impl Drop for Placement {
 /// processes: their pages are pinned for the call ([`pinned`]). Calls on
 /// pipes, sockets and devices may block for as long as another thread or
 /// process likes, so nothing of the program's is held across them: they
-/// go through a bounce buffer, with the data copied in user mode
+/// go through a bounce buffer (a read from a pipe or a stream socket in
+/// one call of up to 256 KiB, as short reads go there; from a device in
+/// pieces until one comes back short, whole as programs expect of
+/// `/dev/urandom`), with the data copied in user mode
 /// (`tiermem_sys::bounce`). A blocked `recv` then holds no pins that
 /// another thread's `send` would wait for (issue 30.3), and a handler
 /// that `siglongjmp`s out of the call leaves no page pinned.
@@ -274,6 +277,9 @@ fn on_trap(call: &mut TrappedSyscall<'_>) {
         FdKind::File => pinned(call, rule, bounced(Split::Pieces)),
         // One message, one call.
         FdKind::Messages => call.execute_bounced(call.nr, call.args, bounced(Split::Whole)),
+        // Read until a piece comes back short: all of `/dev/urandom`, a
+        // terminal's line.
+        FdKind::Device => call.execute_bounced(call.nr, call.args, bounced(Split::Pieces)),
         FdKind::Stream => {
             let wait_all = rule.nr == libc::SYS_recvfrom && call.args[3] & libc::MSG_WAITALL as u64 != 0;
             let split = if rule.kernel_writes && !wait_all {
