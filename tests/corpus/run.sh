@@ -5,8 +5,9 @@
 # I/O), each run plain and then under `tiermem run` at 25-50% of the plain
 # run's peak footprint (max RSS), on both fault paths (in-context, and
 # TIERMEM_FAULT_PATH=handler-thread). A run passes when it exits 0, its
-# outputs (files it wrote, its stdout, normalised where a program prints
-# times) are those of the plain run, and its reports show evictions > 0.
+# outputs (its stdout and the files it wrote, or what its digest_ function
+# picks where a program writes times) are those of the plain run, and its
+# reports show evictions > 0.
 # Inputs are generated (tests/corpus/gen.c, the scripts in
 # tests/corpus/work/), the same bytes on every machine.
 #
@@ -16,14 +17,15 @@
 #   tests/corpus/run.sh --paths handler-thread   one fault path (none: plain runs only)
 #   tests/corpus/run.sh --list          the workloads, their packages and marks
 #   --no-install                        never apt-get (missing tools skip)
+#   TIERMEM=path/to/tiermem             the binary (default target/release/tiermem)
 #
 # Missing programs are installed with apt-get when running as root (else,
 # and when that fails, the workload prints "skipped: <why>"). Every command
 # runs under `timeout -k 10`: a hang is a FAIL. A workload marked as a known
-# failure on a path (known_ic/known_ht below, with the issue item) is left
-# out of the CI subset on that path and runs with --all or --only; it is
-# reported as FAIL there all the same, and a known failure that passes
-# says so. Results: a table on stdout, target/corpus/corpus.json, and each
+# failure on a path (known_ic/known_ht in tests/corpus/workloads.sh, with
+# the issue item) is left out of the CI subset on that path and runs with
+# --all or --only; it is reported as FAIL there all the same, and a known
+# failure that passes says so. Results: a table on stdout, target/corpus/corpus.json, and each
 # run's directory under target/corpus/<name>/<path>/ (stdout, stderr,
 # reports, digest; the outputs too where a run failed). Exit status 1 when
 # anything failed. tests/corpus/table.py prints the JSON as docs'
