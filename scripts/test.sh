@@ -43,6 +43,13 @@ fi
 cargo build --locked --release -p tiermem-cli -p tiermem-preload
 bash tests/programs/run.sh
 
+step "real-program corpus under tiermem run (CI subset; TIERMEM_CORPUS=all for all of it)"
+# Programs nobody here wrote (Debian packages: compressors, sqlite3,
+# interpreters, compilers, sort, numpy, Fortran, multi-process and threaded
+# I/O), plain and at 25-50% of their peak on both fault paths, outputs
+# compared, evictions checked; installs what it needs (docs/transparent.md).
+bash tests/corpus/run.sh
+
 step "tiermem command smoke test"
 cargo build --locked --release -p tiermem-cli
 target/release/tiermem info >/dev/null
