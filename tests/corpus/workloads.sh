@@ -15,13 +15,11 @@ reg xz-mt cat=compressor pct=50 needs="xz:xz-utils" desc="xz -6 -T2 (threads), 1
 inputs_xz-mt() { input text 3000000 12 >/dev/null; }
 run_xz-mt() { tm xz -6 -T2 --block-size=1MiB -c "$(input text 3000000 12)" >out.xz; }
 
-reg zstd cat=compressor ci=1 pct=50 needs="zstd:zstd" desc="zstd -19 --long=24 -T1, 1 MB" \
-  known_ic="issue 30 item 2: zstd's crash handler (signal() as __sysv_signal) replaces tiermem's SIGBUS handler"
+reg zstd cat=compressor ci=1 pct=50 needs="zstd:zstd" desc="zstd -19 --long=24 -T1, 1 MB"
 inputs_zstd() { input mixed 1000000 13 >/dev/null; }
 run_zstd() { tm zstd -q -19 --long=24 -T1 -c "$(input mixed 1000000 13)" >out.zst; }
 
-reg zstd-mt cat=compressor pct=40 needs="zstd:zstd" desc="zstd -5 -T2 -B1MiB (2 workers), 8 MB" \
-  known_ic="issue 30 item 2: zstd's crash handler (signal() as __sysv_signal) replaces tiermem's SIGBUS handler"
+reg zstd-mt cat=compressor pct=40 needs="zstd:zstd" desc="zstd -5 -T2 -B1MiB (2 workers), 8 MB"
 inputs_zstd-mt() { input mixed 8000000 14 >/dev/null; }
 run_zstd-mt() { tm zstd -q -5 -T2 -B1MiB -c "$(input mixed 8000000 14)" >out.zst; }
 
@@ -103,14 +101,11 @@ reg python-mp cat=multi-process ci=1 pct=40 needs="py:numpy:python3-numpy" \
 run_python-mp() { tm "$PY" "$W/mp.py" 8000000; }
 
 reg python-fork cat=multi-process ci=1 pct=40 needs="py:sys:python3" \
-  desc="os.fork chain, depth 3, each generation rewrites 48 MiB" \
-  known_ic="issue 30 item 1: a fork of a fork reads the first parent's evicted data" \
-  known_ht="issue 30 item 1: a fork of a fork reads the first parent's evicted data"
+  desc="os.fork chain, depth 3, each generation rewrites 48 MiB"
 run_python-fork() { tm "$PY" "$W/forkchain.py" 48; }
 
 reg python-sockets cat=threaded-io ci=1 pct=25 needs="py:sys:python3" \
-  desc="threads: TCP both ways, 3 rounds of socketpair full duplex, 32 MiB, 8 MiB recv_into/sendall" \
-  known_ic="issue 30 item 3: recv_into/sendall with another thread blocked in I/O on tiered buffers: EFAULT (intermittent)"
+  desc="threads: TCP both ways, 3 rounds of socketpair full duplex, 32 MiB, 8 MiB recv_into/sendall"
 run_python-sockets() { tm "$PY" "$W/sockets.py" 32 8; }
 
 reg python-threads cat=threaded-io ci=1 pct=40 needs="py:sys:python3" \
@@ -124,9 +119,7 @@ inputs_python-pipes() { input text 16000000 35 >/dev/null; }
 run_python-pipes() { tm "$PY" "$W/subproc.py" "$(input text 16000000 35)"; }
 
 reg python-mlock cat=python pct=40 needs="py:sys:python3 memcg:" \
-  desc="mlockall(MCL_CURRENT|MCL_FUTURE), then 64 MiB of work, in a 1 GiB memory cgroup" \
-  known_ic="issue 30 item 6: mlockall locks and populates the whole heap reservation (OOM in the cgroup)" \
-  known_ht="issue 30 item 6: mlockall locks and populates the whole heap reservation (OOM in the cgroup)"
+  desc="mlockall(MCL_CURRENT|MCL_FUTURE), then 64 MiB of work, in a 1 GiB memory cgroup"
 run_python-mlock() { in_memcg 1G tm "$PY" "$W/mlock.py" 64; }
 
 reg perl cat=interpreter ci=1 pct=25 needs="perl:perl" desc="perl: hash of words, numeric sort, s///g over 6 MB"
@@ -253,8 +246,7 @@ digest_fio() { stat -c '%n %s' data*; grep -h 'err=' fio.out | sed 's/^[^:]*: (g
 digest_fio-threads() { digest_fio; }
 
 reg fio-aio cat=threaded-io ci=1 pct=25 needs="fio:fio" \
-  desc="fio --thread ioengine=posixaio (glibc aio), iodepth 4, 4 MiB blocks, 64 MB" \
-  known_ic="issue 30 item 10: glibc aio's helper threads block every signal: the trap's SIGSYS kills the process"
+  desc="fio --thread ioengine=posixaio (glibc aio), iodepth 4, 4 MiB blocks, 64 MB"
 run_fio-aio() {
   tm fio --name=a --thread --ioengine=posixaio --iodepth=4 --rw=write --bs=4M --size=64M \
     --verify=crc32c --do_verify=1 --filename=data --output=fio.out
