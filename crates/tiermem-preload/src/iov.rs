@@ -97,8 +97,10 @@ unsafe fn copy_vector(v: &[iovec], mut skip: usize, buf: usize, n: usize, to_vec
         }
         let k = (b.iov_len - skip).min(n - at);
         let user = b.iov_base as usize + skip;
+        // In without a fault signal, and held for the copy only.
+        let _held = tiermem::pin_buffer(user, k, to_vector);
         // SAFETY: inside the caller's buffer and `buf`, by the caller's
-        // promise; user-mode copies, so tiered pages fault in as usual.
+        // promise; user-mode copies, so what could not be pinned faults in.
         unsafe {
             if to_vector {
                 std::ptr::copy_nonoverlapping((buf + at) as *const u8, user as *mut u8, k);

@@ -168,7 +168,16 @@ pub struct Bounced {
     pub split: Split,
     /// It may block for long (see [`TrappedSyscall::execute`]).
     pub interruptible: bool,
+    /// Runs the copy between the program's buffer and the bounce buffer
+    /// (its argument) with the program's `[addr, addr + len)` held ready
+    /// for it (`write`: the copy writes it): the pages brought in without a
+    /// fault and kept in place for the copy, never across the call. None:
+    /// the copy takes the faults.
+    pub hold: Option<HoldForCopy>,
 }
+
+/// See [`Bounced::hold`]: `(addr, len, write, copy)`.
+pub type HoldForCopy = fn(usize, usize, bool, &mut dyn FnMut());
 
 impl TrappedSyscall<'_> {
     /// Runs `nr` with `args` as [`TrappedSyscall::execute`] does, but with
@@ -196,10 +205,14 @@ impl TrappedSyscall<'_> {
             if let Some(o) = how.offset {
                 a[o] += done as u64;
             }
+            let held = |addr: usize, len: usize, write: bool, copy: &mut dyn FnMut()| match how.hold {
+                Some(hold) => hold(addr, len, write, copy),
+                None => copy(),
+            };
             if !how.kernel_writes {
                 // SAFETY: the program's buffer, which it handed the kernel
                 // to read: tiered memory, whose faults are served here.
-                unsafe { b.load(user + done, n) };
+                held(user + done, n, false, &mut || unsafe { b.load(user + done, n) });
             }
             let r = self.execute(nr, a, how.interruptible);
             if r < 0 {
@@ -209,7 +222,7 @@ impl TrappedSyscall<'_> {
             if how.kernel_writes {
                 // SAFETY: the program's buffer, which it handed the kernel
                 // to write, `r <= n` bytes of it.
-                unsafe { b.store(user + done, r) };
+                held(user + done, r, true, &mut || unsafe { b.store(user + done, r) });
             }
             done += r;
             if how.split != Split::Pieces || r != n || done >= total {

@@ -272,6 +272,7 @@ fn on_trap(call: &mut TrappedSyscall<'_>) {
         kernel_writes: rule.kernel_writes,
         split,
         interruptible: kind != FdKind::File,
+        hold: Some(hold_for_copy),
     };
     let result = match kind {
         FdKind::File => pinned(call, rule, bounced(Split::Pieces)),
@@ -291,6 +292,15 @@ fn on_trap(call: &mut TrappedSyscall<'_>) {
         }
     };
     call.set_result(result);
+}
+
+/// Pins `[addr, addr + len)` for a bounce buffer's copy to or from it
+/// (`write`: the copy writes it): the pages come in without a fault signal
+/// of their own, and stay for the copy only. What cannot be pinned, the
+/// copy faults in.
+fn hold_for_copy(addr: usize, len: usize, write: bool, copy: &mut dyn FnMut()) {
+    let _pins = crate::fault::pin_for_kernel(addr, len, write);
+    copy();
 }
 
 /// A call on a regular file (or `getrandom`) with its buffer pinned, in
