@@ -321,6 +321,8 @@ impl Region {
     /// fault handler, the whole reserved range (see `tiermem_sys::locks`).
     pub(crate) fn close(&self) -> Result<(), Error> {
         let m = &self.core.mapping;
+        // The engine first: from now on it fills opened parts only.
+        self.core.access.close_all();
         m.protect(0, m.len(), tiermem_sys::mm::Protection::None)?;
         Ok(())
     }
@@ -329,6 +331,9 @@ impl Region {
     /// [`Region::close`]); page aligned.
     pub(crate) fn open(&self, offset: usize, len: usize) -> Result<(), Error> {
         self.core.mapping.open(offset, len)?;
+        // The engine last: a page it may fill is reachable.
+        let pb = self.page_bytes();
+        self.core.access.open(offset / pb, len.div_ceil(pb));
         Ok(())
     }
 
@@ -550,6 +555,20 @@ impl Region {
             busy: c[PageState::Busy as usize],
             poisoned: c[PageState::Poisoned as usize],
         }
+    }
+
+    /// Resident pages in `[offset, offset + len)` (for tests).
+    #[cfg(test)]
+    pub(crate) fn resident_in(&self, offset: usize, len: usize) -> usize {
+        let pb = self.page_bytes();
+        (offset / pb..(offset + len).div_ceil(pb))
+            .filter(|&p| {
+                matches!(
+                    self.core.pages.load(p).state(),
+                    PageState::Clean | PageState::Dirty
+                )
+            })
+            .count()
     }
 
     /// A one-line description: configuration and far store.

@@ -706,6 +706,7 @@ impl RegionCore {
     fn needs_fill(&self, r: &Request, p: usize, prefetch: bool) -> bool {
         matches!(self.pages.load(p).state(), PageState::Untouched | PageState::Far)
             && !(prefetch && self.prefetcher.as_ref().is_some_and(|pf| pf.passed(r, p)))
+            && self.access.reachable(p)
     }
 
     /// Counts page `p` of prefetch request `r` as stale if it is one (see

@@ -30,6 +30,7 @@
 //! (near slots, fills and installs), `evict` (victim runs, write-back,
 //! publish), `discard` (discard and poison) and `errors` (the error log).
 
+mod access;
 mod around;
 pub(crate) mod budget;
 mod discard;
@@ -131,6 +132,8 @@ pub(crate) struct RegionCore {
     page_bytes: usize,
     page_shift: u32,
     pub(crate) pages: PageTable,
+    /// Which pages the program can reach (see `access`).
+    pub(crate) access: access::Access,
     /// This region's share of the budget in its own pages (all of it when
     /// the budget is shared): sizes mover batches and the pin allowance.
     budget_pages: usize,
@@ -351,6 +354,7 @@ impl RegionCore {
             reg: parts.reg,
             uffd: parts.uffd,
             pages: PageTable::try_new(pages)?,
+            access: access::Access::new(pages, page_bytes)?,
             resident: AtomicUsize::new(0),
             pinned: AtomicUsize::new(0),
             policy: Mutex::new(parts.policy),

@@ -44,6 +44,11 @@ impl RegionCore {
     }
 
     fn pin_page(&self, i: usize, write: bool, tid: u32) -> bool {
+        // A part of the range the program cannot reach (a heap chunk not
+        // handed out yet) is not filled for a system call either.
+        if !self.access.reachable(i) {
+            return false;
+        }
         // At most half the budget pinned: faults must always find victims.
         if self.pinned.fetch_add(1, Ordering::Relaxed) >= (self.budget_pages / 2).max(1) {
             self.pinned.fetch_sub(1, Ordering::Relaxed);

@@ -600,6 +600,38 @@ mod tests {
         Heap::new(HeapConfig::tiered(Config::new(virt, near))).unwrap()
     }
 
+    /// A mover's prefetch stream runs ahead of a sweep past the end of the
+    /// allocation, into chunks of the range still `PROT_NONE`: it filled
+    /// pages there, and the mover's write-back of one died of SIGSEGV
+    /// (`tiermem run --movers 1`, every other run). It fills only opened
+    /// chunks now.
+    #[test]
+    fn prefetch_stays_in_the_opened_chunks() {
+        let mut c = Config::new(1 << 30, 8 << 20);
+        c.movers = 1;
+        let h = Heap::new(HeapConfig::tiered(c)).unwrap();
+        let len = 12 << 20;
+        for round in 0..3u64 {
+            let a = h.alloc(len, 4096).unwrap();
+            let r = h.region().unwrap();
+            let off = a - h.base();
+            let words = r.as_atomic_u64();
+            let first = off / 8;
+            for i in 0..len / 8 {
+                words[first + i].store(round ^ i as u64, Ordering::Relaxed);
+            }
+            let bad = (0..len / 8)
+                .filter(|&i| words[first + i].load(Ordering::Relaxed) != round ^ i as u64)
+                .count();
+            assert_eq!(bad, 0);
+            // Nothing past the allocation's chunks was filled.
+            let reach = (off + len).div_ceil(OPEN_CHUNK) * OPEN_CHUNK;
+            let filled = r.resident_in(reach, h.len() - reach);
+            assert_eq!(filled, 0, "pages filled in closed chunks");
+            h.free(a);
+        }
+    }
+
     #[test]
     fn allocations_are_zero_disjoint_and_reusable() {
         let h = tiered(64 << 20, 8 << 20);
