@@ -8,7 +8,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use tiermem::config::{parse_share, parse_size};
+use tiermem::config::{format_size, parse_share, parse_size};
 use tiermem::heap::HugeKind;
 use tiermem::PolicyKind;
 
@@ -59,6 +59,11 @@ pub struct RunArgs {
     /// Programs PROGRAM execs are tiered too.
     #[arg(long)]
     follow_exec: bool,
+    /// When tiering cannot be set up (far store, huge page pool, mover
+    /// CPUs, the heap): `error` stops with exit status 1 before the
+    /// program runs; `untiered` warns and runs it without tiermem.
+    #[arg(long, default_value = "error")]
+    fallback: String,
     /// The program and its arguments.
     #[arg(required = true, num_args = 1..)]
     command: Vec<String>,
@@ -94,6 +99,13 @@ pub fn run(a: RunArgs) -> Result<(), String> {
         Some(r) => Some(reserve_pool(&a, r)?),
         None => None,
     };
+    // After the reservation: the pool check counts what it added.
+    if let Err(e) = check_setup(&a) {
+        if let Some(p) = pool {
+            p.restore();
+        }
+        return Err(e);
+    }
     let mut cmd = Command::new(&program);
     cmd.args(&a.command[1..]).arg0(&a.command[0]);
     let ld = match std::env::var("LD_PRELOAD") {
@@ -198,15 +210,35 @@ fn find_preload() -> Result<PathBuf, String> {
     }
 }
 
-/// The TIERMEM_* variables for the program, checked here so that a bad
-/// option is one clear line before anything runs.
-fn environment(a: &RunArgs) -> Result<Vec<(String, String)>, String> {
+/// The near budget and page kind the options ask for.
+struct Plan {
+    near_bytes: u64,
+    tiered: bool,
+    page: HugeKind,
+}
+
+fn plan(a: &RunArgs) -> Result<Plan, String> {
     let mem = tiermem::SystemInfo::probe().mem_total_bytes;
     let near = a.near.trim();
     let near_bytes = parse_share(near, mem).map_err(|e| format!("--near: {e}"))?;
     let page = HugeKind::from_name(&a.page_size)
         .ok_or_else(|| format!("--page-size {:?}: expected 4k, thp, 2m or 1g", a.page_size))?;
-    let tiered = near != "100%" && near_bytes < mem;
+    Ok(Plan {
+        near_bytes,
+        tiered: near != "100%" && near_bytes < mem,
+        page,
+    })
+}
+
+/// The TIERMEM_* variables for the program, checked here so that a bad
+/// option is one clear line before anything runs.
+fn environment(a: &RunArgs) -> Result<Vec<(String, String)>, String> {
+    let Plan {
+        near_bytes,
+        tiered,
+        page,
+    } = plan(a)?;
+    let near = a.near.trim();
     if tiered && page == HugeKind::Huge1G {
         return Err(
             "--page-size 1g cannot be tiered (no 1 GiB pages in tiered regions): use 2m to tier on \
@@ -254,23 +286,12 @@ fn environment(a: &RunArgs) -> Result<Vec<(String, String)>, String> {
         env.push(("TIERMEM_FAR".into(), h.clone()));
     }
     if a.far != "memory" {
-        let p = Path::new(&a.far);
-        let dir = if p.is_dir() {
-            p
-        } else {
-            p.parent().unwrap_or(Path::new("."))
-        };
-        if !dir.is_dir() {
-            return Err(format!("--far {}: {} is not a directory", a.far, dir.display()));
-        }
-        if p.exists() && !p.is_dir() {
-            return Err(format!(
-                "--far {}: the file exists; name a directory or a new file",
-                a.far
-            ));
-        }
         env.push(("TIERMEM_FAR_FILE".into(), a.far.clone()));
     }
+    if !matches!(a.fallback.as_str(), "error" | "untiered") {
+        return Err(format!("--fallback {:?}: expected error or untiered", a.fallback));
+    }
+    env.push(("TIERMEM_FALLBACK".into(), a.fallback.clone()));
     if let Some(r) = &a.report {
         env.push(("TIERMEM_REPORT".into(), r.display().to_string()));
     }
@@ -281,6 +302,161 @@ fn environment(a: &RunArgs) -> Result<Vec<(String, String)>, String> {
         env.push(("TIERMEM_FOLLOW_EXEC".into(), "1".into()));
     }
     Ok(env)
+}
+
+/// Checks what tiering needs from the machine, before the program runs:
+/// the far store, the huge page pool, the mover CPUs. A problem stops the
+/// run (exit status 1, one line with the fix), or under `--fallback
+/// untiered` is a warning (the preload then runs the program untiered).
+fn check_setup(a: &RunArgs) -> Result<(), String> {
+    let Plan {
+        near_bytes,
+        tiered,
+        page,
+    } = plan(a)?;
+    let mut problems = Vec::new();
+    let page_bytes: u64 = match page {
+        HugeKind::Base4K => 4096,
+        HugeKind::Huge1G => 1 << 30,
+        _ => 2 << 20,
+    };
+    if tiered && a.far != "memory" {
+        // One eviction batch (64 pages by default) must fit.
+        let batch = 64 * page_bytes;
+        if let Err(e) = check_far(&a.far, batch) {
+            problems.push(e);
+        }
+    }
+    if let Err(e) = check_pool(page, tiered, near_bytes) {
+        problems.push(e);
+    }
+    if let Some(c) = &a.mover_cpus {
+        if let Err(e) = check_mover_cpus(c) {
+            problems.push(e);
+        }
+    }
+    match problems.first() {
+        None => Ok(()),
+        Some(_) if a.fallback == "untiered" => {
+            for p in &problems {
+                eprintln!("tiermem: warning: {p} (--fallback untiered: running anyway)");
+            }
+            Ok(())
+        }
+        Some(p) => Err(p.clone()),
+    }
+}
+
+/// The far store can be created where `--far` says, with room for one
+/// eviction batch: a probe file is made there (an unnamed one in a
+/// directory) and dropped again.
+fn check_far(far: &str, batch: u64) -> Result<(), String> {
+    use tiermem_sys::file::{FarFile, FileError};
+    let p = Path::new(far);
+    if !p.is_dir() {
+        let dir = match p.parent().filter(|d| !d.as_os_str().is_empty()) {
+            _ if far.ends_with('/') => p,
+            Some(d) => d,
+            None => Path::new("."),
+        };
+        if !dir.is_dir() {
+            return Err(format!(
+                "--far {far}: directory {} does not exist (create it, or name an existing directory)",
+                dir.display()
+            ));
+        }
+        if std::fs::symlink_metadata(p).is_ok() {
+            return Err(format!(
+                "--far {far}: the file exists; tiermem never overwrites a file: remove it, or name a \
+                 directory or a new file"
+            ));
+        }
+    }
+    let probe = FarFile::create(p, false).map_err(|e| {
+        let fix = match e {
+            FileError::NoDirectory { .. } => "create the directory, or name an existing one",
+            FileError::NotWritable { .. } => "name a directory this user can write to",
+            _ => "name a directory on a disk or tmpfs file system",
+        };
+        format!("--far {far}: {e}: {fix}")
+    })?;
+    if let Ok(space) = probe.fs_space() {
+        if space.free < batch {
+            return Err(format!(
+                "--far {far}: its file system is full ({} free of {}, less than one eviction batch of {}): \
+                 name a directory with room",
+                format_size(space.free),
+                format_size(space.total),
+                format_size(batch)
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Huge pages for the heap: a tiered heap on 2 MiB pages needs its whole
+/// budget in the pool (the region checks the same); an untiered heap on
+/// 2m or 1g pages falls back to smaller pages chunk by chunk, but with an
+/// empty pool it would get none at all.
+fn check_pool(page: HugeKind, tiered: bool, near_bytes: u64) -> Result<(), String> {
+    use tiermem_sys::hugetlb::HugePageSize;
+    let (size, name) = match page {
+        HugeKind::Huge2M => (HugePageSize::Size2M, "2M"),
+        HugeKind::Huge1G => (HugePageSize::Size1G, "1G"),
+        _ => return Ok(()),
+    };
+    if tiered {
+        let need = near_bytes.div_ceil(size.bytes() as u64);
+        return tiermem::hugepages::check_available(size, need, "a near budget").map_err(|e| {
+            format!(
+                "--page-size {}: {e}, or --reserve {}",
+                page.name(),
+                format_size(near_bytes)
+            )
+        });
+    }
+    if tiermem::hugepages::pool(size).available() == 0 {
+        return Err(format!(
+            "--page-size {}: the pool of {name} huge pages is empty, so the heap would get none: \
+             reserve pages for the run (--reserve SIZE, as root), or `tiermem hugepages reserve {name}:N`",
+            page.name()
+        ));
+    }
+    Ok(())
+}
+
+/// Every mover CPU is one this process may run on (the program inherits
+/// its affinity): pinning to another fails at run time.
+fn check_mover_cpus(list: &str) -> Result<(), String> {
+    let cpus = tiermem::config::parse_cpu_list(list).map_err(|e| format!("--mover-cpus {list}: {e}"))?;
+    let allowed = tiermem_sys::thread::affinity().map_err(|e| format!("--mover-cpus: {e}"))?;
+    match cpus.iter().find(|c| !allowed.contains(c)) {
+        None => Ok(()),
+        Some(c) => Err(format!(
+            "--mover-cpus {list}: CPU {c} is not available (this process may run on CPUs {}): name \
+             CPUs among those",
+            cpu_ranges(&allowed)
+        )),
+    }
+}
+
+/// `0-3,6` for a sorted CPU list.
+fn cpu_ranges(cpus: &[usize]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < cpus.len() {
+        let mut j = i;
+        while j + 1 < cpus.len() && cpus[j + 1] == cpus[j] + 1 {
+            j += 1;
+        }
+        out.push(if i == j {
+            cpus[i].to_string()
+        } else {
+            format!("{}-{}", cpus[i], cpus[j])
+        });
+        i = j + 1;
+    }
+    out.join(",")
 }
 
 /// The huge page pool as it was before `--reserve`.

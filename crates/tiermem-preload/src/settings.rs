@@ -11,6 +11,7 @@
 //! | `TIERMEM_REPORT` | write a JSON report here at exit | (none) |
 //! | `TIERMEM_QUIET` | `1`: no summary on stderr at exit | `0` |
 //! | `TIERMEM_FOLLOW_EXEC` | `1`: programs that this one's children `exec` are tiered too (each writes its report with its pid appended); an `exec` without `fork` (a wrapper script) always stays tiered | `0` |
+//! | `TIERMEM_FALLBACK` | when the heap cannot be set up in the program the user started: `error` ends it with exit status 1 and one line naming the problem; `untiered` runs it without tiermem (a program it execs after a fork always runs untiered then, with a warning) | `error` |
 //! | `TIERMEM_TRANSPARENT` | `0` turns transparent mode off | `1` |
 //! | `TIERMEM_FAULT_PATH` | as for any region; an MPI rank (`OMPI_COMM_WORLD_RANK`, `PMIX_RANK`, `PMI_RANK` set) defaults to `handler-thread`, which serves its peers' `process_vm_readv`/`writev` | `in-context` |
 //!
@@ -24,7 +25,7 @@ use tiermem::heap::{Heap, HeapConfig, HugeKind};
 use tiermem::region::NearBudget;
 
 /// Variables this module reads itself (the rest go to `Config`).
-const OWN: [&str; 9] = [
+const OWN: [&str; 10] = [
     "TIERMEM_NEAR",
     "TIERMEM_FAR",
     "TIERMEM_PAGE_SIZE",
@@ -34,6 +35,7 @@ const OWN: [&str; 9] = [
     "TIERMEM_QUIET",
     "TIERMEM_FOLLOW_EXEC",
     "TIERMEM_TRANSPARENT",
+    "TIERMEM_FALLBACK",
 ];
 
 /// Default threshold: see docs/transparent.md for the measurement.
@@ -69,6 +71,8 @@ pub struct Settings {
     pub quiet: bool,
     /// Tier programs that forked children `exec`.
     pub follow_exec: bool,
+    /// Run untiered when the heap cannot be set up (else exit status 1).
+    pub fallback_untiered: bool,
     /// `TIERMEM_VERBOSE`.
     pub verbose: bool,
     /// The tiered region's configuration (sizes filled in by
@@ -146,6 +150,11 @@ impl Settings {
             report: var("TIERMEM_REPORT").map(PathBuf::from),
             quiet: flag("TIERMEM_QUIET", false)?,
             follow_exec: flag("TIERMEM_FOLLOW_EXEC", false)?,
+            fallback_untiered: match var("TIERMEM_FALLBACK").as_deref() {
+                None | Some("error") => false,
+                Some("untiered") => true,
+                Some(v) => return Err(format!("TIERMEM_FALLBACK={v:?}: expected error or untiered")),
+            },
             verbose: tiermem::config::verbose_from_env(),
             region,
             mem_total,

@@ -89,7 +89,9 @@ impl FarFile {
                 .filter(|p| !p.as_os_str().is_empty())
                 .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
         };
-        if !parent.is_dir() {
+        // `dir/` names a directory, never a file to create.
+        let names_dir = path.as_os_str().as_bytes().ends_with(b"/");
+        if !parent.is_dir() || (names_dir && !is_dir) {
             return Err(FileError::NoDirectory {
                 path: path.to_path_buf(),
             });
