@@ -254,7 +254,9 @@ struct tm_config {
   uint32_t reserved1;         /* padding; must be 0 (tm_config_init sets it). */
   const char *far_path;       /* TM_FAR_FILE only: a directory (an unnamed file is created in
                                  it) or a new file name (created mode 0600, removed with the
-                                 region; an existing file is refused). Any bytes but NUL; read
+                                 region; an existing file is refused, unless it is a far file
+                                 whose process no longer runs: that leftover is removed, with
+                                 a line on stderr). Any bytes but NUL; read
                                  during tm_region_create only. Default NULL; must be NULL with
                                  TM_FAR_MEMORY. */
   int32_t far_direct;         /* TM_FAR_FILE only: 1 opens the file with O_DIRECT (bypasses

@@ -106,6 +106,9 @@ pub fn run(a: RunArgs) -> Result<(), String> {
         }
         return Err(e);
     }
+    // The far file named by --far is this run's to remove only if the
+    // name was free when it started (check_setup swept a leftover).
+    let far_file = named_far_file(&a.far).filter(|p| std::fs::symlink_metadata(p).is_err());
     let mut cmd = Command::new(&program);
     cmd.args(&a.command[1..]).arg0(&a.command[0]);
     let ld = match std::env::var("LD_PRELOAD") {
@@ -128,7 +131,20 @@ pub fn run(a: RunArgs) -> Result<(), String> {
     if let Some(p) = pool {
         p.restore();
     }
+    // A named far file is this run's, made by the program (or the image
+    // it exec'd: same pid) and removed by its exit, unless it was killed
+    // or exec'd a program that does not exit through the preload: then
+    // here, however it ended.
+    if let Some(far) = far_file {
+        tiermem_sys::file::remove_far_file_of(far, child.id());
+    }
     tiermem_sys::process::exit_like(status)
+}
+
+/// `--far` when it names a file (not `memory`, not a directory).
+fn named_far_file(far: &str) -> Option<&Path> {
+    let p = Path::new(far);
+    (far != "memory" && !p.is_dir() && !far.ends_with('/')).then_some(p)
 }
 
 /// PROGRAM as a path: as given if it has a slash, else searched in PATH.
@@ -351,7 +367,7 @@ fn check_setup(a: &RunArgs) -> Result<(), String> {
 /// eviction batch: a probe file is made there (an unnamed one in a
 /// directory) and dropped again.
 fn check_far(far: &str, batch: u64) -> Result<(), String> {
-    use tiermem_sys::file::{FarFile, FileError};
+    use tiermem_sys::file::{FarFile, FileError, Leftover};
     let p = Path::new(far);
     if !p.is_dir() {
         let dir = match p.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -365,11 +381,24 @@ fn check_far(far: &str, batch: u64) -> Result<(), String> {
                 dir.display()
             ));
         }
-        if std::fs::symlink_metadata(p).is_ok() {
-            return Err(format!(
-                "--far {far}: the file exists; tiermem never overwrites a file: remove it, or name a \
-                 directory or a new file"
-            ));
+        match tiermem_sys::file::sweep_leftover(p) {
+            Leftover::Free => {}
+            Leftover::Swept(pid) => eprintln!(
+                "tiermem: removed {far}, the far file of process {pid}, which no longer runs (a \
+                 killed run's leftover)"
+            ),
+            Leftover::InUse(pid) => {
+                return Err(format!(
+                    "--far {far}: the far file of process {pid}, which runs: name another file, or a \
+                     directory (each run gets its own unnamed file there)"
+                ))
+            }
+            Leftover::Foreign => {
+                return Err(format!(
+                    "--far {far}: the file exists and is no far file of tiermem's; tiermem never \
+                     overwrites a file: remove it, or name a directory or a new file"
+                ))
+            }
         }
     }
     let probe = FarFile::create(p, false).map_err(|e| {

@@ -91,7 +91,7 @@ extern "C" fn init() {
     tiermem::serve_inherited_traps();
     // Keep libtiermem-interpose's signal-mask interposers in this library.
     tiermem_interpose::link();
-    let s = match settings::Settings::from_env() {
+    let mut s = match settings::Settings::from_env() {
         Ok(s) => s,
         Err(e) => {
             eprintln!("tiermem: {e}; running without tiermem");
@@ -106,6 +106,9 @@ extern "C" fn init() {
     let root = settings::is_root_process();
     if !(root || s.follow_exec) {
         return;
+    }
+    if !root {
+        s.unnamed_far_file();
     }
     // One near budget for the heap and the static arrays.
     let budget = match s.near {

@@ -74,6 +74,13 @@ pub(crate) fn at_exit(s: Settings) {
 
 extern "C" fn on_exit() {
     say(None);
+    // The heap is never torn down, so its far file's name goes here
+    // (pages still read after this come through the open descriptor).
+    // Other ends (exec, a fatal signal) leave it to the launcher or the
+    // next run's sweep.
+    if let Some(p) = SETTINGS.get().and_then(|(s, _)| s.named_far_file()) {
+        tiermem_sys::file::remove_own_far_file(p);
+    }
 }
 
 /// The report and summary of a process that a SIGBUS on a tiered page is

@@ -161,6 +161,31 @@ impl Settings {
         })
     }
 
+    /// The far file's name, when the far store is a named file (not a
+    /// directory's unnamed file, nor memory).
+    pub fn named_far_file(&self) -> Option<&std::path::Path> {
+        match &self.region.far {
+            tiermem::FarStoreConfig::File { path, .. } if !path.is_dir() => Some(path),
+            _ => None,
+        }
+    }
+
+    /// For a program the tiered one runs (fork + exec): a named far file
+    /// is the program's that the user started, so this one gets an
+    /// unnamed file in the same directory instead.
+    pub fn unnamed_far_file(&mut self) {
+        if let Some(p) = self.named_far_file() {
+            let dir = p
+                .parent()
+                .filter(|d| !d.as_os_str().is_empty())
+                .unwrap_or(std::path::Path::new("."))
+                .to_path_buf();
+            if let tiermem::FarStoreConfig::File { path, .. } = &mut self.region.far {
+                *path = dir;
+            }
+        }
+    }
+
     /// Whether the heap is tiered (a near budget below the whole).
     pub fn tiered(&self) -> bool {
         matches!(self.near, Near::Bytes(_))
