@@ -443,8 +443,11 @@ tm_decl_export int tm_advise(const void *addr, size_t len, int advice) tm_attr_n
 /* Allocates size bytes of tiered memory from one process-wide region,
  * created at the first call of tm_malloc_global from the environment,
  * read then and only then:
- *   TIERMEM_FAR        virtual size, bytes with K/M/G/T suffix; default 4G
- *   TIERMEM_NEAR       near budget, bytes with K/M/G/T suffix; default 1G
+ *   TIERMEM_FAR        virtual size, bytes with K/M/G/T suffix; default twice
+ *                      the physical memory, in whole GiB (address space, not
+ *                      memory: metadata grows with the pages used)
+ *   TIERMEM_NEAR       near budget, bytes with K/M/G/T suffix or a share of
+ *                      physical memory (25%); default 1G
  *   TIERMEM_PAGE_SIZE  4K (default) or 2M
  *   TIERMEM_FAR_FILE, TIERMEM_FAR_DIRECT, TIERMEM_POLICY, TIERMEM_FAULT_PATH,
  *   TIERMEM_DIRTY, TIERMEM_EVICT_BATCH, TIERMEM_HANDLER_THREADS,

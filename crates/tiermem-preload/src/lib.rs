@@ -91,13 +91,7 @@ extern "C" fn init() {
     tiermem::serve_inherited_traps();
     // Keep libtiermem-interpose's signal-mask interposers in this library.
     tiermem_interpose::link();
-    let mut s = match settings::Settings::from_env() {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("tiermem: {e}; running without tiermem");
-            return;
-        }
-    };
+    let mut s = settings::Settings::from_env();
     // A program another tiered program forked and exec'd is tiered only
     // with TIERMEM_FOLLOW_EXEC; the signal interposers stay (harmless).
     if !s.enabled {
