@@ -401,15 +401,11 @@ fn settings(a: &RunArgs, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Sett
         None => mem,
     };
     let tiered = near.as_ref().is_some_and(|v| v != "100%") && near_bytes < mem;
-    // The budget goes to the program in bytes (a share is of this
-    // machine's memory as this command sees it), or as `100%`.
-    if near.is_some() {
-        let value = if tiered {
-            near_bytes.to_string()
-        } else {
-            "100%".into()
-        };
-        r.set("TIERMEM_NEAR", Some(value));
+    // The budget goes to the program as given (a share is of the same
+    // physical memory there, and its summary says so), or as `100%`
+    // when it covers the machine.
+    if near.is_some() && !tiered {
+        r.set("TIERMEM_NEAR", Some("100%".into()));
     }
     let far = r.setting("--far", "TIERMEM_FAR_FILE", a.far.clone(), |_| Ok(()))?;
     // `--far memory` is the memory store: no far file at all.

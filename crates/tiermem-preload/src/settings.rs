@@ -57,6 +57,9 @@ pub struct Settings {
     pub enabled: bool,
     /// Near budget.
     pub near: Near,
+    /// What the budget was a share of, when given as one (`25% of
+    /// physical memory (23.5G)`).
+    pub near_share: Option<String>,
     /// Heap address range.
     pub heap_bytes: u64,
     /// Page kind of the heap.
@@ -156,6 +159,12 @@ impl Settings {
             }
             Ok(Near::Bytes(b))
         });
+        let near_share = match (near, var("TIERMEM_NEAR")) {
+            (Near::Bytes(_), Some(v)) if v.ends_with('%') => {
+                Some(format!("{v} of {} physical memory", format_size(mem_total)))
+            }
+            _ => None,
+        };
         let heap_default = default_heap_bytes(mem_total);
         let heap_bytes =
             parsed(
@@ -181,6 +190,7 @@ impl Settings {
         Settings {
             enabled: flag("TIERMEM_TRANSPARENT", true),
             near,
+            near_share,
             heap_bytes,
             page,
             threshold,
@@ -274,8 +284,12 @@ impl Settings {
         match self.near {
             Near::Full => format!("{} pages, no tiering", self.page.name()),
             Near::Bytes(n) => format!(
-                "tiered: near {} over {}, {} pages, policy {}, movers {}{}",
+                "tiered: near {}{} over {}, {} pages, policy {}, movers {}{}",
                 format_size(n),
+                match &self.near_share {
+                    Some(s) => format!(" ({s})"),
+                    None => String::new(),
+                },
                 format_size(self.heap_bytes),
                 self.page.name(),
                 self.region.policy,
