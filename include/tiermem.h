@@ -18,8 +18,11 @@
  *     ...
  *     tm_region_destroy(r);
  *
- * Link with -ltiermem (shared), or with libtiermem.a plus
- * -lpthread -ldl -lm -lrt (static). Linux only (userfaultfd).
+ * Link with -ltiermem (shared; add -Wl,-rpath,DIR for the directory of
+ * libtiermem.so, or set LD_LIBRARY_PATH), or with libtiermem.a plus
+ * -lgcc_s -lutil -lrt -lpthread -lm -ldl (static; what Rust's standard
+ * library needs, scripts/ctest.sh links with exactly this line).
+ * Linux only (userfaultfd).
  *
  * Conventions
  * - Functions returning int return 0 (TM_OK) or more on success and one of
@@ -269,8 +272,9 @@ struct tm_config {
                                  Default 64. */
   uint32_t handler_threads;   /* TM_FAULT_HANDLER_THREAD only: number of handler threads, at
                                  least 1. Default 1. */
-  /* Version 2 (tiermem 0.2). Zero is the default for every field below, so
-   * programs built against version 1 keep working. */
+  /* Struct version 2 (the fields appended to version 1; both are in
+   * tiermem 0.1, tm_version() 100). Zero is the default for every field
+   * below, so programs built against version 1 keep working. */
   uint32_t movers;            /* dedicated data-mover threads (paper 1's data movement
                                  cores): prefetch ahead of demand and evict behind it.
                                  Default 0: all movement happens in faults. */
@@ -320,7 +324,7 @@ struct tm_stats {
   uint64_t tlb_shootdowns_machine; /* TLB-shootdown interrupts on the whole machine since
                                       creation, from /proc/interrupts (includes other
                                       processes; count). */
-  /* Version 2 (tiermem 0.2). */
+  /* Struct version 2 (appended to version 1, as in struct tm_config). */
   uint64_t prefetch_issued;        /* pages asked for by the prefetcher (count). */
   uint64_t prefetch_used;          /* prefetched pages a stream then passed (count). */
   uint64_t prefetch_wasted;        /* prefetched pages evicted before use (count). */
