@@ -18,8 +18,11 @@
  *     ...
  *     tm_region_destroy(r);
  *
- * Link with -ltiermem (shared), or with libtiermem.a plus
- * -lpthread -ldl -lm -lrt (static). Linux only (userfaultfd).
+ * Link with -ltiermem (shared; add -Wl,-rpath,DIR for the directory of
+ * libtiermem.so, or set LD_LIBRARY_PATH), or with libtiermem.a plus
+ * -lgcc_s -lutil -lrt -lpthread -lm -ldl (static; what Rust's standard
+ * library needs, scripts/ctest.sh links with exactly this line).
+ * Linux only (userfaultfd).
  *
  * Conventions
  * - Functions returning int return 0 (TM_OK) or more on success and one of
@@ -254,7 +257,9 @@ struct tm_config {
   uint32_t reserved1;         /* padding; must be 0 (tm_config_init sets it). */
   const char *far_path;       /* TM_FAR_FILE only: a directory (an unnamed file is created in
                                  it) or a new file name (created mode 0600, removed with the
-                                 region; an existing file is refused). Any bytes but NUL; read
+                                 region; an existing file is refused, unless it is a far file
+                                 whose process no longer runs: that leftover is removed, with
+                                 a line on stderr). Any bytes but NUL; read
                                  during tm_region_create only. Default NULL; must be NULL with
                                  TM_FAR_MEMORY. */
   int32_t far_direct;         /* TM_FAR_FILE only: 1 opens the file with O_DIRECT (bypasses
@@ -267,8 +272,9 @@ struct tm_config {
                                  Default 64. */
   uint32_t handler_threads;   /* TM_FAULT_HANDLER_THREAD only: number of handler threads, at
                                  least 1. Default 1. */
-  /* Version 2 (tiermem 0.2). Zero is the default for every field below, so
-   * programs built against version 1 keep working. */
+  /* Struct version 2 (the fields appended to version 1; both are in
+   * tiermem 0.1, tm_version() 100). Zero is the default for every field
+   * below, so programs built against version 1 keep working. */
   uint32_t movers;            /* dedicated data-mover threads (paper 1's data movement
                                  cores): prefetch ahead of demand and evict behind it.
                                  Default 0: all movement happens in faults. */
@@ -318,7 +324,7 @@ struct tm_stats {
   uint64_t tlb_shootdowns_machine; /* TLB-shootdown interrupts on the whole machine since
                                       creation, from /proc/interrupts (includes other
                                       processes; count). */
-  /* Version 2 (tiermem 0.2). */
+  /* Struct version 2 (appended to version 1, as in struct tm_config). */
   uint64_t prefetch_issued;        /* pages asked for by the prefetcher (count). */
   uint64_t prefetch_used;          /* prefetched pages a stream then passed (count). */
   uint64_t prefetch_wasted;        /* prefetched pages evicted before use (count). */
@@ -441,8 +447,11 @@ tm_decl_export int tm_advise(const void *addr, size_t len, int advice) tm_attr_n
 /* Allocates size bytes of tiered memory from one process-wide region,
  * created at the first call of tm_malloc_global from the environment,
  * read then and only then:
- *   TIERMEM_FAR        virtual size, bytes with K/M/G/T suffix; default 4G
- *   TIERMEM_NEAR       near budget, bytes with K/M/G/T suffix; default 1G
+ *   TIERMEM_FAR        virtual size, bytes with K/M/G/T suffix; default twice
+ *                      the physical memory, in whole GiB (address space, not
+ *                      memory: metadata grows with the pages used)
+ *   TIERMEM_NEAR       near budget, bytes with K/M/G/T suffix or a share of
+ *                      physical memory (25%); default 1G
  *   TIERMEM_PAGE_SIZE  4K (default) or 2M
  *   TIERMEM_FAR_FILE, TIERMEM_FAR_DIRECT, TIERMEM_POLICY, TIERMEM_FAULT_PATH,
  *   TIERMEM_DIRTY, TIERMEM_EVICT_BATCH, TIERMEM_HANDLER_THREADS,

@@ -94,6 +94,35 @@ for name in "${built[@]}"; do
   report "$name" "$status"
 done
 
+# README's C program and its build lines, exactly as printed (issue 35:
+# its link line made a program that could not find libtiermem.so, and it
+# called tm_prefetch/tm_advise after tm_region_destroy): the ```c block of
+# "### C" is prog.c, the ```sh block after it the commands, run in a
+# directory whose include/ and target/ are the checkout's (cargo build is
+# done above, for this target dir). The header's static link line must be
+# the one used here.
+echo "== README.md: the C program and its build lines"
+status=0
+readme=$out/readme
+rm -rf "$readme"
+mkdir -p "$readme"
+ln -s "$root/include" "$readme/include"
+ln -s "$target" "$readme/target"
+awk '/^### C$/ { c = 1 } c && /^```c$/ { p = 1; next } p && /^```$/ { exit } p' README.md >"$readme/prog.c"
+awk '/^### C$/ { c = 1 } c && /^```sh$/ { p = 1; next } p && /^```$/ { exit } p' README.md |
+  grep -v '^cargo ' >"$readme/build.sh"
+if [[ ! -s $readme/prog.c || $(wc -l <"$readme/build.sh") -lt 3 ]]; then
+  echo "README.md: no C program or build lines under \"### C\""
+  status=1
+else
+  (cd "$readme" && timeout -k 10 300 bash -ex build.sh) || status=$?
+fi
+if ! grep -q -- "${static_libs[*]}" include/tiermem.h; then
+  echo "include/tiermem.h does not give the static link line: ${static_libs[*]}"
+  status=1
+fi
+report "README.md C program (shared with rpath, and static)" "$status"
+
 # The same unmodified program under the preload library, with a near budget
 # far below its footprint: directly (LD_PRELOAD) and through `tiermem run`,
 # whose report must show that pages really moved.

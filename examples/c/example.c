@@ -47,7 +47,7 @@ int main(void) {
   tm_region_destroy(region);
 
   /* The process-wide region: sized by TIERMEM_FAR and TIERMEM_NEAR (default
-   * 4G over 1G), created on first use. */
+   * twice the physical memory over 1G), created on first use. */
   size_t m = 1u << 20;
   double *b = tm_malloc_global(m * sizeof *b);
   if (b == NULL) {

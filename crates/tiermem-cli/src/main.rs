@@ -57,6 +57,12 @@ enum Cmd {
 }
 
 fn main() {
+    // A closed stdout ends the command quietly (`tiermem info | head -1`),
+    // except `run`: it must outlive its program to pass its exit status on
+    // and remove its far file, and prints nothing on stdout.
+    if std::env::args().nth(1).as_deref() != Some("run") {
+        tiermem_sys::process::default_sigpipe();
+    }
     let cli = Cli::parse();
     let r = match cli.cmd {
         Cmd::Info { json } => info::run(json),

@@ -8,57 +8,71 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use tiermem::config::{parse_share, parse_size};
+use tiermem::config::{format_size, parse_share, parse_size};
 use tiermem::heap::HugeKind;
 use tiermem::PolicyKind;
 
+/// Every option has a `TIERMEM_*` variable (`tiermem env`): an option
+/// given on the command line wins over the variable (with a warning when
+/// they differ), a variable set in the environment over the default.
 #[derive(Args)]
 #[command(trailing_var_arg = true)]
 pub struct RunArgs {
     /// Near-memory budget: a size (8G) or a share of physical memory
-    /// (50%); 100% means no tiering.
-    #[arg(long, default_value = "100%")]
-    near: String,
+    /// (50%); 100% means no tiering [default: 100%; TIERMEM_NEAR].
+    #[arg(long)]
+    near: Option<String>,
     /// Where evicted pages go: `memory`, a directory (an unnamed file in
-    /// it) or a new file name.
-    #[arg(long, default_value = "memory")]
-    far: String,
-    /// Address space reserved for the heap (default: twice the physical
-    /// memory).
+    /// it) or a new file name [default: memory; TIERMEM_FAR_FILE].
+    #[arg(long)]
+    far: Option<String>,
+    /// Address space reserved for the heap [default: twice the physical
+    /// memory; TIERMEM_FAR].
     #[arg(long)]
     heap_size: Option<String>,
     /// Page size of the heap: 4k, thp, 2m (tiered or not) or 1g (not
-    /// tiered).
-    #[arg(long, default_value = "4k")]
-    page_size: String,
-    /// Mover threads (prefetch ahead, evict behind).
-    #[arg(long, default_value_t = 0)]
-    movers: usize,
-    /// CPUs for the movers (e.g. 1 or 2-3).
+    /// tiered) [default: 4k; TIERMEM_PAGE_SIZE].
+    #[arg(long)]
+    page_size: Option<String>,
+    /// Mover threads (prefetch ahead, evict behind) [default: 0;
+    /// TIERMEM_MOVERS].
+    #[arg(long)]
+    movers: Option<String>,
+    /// CPUs for the movers (e.g. 1 or 2-3) [default: unpinned;
+    /// TIERMEM_MOVER_CPUS].
     #[arg(long)]
     mover_cpus: Option<String>,
-    /// Replacement policy: fifo, clock or scan.
-    #[arg(long, default_value = "fifo")]
-    policy: String,
-    /// Allocations of at least this size are served by tiermem.
+    /// Replacement policy: fifo, clock or scan [default: fifo;
+    /// TIERMEM_POLICY].
+    #[arg(long)]
+    policy: Option<String>,
+    /// Allocations of at least this size are served by tiermem [default:
+    /// 1M; TIERMEM_THRESHOLD].
     #[arg(long)]
     threshold: Option<String>,
-    /// Take over the executable's large .bss/.data (on/off).
-    #[arg(long = "static", default_value = "on")]
-    statics: String,
+    /// Take over the executable's large .bss/.data (on/off) [default: on;
+    /// TIERMEM_STATIC].
+    #[arg(long = "static")]
+    statics: Option<String>,
     /// Reserve the huge page pool before the run and give it back after:
     /// a size (4G), or `auto` to size it from --report's previous run.
     #[arg(long, num_args = 0..=1, default_missing_value = "auto")]
     reserve: Option<String>,
-    /// Write the JSON report here.
+    /// Write the JSON report here [TIERMEM_REPORT].
     #[arg(long)]
     report: Option<PathBuf>,
-    /// No summary at exit.
+    /// No summary at exit [TIERMEM_QUIET].
     #[arg(long)]
     quiet: bool,
-    /// Programs PROGRAM execs are tiered too.
+    /// Programs PROGRAM execs are tiered too [TIERMEM_FOLLOW_EXEC].
     #[arg(long)]
     follow_exec: bool,
+    /// When tiering cannot be set up (far store, huge page pool, mover
+    /// CPUs, the heap): `error` stops with exit status 1 before the
+    /// program runs; `untiered` warns and runs it without tiermem
+    /// [default: error; TIERMEM_FALLBACK].
+    #[arg(long)]
+    fallback: Option<String>,
     /// The program and its arguments.
     #[arg(required = true, num_args = 1..)]
     command: Vec<String>,
@@ -89,11 +103,25 @@ pub fn run(a: RunArgs) -> Result<(), String> {
     let program = resolve_program(&a.command[0])?;
     check_dynamic(&program)?;
     let preload = find_preload()?;
-    let env = environment(&a)?;
+    let s = settings(&a, &|v| std::env::var(v).ok())?;
     let pool = match &a.reserve {
-        Some(r) => Some(reserve_pool(&a, r)?),
+        Some(r) => Some(reserve_pool(&s, r)?),
         None => None,
     };
+    // After the reservation: the pool check counts what it added.
+    if let Err(e) = check_setup(&s) {
+        if let Some(p) = pool {
+            p.restore();
+        }
+        return Err(e);
+    }
+    // The far file named by --far is this run's to remove only if the
+    // name was free when it started (check_setup swept a leftover).
+    let far_file = s
+        .far
+        .as_ref()
+        .and_then(|f| named_far_file(&f.value))
+        .filter(|p| std::fs::symlink_metadata(p).is_err());
     let mut cmd = Command::new(&program);
     cmd.args(&a.command[1..]).arg0(&a.command[0]);
     let ld = match std::env::var("LD_PRELOAD") {
@@ -101,8 +129,11 @@ pub fn run(a: RunArgs) -> Result<(), String> {
         _ => preload.display().to_string(),
     };
     cmd.env("LD_PRELOAD", ld);
-    for (k, v) in &env {
-        cmd.env(k, v);
+    for (k, v) in &s.env {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
     }
     tiermem_sys::process::ignore_signals(&[libc_sig::SIGINT, libc_sig::SIGQUIT]);
     let mut child = cmd
@@ -116,7 +147,20 @@ pub fn run(a: RunArgs) -> Result<(), String> {
     if let Some(p) = pool {
         p.restore();
     }
+    // A named far file is this run's, made by the program (or the image
+    // it exec'd: same pid) and removed by its exit, unless it was killed
+    // or exec'd a program that does not exit through the preload: then
+    // here, however it ended.
+    if let Some(far) = far_file {
+        tiermem_sys::file::remove_far_file_of(far, child.id());
+    }
     tiermem_sys::process::exit_like(status)
+}
+
+/// The far store when it names a file (not a directory).
+fn named_far_file(far: &str) -> Option<&Path> {
+    let p = Path::new(far);
+    (!p.is_dir() && !far.ends_with('/')).then_some(p)
 }
 
 /// PROGRAM as a path: as given if it has a slash, else searched in PATH.
@@ -198,89 +242,399 @@ fn find_preload() -> Result<PathBuf, String> {
     }
 }
 
-/// The TIERMEM_* variables for the program, checked here so that a bad
-/// option is one clear line before anything runs.
-fn environment(a: &RunArgs) -> Result<Vec<(String, String)>, String> {
-    let mem = tiermem::SystemInfo::probe().mem_total_bytes;
-    let near = a.near.trim();
-    let near_bytes = parse_share(near, mem).map_err(|e| format!("--near: {e}"))?;
-    let page = HugeKind::from_name(&a.page_size)
-        .ok_or_else(|| format!("--page-size {:?}: expected 4k, thp, 2m or 1g", a.page_size))?;
-    let tiered = near != "100%" && near_bytes < mem;
-    if tiered && page == HugeKind::Huge1G {
-        return Err(
-            "--page-size 1g cannot be tiered (no 1 GiB pages in tiered regions): use 2m to tier on \
-                    huge pages, or --near 100% for a heap on 1 GiB pages"
-                .into(),
-        );
+/// The run's settings, each from the command line, else the environment,
+/// else the default.
+struct Settings {
+    /// The program's environment: each variable set, or removed (a value
+    /// from the environment that is not understood: warned about here,
+    /// the default kept). Variables not named are inherited as they are.
+    env: Vec<(&'static str, Option<String>)>,
+    near_bytes: u64,
+    tiered: bool,
+    page: HugeKind,
+    /// A directory or file name; None: the memory store.
+    far: Option<Setting>,
+    mover_cpus: Option<Setting>,
+    fallback_untiered: bool,
+    report: Option<PathBuf>,
+}
+
+/// A setting's value and how to name it in a message (`--far X` or
+/// `TIERMEM_FAR_FILE=X`).
+struct Setting {
+    value: String,
+    named: String,
+}
+
+/// Applies the precedence rule, one setting at a time.
+struct Resolver<'a> {
+    lookup: &'a dyn Fn(&str) -> Option<String>,
+    env: Vec<(&'static str, Option<String>)>,
+}
+
+impl Resolver<'_> {
+    /// The setting of option `opt` / variable `var`: the command line's
+    /// value (`cli`), checked (an error), else the environment's, checked
+    /// (a warning and the default), else None (the default).
+    fn take(
+        &mut self,
+        opt: &str,
+        var: &'static str,
+        cli: Option<String>,
+        check: impl Fn(&str) -> Result<(), String>,
+    ) -> Result<Option<String>, String> {
+        Ok(self.setting(opt, var, cli, check)?.map(|s| s.value))
     }
+
+    /// Same, with how to name it.
+    fn setting(
+        &mut self,
+        opt: &str,
+        var: &'static str,
+        cli: Option<String>,
+        check: impl Fn(&str) -> Result<(), String>,
+    ) -> Result<Option<Setting>, String> {
+        let from_env = (self.lookup)(var)
+            .map(|v| v.trim().to_owned())
+            .filter(|v| !v.is_empty());
+        if let Some(v) = cli {
+            check(&v).map_err(|e| format!("{opt} {v}: {e}"))?;
+            if let Some(w) = from_env.filter(|w| *w != v) {
+                // A flag's value is its presence.
+                let given = if v == "1" {
+                    opt.to_owned()
+                } else {
+                    format!("{opt} {v}")
+                };
+                eprintln!("tiermem: {given} overrides {var}={w}");
+            }
+            self.env.push((var, Some(v.clone())));
+            let named = format!("{opt} {v}");
+            return Ok(Some(Setting { value: v, named }));
+        }
+        let Some(w) = from_env else {
+            return Ok(None);
+        };
+        if let Err(e) = check(&w) {
+            self.drop_env(var, &w, &e);
+            return Ok(None);
+        }
+        let named = format!("{var}={w}");
+        Ok(Some(Setting { value: w, named }))
+    }
+
+    /// A variable whose value is not used: warned about, and removed from
+    /// the program's environment (so that the preload does not warn again).
+    fn drop_env(&mut self, var: &'static str, value: &str, why: &str) {
+        let default = match var {
+            "TIERMEM_NEAR" => "100% (no tiering)",
+            v => tiermem::config::env_default(v).unwrap_or("the default"),
+        };
+        eprintln!("tiermem: ignoring {var}={value:?}: {why}; keeping {default}");
+        self.env.push((var, None));
+    }
+
+    /// What the program's environment gets for `var`, in place of what
+    /// was decided before.
+    fn set(&mut self, var: &'static str, value: Option<String>) {
+        self.env.retain(|(k, _)| *k != var);
+        self.env.push((var, value));
+    }
+
+    /// A flag: on from the command line, else the variable's value.
+    fn flag(&mut self, opt: &str, var: &'static str, on: bool) -> Result<bool, String> {
+        let v = self.take(opt, var, on.then(|| "1".to_owned()), |v| {
+            parse_on_off(v).map(|_| ())
+        })?;
+        Ok(v.is_some_and(|v| parse_on_off(&v) == Ok(true)))
+    }
+}
+
+fn parse_on_off(v: &str) -> Result<bool, String> {
+    match v {
+        "1" | "on" | "yes" | "true" => Ok(true),
+        "0" | "off" | "no" | "false" => Ok(false),
+        _ => Err("expected on or off".into()),
+    }
+}
+
+/// Resolves every option against the environment (`lookup`), and checks
+/// each value so that a bad option is one clear line before anything
+/// runs.
+fn settings(a: &RunArgs, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Settings, String> {
+    let mem = tiermem::SystemInfo::probe().mem_total_bytes;
+    let mut r = Resolver {
+        lookup,
+        env: Vec::new(),
+    };
+    let page = r
+        .take("--page-size", "TIERMEM_PAGE_SIZE", a.page_size.clone(), |v| {
+            HugeKind::from_name(v)
+                .map(|_| ())
+                .ok_or_else(|| "expected 4k, thp, 2m or 1g".into())
+        })?
+        .and_then(|v| HugeKind::from_name(&v))
+        .unwrap_or(HugeKind::Base4K);
     let min = 4 * match page {
         HugeKind::Base4K => 4096,
         _ => 2 << 20,
     };
-    if tiered && near_bytes < min {
-        return Err(format!(
-            "--near {near}: below the minimum of 4 pages ({min} bytes)"
-        ));
+    // A budget that tiers must be tierable on these pages.
+    let near_check = |v: &str| -> Result<(), String> {
+        let b = parse_share(v, mem)?;
+        let tiered = v != "100%" && b < mem;
+        if tiered && page == HugeKind::Huge1G {
+            return Err(
+                "1 GiB pages cannot be tiered (no 1 GiB pages in tiered regions): use \
+                        --page-size 2m to tier on huge pages, or --near 100% for a heap on 1 GiB pages"
+                    .into(),
+            );
+        }
+        if tiered && b < min {
+            return Err(format!("below the minimum of 4 pages ({min} bytes)"));
+        }
+        Ok(())
+    };
+    let near = r.take("--near", "TIERMEM_NEAR", a.near.clone(), near_check)?;
+    let near_bytes = match &near {
+        Some(v) => parse_share(v, mem)?,
+        None => mem,
+    };
+    let tiered = near.as_ref().is_some_and(|v| v != "100%") && near_bytes < mem;
+    // The budget goes to the program as given (a share is of the same
+    // physical memory there, and its summary says so), or as `100%`
+    // when it covers the machine.
+    if near.is_some() && !tiered {
+        r.set("TIERMEM_NEAR", Some("100%".into()));
     }
-    PolicyKind::from_name(&a.policy)
-        .ok_or_else(|| format!("--policy {:?}: expected fifo, clock or scan", a.policy))?;
-    let mut env = vec![
-        (
-            "TIERMEM_NEAR".to_owned(),
-            if tiered {
-                near_bytes.to_string()
-            } else {
-                "100%".into()
+    let far = r.setting("--far", "TIERMEM_FAR_FILE", a.far.clone(), |_| Ok(()))?;
+    // `--far memory` is the memory store: no far file at all.
+    let far = match far {
+        Some(v) if v.value == "memory" => {
+            r.set("TIERMEM_FAR_FILE", None);
+            None
+        }
+        f => f,
+    };
+    r.take("--heap-size", "TIERMEM_FAR", a.heap_size.clone(), |v| {
+        parse_size(v).map(|_| ())
+    })?;
+    r.take("--movers", "TIERMEM_MOVERS", a.movers.clone(), |v| {
+        match v.parse::<usize>() {
+            Ok(n) if n <= 64 => Ok(()),
+            _ => Err("expected a count from 0 to 64".into()),
+        }
+    })?;
+    let mover_cpus = r.setting("--mover-cpus", "TIERMEM_MOVER_CPUS", a.mover_cpus.clone(), |v| {
+        tiermem::config::parse_cpu_list(v).map(|_| ())
+    })?;
+    r.take("--policy", "TIERMEM_POLICY", a.policy.clone(), |v| {
+        PolicyKind::from_name(v)
+            .map(|_| ())
+            .ok_or_else(|| "expected fifo, clock or scan".into())
+    })?;
+    r.take("--threshold", "TIERMEM_THRESHOLD", a.threshold.clone(), |v| {
+        parse_size(v).map(|_| ())
+    })?;
+    r.take("--static", "TIERMEM_STATIC", a.statics.clone(), |v| {
+        parse_on_off(v).map(|_| ())
+    })?;
+    let report = r
+        .take(
+            "--report",
+            "TIERMEM_REPORT",
+            a.report.as_ref().map(|p| p.display().to_string()),
+            |_| Ok(()),
+        )?
+        .map(PathBuf::from);
+    r.flag("--quiet", "TIERMEM_QUIET", a.quiet)?;
+    r.flag("--follow-exec", "TIERMEM_FOLLOW_EXEC", a.follow_exec)?;
+    let fallback_untiered = r
+        .take(
+            "--fallback",
+            "TIERMEM_FALLBACK",
+            a.fallback.clone(),
+            |v| match v {
+                "error" | "untiered" => Ok(()),
+                _ => Err("expected error or untiered".into()),
             },
-        ),
-        ("TIERMEM_PAGE_SIZE".into(), page.name().into()),
-        ("TIERMEM_POLICY".into(), a.policy.clone()),
-        ("TIERMEM_MOVERS".into(), a.movers.to_string()),
-        ("TIERMEM_STATIC".into(), a.statics.clone()),
-    ];
-    if !matches!(a.statics.as_str(), "on" | "off") {
-        return Err(format!("--static {:?}: expected on or off", a.statics));
+        )?
+        .is_some_and(|v| v == "untiered");
+    Ok(Settings {
+        env: r.env,
+        near_bytes,
+        tiered,
+        page,
+        far,
+        mover_cpus,
+        fallback_untiered,
+        report,
+    })
+}
+
+/// Checks what tiering needs from the machine, before the program runs:
+/// the far store, the huge page pool, the mover CPUs. A problem stops the
+/// run (exit status 1, one line with the fix), or under `--fallback
+/// untiered` is a warning (the preload then runs the program untiered).
+fn check_setup(s: &Settings) -> Result<(), String> {
+    let (near_bytes, tiered, page) = (s.near_bytes, s.tiered, s.page);
+    let mut problems = Vec::new();
+    let page_bytes: u64 = match page {
+        HugeKind::Base4K => 4096,
+        HugeKind::Huge1G => 1 << 30,
+        _ => 2 << 20,
+    };
+    if let Some(far) = s.far.as_ref().filter(|_| tiered) {
+        // One eviction batch (64 pages by default) must fit.
+        let batch = 64 * page_bytes;
+        if let Err(e) = check_far(far, batch) {
+            problems.push(e);
+        }
     }
-    if let Some(c) = &a.mover_cpus {
-        env.push(("TIERMEM_MOVER_CPUS".into(), c.clone()));
+    if let Err(e) = check_pool(page, tiered, near_bytes) {
+        problems.push(e);
     }
-    if let Some(t) = &a.threshold {
-        parse_size(t).map_err(|e| format!("--threshold: {e}"))?;
-        env.push(("TIERMEM_THRESHOLD".into(), t.clone()));
+    if let Some(c) = &s.mover_cpus {
+        if let Err(e) = check_mover_cpus(&c.value, &c.named) {
+            problems.push(e);
+        }
     }
-    if let Some(h) = &a.heap_size {
-        parse_size(h).map_err(|e| format!("--heap-size: {e}"))?;
-        env.push(("TIERMEM_FAR".into(), h.clone()));
+    match problems.first() {
+        None => Ok(()),
+        Some(_) if s.fallback_untiered => {
+            for p in &problems {
+                eprintln!("tiermem: warning: {p} (--fallback untiered: running anyway)");
+            }
+            Ok(())
+        }
+        Some(p) => Err(p.clone()),
     }
-    if a.far != "memory" {
-        let p = Path::new(&a.far);
-        let dir = if p.is_dir() {
-            p
-        } else {
-            p.parent().unwrap_or(Path::new("."))
+}
+
+/// The far store can be created where `--far` says, with room for one
+/// eviction batch: a probe file is made there (an unnamed one in a
+/// directory) and dropped again.
+fn check_far(setting: &Setting, batch: u64) -> Result<(), String> {
+    use tiermem_sys::file::{FarFile, FileError, Leftover};
+    let (far, named) = (setting.value.as_str(), setting.named.as_str());
+    let p = Path::new(far);
+    if !p.is_dir() {
+        let dir = match p.parent().filter(|d| !d.as_os_str().is_empty()) {
+            _ if far.ends_with('/') => p,
+            Some(d) => d,
+            None => Path::new("."),
         };
         if !dir.is_dir() {
-            return Err(format!("--far {}: {} is not a directory", a.far, dir.display()));
-        }
-        if p.exists() && !p.is_dir() {
             return Err(format!(
-                "--far {}: the file exists; name a directory or a new file",
-                a.far
+                "{named}: directory {} does not exist (create it, or name an existing directory)",
+                dir.display()
             ));
         }
-        env.push(("TIERMEM_FAR_FILE".into(), a.far.clone()));
+        match tiermem_sys::file::sweep_leftover(p) {
+            Leftover::Free => {}
+            Leftover::Swept(pid) => eprintln!(
+                "tiermem: removed {far}, the far file of process {pid}, which no longer runs (a \
+                 killed run's leftover)"
+            ),
+            Leftover::InUse(pid) => {
+                return Err(format!(
+                    "{named}: the far file of process {pid}, which runs: name another file, or a \
+                     directory (each run gets its own unnamed file there)"
+                ))
+            }
+            Leftover::Foreign => {
+                return Err(format!(
+                    "{named}: the file exists and is no far file of tiermem's; tiermem never \
+                     overwrites a file: remove it, or name a directory or a new file"
+                ))
+            }
+        }
     }
-    if let Some(r) = &a.report {
-        env.push(("TIERMEM_REPORT".into(), r.display().to_string()));
+    let probe = FarFile::create(p, false).map_err(|e| {
+        let fix = match e {
+            FileError::NoDirectory { .. } => "create the directory, or name an existing one",
+            FileError::NotWritable { .. } => "name a directory this user can write to",
+            _ => "name a directory on a disk or tmpfs file system",
+        };
+        format!("{named}: {e}: {fix}")
+    })?;
+    if let Ok(space) = probe.fs_space() {
+        if space.free < batch {
+            return Err(format!(
+                "{named}: its file system is full ({} free of {}, less than one eviction batch of {}): \
+                 name a directory with room",
+                format_size(space.free),
+                format_size(space.total),
+                format_size(batch)
+            ));
+        }
     }
-    if a.quiet {
-        env.push(("TIERMEM_QUIET".into(), "1".into()));
+    Ok(())
+}
+
+/// Huge pages for the heap: a tiered heap on 2 MiB pages needs its whole
+/// budget in the pool (the region checks the same); an untiered heap on
+/// 2m or 1g pages falls back to smaller pages chunk by chunk, but with an
+/// empty pool it would get none at all.
+fn check_pool(page: HugeKind, tiered: bool, near_bytes: u64) -> Result<(), String> {
+    use tiermem_sys::hugetlb::HugePageSize;
+    let (size, name) = match page {
+        HugeKind::Huge2M => (HugePageSize::Size2M, "2M"),
+        HugeKind::Huge1G => (HugePageSize::Size1G, "1G"),
+        _ => return Ok(()),
+    };
+    if tiered {
+        let need = near_bytes.div_ceil(size.bytes() as u64);
+        return tiermem::hugepages::check_available(size, need, "a near budget").map_err(|e| {
+            format!(
+                "--page-size {}: {e}, or --reserve {}",
+                page.name(),
+                format_size(near_bytes)
+            )
+        });
     }
-    if a.follow_exec {
-        env.push(("TIERMEM_FOLLOW_EXEC".into(), "1".into()));
+    if tiermem::hugepages::pool(size).available() == 0 {
+        return Err(format!(
+            "--page-size {}: the pool of {name} huge pages is empty, so the heap would get none: \
+             reserve pages for the run (--reserve SIZE, as root), or `tiermem hugepages reserve {name}:N`",
+            page.name()
+        ));
     }
-    Ok(env)
+    Ok(())
+}
+
+/// Every mover CPU is one this process may run on (the program inherits
+/// its affinity): pinning to another fails at run time.
+fn check_mover_cpus(list: &str, named: &str) -> Result<(), String> {
+    let cpus = tiermem::config::parse_cpu_list(list).map_err(|e| format!("{named}: {e}"))?;
+    let allowed = tiermem_sys::thread::affinity().map_err(|e| format!("{named}: {e}"))?;
+    match cpus.iter().find(|c| !allowed.contains(c)) {
+        None => Ok(()),
+        Some(c) => Err(format!(
+            "{named}: CPU {c} is not available (this process may run on CPUs {}): name \
+             CPUs among those",
+            cpu_ranges(&allowed)
+        )),
+    }
+}
+
+/// `0-3,6` for a sorted CPU list.
+fn cpu_ranges(cpus: &[usize]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < cpus.len() {
+        let mut j = i;
+        while j + 1 < cpus.len() && cpus[j + 1] == cpus[j] + 1 {
+            j += 1;
+        }
+        out.push(if i == j {
+            cpus[i].to_string()
+        } else {
+            format!("{}-{}", cpus[i], cpus[j])
+        });
+        i = j + 1;
+    }
+    out.join(",")
 }
 
 /// The huge page pool as it was before `--reserve`.
@@ -297,15 +651,15 @@ impl PoolGuard {
     }
 }
 
-fn reserve_pool(a: &RunArgs, what: &str) -> Result<PoolGuard, String> {
+fn reserve_pool(s: &Settings, what: &str) -> Result<PoolGuard, String> {
     use tiermem_sys::hugetlb::HugePageSize;
-    let size = match HugeKind::from_name(&a.page_size) {
-        Some(HugeKind::Huge1G) => HugePageSize::Size1G,
-        Some(HugeKind::Huge2M) => HugePageSize::Size2M,
+    let size = match s.page {
+        HugeKind::Huge1G => HugePageSize::Size1G,
+        HugeKind::Huge2M => HugePageSize::Size2M,
         _ => return Err("--reserve applies to --page-size 2m or 1g".into()),
     };
     let bytes = if what == "auto" {
-        let path = a.report.as_ref().filter(|p| p.is_file()).ok_or(
+        let path = s.report.as_ref().filter(|p| p.is_file()).ok_or(
             "--reserve auto sizes the pool from the report of a previous run: give --report FILE of that run",
         )?;
         let j: serde_json::Value =
@@ -324,7 +678,7 @@ fn reserve_pool(a: &RunArgs, what: &str) -> Result<PoolGuard, String> {
     let change = tiermem::hugepages::set_pool(size, before + pages).map_err(|e| e.to_string())?;
     eprintln!(
         "tiermem: reserved {pages} pages of {} for the run ({change})",
-        a.page_size
+        s.page.name()
     );
     Ok(PoolGuard { size, before })
 }

@@ -91,17 +91,18 @@ extern "C" fn init() {
     tiermem::serve_inherited_traps();
     // Keep libtiermem-interpose's signal-mask interposers in this library.
     tiermem_interpose::link();
-    let s = match settings::Settings::from_env() {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("tiermem: {e}; running without tiermem");
-            return;
-        }
-    };
+    let mut s = settings::Settings::from_env();
     // A program another tiered program forked and exec'd is tiered only
     // with TIERMEM_FOLLOW_EXEC; the signal interposers stay (harmless).
-    if !s.enabled || !(settings::is_root_process() || s.follow_exec) {
+    if !s.enabled {
         return;
+    }
+    let root = settings::is_root_process();
+    if !(root || s.follow_exec) {
+        return;
+    }
+    if !root {
+        s.unnamed_far_file();
     }
     // One near budget for the heap and the static arrays.
     let budget = match s.near {
@@ -125,6 +126,17 @@ extern "C" fn init() {
             }
         }
         Err(e) => {
+            // The program the user asked to tier never runs untiered
+            // unasked (a batch job would lose its night); a program it
+            // runs (fork + exec, TIERMEM_FOLLOW_EXEC) is not killed for it.
+            if root && !s.fallback_untiered {
+                eprintln!(
+                    "tiermem: cannot set up the heap: {e}; stopping with exit status 1 instead of \
+                     running untiered (fix that, or run untiered on purpose with --fallback untiered \
+                     or TIERMEM_FALLBACK=untiered)"
+                );
+                std::process::exit(1);
+            }
             eprintln!("tiermem: cannot set up the heap: {e}; running without tiermem");
             return;
         }

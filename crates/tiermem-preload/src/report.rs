@@ -60,6 +60,57 @@ pub struct Report {
     /// Why the process ended, when it did not exit: the report was
     /// written on its way to a fatal signal.
     pub ended_by: Option<&'static str>,
+    /// What tiering cost and saved, over the heap and the static arrays
+    /// together.
+    pub cost: Cost,
+}
+
+/// The sums the summary leads with (issue 35: the time in faults alone
+/// hid the movers' CPU, and nothing said whether the budget was ever
+/// reached or where evicted data went).
+#[derive(Serialize, Default)]
+pub struct Cost {
+    /// The process's peak resident memory (VmHWM), tiermem's own included.
+    pub peak_footprint_bytes: u64,
+    /// Resident memory at exit (VmRSS).
+    pub resident_bytes: u64,
+    /// The near budget (tiered runs).
+    pub budget_bytes: Option<u64>,
+    /// What the budget is a share of, when given as a percentage.
+    pub budget_share: Option<String>,
+    /// The highest near memory the heap and the static arrays held (each
+    /// region's high-water mark, summed).
+    pub near_high_water_bytes: u64,
+    /// Whether the budget was ever reached: something was evicted.
+    pub budget_reached: bool,
+    /// Evictions, fills from the far store, bytes moved each way.
+    pub evictions: u64,
+    /// Faults served (all kinds).
+    pub faults: u64,
+    /// Bytes brought in from the far store.
+    pub bytes_in: u64,
+    /// Bytes written out to it.
+    pub bytes_out: u64,
+    /// Time application threads spent in faults.
+    pub fault_seconds: f64,
+    /// Mover threads configured.
+    pub movers: usize,
+    /// CPU time of the mover threads, all of it (spinning included).
+    pub mover_cpu_seconds: f64,
+    /// The part of it spent moving pages.
+    pub mover_busy_seconds: f64,
+    /// CPU time of the fault-handler threads (handler-thread fault path).
+    pub handler_cpu_seconds: f64,
+    /// Where evicted data lives: `memory` (a memfd in this process, in
+    /// RAM), `file` (a file: on disk) or `none` (untiered).
+    pub far_kind: &'static str,
+    /// The far file's directory or name (file stores).
+    pub far_place: Option<String>,
+    /// Evicted data the far store holds at exit (allocated blocks).
+    pub far_held_bytes: u64,
+    /// RAM the far store holds: all of it for the memory store, none for a
+    /// file (beyond the kernel's page cache, which it may reclaim).
+    pub far_ram_bytes: u64,
 }
 
 /// Registers the exit report, and the same on the way to a fatal SIGBUS
@@ -74,6 +125,13 @@ pub(crate) fn at_exit(s: Settings) {
 
 extern "C" fn on_exit() {
     say(None);
+    // The heap is never torn down, so its far file's name goes here
+    // (pages still read after this come through the open descriptor).
+    // Other ends (exec, a fatal signal) leave it to the launcher or the
+    // next run's sweep.
+    if let Some(p) = SETTINGS.get().and_then(|(s, _)| s.named_far_file()) {
+        tiermem_sys::file::remove_own_far_file(p);
+    }
 }
 
 /// The report and summary of a process that a SIGBUS on a tiered page is
@@ -117,6 +175,11 @@ fn say(ended_by: Option<&'static str>) {
         bad_frees: BAD_FREES.load(Ordering::Relaxed),
         errors: h.region().map(|r| r.errors()).unwrap_or_default(),
         ended_by,
+        cost: Cost::default(),
+    };
+    let r = Report {
+        cost: cost(s, &r),
+        ..r
     };
     let path = s.report.as_ref().map(|p| {
         if root {
@@ -137,14 +200,109 @@ fn say(ended_by: Option<&'static str>) {
             Err(e) => eprintln!("tiermem: report: {e}"),
         }
     }
-    let used = !r.statics.is_empty()
-        || r.heap.region.as_ref().is_some_and(|s| s.faults() > 0)
-        || r.heap
-            .huge
-            .as_ref()
-            .is_some_and(|h| h.bytes_1g + h.bytes_2m + h.bytes_thp + h.bytes_4k > 0);
-    if !s.quiet && used {
+    if !s.quiet {
         eprint!("{}", summary(&r));
+    }
+}
+
+/// The process's `/proc/self/status` field `name` (in kB there), in bytes.
+fn status_bytes(name: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(name) && l[name.len()..].starts_with(':'))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|k| k.parse::<u64>().ok())
+        })
+        .map_or(0, |k| k << 10)
+}
+
+/// CPU time, in seconds, of this process's threads whose name starts
+/// with `prefix` (`/proc/self/task/*/schedstat`: ns on the CPU).
+fn threads_cpu_seconds(prefix: &str) -> f64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0.0;
+    };
+    let ns: u64 = tasks
+        .flatten()
+        .filter(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.starts_with(prefix)))
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next().and_then(|n| n.parse::<u64>().ok()))
+        .sum();
+    ns as f64 * 1e-9
+}
+
+/// Bytes allocated to this process's open files that `is_far` picks by
+/// the target of their `/proc/self/fd` link: the far stores' (the stores
+/// say nothing about their size, and their descriptors are all here).
+fn far_held_bytes(is_far: impl Fn(&str) -> bool) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(fds) = std::fs::read_dir("/proc/self/fd") else {
+        return 0;
+    };
+    fds.flatten()
+        .filter(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| is_far(&l.to_string_lossy())))
+        .filter_map(|fd| std::fs::metadata(fd.path()).ok())
+        .map(|m| m.blocks() * 512)
+        .sum()
+}
+
+/// The sums over the heap and the static arrays, and what the process
+/// and its far store hold.
+fn cost(s: &Settings, r: &Report) -> Cost {
+    let regions: Vec<&RegionStats> = r
+        .heap
+        .region
+        .iter()
+        .chain(r.statics.iter().filter_map(|st| st.stats.as_ref()))
+        .collect();
+    let sum = |f: &dyn Fn(&RegionStats) -> u64| regions.iter().map(|st| f(st)).sum::<u64>();
+    let evictions = sum(&|st| st.evictions);
+    let (far_kind, far_place, far_held_bytes) = match (&s.near, &s.region.far) {
+        (crate::settings::Near::Full, _) => ("none", None, 0),
+        (_, tiermem::FarStoreConfig::Memory) => (
+            "memory",
+            None,
+            far_held_bytes(|l| l.starts_with("/memfd:tiermem-far")),
+        ),
+        (_, tiermem::FarStoreConfig::File { path, .. }) => {
+            let named = !path.is_dir();
+            let dir = path.to_string_lossy().trim_end_matches('/').to_owned();
+            // An unnamed file in DIR reads `DIR/#INODE (deleted)`.
+            let held = far_held_bytes(|l| {
+                if named {
+                    l.strip_suffix(" (deleted)").unwrap_or(l) == dir
+                } else {
+                    l.strip_prefix(&dir).is_some_and(|rest| rest.starts_with("/#"))
+                }
+            });
+            ("file", Some(path.display().to_string()), held)
+        }
+    };
+    Cost {
+        peak_footprint_bytes: status_bytes("VmHWM"),
+        resident_bytes: status_bytes("VmRSS"),
+        budget_bytes: match s.near {
+            crate::settings::Near::Bytes(b) => Some(b),
+            crate::settings::Near::Full => None,
+        },
+        budget_share: s.near_share.clone(),
+        near_high_water_bytes: sum(&|st| st.resident_peak_bytes),
+        budget_reached: evictions > 0,
+        evictions,
+        faults: sum(&|st| st.faults()),
+        bytes_in: sum(&|st| st.bytes_in),
+        bytes_out: sum(&|st| st.bytes_out),
+        fault_seconds: sum(&|st| st.fault_ns_total) as f64 * 1e-9,
+        movers: s.region.movers,
+        mover_cpu_seconds: threads_cpu_seconds("tiermem-mover"),
+        mover_busy_seconds: sum(&|st| st.mover.busy_ns) as f64 * 1e-9,
+        handler_cpu_seconds: threads_cpu_seconds("tiermem-fault"),
+        far_kind,
+        far_place,
+        far_ram_bytes: if far_kind == "memory" { far_held_bytes } else { 0 },
+        far_held_bytes,
     }
 }
 
@@ -152,8 +310,31 @@ fn mib(b: u64) -> String {
     format!("{:.1} MiB", b as f64 / (1 << 20) as f64)
 }
 
+/// Whether anything went to tiermem: a fault in a tiered range, a static
+/// array taken over, a huge page mapped.
+fn used(r: &Report) -> bool {
+    !r.statics.is_empty()
+        || r.heap.region.as_ref().is_some_and(|s| s.faults() > 0)
+        || r.heap
+            .huge
+            .as_ref()
+            .is_some_and(|h| h.bytes_1g + h.bytes_2m + h.bytes_thp + h.bytes_4k > 0)
+}
+
 /// The summary printed at exit.
 pub fn summary(r: &Report) -> String {
+    let c = &r.cost;
+    if !used(r) {
+        // One line: the run was untiered, and why.
+        return format!(
+            "tiermem: {:.2} s, {}: nothing went to tiermem (no allocation of {} or more, no static \
+             array taken over); peak footprint {}, all of it untiered\n",
+            r.wall_seconds,
+            r.settings,
+            tiermem::config::format_size(r.threshold_bytes as u64),
+            mib(c.peak_footprint_bytes)
+        );
+    }
     let mut out = format!(
         "tiermem: {:.2} s, {}; heap {} in {} allocations now\n",
         r.wall_seconds,
@@ -191,6 +372,63 @@ pub fn summary(r: &Report) -> String {
             mib(hs.bytes_4k),
             hs.fallbacks
         );
+    }
+    match c.budget_bytes {
+        Some(b) => {
+            let share = c
+                .budget_share
+                .as_ref()
+                .map_or(String::new(), |s| format!(" ({s})"));
+            let b = tiermem::config::format_size(b);
+            out += &if c.budget_reached {
+                format!(
+                    "tiermem:   budget {b}{share}: reached ({} evictions); near high-water {}; peak \
+                     footprint {} (VmHWM)\n",
+                    c.evictions,
+                    mib(c.near_high_water_bytes),
+                    mib(c.peak_footprint_bytes)
+                )
+            } else {
+                format!(
+                    "tiermem:   budget {b}{share}: budget never reached, nothing evicted (near \
+                     high-water {}); peak footprint {} (VmHWM): a smaller --near tiers this program\n",
+                    mib(c.near_high_water_bytes),
+                    mib(c.peak_footprint_bytes)
+                )
+            };
+            let mut cost = format!("tiermem:   cost: time in faults {:.3} s", c.fault_seconds);
+            cost += &if c.movers > 0 {
+                format!(
+                    ", mover CPU {:.3} s ({:.3} s of it moving pages)",
+                    c.mover_cpu_seconds, c.mover_busy_seconds
+                )
+            } else {
+                ", no movers".into()
+            };
+            if c.handler_cpu_seconds > 0.0 {
+                cost += &format!(", fault-handler threads' CPU {:.3} s", c.handler_cpu_seconds);
+            }
+            out += &format!("{cost}; moved in {}, out {}\n", mib(c.bytes_in), mib(c.bytes_out));
+            out += &match c.far_kind {
+                "memory" => format!(
+                    "tiermem:   far store: memory (a memfd in this process): {} of evicted data at exit, held \
+                     in RAM, so tiering saves no memory; --far DIR keeps it in a file instead\n",
+                    mib(c.far_held_bytes)
+                ),
+                _ => format!(
+                    "tiermem:   far store: file {}: {} of evicted data at exit, on disk, no RAM of its own \
+                     (the page cache aside)\n",
+                    c.far_place.as_deref().unwrap_or("?"),
+                    mib(c.far_held_bytes)
+                ),
+            };
+        }
+        None => {
+            out += &format!(
+                "tiermem:   untiered; peak footprint {} (VmHWM)\n",
+                mib(c.peak_footprint_bytes)
+            )
+        }
     }
     if r.heap_full_events > 0 {
         out += &format!(

@@ -1,22 +1,17 @@
 //! Transparent mode's settings, from `TIERMEM_*` variables (what `tiermem
-//! run` sets from its options):
-//!
-//! | variable | meaning | default |
-//! |---|---|---|
-//! | `TIERMEM_NEAR` | near budget of the heap: a size (`8G`) or a share of physical memory (`50%`); `100%` means no tiering (a heap on the chosen pages) | `100%` |
-//! | `TIERMEM_FAR` | size of the heap's address range | twice the physical memory |
-//! | `TIERMEM_PAGE_SIZE` | `4k`, `thp`, `2m` (tiered or not) or `1g` (not tiered) | `4k` |
-//! | `TIERMEM_THRESHOLD` | allocations of at least this size go to the heap | `1M` |
-//! | `TIERMEM_STATIC` | take over the executable's large `.bss`/`.data` (`on`/`off`) | `on` |
-//! | `TIERMEM_REPORT` | write a JSON report here at exit | (none) |
-//! | `TIERMEM_QUIET` | `1`: no summary on stderr at exit | `0` |
-//! | `TIERMEM_FOLLOW_EXEC` | `1`: programs that this one's children `exec` are tiered too (each writes its report with its pid appended); an `exec` without `fork` (a wrapper script) always stays tiered | `0` |
-//! | `TIERMEM_TRANSPARENT` | `0` turns transparent mode off | `1` |
-//! | `TIERMEM_FAULT_PATH` | as for any region; an MPI rank (`OMPI_COMM_WORLD_RANK`, `PMIX_RANK`, `PMI_RANK` set) defaults to `handler-thread`, which serves its peers' `process_vm_readv`/`writev` | `in-context` |
-//!
-//! The region settings (`TIERMEM_POLICY`, `TIERMEM_MOVERS`,
-//! `TIERMEM_MOVER_CPUS`, `TIERMEM_FAR_FILE`, `TIERMEM_PREFETCH`, ...) apply
-//! to the tiered heap as they do to any region (docs/configuration.md).
+//! run` sets from its options, or the user under `LD_PRELOAD`). They are
+//! listed, with their defaults, in the one table of every variable
+//! (`tiermem::config::ENV_OPTIONS` and `OTHER_VARS`, printed by `tiermem
+//! env`, docs/configuration.md); this module reads `TIERMEM_NEAR`,
+//! `TIERMEM_FAR`, `TIERMEM_PAGE_SIZE`, `TIERMEM_THRESHOLD`,
+//! `TIERMEM_STATIC`, `TIERMEM_REPORT`, `TIERMEM_QUIET`,
+//! `TIERMEM_FOLLOW_EXEC`, `TIERMEM_FALLBACK` and `TIERMEM_TRANSPARENT`
+//! itself; the region settings (`TIERMEM_POLICY`, `TIERMEM_MOVERS`,
+//! `TIERMEM_FAR_FILE`, ...) apply to the tiered heap as to any region. A
+//! value that is not understood is a warning and the default, never the
+//! end of tiering. One difference: an MPI rank (`OMPI_COMM_WORLD_RANK`,
+//! `PMIX_RANK`, `PMI_RANK` set) defaults to `TIERMEM_FAULT_PATH` =
+//! `handler-thread`, which serves its peers' `process_vm_readv`/`writev`.
 
 use std::path::PathBuf;
 use tiermem::config::{format_size, parse_share, parse_size, Config, PageSize};
@@ -24,7 +19,7 @@ use tiermem::heap::{Heap, HeapConfig, HugeKind};
 use tiermem::region::NearBudget;
 
 /// Variables this module reads itself (the rest go to `Config`).
-const OWN: [&str; 9] = [
+const OWN: [&str; 10] = [
     "TIERMEM_NEAR",
     "TIERMEM_FAR",
     "TIERMEM_PAGE_SIZE",
@@ -34,7 +29,14 @@ const OWN: [&str; 9] = [
     "TIERMEM_QUIET",
     "TIERMEM_FOLLOW_EXEC",
     "TIERMEM_TRANSPARENT",
+    "TIERMEM_FALLBACK",
 ];
+
+/// The heap's default address range: twice the physical memory, in whole
+/// GiB (the same default as `tm_malloc_global`'s `TIERMEM_FAR`).
+pub fn default_heap_bytes(mem_total: u64) -> u64 {
+    tiermem::config::default_far_bytes(mem_total)
+}
 
 /// Default threshold: see docs/transparent.md for the measurement.
 pub const DEFAULT_THRESHOLD: usize = 1 << 20;
@@ -55,6 +57,9 @@ pub struct Settings {
     pub enabled: bool,
     /// Near budget.
     pub near: Near,
+    /// What the budget was a share of, when given as one (`25% of
+    /// physical memory (23.5G)`).
+    pub near_share: Option<String>,
     /// Heap address range.
     pub heap_bytes: u64,
     /// Page kind of the heap.
@@ -69,6 +74,8 @@ pub struct Settings {
     pub quiet: bool,
     /// Tier programs that forked children `exec`.
     pub follow_exec: bool,
+    /// Run untiered when the heap cannot be set up (else exit status 1).
+    pub fallback_untiered: bool,
     /// `TIERMEM_VERBOSE`.
     pub verbose: bool,
     /// The tiered region's configuration (sizes filled in by
@@ -85,12 +92,33 @@ fn var(name: &str) -> Option<String> {
         .filter(|v| !v.is_empty())
 }
 
-fn flag(name: &str, default: bool) -> Result<bool, String> {
+/// The documented rule for a value that is not understood: one line on
+/// stderr naming the variable, and the default kept.
+fn ignoring(name: &str, v: &str, why: &str, default: &str) {
+    eprintln!("tiermem: ignoring {name}={v:?}: {why}; keeping {default}");
+}
+
+fn flag(name: &str, default: bool) -> bool {
     match var(name).as_deref() {
-        None => Ok(default),
-        Some("1" | "on" | "yes" | "true") => Ok(true),
-        Some("0" | "off" | "no" | "false") => Ok(false),
-        Some(v) => Err(format!("{name}={v:?}: expected on or off")),
+        None => default,
+        Some("1" | "on" | "yes" | "true") => true,
+        Some("0" | "off" | "no" | "false") => false,
+        Some(v) => {
+            ignoring(name, v, "expected on or off", if default { "on" } else { "off" });
+            default
+        }
+    }
+}
+
+/// `name` parsed by `parse`, else (unset, or not understood: warned
+/// about) `default`.
+fn parsed<T>(name: &str, default: T, shown: &str, parse: impl Fn(&str) -> Result<T, String>) -> T {
+    match var(name) {
+        None => default,
+        Some(v) => parse(&v).unwrap_or_else(|why| {
+            ignoring(name, &v, &why, shown);
+            default
+        }),
     }
 }
 
@@ -106,28 +134,51 @@ fn mpi_rank() -> bool {
 }
 
 impl Settings {
-    /// Reads the environment. Errors name the variable and the fix.
-    pub fn from_env() -> Result<Settings, String> {
+    /// Reads the environment. A value that is not understood is one
+    /// warning naming the variable, and its default is kept (the same
+    /// rule as every `TIERMEM_*` variable's, docs/configuration.md).
+    pub fn from_env() -> Settings {
         let mem_total = tiermem::SystemInfo::probe().mem_total_bytes.max(1 << 30);
-        let page = match var("TIERMEM_PAGE_SIZE").as_deref() {
-            None => HugeKind::Base4K,
-            Some(v) => HugeKind::from_name(v)
-                .ok_or_else(|| format!("TIERMEM_PAGE_SIZE={v:?}: expected 4k, thp, 2m or 1g"))?,
+        let page = parsed("TIERMEM_PAGE_SIZE", HugeKind::Base4K, "4k", |v| {
+            HugeKind::from_name(v).ok_or_else(|| "expected 4k, thp, 2m or 1g".into())
+        });
+        let min_near = 4 * match page {
+            HugeKind::Base4K => 4096,
+            _ => 2 << 20,
         };
-        let near = match var("TIERMEM_NEAR").as_deref() {
-            None | Some("100%") => Near::Full,
-            Some(v) => Near::Bytes(parse_share(v, mem_total).map_err(|e| format!("TIERMEM_NEAR: {e}"))?),
+        let near = parsed("TIERMEM_NEAR", Near::Full, "100% (no tiering)", |v| {
+            if v == "100%" {
+                return Ok(Near::Full);
+            }
+            let b = parse_share(v, mem_total)?;
+            if page == HugeKind::Huge1G {
+                return Err("1 GiB pages cannot be tiered (TIERMEM_PAGE_SIZE=2m tiers on huge pages)".into());
+            }
+            if b < min_near {
+                return Err(format!("below the minimum of 4 pages ({min_near} bytes)"));
+            }
+            Ok(Near::Bytes(b))
+        });
+        let near_share = match (near, var("TIERMEM_NEAR")) {
+            (Near::Bytes(_), Some(v)) if v.ends_with('%') => {
+                Some(format!("{v} of {} physical memory", format_size(mem_total)))
+            }
+            _ => None,
         };
-        let heap_bytes = match var("TIERMEM_FAR") {
-            None => (2 * mem_total).next_multiple_of(1 << 30),
-            Some(v) => parse_size(&v).map_err(|e| format!("TIERMEM_FAR: {e}"))?,
-        };
-        let threshold = match var("TIERMEM_THRESHOLD") {
-            None => DEFAULT_THRESHOLD,
-            Some(v) => parse_size(&v)
-                .map_err(|e| format!("TIERMEM_THRESHOLD: {e}"))?
-                .max(4096) as usize,
-        };
+        let heap_default = default_heap_bytes(mem_total);
+        let heap_bytes =
+            parsed(
+                "TIERMEM_FAR",
+                heap_default,
+                "twice the physical memory",
+                |v| match parse_size(v)? {
+                    b if b < 1 << 20 => Err("below 1 MiB".into()),
+                    b => Ok(b),
+                },
+            );
+        let threshold = parsed("TIERMEM_THRESHOLD", DEFAULT_THRESHOLD, "1M", |v| {
+            Ok(parse_size(v)?.max(4096) as usize)
+        });
         let mut region = Config::new(heap_bytes, heap_bytes);
         // Region settings from the environment, except the ones above.
         for w in region.apply_vars(|name| if OWN.contains(&name) { None } else { var(name) }) {
@@ -136,20 +187,51 @@ impl Settings {
         if var("TIERMEM_FAULT_PATH").is_none() && mpi_rank() {
             region.fault_path = tiermem::FaultPath::HandlerThread;
         }
-        Ok(Settings {
-            enabled: flag("TIERMEM_TRANSPARENT", true)?,
+        Settings {
+            enabled: flag("TIERMEM_TRANSPARENT", true),
             near,
+            near_share,
             heap_bytes,
             page,
             threshold,
-            statics: flag("TIERMEM_STATIC", true)?,
+            statics: flag("TIERMEM_STATIC", true),
             report: var("TIERMEM_REPORT").map(PathBuf::from),
-            quiet: flag("TIERMEM_QUIET", false)?,
-            follow_exec: flag("TIERMEM_FOLLOW_EXEC", false)?,
+            quiet: flag("TIERMEM_QUIET", false),
+            follow_exec: flag("TIERMEM_FOLLOW_EXEC", false),
+            fallback_untiered: parsed("TIERMEM_FALLBACK", false, "error", |v| match v {
+                "error" => Ok(false),
+                "untiered" => Ok(true),
+                _ => Err("expected error or untiered".into()),
+            }),
             verbose: tiermem::config::verbose_from_env(),
             region,
             mem_total,
-        })
+        }
+    }
+
+    /// The far file's name, when the far store is a named file (not a
+    /// directory's unnamed file, nor memory).
+    pub fn named_far_file(&self) -> Option<&std::path::Path> {
+        match &self.region.far {
+            tiermem::FarStoreConfig::File { path, .. } if !path.is_dir() => Some(path),
+            _ => None,
+        }
+    }
+
+    /// For a program the tiered one runs (fork + exec): a named far file
+    /// is the program's that the user started, so this one gets an
+    /// unnamed file in the same directory instead.
+    pub fn unnamed_far_file(&mut self) {
+        if let Some(p) = self.named_far_file() {
+            let dir = p
+                .parent()
+                .filter(|d| !d.as_os_str().is_empty())
+                .unwrap_or(std::path::Path::new("."))
+                .to_path_buf();
+            if let tiermem::FarStoreConfig::File { path, .. } = &mut self.region.far {
+                *path = dir;
+            }
+        }
     }
 
     /// Whether the heap is tiered (a near budget below the whole).
@@ -202,8 +284,12 @@ impl Settings {
         match self.near {
             Near::Full => format!("{} pages, no tiering", self.page.name()),
             Near::Bytes(n) => format!(
-                "tiered: near {} over {}, {} pages, policy {}, movers {}{}",
+                "tiered: near {}{} over {}, {} pages, policy {}, movers {}{}",
                 format_size(n),
+                match &self.near_share {
+                    Some(s) => format!(" ({s})"),
+                    None => String::new(),
+                },
                 format_size(self.heap_bytes),
                 self.page.name(),
                 self.region.policy,

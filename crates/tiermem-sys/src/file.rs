@@ -5,7 +5,13 @@
 //! unlinked again when the [`FarFile`] is dropped, if the name still names
 //! the file tiermem created (same device and inode): a file renamed behind
 //! tiermem's back, and whatever took its name, are left alone. An existing
-//! file is never overwritten.
+//! file is never overwritten, with two exceptions that are tiermem's own
+//! far files, recognised by the tag every named far file gets (an extended
+//! attribute `user.tiermem.far` naming the creating process and program
+//! image): one whose process no longer runs (a killed run's leftover:
+//! swept, see [`FarFile::swept`]), and one that an earlier image of this
+//! very process created (an `exec` wrapper that `exec`ed the program after
+//! it had made its heap: the image that made it is gone).
 
 use crate::errno::{check, Errno};
 use std::ffi::CString;
@@ -24,10 +30,15 @@ pub enum FileError {
         path: PathBuf,
     },
     /// The file exists already.
-    #[error("far file {path} exists; tiermem never overwrites a file: remove it, or give a directory")]
+    #[error(
+        "far file {path} exists{}; tiermem never overwrites a file: remove it, or give a directory",
+        match in_use_by { Some(pid) => format!(" (the far file of process {pid}, which runs)"), None => String::new() }
+    )]
     Exists {
         /// The path given.
         path: PathBuf,
+        /// The live process whose far file it is, if it is one.
+        in_use_by: Option<u32>,
     },
     /// Permission denied or read-only file system.
     #[error("far file {path} cannot be created: {errno} (directory not writable?)")]
@@ -67,6 +78,130 @@ pub struct FarFile {
     /// The path given at creation: the directory of an unnamed file, or
     /// the file's name.
     given: PathBuf,
+    /// The process whose leftover far file had the name and was removed.
+    swept: Option<u32>,
+}
+
+/// The extended attribute that marks a named far file as tiermem's.
+const TAG: &std::ffi::CStr = c"user.tiermem.far";
+
+/// Who made a named far file: the process and its program image (a number
+/// drawn once per image: `exec` keeps the pid, not this).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FarFileOwner {
+    /// The creating process.
+    pub pid: u32,
+    /// The creating program image.
+    pub image: u64,
+}
+
+impl FarFileOwner {
+    /// This process, this image.
+    pub fn me() -> FarFileOwner {
+        static IMAGE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+        let image = *IMAGE.get_or_init(|| {
+            // Distinct per image of a pid: the clock has moved on by the
+            // time an exec'd image makes its first far file.
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64);
+            t ^ (&IMAGE as *const _ as u64).rotate_left(32)
+        });
+        FarFileOwner {
+            pid: std::process::id(),
+            image,
+        }
+    }
+
+    fn encode(self) -> String {
+        format!("pid {} image {:x}", self.pid, self.image)
+    }
+
+    fn decode(s: &str) -> Option<FarFileOwner> {
+        let mut w = s.split_whitespace();
+        match (w.next(), w.next(), w.next(), w.next()) {
+            (Some("pid"), Some(pid), Some("image"), Some(image)) => Some(FarFileOwner {
+                pid: pid.parse().ok()?,
+                image: u64::from_str_radix(image, 16).ok()?,
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// The tiermem process that made the far file named `path`, if `path` is
+/// one (tagged; file systems without user extended attributes tag
+/// nothing).
+pub fn far_file_owner(path: &Path) -> Option<FarFileOwner> {
+    let c = CString::new(path.as_os_str().as_bytes()).ok()?;
+    let mut buf = [0u8; 64];
+    // SAFETY: c and TAG are NUL-terminated; buf is writable for its length.
+    let n = unsafe { libc::lgetxattr(c.as_ptr(), TAG.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if n <= 0 {
+        return None;
+    }
+    FarFileOwner::decode(std::str::from_utf8(&buf[..n as usize]).ok()?)
+}
+
+/// What [`sweep_leftover`] found at a far file's name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Leftover {
+    /// Nothing there (or nothing left now).
+    Free,
+    /// The far file of a process that no longer runs: removed.
+    Swept(u32),
+    /// The far file of a process that runs (this one too).
+    InUse(u32),
+    /// Something that is not tiermem's far file.
+    Foreign,
+}
+
+/// Removes the far file named `path` if it is a leftover: tiermem's, of a
+/// process that no longer runs, or of an earlier image of this process
+/// (an exec wrapper's). The name is unlinked only if it still names the
+/// file judged (same device and inode).
+pub fn sweep_leftover(path: &Path) -> Leftover {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(before) = std::fs::symlink_metadata(path) else {
+        return Leftover::Free;
+    };
+    let Some(owner) = far_file_owner(path).filter(|_| before.file_type().is_file()) else {
+        return Leftover::Foreign;
+    };
+    let me = FarFileOwner::me();
+    let earlier_image = owner.pid == me.pid && owner.image != me.image;
+    // A zombie holds no files: it counts as ended.
+    if !earlier_image && crate::process::running(owner.pid) {
+        return Leftover::InUse(owner.pid);
+    }
+    let same =
+        std::fs::symlink_metadata(path).is_ok_and(|m| (m.dev(), m.ino()) == (before.dev(), before.ino()));
+    if same {
+        let _ = std::fs::remove_file(path);
+    }
+    Leftover::Swept(owner.pid)
+}
+
+/// Removes the far file named `path` if `pid` made it (or it carries no
+/// tag at all, on a file system without extended attributes: a launcher
+/// that saw the name free before it started `pid` knows whose it is).
+/// For a launcher after its program ended, however it ended.
+pub fn remove_far_file_of(path: &Path, pid: u32) -> bool {
+    let Ok(m) = std::fs::symlink_metadata(path) else {
+        return false;
+    };
+    let ours = match far_file_owner(path) {
+        Some(o) => o.pid == pid,
+        None => m.file_type().is_file(),
+    };
+    ours && std::fs::remove_file(path).is_ok()
+}
+
+/// Removes the far file named `path` if this process, in this image, made
+/// it: at exit, for a far file whose [`FarFile`] is never dropped (a heap
+/// that lives as long as the process).
+pub fn remove_own_far_file(path: &Path) -> bool {
+    far_file_owner(path) == Some(FarFileOwner::me()) && std::fs::remove_file(path).is_ok()
 }
 
 /// A file system's size and free space, in bytes.
@@ -80,7 +215,32 @@ pub struct FsSpace {
 
 impl FarFile {
     /// Creates the far file for `path` (a directory or a new file name).
+    /// A name that holds a leftover far file ([`sweep_leftover`]) is
+    /// swept first.
     pub fn create(path: &Path, direct: bool) -> Result<FarFile, FileError> {
+        match Self::create_once(path, direct) {
+            Err(FileError::Exists { path, .. }) => match sweep_leftover(&path) {
+                Leftover::Swept(pid) => {
+                    let mut f = Self::create_once(&path, direct)?;
+                    // An earlier image of this process is no news.
+                    f.swept = Some(pid).filter(|&p| p != std::process::id());
+                    Ok(f)
+                }
+                Leftover::InUse(pid) => Err(FileError::Exists {
+                    path,
+                    in_use_by: Some(pid),
+                }),
+                Leftover::Free => Self::create_once(&path, direct),
+                Leftover::Foreign => Err(FileError::Exists {
+                    path,
+                    in_use_by: None,
+                }),
+            },
+            r => r,
+        }
+    }
+
+    fn create_once(path: &Path, direct: bool) -> Result<FarFile, FileError> {
         let is_dir = path.is_dir();
         let parent = if is_dir {
             path.to_path_buf()
@@ -89,7 +249,9 @@ impl FarFile {
                 .filter(|p| !p.as_os_str().is_empty())
                 .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
         };
-        if !parent.is_dir() {
+        // `dir/` names a directory, never a file to create.
+        let names_dir = path.as_os_str().as_bytes().ends_with(b"/");
+        if !parent.is_dir() || (names_dir && !is_dir) {
             return Err(FileError::NoDirectory {
                 path: path.to_path_buf(),
             });
@@ -117,7 +279,10 @@ impl FarFile {
         let fd = check(r).map_err(|errno| {
             let path = path.to_path_buf();
             match errno.raw() {
-                libc::EEXIST => FileError::Exists { path },
+                libc::EEXIST => FileError::Exists {
+                    path,
+                    in_use_by: None,
+                },
                 libc::EACCES | libc::EROFS | libc::EPERM => FileError::NotWritable { path, errno },
                 // The directory exists (checked above) but refuses new names
                 // (procfs, sysfs).
@@ -129,13 +294,22 @@ impl FarFile {
         // SAFETY: the kernel returned a fresh descriptor that we own.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         let created = match created {
-            Some(p) => Some((
-                p,
-                identity(fd.as_fd()).map_err(|errno| FileError::Other {
-                    path: path.to_path_buf(),
-                    errno,
-                })?,
-            )),
+            Some(p) => {
+                let v = FarFileOwner::me().encode();
+                // SAFETY: a valid descriptor, a NUL-terminated name and a
+                // value of the length passed. Best effort: a file system
+                // without user attributes leaves the file untagged.
+                unsafe {
+                    libc::fsetxattr(fd.as_raw_fd(), TAG.as_ptr(), v.as_ptr().cast(), v.len(), 0);
+                }
+                Some((
+                    p,
+                    identity(fd.as_fd()).map_err(|errno| FileError::Other {
+                        path: path.to_path_buf(),
+                        errno,
+                    })?,
+                ))
+            }
             None => None,
         };
         Ok(FarFile {
@@ -144,7 +318,14 @@ impl FarFile {
             direct,
             owner_pid: std::process::id(),
             given: path.to_path_buf(),
+            swept: None,
         })
+    }
+
+    /// The process whose leftover far file had this file's name and was
+    /// removed to make it (a killed run's), if any.
+    pub fn swept(&self) -> Option<u32> {
+        self.swept
     }
 
     /// Whether the file was opened with `O_DIRECT`.
@@ -327,6 +508,75 @@ mod tests {
         ));
         drop(f);
         assert!(!p.exists());
+        std::fs::remove_dir_all(d).unwrap();
+    }
+
+    /// Tags `path` as `owner`'s far file (what `create` writes).
+    fn tag(path: &Path, owner: FarFileOwner) {
+        let c = CString::new(path.as_os_str().as_bytes()).unwrap();
+        let v = owner.encode();
+        // SAFETY: NUL-terminated name and path, a value of the length passed.
+        let r = unsafe { libc::lsetxattr(c.as_ptr(), TAG.as_ptr(), v.as_ptr().cast(), v.len(), 0) };
+        assert_eq!(r, 0, "{}", Errno::last());
+    }
+
+    /// A pid that ran and ended.
+    fn dead_pid() -> u32 {
+        let mut c = std::process::Command::new("true").spawn().unwrap();
+        let pid = c.id();
+        c.wait().unwrap();
+        pid
+    }
+
+    #[test]
+    fn leftovers_are_swept_live_and_foreign_files_kept() {
+        let d = tmpdir("leftover");
+        let p = d.join("far.bin");
+        // Ours and live: refused, naming the process.
+        std::mem::forget(FarFile::create(&p, false).unwrap());
+        if far_file_owner(&p).is_none() {
+            eprintln!("skipped: {} has no user extended attributes", d.display());
+            return;
+        }
+        assert_eq!(far_file_owner(&p), Some(FarFileOwner::me()));
+        let e = FarFile::create(&p, false).unwrap_err();
+        assert!(
+            matches!(e, FileError::Exists { in_use_by: Some(pid), .. } if pid == std::process::id()),
+            "{e}"
+        );
+        // A killed run's: swept, and said.
+        let dead = dead_pid();
+        tag(&p, FarFileOwner { pid: dead, image: 1 });
+        let f = FarFile::create(&p, false).unwrap();
+        assert_eq!(f.swept(), Some(dead));
+        drop(f);
+        assert!(!p.exists());
+        // An earlier image of this process (an exec wrapper's): swept quietly.
+        std::mem::forget(FarFile::create(&p, false).unwrap());
+        let me = FarFileOwner::me();
+        tag(
+            &p,
+            FarFileOwner {
+                image: me.image ^ 1,
+                ..me
+            },
+        );
+        let f = FarFile::create(&p, false).unwrap();
+        assert_eq!(f.swept(), None);
+        drop(f);
+        // Not tiermem's: never touched.
+        std::fs::write(&p, b"data").unwrap();
+        assert!(matches!(
+            FarFile::create(&p, false),
+            Err(FileError::Exists { in_use_by: None, .. })
+        ));
+        assert_eq!(sweep_leftover(&p), Leftover::Foreign);
+        assert!(remove_far_file_of(&p, dead), "untagged: the launcher's call");
+        // A launcher removes its program's file, not another's.
+        std::mem::forget(FarFile::create(&p, false).unwrap());
+        assert!(!remove_far_file_of(&p, dead));
+        assert!(remove_own_far_file(&p));
+        assert_eq!(sweep_leftover(&p), Leftover::Free);
         std::fs::remove_dir_all(d).unwrap();
     }
 

@@ -391,6 +391,15 @@ pub fn forward_signals(pid: u32, signals: &[i32]) -> std::io::Result<()> {
         .map(|_| ())
 }
 
+/// Gives SIGPIPE its default action back (Rust's runtime ignores it, so
+/// that a write to a closed pipe fails with EPIPE, and `print!` panics on
+/// that): a command whose reader went away (`tiermem info | head -1`) ends
+/// quietly, as other Unix tools do.
+pub fn default_sigpipe() {
+    // SAFETY: SIG_DFL for SIGPIPE; no handler runs.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+}
+
 /// Ignores `signals` in this process (a launcher whose child receives
 /// them from the terminal directly, as `system()` does).
 pub fn ignore_signals(signals: &[i32]) {

@@ -682,8 +682,8 @@ pub const ENV_OPTIONS: &[EnvOption] = &[
     EnvOption {
         name: "TIERMEM_FAR",
         unit: "bytes (K/M/G/T)",
-        default: "4G",
-        help: "Size of the far store, i.e. of the virtual range of the process-wide region behind tm_malloc_global.",
+        default: "twice the physical memory (whole GiB)",
+        help: "Size of the far store, i.e. of the virtual range: of the process-wide region behind tm_malloc_global, and of the preload's heap (`tiermem run --heap-size`). A large range costs address space, not memory: region metadata grows with the pages used (docs/design.md, \"metadata grows with use\").",
         apply: |c, v| {
             c.virt_bytes = parse_size(v)?;
             Ok(())
@@ -691,19 +691,19 @@ pub const ENV_OPTIONS: &[EnvOption] = &[
     },
     EnvOption {
         name: "TIERMEM_NEAR",
-        unit: "bytes (K/M/G/T)",
-        default: "1G",
-        help: "Near-memory budget of the process-wide region.",
+        unit: "bytes (K/M/G/T) or a share of physical memory (50%)",
+        default: "1G for tm_malloc_global; 100% (no tiering) for the preload",
+        help: "Near-memory budget: of the process-wide region, and of the preload's heap and static arrays together (`tiermem run --near`; 100% means no tiering there).",
         apply: |c, v| {
-            c.near_bytes = parse_size(v)?;
+            c.near_bytes = parse_share(v, crate::SystemInfo::probe().mem_total_bytes)?;
             Ok(())
         },
     },
     EnvOption {
         name: "TIERMEM_PAGE_SIZE",
-        unit: "4K, 2M or THP",
+        unit: "4K, 2M or THP (the preload also 1G)",
         default: "4K",
-        help: "Page size; 2M uses the hugetlbfs pool (reserve pages first), THP transparent huge pages.",
+        help: "Page size; 2M uses the hugetlbfs pool (reserve pages first), THP transparent huge pages; under the preload (`tiermem run --page-size`) 1G too, without tiering.",
         apply: |c, v| {
             c.page_size = PageSize::parse(v).ok_or("page size must be 4K, 2M or THP")?;
             Ok(())
@@ -787,7 +787,7 @@ pub const ENV_OPTIONS: &[EnvOption] = &[
         name: "TIERMEM_KERNEL_ACCESS",
         unit: "trap or off",
         default: "trap",
-        help: "In-context path: trap read/write/recv/send-style system calls on tiered buffers (seccomp) and pin their pages, so they do not fail with EFAULT; off: no filter.",
+        help: "In-context path: trap read/write/recv/send-style system calls on tiered buffers (seccomp) and serve them (pinned on regular files, through a bounce buffer on pipes, sockets and devices), so they do not fail with EFAULT, and guard SIGBUS/SIGSEGV/SIGSYS from the C library's internal signal calls (aio and timer helper threads, `sigvec`, `setcontext`); off: no filter (EFAULT on pages not resident; glibc's `aio_*` helper threads die on tiered buffers) (design.md, \"Kernel accesses\", \"Signals\").",
         apply: |c, v| {
             c.kernel_access = KernelAccess::from_name(v).ok_or("expected trap or off")?;
             Ok(())
@@ -918,15 +918,138 @@ pub fn verbose_from_env() -> bool {
         .unwrap_or(false)
 }
 
+/// The default of `TIERMEM_FAR`, for the process-wide region and the
+/// preload's heap alike: twice the physical memory, in whole GiB.
+pub fn default_far_bytes(mem_total: u64) -> u64 {
+    (2 * mem_total.max(1 << 30)).next_multiple_of(1 << 30)
+}
+
+/// A variable read outside [`Config`] (transparent mode, the command,
+/// the process-wide heap, the SVM over MPI): listed with the region's in
+/// one table, the one `tiermem env` prints.
+pub struct EnvVar {
+    /// The variable's name.
+    pub name: &'static str,
+    /// Unit or value form.
+    pub unit: &'static str,
+    /// Default, as text.
+    pub default: &'static str,
+    /// What it does.
+    pub help: &'static str,
+}
+
+/// Every `TIERMEM_*` variable that is not a region setting.
+pub const OTHER_VARS: &[EnvVar] = &[
+    EnvVar {
+        name: "TIERMEM_THRESHOLD",
+        unit: "bytes (K/M/G/T)",
+        default: "1M",
+        help: "Preload: allocations (and anonymous `mmap`s) of at least this size go to the tiered heap (`tiermem run --threshold`).",
+    },
+    EnvVar {
+        name: "TIERMEM_STATIC",
+        unit: "on or off",
+        default: "on",
+        help: "Preload: take over the executable's large `.bss`/`.data` arrays (`tiermem run --static`).",
+    },
+    EnvVar {
+        name: "TIERMEM_REPORT",
+        unit: "path",
+        default: "(none)",
+        help: "Preload: write the JSON report there at exit (`tiermem run --report`); a program that a tiered one forks and execs writes it with its pid appended.",
+    },
+    EnvVar {
+        name: "TIERMEM_QUIET",
+        unit: "on or off",
+        default: "off",
+        help: "Preload: no summary on stderr at exit (`tiermem run --quiet`).",
+    },
+    EnvVar {
+        name: "TIERMEM_FOLLOW_EXEC",
+        unit: "on or off",
+        default: "off",
+        help: "Preload: programs that the tiered program's children exec are tiered too (`tiermem run --follow-exec`); an exec without fork (a wrapper script) always stays tiered.",
+    },
+    EnvVar {
+        name: "TIERMEM_FALLBACK",
+        unit: "error or untiered",
+        default: "error",
+        help: "Preload: when the heap cannot be set up in the program the user started, `error` ends it with exit status 1 and one line naming the problem, `untiered` warns and runs it without tiermem (`tiermem run --fallback`). A program the tiered one forks and execs runs untiered with a warning either way.",
+    },
+    EnvVar {
+        name: "TIERMEM_TRANSPARENT",
+        unit: "on or off",
+        default: "on",
+        help: "Preload: off loads the library without tiering anything.",
+    },
+    EnvVar {
+        name: "TIERMEM_PRELOAD",
+        unit: "path",
+        default: "(libtiermem_preload.so next to the tiermem binary)",
+        help: "The preload library `tiermem run` uses.",
+    },
+    EnvVar {
+        name: "TIERMEM_ROOT_PID",
+        unit: "pid",
+        default: "(set by the preload)",
+        help: "Internal: the pid of the program the user started, set by the first process that loads the preload, so that the programs it runs know they are not that program. Do not set it.",
+    },
+    EnvVar {
+        name: "TIERMEM_GLOBAL_HEAP",
+        unit: "tiered, 2m, 1g or thp",
+        default: "tiered",
+        help: "What serves `tm_malloc_global`: the tiered process-wide region, or a huge-page heap without tiering (paper 3) of `TIERMEM_FAR` bytes on pages of that size from the pool, falling back 1g -> 2m -> THP -> 4k with one warning line.",
+    },
+    EnvVar {
+        name: "TIERMEM_VERBOSE",
+        unit: "0 or 1",
+        default: "0",
+        help: "Print the effective configuration of each region (and the preload's heap) on stderr.",
+    },
+    EnvVar {
+        name: "TIERMEM_SVM_RANKS_PER_NODE",
+        unit: "count",
+        default: "(all ranks of a node)",
+        help: "SVM over MPI: treat groups of this many ranks of a node as nodes (a test switch for the cross-node paths on one machine; docs/svm.md).",
+    },
+    EnvVar {
+        name: "TIERMEM_SVM_PROGRESS_US",
+        unit: "microseconds",
+        default: "50",
+        help: "SVM over MPI: the progress thread's period.",
+    },
+    EnvVar {
+        name: "TIERMEM_SVM_TIMEOUT_S",
+        unit: "seconds",
+        default: "600",
+        help: "SVM over MPI: the bound of every wait.",
+    },
+    EnvVar {
+        name: "TIERMEM_FAULT_INJECT",
+        unit: "`read:P,write:P,short:P,full:after=N,seed:S`",
+        default: "off",
+        help: "**Tests only.** Every region's far store fails a fraction P of reads (EIO: page poisoned, SIGBUS, error recorded) and of writes (EIO: victim kept resident), shortens a fraction P of the file store's pread/pwrite calls, and refuses writes (ENOSPC) after N successful ones until space is made. Never set it in production.",
+    },
+];
+
+/// The default of variable `name`, as the table states it.
+pub fn env_default(name: &str) -> Option<&'static str> {
+    ENV_OPTIONS
+        .iter()
+        .find(|o| o.name == name)
+        .map(|o| o.default)
+        .or_else(|| OTHER_VARS.iter().find(|o| o.name == name).map(|o| o.default))
+}
+
 /// The reference table of all variables, as Markdown.
 pub fn env_reference_markdown() -> String {
     let mut s = String::from("| variable | unit | default | meaning |\n|---|---|---|---|\n");
     for o in ENV_OPTIONS {
         s += &format!("| `{}` | {} | {} | {} |\n", o.name, o.unit, o.default, o.help);
     }
-    s += "| `TIERMEM_GLOBAL_HEAP` | tiered, 2m, 1g or thp | tiered | What serves `tm_malloc_global`: the tiered process-wide region, or a huge-page heap without tiering (paper 3) of `TIERMEM_FAR` bytes on pages of that size from the pool, falling back 1g -> 2m -> THP -> 4k with one warning line. |\n";
-    s += "| `TIERMEM_VERBOSE` | 0 or 1 | 0 | Print the effective configuration of the process-wide region on stderr. |\n";
-    s += "| `TIERMEM_FAULT_INJECT` | `read:P,write:P,short:P,full:after=N,seed:S` | off | **Tests only.** Every region's far store fails a fraction P of reads (EIO: page poisoned, SIGBUS, error recorded) and of writes (EIO: victim kept resident), shortens a fraction P of the file store's pread/pwrite calls, and refuses writes (ENOSPC) after N successful ones until space is made. Never set it in production. |\n";
+    for o in OTHER_VARS {
+        s += &format!("| `{}` | {} | {} | {} |\n", o.name, o.unit, o.default, o.help);
+    }
     s
 }
 

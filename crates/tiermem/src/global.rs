@@ -107,10 +107,12 @@ fn global_from_env() -> Result<Global, Error> {
     }
 }
 
-/// The configuration of the process-wide region: 4 GiB virtual over a
-/// 1 GiB budget unless `TIERMEM_*` variables say otherwise.
+/// The configuration of the process-wide region: twice the physical
+/// memory virtual (the preload heap's default too) over a 1 GiB budget
+/// unless `TIERMEM_*` variables say otherwise.
 pub fn global_config() -> (Config, Vec<String>) {
-    let mut c = Config::new(4 << 30, 1 << 30);
+    let far = crate::config::default_far_bytes(crate::SystemInfo::probe().mem_total_bytes);
+    let mut c = Config::new(far, 1 << 30);
     let warnings = c.apply_env();
     (c, warnings)
 }

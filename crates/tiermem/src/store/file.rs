@@ -23,6 +23,13 @@ impl FileStore {
     /// Creates the far file (see [`FarFile::create`]) and sizes it sparsely.
     pub fn create(path: &Path, direct: bool, capacity: u64) -> Result<FileStore, crate::Error> {
         let file = FarFile::create(path, direct)?;
+        if let Some(pid) = file.swept() {
+            eprintln!(
+                "tiermem: removed {}, the far file of process {pid}, which no longer runs (a killed \
+                 run's leftover)",
+                path.display()
+            );
+        }
         memfd::set_len(file.as_fd(), capacity).map_err(|errno| crate::Error::Sys {
             what: "sizing the far file",
             errno,
