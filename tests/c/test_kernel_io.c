@@ -38,16 +38,6 @@
  * more than the pin allowance (half of it). */
 #define BUF_BYTES (12 * MIB)
 
-static void fill(uint64_t *p, size_t words, uint64_t seed) {
-  for (size_t i = 0; i < words; i++) p[i] = mix(seed + i);
-}
-
-static size_t bad_words(const uint64_t *p, size_t words, uint64_t seed) {
-  size_t bad = 0;
-  for (size_t i = 0; i < words; i++) bad += p[i] != mix(seed + i);
-  return bad;
-}
-
 /* Evicts what was touched before: the budget is 16 MiB. */
 static void churn(uint64_t seed) {
   static uint64_t *spare;
@@ -376,25 +366,7 @@ int main(int argc, char **argv) {
     }
     return failures ? 1 : 0;
   }
-  int failed = 0;
-  extern char **environ;
-  for (size_t k = 0; k < n; k++) {
-    char *args[] = {argv[0], (char *)cases[k].name, NULL};
-    pid_t pid;
-    int st = 0;
-    if (posix_spawn(&pid, "/proc/self/exe", NULL, NULL, args, environ) != 0 || waitpid(pid, &st, 0) < 0) {
-      fprintf(stderr, "FAIL %s: cannot run\n", cases[k].name);
-      failed++;
-      continue;
-    }
-    if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
-      printf("ok   %s\n", cases[k].name);
-    } else {
-      failed++;
-      fprintf(stderr, "FAIL %s: %s %d\n", cases[k].name, WIFSIGNALED(st) ? "killed by signal" : "exit status",
-              WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
-    }
-  }
-  printf("test_kernel_io: %zu cases, %d failed\n", n, failed);
-  return failed ? 1 : 0;
+  const char *names[sizeof cases / sizeof cases[0]];
+  for (size_t k = 0; k < n; k++) names[k] = cases[k].name;
+  return run_each_case(argv[0], names, n, "test_kernel_io") ? 1 : 0;
 }

@@ -46,16 +46,6 @@
 
 static uint64_t *data;
 
-static void fill(uint64_t *p, size_t words, uint64_t seed) {
-  for (size_t i = 0; i < words; i++) p[i] = mix(seed + i);
-}
-
-static size_t bad_words(const uint64_t *p, size_t words, uint64_t seed) {
-  size_t bad = 0;
-  for (size_t i = 0; i < words; i++) bad += p[i] != mix(seed + i);
-  return bad;
-}
-
 /* Writes all of the tiered block and reads it back: most of it is evicted
  * and faulted in again in between. */
 static void churn(const char *what, uint64_t seed) {
@@ -367,25 +357,7 @@ int main(int argc, char **argv) {
   snprintf(names[n++], 64, "timer");
   snprintf(names[n++], 64, "aio");
   snprintf(names[n++], 64, "getaddrinfo_a");
-  int failed = 0;
-  extern char **environ;
-  for (size_t k = 0; k < n; k++) {
-    char *args[] = {argv[0], names[k], NULL};
-    pid_t pid;
-    int st = 0;
-    if (posix_spawn(&pid, "/proc/self/exe", NULL, NULL, args, environ) != 0 || waitpid(pid, &st, 0) < 0) {
-      fprintf(stderr, "FAIL %s: cannot run\n", names[k]);
-      failed++;
-      continue;
-    }
-    if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
-      printf("ok   %s\n", names[k]);
-    } else {
-      failed++;
-      fprintf(stderr, "FAIL %s: %s %d\n", names[k], WIFSIGNALED(st) ? "killed by signal" : "exit status",
-              WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
-    }
-  }
-  printf("test_signal_paths: %zu cases, %d failed\n", n, failed);
-  return failed ? 1 : 0;
+  const char *list[32];
+  for (size_t k = 0; k < n; k++) list[k] = names[k];
+  return run_each_case(argv[0], list, n, "test_signal_paths") ? 1 : 0;
 }

@@ -36,16 +36,6 @@
 
 #define MIB (1024ul * 1024ul)
 
-static void fill(uint64_t *p, size_t words, uint64_t seed) {
-  for (size_t i = 0; i < words; i++) p[i] = mix(seed + i);
-}
-
-static size_t bad_words(const uint64_t *p, size_t words, uint64_t seed) {
-  size_t bad = 0;
-  for (size_t i = 0; i < words; i++) bad += p[i] != mix(seed + i);
-  return bad;
-}
-
 /* ---- the allocation interface ---- */
 
 static void test_alloc_surface(void) {
@@ -780,25 +770,7 @@ int main(int argc, char **argv) {
     }
     return failures ? 1 : 0;
   }
-  int failed = 0;
-  extern char **environ;
-  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-    char *args[] = {argv[0], (char *)cases[k].name, NULL};
-    pid_t pid;
-    int st = 0;
-    if (posix_spawn(&pid, "/proc/self/exe", NULL, NULL, args, environ) != 0 || waitpid(pid, &st, 0) < 0) {
-      fprintf(stderr, "FAIL %s: cannot run\n", cases[k].name);
-      failed++;
-      continue;
-    }
-    if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
-      printf("ok   %s\n", cases[k].name);
-    } else {
-      failed++;
-      fprintf(stderr, "FAIL %s: %s %d\n", cases[k].name, WIFSIGNALED(st) ? "signal" : "exit status",
-              WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
-    }
-  }
-  printf("test_transparent: %zu cases, %d failed\n", sizeof cases / sizeof cases[0], failed);
-  return failed ? 1 : 0;
+  const char *names[sizeof cases / sizeof cases[0]];
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) names[k] = cases[k].name;
+  return run_each_case(argv[0], names, sizeof cases / sizeof cases[0], "test_transparent") ? 1 : 0;
 }
