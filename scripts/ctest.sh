@@ -123,6 +123,47 @@ if ! grep -q -- "${static_libs[*]}" include/tiermem.h; then
 fi
 report "README.md C program (shared with rpath, and static)" "$status"
 
+# README's quick start, as printed (issue 35), on a program that writes and
+# checks 64 MiB: the run.sh line aside (test.sh built everything), in a
+# directory whose target/ is the checkout's. The second run must take half
+# the footprint the first measured and reach it; the third must evict to a
+# file.
+echo "== README.md: the quick start"
+status=0
+quick=$out/quick
+rm -rf "$quick"
+mkdir -p "$quick"
+ln -s "$target" "$quick/target"
+cat >"$quick/prog.c" <<'PROG'
+#include <stdlib.h>
+#include <string.h>
+int main(int argc, char **argv) {
+  size_t n = 64 << 20, bad = 0;
+  unsigned char *p = malloc(n);
+  for (size_t i = 0; i < n; i++) p[i] = (unsigned char)(i * 7 + argc);
+  for (size_t i = 0; i < n; i++) bad += p[i] != (unsigned char)(i * 7 + argc);
+  return bad != 0 || argc != 2 || strcmp(argv[1], "args") != 0;
+}
+PROG
+awk '/^## Quick start$/ { c = 1 } c && /^```sh$/ { p = 1; next } p && /^```$/ { exit } p' README.md |
+  grep -v '^\./scripts/run.sh' >"$quick/quick.sh"
+if [[ $(grep -c 'tiermem run' "$quick/quick.sh") -lt 3 ]]; then
+  echo "README.md: no tiermem run lines under \"## Quick start\""
+  status=1
+elif ! cc -O2 -o "$quick/prog" "$quick/prog.c"; then
+  status=1
+else
+  (cd "$quick" && timeout -k 10 300 bash -e quick.sh 2>quick.err) || status=$?
+  for says in "(50% of the " ": reached (" "far store: file /var/tmp/"; do
+    if ! grep -qF -- "$says" "$quick/quick.err"; then
+      echo "the quick start's summaries lack \"$says\":"
+      cat "$quick/quick.err"
+      status=1
+    fi
+  done
+fi
+report "README.md quick start" "$status"
+
 # The same unmodified program under the preload library, with a near budget
 # far below its footprint: directly (LD_PRELOAD) and through `tiermem run`,
 # whose report must show that pages really moved.

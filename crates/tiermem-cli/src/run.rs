@@ -8,7 +8,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use tiermem::config::{format_size, parse_share, parse_size};
+use tiermem::config::{format_size, parse_near, parse_size};
 use tiermem::heap::HugeKind;
 use tiermem::PolicyKind;
 
@@ -18,8 +18,10 @@ use tiermem::PolicyKind;
 #[derive(Args)]
 #[command(trailing_var_arg = true)]
 pub struct RunArgs {
-    /// Near-memory budget: a size (8G) or a share of physical memory
-    /// (50%); 100% means no tiering [default: 100%; TIERMEM_NEAR].
+    /// Near-memory budget: a size (8G), a share of physical memory (50%),
+    /// or a share of the program's footprint (50%fp) that a previous run
+    /// measured in its --report FILE; 100% means no tiering [default:
+    /// 100%; TIERMEM_NEAR].
     #[arg(long)]
     near: Option<String>,
     /// Where evicted pages go: `memory`, a directory (an unnamed file in
@@ -154,6 +156,9 @@ pub fn run(a: RunArgs) -> Result<(), String> {
     if let Some(far) = far_file {
         tiermem_sys::file::remove_far_file_of(far, child.id());
     }
+    // The children's records, which a program that did not reach its exit
+    // summary leaves behind.
+    let _ = std::fs::remove_file(tiermem::config::children_log_path(child.id()));
     tiermem_sys::process::exit_like(status)
 }
 
@@ -379,9 +384,20 @@ fn settings(a: &RunArgs, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Sett
         HugeKind::Base4K => 4096,
         _ => 2 << 20,
     };
+    // Before the budget: a share of the footprint (`50%fp`) reads the
+    // report a previous run wrote there.
+    let report = r
+        .take(
+            "--report",
+            "TIERMEM_REPORT",
+            a.report.as_ref().map(|p| p.display().to_string()),
+            |_| Ok(()),
+        )?
+        .map(PathBuf::from);
+    let near_of = |v: &str| parse_near(v, mem, report.as_deref()).map(|n| n.bytes);
     // A budget that tiers must be tierable on these pages.
     let near_check = |v: &str| -> Result<(), String> {
-        let b = parse_share(v, mem)?;
+        let b = near_of(v)?;
         let tiered = v != "100%" && b < mem;
         if tiered && page == HugeKind::Huge1G {
             return Err(
@@ -397,7 +413,7 @@ fn settings(a: &RunArgs, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Sett
     };
     let near = r.take("--near", "TIERMEM_NEAR", a.near.clone(), near_check)?;
     let near_bytes = match &near {
-        Some(v) => parse_share(v, mem)?,
+        Some(v) => near_of(v)?,
         None => mem,
     };
     let tiered = near.as_ref().is_some_and(|v| v != "100%") && near_bytes < mem;
@@ -439,14 +455,6 @@ fn settings(a: &RunArgs, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Sett
     r.take("--static", "TIERMEM_STATIC", a.statics.clone(), |v| {
         parse_on_off(v).map(|_| ())
     })?;
-    let report = r
-        .take(
-            "--report",
-            "TIERMEM_REPORT",
-            a.report.as_ref().map(|p| p.display().to_string()),
-            |_| Ok(()),
-        )?
-        .map(PathBuf::from);
     r.flag("--quiet", "TIERMEM_QUIET", a.quiet)?;
     r.flag("--follow-exec", "TIERMEM_FOLLOW_EXEC", a.follow_exec)?;
     let fallback_untiered = r

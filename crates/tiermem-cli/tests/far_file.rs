@@ -150,8 +150,18 @@ fn the_far_file_is_gone_after_the_program_is_killed() {
     let mut c = start(&far, &[], 60);
     assert!(wait_ready(&mut c), "the program did not hold {}", far.display());
     assert!(far.exists());
-    kill(child_of(c.id()));
+    let program = child_of(c.id());
+    // The record file of the run's children, which the program made at
+    // start and never reached its exit to remove.
+    let records = std::env::temp_dir().join(format!("tiermem-children-{program}"));
+    assert!(records.exists(), "no {}", records.display());
+    kill(program);
     let (status, err) = stderr_of(c);
+    assert!(
+        !records.exists(),
+        "{} left behind after SIGKILL",
+        records.display()
+    );
     assert_eq!(
         status.signal(),
         Some(9),

@@ -44,30 +44,86 @@ fn child_writes_32_mib() {
     std::mem::forget(v);
 }
 
+/// The child above, which then forks twice (each child checks its copy
+/// of the 32 MiB and leaves with `_exit`) and runs `true` twice through a
+/// shell: the run's children.
+#[test]
+fn child_forks_and_execs() {
+    if std::env::var("TIERMEM_CHILD").as_deref() != Ok(FORKER) {
+        return;
+    }
+    let v = vec![1u8; 32 << 20];
+    for _ in 0..2 {
+        // SAFETY: the child only reads memory and leaves with _exit.
+        match unsafe { libc::fork() } {
+            0 => {
+                let ok = v.iter().step_by(4096).all(|&b| b == 1);
+                // SAFETY: ends the child without the parent's exit path.
+                unsafe { libc::_exit(if ok { 0 } else { 1 }) }
+            }
+            pid => {
+                assert!(pid > 0);
+                let mut status = 0;
+                // SAFETY: waits for the child forked above.
+                unsafe { libc::waitpid(pid, &mut status, 0) };
+                assert_eq!(status, 0);
+            }
+        }
+    }
+    let st = Command::new("sh")
+        .args(["-c", "true; exec true"])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let st = Command::new("true").status().unwrap();
+    assert!(st.success());
+}
+
+const FORKER: &str = "child_forks_and_execs";
+
 /// `tiermem run ARGS -- this-binary child`: the summary lines (stderr's
 /// `tiermem:` lines) and the report.
 fn run(args: &[&str], env: &[(&str, &str)], tag: &str) -> (String, serde_json::Value) {
-    let exe = std::env::current_exe().unwrap();
-    let report = std::env::temp_dir().join(format!("tiermem-summary-{tag}-{}.json", std::process::id()));
+    let report = report_path(tag);
     let _ = std::fs::remove_file(&report);
+    let out = run_at(args, env, tag, &report);
+    let _ = std::fs::remove_file(&report);
+    out
+}
+
+fn report_path(tag: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("tiermem-summary-{tag}-{}.json", std::process::id()))
+}
+
+/// `tiermem run ARGS --report REPORT -- this-binary child`, as it ends.
+fn launch(args: &[&str], env: &[(&str, &str)], report: &Path) -> std::process::Output {
+    let exe = std::env::current_exe().unwrap();
+    let child = env
+        .iter()
+        .find(|(k, _)| *k == "TIERMEM_CHILD")
+        .map_or(CHILD, |(_, v)| v);
     let mut cmd = Command::new(BIN);
     for (k, _) in std::env::vars() {
         if k.starts_with("TIERMEM_") {
             cmd.env_remove(k);
         }
     }
-    let out = cmd
-        .arg("run")
+    cmd.arg("run")
         .args(args)
         .arg("--report")
-        .arg(&report)
+        .arg(report)
         .arg("--")
         .arg(exe)
-        .args(["--exact", CHILD, "--test-threads=1"])
-        .env("TIERMEM_CHILD", CHILD)
+        .args(["--exact", child, "--test-threads=1"])
+        .env("TIERMEM_CHILD", child)
         .envs(env.iter().copied())
         .output()
-        .unwrap();
+        .unwrap()
+}
+
+/// The same, which must succeed: its summary and report (left in place).
+fn run_at(args: &[&str], env: &[(&str, &str)], tag: &str, report: &Path) -> (String, serde_json::Value) {
+    let out = launch(args, env, report);
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "{tag}: {:?}: {err}", out.status);
     let summary: String = err
@@ -75,8 +131,7 @@ fn run(args: &[&str], env: &[(&str, &str)], tag: &str) -> (String, serde_json::V
         .filter(|l| l.starts_with("tiermem:"))
         .map(|l| format!("{l}\n"))
         .collect();
-    let text = std::fs::read_to_string(&report).unwrap_or_else(|e| panic!("{tag}: no report ({e}): {err}"));
-    let _ = std::fs::remove_file(&report);
+    let text = std::fs::read_to_string(report).unwrap_or_else(|e| panic!("{tag}: no report ({e}): {err}"));
     (summary, serde_json::from_str(&text).unwrap())
 }
 
@@ -190,4 +245,77 @@ fn runs_where_nothing_was_tiered_get_one_line() {
     let (s, r) = run(&["--page-size", "thp"], &[], "untiered");
     has(&s, &["no tiering", "untiered; peak footprint"]);
     assert_eq!(r["cost"]["far_kind"], "none");
+}
+
+/// `--near 50%fp`: half the footprint a previous run measured in its
+/// report (issue 35 item 4: `--near 25%` is of physical memory, so a
+/// 300 MB program never evicted; `bench npb --near 50%` was of the
+/// footprint). The budget's share is said in the summary and the report,
+/// and carried to the next report so that the next run can use it too.
+#[test]
+fn near_as_a_share_of_the_footprint_a_previous_run_measured() {
+    if !have_preload() {
+        return;
+    }
+    let report = report_path("fp");
+    let _ = std::fs::remove_file(&report);
+    let fails = |args: &[&str], says: &str| {
+        let out = launch(args, &[], &report);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: wanted {says:?} in: {err}");
+        assert!(!err.contains("test result"), "{args:?} ran the program: {err}");
+    };
+    // No report yet: nothing to take a share of, before the program runs.
+    fails(&["--near", "50%fp"], "measure the footprint first");
+    fails(&["--near", "150%fp"], "at most 100");
+    // A first run without tiering measures it.
+    let (_, r) = run_at(&[], &[], "fp-measure", &report);
+    let footprint = r["cost"]["program_footprint_bytes"].as_u64().unwrap();
+    assert!(footprint >= 32 << 20, "{}", r["cost"]);
+    let (s, r) = run_at(&["--near", "50%fp"], &[], "fp-half", &report);
+    let c = &r["cost"];
+    assert_eq!(c["budget_bytes"].as_u64(), Some(footprint / 2), "{c}");
+    assert_eq!(c["budget_reached"], true, "{c}");
+    assert_eq!(c["program_footprint_bytes"].as_u64(), Some(footprint), "{c}");
+    let share = c["budget_share"].as_str().unwrap();
+    assert!(
+        share.starts_with("50% of the ") && share.ends_with(&format!("footprint in {}", report.display())),
+        "{share}"
+    );
+    has(&s, &["(50% of the ", "footprint in", "reached"]);
+    // The footprint is carried: a third run can take a share of it again.
+    let (_, r) = run_at(&["--near", "25%fp"], &[], "fp-quarter", &report);
+    assert_eq!(r["cost"]["budget_bytes"].as_u64(), Some(footprint / 4));
+    // A tiered run with a plain budget does not know the footprint.
+    let (_, r) = run_at(&["--near", "8M"], &[], "fp-plain", &report);
+    assert!(r["cost"]["program_footprint_bytes"].is_null(), "{}", r["cost"]);
+    fails(&["--near", "50%fp"], "reached its budget");
+    let _ = std::fs::remove_file(&report);
+}
+
+/// Forked and exec'd children get one line in the summary and their
+/// counts in the report (issue 35 item 5: they printed nothing at all).
+#[test]
+fn children_get_one_line() {
+    if !have_preload() {
+        return;
+    }
+    let (s, r) = run(&["--near", "8M"], &[("TIERMEM_CHILD", FORKER)], "children");
+    let line = s
+        .lines()
+        .find(|l| l.contains("children:"))
+        .unwrap_or_else(|| panic!("no children line: {s}"));
+    // The shell forks nothing tiered; `sh -c 'true; exec true'` runs sh
+    // and then true in its place; Rust's Command spawns without fork
+    // handlers (posix_spawn), so the exec'd programs count, not forks.
+    assert!(line.contains("2 forked"), "{line}");
+    assert!(
+        line.contains("programs exec'd, untiered") && line.contains("--follow-exec"),
+        "{line}"
+    );
+    assert!(line.contains("sh") && line.contains("true x"), "{line}");
+    assert_eq!(r["children"]["forked"], 2, "{}", r["children"]);
+    let records = std::env::temp_dir().join(format!("tiermem-children-{}", r["pid"]));
+    assert!(!records.exists(), "{} left behind", records.display());
 }

@@ -39,6 +39,7 @@
 // pointers from C. Each block says what it relies on.
 #![allow(clippy::missing_safety_doc)]
 
+mod children;
 mod fork;
 mod iov;
 mod libc_alloc;
@@ -98,6 +99,9 @@ extern "C" fn init() {
         return;
     }
     let root = settings::is_root_process();
+    if !root {
+        children::record_exec();
+    }
     if !(root || s.follow_exec) {
         return;
     }
@@ -144,6 +148,10 @@ extern "C" fn init() {
     if s.statics {
         statics::take_over(&s, budget.as_ref());
     }
+    if root {
+        children::start_root();
+    }
+    children::record_forks();
     report::at_exit(s);
 }
 

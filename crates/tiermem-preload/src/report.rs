@@ -63,6 +63,10 @@ pub struct Report {
     /// What tiering cost and saved, over the heap and the static arrays
     /// together.
     pub cost: Cost,
+    /// The run's other processes, as far as they had started.
+    pub children: crate::children::Children,
+    /// Programs the children exec'd were tiered too.
+    pub follow_exec: bool,
 }
 
 /// The sums the summary leads with (issue 35: the time in faults alone
@@ -72,6 +76,10 @@ pub struct Report {
 pub struct Cost {
     /// The process's peak resident memory (VmHWM), tiermem's own included.
     pub peak_footprint_bytes: u64,
+    /// The program's footprint, for a later `--near 50%fp`: the peak
+    /// footprint of a run that never reached its budget, else the
+    /// footprint its own `%fp` budget was a share of (null: unknown).
+    pub program_footprint_bytes: Option<u64>,
     /// Resident memory at exit (VmRSS).
     pub resident_bytes: u64,
     /// The near budget (tiered runs).
@@ -176,6 +184,12 @@ fn say(ended_by: Option<&'static str>) {
         errors: h.region().map(|r| r.errors()).unwrap_or_default(),
         ended_by,
         cost: Cost::default(),
+        children: if root {
+            crate::children::take()
+        } else {
+            Default::default()
+        },
+        follow_exec: s.follow_exec,
     };
     let r = Report {
         cost: cost(s, &r),
@@ -280,8 +294,14 @@ fn cost(s: &Settings, r: &Report) -> Cost {
             ("file", Some(path.display().to_string()), held)
         }
     };
+    let peak_footprint_bytes = status_bytes("VmHWM");
     Cost {
-        peak_footprint_bytes: status_bytes("VmHWM"),
+        peak_footprint_bytes,
+        program_footprint_bytes: if evictions == 0 {
+            Some(peak_footprint_bytes)
+        } else {
+            s.footprint
+        },
         resident_bytes: status_bytes("VmRSS"),
         budget_bytes: match s.near {
             crate::settings::Near::Bytes(b) => Some(b),
@@ -324,8 +344,9 @@ fn used(r: &Report) -> bool {
 /// The summary printed at exit.
 pub fn summary(r: &Report) -> String {
     let c = &r.cost;
+    let children = crate::children::line(&r.children, r.follow_exec).unwrap_or_default();
     if !used(r) {
-        // One line: the run was untiered, and why.
+        // One line: the run was untiered, and why (and its children's).
         return format!(
             "tiermem: {:.2} s, {}: nothing went to tiermem (no allocation of {} or more, no static \
              array taken over); peak footprint {}, all of it untiered\n",
@@ -333,7 +354,7 @@ pub fn summary(r: &Report) -> String {
             r.settings,
             tiermem::config::format_size(r.threshold_bytes as u64),
             mib(c.peak_footprint_bytes)
-        );
+        ) + &children;
     }
     let mut out = format!(
         "tiermem: {:.2} s, {}; heap {} in {} allocations now\n",
@@ -439,6 +460,7 @@ pub fn summary(r: &Report) -> String {
     if let Some(e) = r.errors.last() {
         out += &format!("tiermem:   latest far-store error: {}\n", e.message);
     }
+    out += &children;
     if let Some(why) = r.ended_by {
         out += &format!("tiermem:   ended by {why}\n");
     }

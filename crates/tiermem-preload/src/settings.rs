@@ -14,7 +14,7 @@
 //! `handler-thread`, which serves its peers' `process_vm_readv`/`writev`.
 
 use std::path::PathBuf;
-use tiermem::config::{format_size, parse_share, parse_size, Config, PageSize};
+use tiermem::config::{format_size, parse_near, parse_size, Config, PageSize};
 use tiermem::heap::{Heap, HeapConfig, HugeKind};
 use tiermem::region::NearBudget;
 
@@ -60,6 +60,8 @@ pub struct Settings {
     /// What the budget was a share of, when given as one (`25% of
     /// physical memory (23.5G)`).
     pub near_share: Option<String>,
+    /// The program's footprint that a `%fp` budget was a share of.
+    pub footprint: Option<u64>,
     /// Heap address range.
     pub heap_bytes: u64,
     /// Page kind of the heap.
@@ -146,25 +148,23 @@ impl Settings {
             HugeKind::Base4K => 4096,
             _ => 2 << 20,
         };
-        let near = parsed("TIERMEM_NEAR", Near::Full, "100% (no tiering)", |v| {
+        let report = var("TIERMEM_REPORT").map(PathBuf::from);
+        let spec = parsed("TIERMEM_NEAR", None, "100% (no tiering)", |v| {
             if v == "100%" {
-                return Ok(Near::Full);
+                return Ok(None);
             }
-            let b = parse_share(v, mem_total)?;
+            let n = parse_near(v, mem_total, report.as_deref())?;
+            let b = n.bytes;
             if page == HugeKind::Huge1G {
                 return Err("1 GiB pages cannot be tiered (TIERMEM_PAGE_SIZE=2m tiers on huge pages)".into());
             }
             if b < min_near {
                 return Err(format!("below the minimum of 4 pages ({min_near} bytes)"));
             }
-            Ok(Near::Bytes(b))
+            Ok(Some(n))
         });
-        let near_share = match (near, var("TIERMEM_NEAR")) {
-            (Near::Bytes(_), Some(v)) if v.ends_with('%') => {
-                Some(format!("{v} of {} physical memory", format_size(mem_total)))
-            }
-            _ => None,
-        };
+        let near = spec.as_ref().map_or(Near::Full, |n| Near::Bytes(n.bytes));
+        let (near_share, footprint) = spec.map_or((None, None), |n| (n.share, n.footprint));
         let heap_default = default_heap_bytes(mem_total);
         let heap_bytes =
             parsed(
@@ -195,7 +195,8 @@ impl Settings {
             page,
             threshold,
             statics: flag("TIERMEM_STATIC", true),
-            report: var("TIERMEM_REPORT").map(PathBuf::from),
+            report,
+            footprint,
             quiet: flag("TIERMEM_QUIET", false),
             follow_exec: flag("TIERMEM_FOLLOW_EXEC", false),
             fallback_untiered: parsed("TIERMEM_FALLBACK", false, "error", |v| match v {

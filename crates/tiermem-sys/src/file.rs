@@ -480,6 +480,25 @@ pub fn fd_is_regular(fd: i32) -> bool {
     unsafe { libc::fstat(fd, &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFREG }
 }
 
+/// Appends `bytes` to the file `path` (created mode 0600), in one
+/// `write` of an `O_APPEND` descriptor, so that the lines of concurrent
+/// processes never interleave. Async-signal-safe (no allocation, no lock):
+/// fit for a `fork` child handler.
+pub fn append_record(path: &std::ffi::CStr, bytes: &[u8]) -> Result<(), Errno> {
+    let flags = libc::O_WRONLY | libc::O_APPEND | libc::O_CREAT | libc::O_CLOEXEC;
+    // SAFETY: a NUL-terminated path; the descriptor is closed below.
+    let fd = check(unsafe { libc::open(path.as_ptr(), flags, 0o600 as libc::c_uint) })?;
+    // SAFETY: `bytes` is readable for its length; fd is ours.
+    let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+    // SAFETY: closing the descriptor opened above.
+    unsafe { libc::close(fd) };
+    match n {
+        n if n < 0 => Err(Errno::last()),
+        n if n as usize != bytes.len() => Err(Errno(libc::EIO)),
+        _ => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -637,5 +656,20 @@ mod tests {
         }
         std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700)).unwrap();
         std::fs::remove_dir_all(d).unwrap();
+    }
+
+    #[test]
+    fn records_are_appended_whole() {
+        let dir = std::env::temp_dir().join(format!("tiermem-append-{}", std::process::id()));
+        let _ = std::fs::remove_file(&dir);
+        let c = CString::new(dir.as_os_str().as_bytes()).unwrap();
+        append_record(&c, b"").unwrap();
+        assert_eq!(std::fs::read(&dir).unwrap(), b"");
+        append_record(&c, b"f\n").unwrap();
+        append_record(&c, b"x sh\n").unwrap();
+        assert_eq!(std::fs::read(&dir).unwrap(), b"f\nx sh\n");
+        std::fs::remove_file(&dir).unwrap();
+        let bad = CString::new("/nonexistent-dir/x").unwrap();
+        assert_eq!(append_record(&bad, b"f\n"), Err(Errno(libc::ENOENT)));
     }
 }

@@ -571,6 +571,84 @@ pub enum ConfigError {
     },
 }
 
+/// A near budget as `tiermem run --near` and `TIERMEM_NEAR` take it: a
+/// size (`8G`), a share of physical memory (`50%`), or a share of the
+/// program's footprint (`50%fp`) as a previous run measured it in its
+/// JSON report (`report`).
+///
+/// ```
+/// let mem = 8 << 30;
+/// let b = tiermem::config::parse_near("25%", mem, None).unwrap();
+/// assert_eq!(b.bytes, 2 << 30);
+/// assert_eq!(b.share.as_deref(), Some("25% of 8G physical memory"));
+/// assert!(tiermem::config::parse_near("50%fp", mem, None).is_err());
+/// ```
+pub fn parse_near(v: &str, mem_total: u64, report: Option<&std::path::Path>) -> Result<NearSpec, String> {
+    let v = v.trim();
+    if let Some(p) = v.strip_suffix("%fp") {
+        let share = parse_share(&format!("{p}%"), 1 << 40)? as f64 / (1u64 << 40) as f64;
+        let path = report.ok_or(
+            "a share of the footprint (%fp) is of the footprint a previous run measured: give that run's \
+             --report FILE (TIERMEM_REPORT)",
+        )?;
+        let footprint = footprint_in_report(path)?;
+        return Ok(NearSpec {
+            bytes: (footprint as f64 * share) as u64,
+            share: Some(format!(
+                "{p}% of the {} footprint in {}",
+                format_size(footprint),
+                path.display()
+            )),
+            footprint: Some(footprint),
+        });
+    }
+    let bytes = parse_share(v, mem_total)?;
+    Ok(NearSpec {
+        bytes,
+        share: v
+            .ends_with('%')
+            .then(|| format!("{v} of {} physical memory", format_size(mem_total))),
+        footprint: None,
+    })
+}
+
+/// A near budget in bytes, and what it was a share of.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NearSpec {
+    /// The budget.
+    pub bytes: u64,
+    /// What it was a share of (`50% of the 240M footprint in r.json`),
+    /// when given as a share.
+    pub share: Option<String>,
+    /// The program's footprint it was a share of (`%fp`).
+    pub footprint: Option<u64>,
+}
+
+/// The program's footprint that the `tiermem run --report` file at `path`
+/// recorded: `cost.program_footprint_bytes`, which a run knows when its
+/// budget was never reached (its peak resident memory) or when its own
+/// budget was a share of a footprint measured before.
+pub fn footprint_in_report(path: &std::path::Path) -> Result<u64, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        format!(
+            "{}: {e}: measure the footprint first with a run without tiering: tiermem run --report {} -- PROGRAM",
+            path.display(),
+            path.display()
+        )
+    })?;
+    let j: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("{}: not a tiermem report: {e}", path.display()))?;
+    match j["cost"]["program_footprint_bytes"].as_u64() {
+        Some(b) if b > 0 => Ok(b),
+        _ => Err(format!(
+            "{} is the report of a run that reached its budget, so it does not know the program's \
+             footprint: measure it with a run without tiering: tiermem run --report {} -- PROGRAM",
+            path.display(),
+            path.display()
+        )),
+    }
+}
+
 /// A size (`8G`), or a percentage of `total` (`50%`).
 pub fn parse_share(v: &str, total: u64) -> Result<u64, String> {
     if let Some(p) = v.trim().strip_suffix('%') {
@@ -691,11 +769,11 @@ pub const ENV_OPTIONS: &[EnvOption] = &[
     },
     EnvOption {
         name: "TIERMEM_NEAR",
-        unit: "bytes (K/M/G/T) or a share of physical memory (50%)",
+        unit: "bytes (K/M/G/T), a share of physical memory (50%), or of the program's footprint (50%fp)",
         default: "1G for tm_malloc_global; 100% (no tiering) for the preload",
-        help: "Near-memory budget: of the process-wide region, and of the preload's heap and static arrays together (`tiermem run --near`; 100% means no tiering there).",
+        help: "Near-memory budget: of the process-wide region, and of the preload's heap and static arrays together (`tiermem run --near`; 100% means no tiering there). `50%fp` is half the program's footprint as a previous run measured it in its report (`TIERMEM_REPORT`, `tiermem run --report`): transparent mode only.",
         apply: |c, v| {
-            c.near_bytes = parse_share(v, crate::SystemInfo::probe().mem_total_bytes)?;
+            c.near_bytes = parse_near(v, crate::SystemInfo::probe().mem_total_bytes, None)?.bytes;
             Ok(())
         },
     },
@@ -924,6 +1002,13 @@ pub fn default_far_bytes(mem_total: u64) -> u64 {
     (2 * mem_total.max(1 << 30)).next_multiple_of(1 << 30)
 }
 
+/// The file in which the processes of a transparent run (`tiermem run`)
+/// record themselves for the root process's exit summary, named by the
+/// root's pid (`TIERMEM_CHILDREN_LOG`).
+pub fn children_log_path(root_pid: u32) -> PathBuf {
+    std::env::temp_dir().join(format!("tiermem-children-{root_pid}"))
+}
+
 /// A variable read outside [`Config`] (transparent mode, the command,
 /// the process-wide heap, the SVM over MPI): listed with the region's in
 /// one table, the one `tiermem env` prints.
@@ -993,6 +1078,12 @@ pub const OTHER_VARS: &[EnvVar] = &[
         unit: "pid",
         default: "(set by the preload)",
         help: "Internal: the pid of the program the user started, set by the first process that loads the preload, so that the programs it runs know they are not that program. Do not set it.",
+    },
+    EnvVar {
+        name: "TIERMEM_CHILDREN_LOG",
+        unit: "path",
+        default: "(set by the preload)",
+        help: "Internal: the file in which the processes a tiered program forks and execs record themselves, for its exit summary's line on its children. Do not set it.",
     },
     EnvVar {
         name: "TIERMEM_GLOBAL_HEAP",
