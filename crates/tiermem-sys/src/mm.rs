@@ -23,8 +23,33 @@ use crate::hugetlb::HugePageSize;
 use std::marker::PhantomData;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use thiserror::Error;
+
+/// Ranges per `process_madvise` call of [`Mapping::discard_ranges`] (on the
+/// stack: a fault handler on a small alternate stack may evict).
+pub const DISCARD_VECTOR: usize = 32;
+/// `PIDFD_SELF_THREAD_GROUP` (linux/fcntl.h, 6.15+; the headers here are
+/// older): the calling process, with no descriptor to reopen after `fork`.
+const PIDFD_SELF_THREAD_GROUP: libc::c_int = -10001;
+const UNKNOWN: u8 = 0;
+const YES: u8 = 1;
+const NO: u8 = 2;
+/// Whether the kernel takes `process_madvise(PIDFD_SELF, MADV_DONTNEED)`.
+static PROCESS_MADVISE: AtomicU8 = AtomicU8::new(UNKNOWN);
+
+/// Whether [`Mapping::discard_ranges`] unmaps many ranges per system call
+/// here (`process_madvise` with `PIDFD_SELF`): probed on a scratch page the
+/// first time, then remembered.
+pub fn batched_discard() -> bool {
+    if PROCESS_MADVISE.load(Ordering::Relaxed) == UNKNOWN {
+        if let Ok((m, _)) = Mapping::anonymous(4096, &MapOptions::default()) {
+            // SAFETY: a scratch mapping nobody reads.
+            let _ = unsafe { m.discard_ranges(&[(0, 4096)]) };
+        }
+    }
+    PROCESS_MADVISE.load(Ordering::Relaxed) == YES
+}
 
 /// Errors of the mapping calls.
 #[derive(Debug, Error)]
@@ -853,6 +878,71 @@ impl Mapping {
         )
     }
 
+    /// [`Mapping::discard`] of several ranges of a private mapping at once,
+    /// `(offset, len)` each: one `process_madvise(2)` on this process
+    /// (`PIDFD_SELF`, Linux 6.13+) per [`DISCARD_VECTOR`] ranges, which since
+    /// Linux 6.16 flushes the TLB once for all of them instead of once per
+    /// range: one shootdown of the other CPUs per batch of victims, not per
+    /// victim. Where the kernel refuses the call (older kernels), one
+    /// `madvise` per range, as [`Mapping::discard`]. Returns the system
+    /// calls made.
+    ///
+    /// # Safety
+    /// As for [`Mapping::discard`], for every range.
+    pub unsafe fn discard_ranges(&self, ranges: &[(usize, usize)]) -> Result<usize, MmError> {
+        let mut calls = 0;
+        for chunk in ranges.chunks(DISCARD_VECTOR) {
+            let mut iov = [libc::iovec {
+                iov_base: std::ptr::null_mut(),
+                iov_len: 0,
+            }; DISCARD_VECTOR];
+            let mut total = 0;
+            for (v, &(offset, len)) in iov.iter_mut().zip(chunk) {
+                self.check_range(offset, len);
+                // SAFETY: inside the mapping (checked above).
+                v.iov_base = unsafe { self.as_ptr().add(offset) }.cast();
+                v.iov_len = len;
+                total += len;
+            }
+            if PROCESS_MADVISE.load(Ordering::Relaxed) != NO {
+                // SAFETY: every range lies in this mapping and the caller
+                // owns its contents (the function's contract).
+                let r = unsafe {
+                    libc::syscall(
+                        libc::SYS_process_madvise,
+                        PIDFD_SELF_THREAD_GROUP,
+                        iov.as_ptr(),
+                        chunk.len(),
+                        libc::MADV_DONTNEED,
+                        0,
+                    )
+                };
+                calls += 1;
+                if r >= 0 && r as usize == total {
+                    PROCESS_MADVISE.store(YES, Ordering::Relaxed);
+                    continue;
+                }
+                // Refused as a whole (an older kernel: EINVAL for the
+                // advice, EBADF for PIDFD_SELF): never again.
+                let e = Errno::last().raw();
+                if r < 0
+                    && PROCESS_MADVISE.load(Ordering::Relaxed) == UNKNOWN
+                    && matches!(e, libc::EINVAL | libc::EBADF | libc::ENOSYS | libc::EPERM)
+                {
+                    PROCESS_MADVISE.store(NO, Ordering::Relaxed);
+                }
+                // Otherwise a part was done: discarding it again is harmless
+                // (the caller owns the ranges; nothing refills them).
+            }
+            for &(offset, len) in chunk {
+                // SAFETY: forwarded from the caller.
+                unsafe { self.discard(offset, len, false)? };
+                calls += 1;
+            }
+        }
+        Ok(calls)
+    }
+
     /// Changes the protection of a range.
     ///
     /// Making a range read-only while the application writes it is sound: the
@@ -1522,6 +1612,29 @@ mod tests {
         let mut b = [0u8; 4];
         m.copy_out(400, &mut b);
         assert_eq!(u32::from_ne_bytes(b), 0xdead_beef);
+    }
+
+    #[test]
+    fn discard_ranges_drops_exactly_the_ranges_in_few_calls() {
+        let (m, _) = Mapping::anonymous(256 * 4096, &MapOptions::default()).unwrap();
+        m.fill(0, m.len(), 7);
+        // Every other page, and one run of three: 67 ranges.
+        let mut ranges: Vec<(usize, usize)> = (0..64).map(|k| (2 * k * 4096, 4096)).collect();
+        ranges.extend([(130 * 4096, 4096), (140 * 4096, 3 * 4096), (200 * 4096, 4096)]);
+        // SAFETY: the test owns the mapping's contents.
+        let calls = unsafe { m.discard_ranges(&ranges) }.unwrap();
+        let dropped = |p: usize| ranges.iter().any(|&(o, l)| p * 4096 >= o && p * 4096 < o + l);
+        for p in 0..256 {
+            let mut b = [0u8; 1];
+            m.copy_out(p * 4096 + 17, &mut b);
+            assert_eq!(b[0], if dropped(p) { 0 } else { 7 }, "page {p}");
+        }
+        if batched_discard() {
+            assert_eq!(calls, ranges.len().div_ceil(DISCARD_VECTOR));
+        } else {
+            eprintln!("process_madvise(PIDFD_SELF, MADV_DONTNEED) refused here: one madvise per range");
+            assert_eq!(calls, ranges.len());
+        }
     }
 
     #[test]

@@ -672,6 +672,22 @@ impl Uffd {
         unsafe { map.discard(offset, len, false) }
     }
 
+    /// [`Uffd::discard`] of several ranges, `(offset, len)` each, with
+    /// one TLB shootdown per [`crate::mm::DISCARD_VECTOR`] of them where
+    /// the kernel batches (see [`Mapping::discard_ranges`]). Returns the
+    /// system calls made.
+    pub fn discard_ranges(
+        &self,
+        reg: &Registration,
+        map: &Mapping,
+        ranges: &[(usize, usize)],
+    ) -> Result<usize, crate::mm::MmError> {
+        assert_eq!(map.addr(), reg.start, "mapping and registration differ");
+        assert!(reg.mode.contains(RegisterMode::MISSING));
+        // SAFETY: as for `discard`: accesses after it fault to the handler.
+        unsafe { map.discard_ranges(ranges) }
+    }
+
     /// Reads pending page faults into `out` without blocking (the descriptor
     /// must be non-blocking). Returns how many were read; other events are
     /// skipped.

@@ -112,6 +112,11 @@ pub fn run(
                 .flat_map(|p| fault_around.iter().map(move |fa| (p, fa)))
             {
                 let mut c = Config::new(virt, near);
+                // TIERMEM_* settings apply (TIERMEM_INSTALL, _DIRTY, ...);
+                // the bench's own options over them.
+                for w in c.apply_vars(|v| std::env::var(v).ok()) {
+                    eprintln!("{w}");
+                }
                 c.policy = p;
                 c.movers = m;
                 c.fault_around = fa;

@@ -67,6 +67,7 @@ impl RegionCore {
         server: Server,
         mut timer: FaultTimer,
     ) -> Outcome {
+        self.faulting_threads.note(tid);
         if let Err(why) = self.reserve_slot(tid, server, &mut timer) {
             let errno = match &why {
                 NoRoom::Store(e) => {
@@ -217,7 +218,9 @@ impl RegionCore {
     /// ring (`install = move`, or `auto` where it pays) and no movers (with
     /// movers, they fill from the ring and faulting threads copy).
     pub(super) fn sync_ring(&self) -> Option<&FrameRing> {
-        self.ring.as_ref().filter(|_| self.movers.is_none())
+        self.ring.as_ref().filter(|_| {
+            self.movers.is_none() && !(self.ring_while_one_thread && self.faulting_threads.many())
+        })
     }
 
     /// `fill` by frame recycling, for a far page or a write to an untouched

@@ -280,6 +280,130 @@ fn tiny_budgets_take_no_prefetch_windows_and_keep_data() {
     }
 }
 
+/// Random read-modify-writes evict scattered victims, one page per run:
+/// their unmaps are made together, one system call (one TLB shootdown of
+/// the other CPUs) per 32 runs where the kernel batches `process_madvise`
+/// (issue 36), not one per page; every word survives, on both fault paths
+/// and with both dirty trackings.
+#[test]
+fn scattered_victims_are_unmapped_together() {
+    let batched = tiermem_sys::mm::batched_discard();
+    for (fp, dt, store) in variants().into_iter().filter(|v| v.2 == "memory") {
+        let what = format!("{} {}", fp.name(), dt.name());
+        let mut c = config(32 * MIB, 8 * MIB, fp, dt, store);
+        c.install = tiermem::InstallMethod::Copy;
+        c.evict_batch_pages = 64;
+        let r = Region::new(c).unwrap();
+        let words = r.as_atomic_u64();
+        for (i, w) in words.iter().enumerate() {
+            w.store(mix(i as u64), std::sync::atomic::Ordering::Relaxed);
+        }
+        r.reset_stats();
+        let update_all = || {
+            let mut x = 0x9e37_79b9_7f4a_7c15u64;
+            for _ in 0..50_000 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let i = (x as usize) & (words.len() - 1);
+                words[i].fetch_xor(x, std::sync::atomic::Ordering::Relaxed);
+            }
+        };
+        update_all();
+        let s = r.stats();
+        update_all();
+        for (i, w) in words.iter().enumerate() {
+            assert_eq!(
+                w.load(std::sync::atomic::Ordering::Relaxed),
+                mix(i as u64),
+                "{what}: word {i}"
+            );
+        }
+        eprintln!(
+            "{what}: {} evictions in {} unmap calls (batched: {batched})",
+            s.evictions, s.evict_calls
+        );
+        assert!(s.evictions > 10_000, "{what}: {s:?}");
+        if batched {
+            assert!(
+                s.evict_calls * 8 < s.evictions,
+                "{what}: {} unmap calls for {} evictions",
+                s.evict_calls,
+                s.evictions
+            );
+        } else {
+            eprintln!("skipped the call count: this kernel does not batch process_madvise(MADV_DONTNEED)");
+        }
+        assert!(r.errors().is_empty(), "{:?}", r.errors());
+    }
+}
+
+/// `install = auto` without movers recycles frames through the ring while
+/// one thread faults (a move per victim: cheapest alone), and while two
+/// threads take turns at faulting, copies and unmaps victims together
+/// instead (a move per victim would shoot down the other CPU's TLB each
+/// time); 200 ms after the second thread stopped, the ring again.
+#[test]
+fn a_second_faulting_thread_turns_frame_recycling_off() {
+    let r = Region::new(Config::new(32 * MIB, 8 * MIB)).unwrap();
+    let words = r.as_atomic_u64();
+    for (i, w) in words.iter().enumerate() {
+        w.store(mix(i as u64), std::sync::atomic::Ordering::Relaxed);
+    }
+    let update = |seed: u64, n: usize| {
+        let mut x = seed;
+        for _ in 0..n {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let i = (x as usize) & (words.len() - 1);
+            words[i].fetch_xor(x, std::sync::atomic::Ordering::Relaxed);
+        }
+    };
+    r.reset_stats();
+    update(0x9e37_79b9_7f4a_7c15, 20_000);
+    let alone = r.stats();
+    if alone.recycled_installs == 0 {
+        eprintln!("skipped: no frame recycling here (UFFDIO_MOVE missing?)");
+        update(0x9e37_79b9_7f4a_7c15, 20_000);
+        return;
+    }
+    r.reset_stats();
+    std::thread::scope(|s| {
+        s.spawn(|| update(0x1234_5678_9abc_def1, 20_000));
+        update(0x0fed_cba9_8765_4321, 20_000);
+    });
+    let two = r.stats();
+    // One thread again, long enough (100k updates: over 200 ms of faults)
+    // that the ring comes back; the same updates twice undo themselves.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    r.reset_stats();
+    update(0x5555_6666_7777_8889, 100_000);
+    update(0x5555_6666_7777_8889, 100_000);
+    let again = r.stats();
+    assert!(again.recycled_installs > 0, "{again:?}");
+    // Undo every update: each word is its start value again.
+    update(0x9e37_79b9_7f4a_7c15, 20_000);
+    update(0x1234_5678_9abc_def1, 20_000);
+    update(0x0fed_cba9_8765_4321, 20_000);
+    for (i, w) in words.iter().enumerate() {
+        assert_eq!(
+            w.load(std::sync::atomic::Ordering::Relaxed),
+            mix(i as u64),
+            "word {i}"
+        );
+    }
+    eprintln!(
+        "alone: {} recycled installs; two threads: {} recycled, {} evictions in {} unmap calls",
+        alone.recycled_installs, two.recycled_installs, two.evictions, two.evict_calls
+    );
+    // The first faults of the second thread may still find the ring.
+    assert!(two.recycled_installs * 50 < two.evictions, "{two:?}");
+    if tiermem_sys::mm::batched_discard() {
+        assert!(two.evict_calls * 8 < two.evictions, "{two:?}");
+    }
+}
+
 #[test]
 fn movers_leave_scattered_eviction_to_faults() {
     let _one_at_a_time = MOVER_TESTS.lock().unwrap_or_else(|e| e.into_inner());
