@@ -124,6 +124,14 @@ pub fn run(a: RunArgs) -> Result<(), String> {
         .as_ref()
         .and_then(|f| named_far_file(&f.value))
         .filter(|p| std::fs::symlink_metadata(p).is_err());
+    // The program as the reports name it.
+    let canonical = std::fs::canonicalize(&program).unwrap_or_else(|_| program.clone());
+    if s.near_of_footprint {
+        if let Some(r) = &s.report {
+            warn_other_program(r, &canonical);
+        }
+    }
+    let started = std::time::SystemTime::now();
     let mut cmd = Command::new(&program);
     cmd.args(&a.command[1..]).arg0(&a.command[0]);
     let ld = match std::env::var("LD_PRELOAD") {
@@ -156,16 +164,70 @@ pub fn run(a: RunArgs) -> Result<(), String> {
     if let Some(far) = far_file {
         tiermem_sys::file::remove_far_file_of(far, child.id());
     }
+    if let Some(r) = &s.report {
+        stamp_report(r, started, &canonical, &a.command[1..]);
+    }
     // The children's records, which a program that did not reach its exit
     // summary leaves behind.
     let _ = std::fs::remove_file(tiermem::config::children_log_path(child.id()));
     tiermem_sys::process::exit_like(status)
 }
 
+/// Adds what was launched to the report the run just wrote (`launched`:
+/// the program's path and arguments), so that a later `--near N%fp` can
+/// tell whose footprint it holds.
+fn stamp_report(report: &Path, started: std::time::SystemTime, program: &Path, args: &[String]) {
+    let fresh = std::fs::metadata(report)
+        .and_then(|m| m.modified())
+        .is_ok_and(|t| t >= started);
+    if !fresh {
+        return;
+    }
+    let Ok(mut j) = std::fs::read_to_string(report)
+        .map_err(|_| ())
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).map_err(|_| ()))
+    else {
+        return;
+    };
+    let Some(o) = j.as_object_mut() else { return };
+    o.insert(
+        "launched".into(),
+        serde_json::json!({ "program": program.display().to_string(), "args": args }),
+    );
+    if let Ok(text) = serde_json::to_string_pretty(&j) {
+        let _ = std::fs::write(report, text);
+    }
+}
+
+/// `--near N%fp` with a report another program's run wrote: one warning.
+fn warn_other_program(report: &Path, program: &Path) {
+    let measured = std::fs::read_to_string(report)
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .and_then(|j| j["launched"]["program"].as_str().map(PathBuf::from));
+    if let Some(m) = measured.filter(|m| m != program) {
+        eprintln!(
+            "tiermem: warning: {} holds the footprint of {}, not of {}: the budget is a share of that",
+            report.display(),
+            m.display(),
+            program.display()
+        );
+    }
+}
+
 /// The far store when it names a file (not a directory).
 fn named_far_file(far: &str) -> Option<&Path> {
     let p = Path::new(far);
     (!p.is_dir() && !far.ends_with('/')).then_some(p)
+}
+
+/// A number without a unit is bytes: say so where that was likely not meant.
+fn unit_hint(v: &str, e: String) -> String {
+    if !v.is_empty() && v.chars().all(|c| c.is_ascii_digit()) {
+        format!("{e} (a number without a unit is bytes: {v}G? {v}%?)")
+    } else {
+        e
+    }
 }
 
 /// PROGRAM as a path: as given if it has a slash, else searched in PATH.
@@ -189,6 +251,13 @@ fn resolve_program(name: &str) -> Result<PathBuf, String> {
         if p.is_file() {
             return check(&p);
         }
+    }
+    // `--near 8 GiB`: the unit became the program.
+    let unit = name.trim_end_matches(['b', 'B']).trim_end_matches(['i', 'I']);
+    if ["k", "m", "g", "t", "%"].contains(&unit.to_ascii_lowercase().as_str()) {
+        return Err(format!(
+            "{name}: not found in PATH (a size is one word: --near 8{name}, not --near 8 {name})"
+        ));
     }
     Err(format!("{name}: not found in PATH"))
 }
@@ -262,6 +331,8 @@ struct Settings {
     mover_cpus: Option<Setting>,
     fallback_untiered: bool,
     report: Option<PathBuf>,
+    /// The budget is a share of the footprint in the report (`50%fp`).
+    near_of_footprint: bool,
 }
 
 /// A setting's value and how to name it in a message (`--far X` or
@@ -394,10 +465,18 @@ fn settings(a: &RunArgs, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Sett
             |_| Ok(()),
         )?
         .map(PathBuf::from);
+    // Absolute: the program (or a helper it runs) may change directory.
+    let report = report.map(|p| match std::env::current_dir() {
+        Ok(d) if p.is_relative() => d.join(p),
+        _ => p,
+    });
+    if let Some(p) = &report {
+        r.set("TIERMEM_REPORT", Some(p.display().to_string()));
+    }
     let near_of = |v: &str| parse_near(v, mem, report.as_deref()).map(|n| n.bytes);
     // A budget that tiers must be tierable on these pages.
     let near_check = |v: &str| -> Result<(), String> {
-        let b = near_of(v)?;
+        let b = near_of(v).map_err(|e| unit_hint(v, e))?;
         let tiered = v != "100%" && b < mem;
         if tiered && page == HugeKind::Huge1G {
             return Err(
@@ -407,7 +486,10 @@ fn settings(a: &RunArgs, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Sett
             );
         }
         if tiered && b < min {
-            return Err(format!("below the minimum of 4 pages ({min} bytes)"));
+            return Err(unit_hint(
+                v,
+                format!("below the minimum of 4 pages ({min} bytes)"),
+            ));
         }
         Ok(())
     };
@@ -476,6 +558,7 @@ fn settings(a: &RunArgs, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Sett
         far,
         mover_cpus,
         fallback_untiered,
+        near_of_footprint: near.as_deref().is_some_and(|v| v.trim().ends_with("%fp")),
         report,
     })
 }
@@ -484,6 +567,36 @@ fn settings(a: &RunArgs, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Sett
 /// the far store, the huge page pool, the mover CPUs. A problem stops the
 /// run (exit status 1, one line with the fix), or under `--fallback
 /// untiered` is a warning (the preload then runs the program untiered).
+/// The report can be written where it is named: its directory exists
+/// and takes new files (found after the run, a night's report is lost).
+fn check_report(r: &Path) -> Result<(), String> {
+    if r.is_dir() {
+        return Err(format!(
+            "--report {}: a directory; name a file in it",
+            r.display()
+        ));
+    }
+    let dir = r
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    if !dir.is_dir() {
+        return Err(format!(
+            "--report {}: the directory {} does not exist (create it first)",
+            r.display(),
+            dir.display()
+        ));
+    }
+    if !tiermem_sys::file::writable_dir(dir) {
+        return Err(format!(
+            "--report {}: cannot write in {}",
+            r.display(),
+            dir.display()
+        ));
+    }
+    Ok(())
+}
+
 fn check_setup(s: &Settings) -> Result<(), String> {
     let (near_bytes, tiered, page) = (s.near_bytes, s.tiered, s.page);
     let mut problems = Vec::new();
@@ -492,7 +605,9 @@ fn check_setup(s: &Settings) -> Result<(), String> {
         HugeKind::Huge1G => 1 << 30,
         _ => 2 << 20,
     };
-    if let Some(far) = s.far.as_ref().filter(|_| tiered) {
+    // Checked untiered too: a far store named for nothing is a mistake the
+    // user wants to hear of (the run would not be what they asked for).
+    if let Some(far) = &s.far {
         // One eviction batch (64 pages by default) must fit.
         let batch = 64 * page_bytes;
         if let Err(e) = check_far(far, batch) {
@@ -506,6 +621,10 @@ fn check_setup(s: &Settings) -> Result<(), String> {
         if let Err(e) = check_mover_cpus(&c.value, &c.named) {
             problems.push(e);
         }
+    }
+    if let Some(r) = &s.report {
+        // The run itself would be right: no fallback applies.
+        check_report(r)?;
     }
     match problems.first() {
         None => Ok(()),

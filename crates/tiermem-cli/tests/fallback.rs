@@ -81,6 +81,33 @@ fn a_missing_far_directory_stops_the_run() {
     );
 }
 
+/// From the first-hour session: mistakes found only after the run (or
+/// never) are refused before it, with one line.
+#[test]
+fn first_hour_mistakes_stop_the_run_before_it_starts() {
+    if preload().is_none() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("tiermem-nodir-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    // A far store named without a budget ran untiered, silently.
+    let d = format!("{}/", dir.display());
+    refused(&["--far", &d], &[&d, "does not exist"]);
+    // A report in a missing directory was lost after the run, status 0.
+    let r = format!("{}/r.json", dir.display());
+    refused(&["--near", "8M", "--report", &r], &["--report", "does not exist"]);
+    refused(
+        &["--near", "8M", "--report", std::env::temp_dir().to_str().unwrap()],
+        &["a directory"],
+    );
+    // A number without a unit is bytes; a unit apart became the program.
+    refused(&["--near", "5"], &["minimum of 4 pages", "5G? 5%?"]);
+    refused(
+        &["--near", "8", "--", "GiB", "x"],
+        &["--near 8GiB, not --near 8 GiB"],
+    );
+}
+
 #[test]
 fn proc_as_far_directory_stops_the_run() {
     if preload().is_none() {

@@ -81,6 +81,39 @@ fn child_forks_and_execs() {
 
 const FORKER: &str = "child_forks_and_execs";
 
+/// The 32 MiB child, which then changes directory and leaves through
+/// `_exit` (no `atexit` handlers: dash ends `sh -c` this way).
+#[test]
+fn child_moves_and_leaves_by_underscore_exit() {
+    if std::env::var("TIERMEM_CHILD").as_deref() != Ok(UNDERSCORE) {
+        return;
+    }
+    let v = vec![1u8; 32 << 20];
+    assert!(v.iter().step_by(4096).all(|&b| b == 1));
+    std::env::set_current_dir("/").unwrap();
+    // SAFETY: ends the process; its data goes with it.
+    unsafe { libc::_exit(0) }
+}
+
+const UNDERSCORE: &str = "child_moves_and_leaves_by_underscore_exit";
+
+/// The 32 MiB child, which closes its standard error before it ends (GNU
+/// programs do, in an `atexit` handler that runs before tiermem's).
+#[test]
+fn child_closes_stderr() {
+    if std::env::var("TIERMEM_CHILD").as_deref() != Ok(CLOSER) {
+        return;
+    }
+    let v = vec![1u8; 32 << 20];
+    assert!(v.iter().step_by(4096).all(|&b| b == 1));
+    // SAFETY: closes descriptor 2; nothing of this process writes to it after.
+    unsafe { libc::close(2) };
+    // SAFETY: as above, through the exit path with atexit handlers.
+    unsafe { libc::exit(0) }
+}
+
+const CLOSER: &str = "child_closes_stderr";
+
 /// `tiermem run ARGS -- this-binary child`: the summary lines (stderr's
 /// `tiermem:` lines) and the report.
 fn run(args: &[&str], env: &[(&str, &str)], tag: &str) -> (String, serde_json::Value) {
@@ -318,4 +351,87 @@ fn children_get_one_line() {
     assert_eq!(r["children"]["forked"], 2, "{}", r["children"]);
     let records = std::env::temp_dir().join(format!("tiermem-children-{}", r["pid"]));
     assert!(!records.exists(), "{} left behind", records.display());
+    // A wrapper script that runs a program and then execs the tiered one
+    // (same pid: the program the user started, again): the wrapper's
+    // children count too (each image's start used to drop them).
+    let exe = std::env::current_exe().unwrap();
+    let script = format!(
+        "ls / >/dev/null; exec {} --exact {FORKER} --test-threads=1",
+        exe.display()
+    );
+    let out = Command::new(BIN)
+        .args(["run", "--near", "8M", "--", "sh", "-c", &script])
+        .env("TIERMEM_CHILD", FORKER)
+        .env_remove("TIERMEM_REPORT")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let line = err.lines().find(|l| l.contains("children:")).unwrap_or_default();
+    assert!(line.contains("ls") && line.contains("2 forked"), "{err}");
+}
+
+/// From the first-hour session: a program that leaves by `_exit`, one that
+/// closes its standard error first, and one that changes directory all get
+/// their summary, and the report (named relative to where the run started)
+/// lands there.
+#[test]
+fn every_way_out_gets_a_summary_and_the_report_where_it_was_named() {
+    if !have_preload() {
+        return;
+    }
+    let (s, r) = run(&["--near", "8M"], &[("TIERMEM_CHILD", UNDERSCORE)], "underscore");
+    has(&s, &["budget 8M: reached"]);
+    assert!(r["cost"]["evictions"].as_u64() > Some(0));
+    let (s, _) = run(&["--near", "8M"], &[("TIERMEM_CHILD", CLOSER)], "closer");
+    has(&s, &["budget 8M: reached"]);
+    // Relative to the run's directory, though the program moves to /.
+    let dir = std::env::temp_dir().join(format!("tiermem-rel-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let out = Command::new(BIN)
+        .current_dir(&dir)
+        .args(["run", "--near", "8M", "--report", "rel.json", "--"])
+        .arg(exe)
+        .args(["--exact", UNDERSCORE, "--test-threads=1"])
+        .env("TIERMEM_CHILD", UNDERSCORE)
+        .env_remove("TIERMEM_REPORT")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(dir.join("rel.json").is_file(), "no report in {}", dir.display());
+    assert!(!Path::new("/rel.json").exists());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `--near N%fp` with a report of another program's run says so.
+#[test]
+fn a_share_of_another_programs_footprint_is_warned_about() {
+    if !have_preload() {
+        return;
+    }
+    let report = report_path("other");
+    let _ = std::fs::remove_file(&report);
+    let (_, r) = run_at(&[], &[], "other-measure", &report);
+    let exe = std::fs::canonicalize(std::env::current_exe().unwrap()).unwrap();
+    assert_eq!(
+        r["launched"]["program"],
+        exe.display().to_string(),
+        "{}",
+        r["launched"]
+    );
+    let out = launch(&["--near", "50%fp"], &[], &report);
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("holds the footprint of"));
+    // The same report, as if another program had written it.
+    let mut j = r.clone();
+    j["launched"]["program"] = "/usr/bin/other-program".into();
+    std::fs::write(&report, serde_json::to_string(&j).unwrap()).unwrap();
+    let out = launch(&["--near", "50%fp"], &[], &report);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("holds the footprint of /usr/bin/other-program, not of"),
+        "{err}"
+    );
+    let _ = std::fs::remove_file(&report);
 }

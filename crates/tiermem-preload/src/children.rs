@@ -20,6 +20,14 @@ static LOG: OnceLock<CString> = OnceLock::new();
 /// it will run (any earlier run's file of a reused pid is dropped).
 pub(crate) fn start_root() {
     let path = tiermem::config::children_log_path(std::process::id());
+    // An earlier image of this process (a wrapper script that exec'd the
+    // program) made the file: its records stay.
+    if std::env::var_os(VAR).is_some_and(|v| v == path.as_os_str()) {
+        if let Some(c) = log() {
+            let _ = tiermem_sys::file::append_record(c, b"");
+        }
+        return;
+    }
     let _ = std::fs::remove_file(&path);
     // SAFETY of the environment change: the library's constructor runs
     // before the program's main and its threads.
@@ -77,7 +85,7 @@ extern "C" fn forked() {
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Children {
     /// Forks of tiered processes (each child with a private copy of the
-    /// tiered memory; it prints no summary of its own).
+    /// heap; it prints no summary of its own).
     pub forked: u64,
     /// Programs the children `exec`ed, with how many times each ran.
     pub programs: Vec<(String, u64)>,
@@ -126,7 +134,7 @@ pub fn line(c: &Children, follow_exec: bool) -> Option<String> {
     let mut parts = Vec::new();
     if c.forked > 0 {
         parts.push(format!(
-            "{} forked (each with a private copy of the tiered memory, no summary of its own)",
+            "{} forked (each with a private copy of the heap, no summary of its own)",
             c.forked
         ));
     }

@@ -123,12 +123,42 @@ pub struct Cost {
 
 /// Registers the exit report, and the same on the way to a fatal SIGBUS
 /// on a tiered page (a full far store, a failed read).
+/// A copy of standard error for the summary, taken at start: GNU programs
+/// (sort, ls, cat) close their standard error in an `atexit` handler that
+/// runs before tiermem's.
+static STDERR_COPY: std::sync::OnceLock<std::os::fd::OwnedFd> = std::sync::OnceLock::new();
+
 pub(crate) fn at_exit(s: Settings) {
+    if let Some(fd) = tiermem_sys::process::keep_stderr() {
+        let _ = STDERR_COPY.set(fd);
+    }
     if SETTINGS.set((s, Instant::now())).is_ok() {
         // SAFETY: registering a plain extern "C" function.
         unsafe { libc::atexit(on_exit) };
         tiermem::set_last_words(before_fatal_sigbus);
     }
+}
+
+/// `_exit(2)` and `_Exit`, which run no `atexit` handlers: the program the
+/// user started (dash ends `sh -c '...'` this way) still gets its summary
+/// and report, bounded in time (a program may call `_exit` from a signal
+/// handler that interrupted the C library's allocator: a deadlock there
+/// costs the report, never a hang). Other processes (a forked child, the
+/// child of a `vfork`, which shares this memory) just leave.
+#[no_mangle]
+pub extern "C" fn _exit(status: libc::c_int) -> ! {
+    let root = std::env::var("TIERMEM_ROOT_PID").ok() == Some(tiermem_sys::thread::getpid().to_string());
+    if root && SETTINGS.get().is_some() {
+        let _timer = tiermem_sys::process::KillTimer::arm(std::time::Duration::from_secs(10));
+        on_exit();
+    }
+    tiermem_sys::process::exit_group(status)
+}
+
+/// `_Exit`: the same as `_exit`.
+#[no_mangle]
+pub extern "C" fn _Exit(status: libc::c_int) -> ! {
+    _exit(status)
 }
 
 extern "C" fn on_exit() {
@@ -215,7 +245,16 @@ fn say(ended_by: Option<&'static str>) {
         }
     }
     if !s.quiet {
-        eprint!("{}", summary(&r));
+        let text = summary(&r);
+        match STDERR_COPY.get() {
+            Some(copy) if !tiermem_sys::process::stderr_open() => {
+                use std::io::Write;
+                if let Ok(fd) = copy.try_clone() {
+                    let _ = std::fs::File::from(fd).write_all(text.as_bytes());
+                }
+            }
+            _ => eprint!("{text}"),
+        }
     }
 }
 
@@ -433,7 +472,8 @@ pub fn summary(r: &Report) -> String {
             out += &match c.far_kind {
                 "memory" => format!(
                     "tiermem:   far store: memory (a memfd in this process): {} of evicted data at exit, held \
-                     in RAM, so tiering saves no memory; --far DIR keeps it in a file instead\n",
+                     in RAM and counted in the peak footprint, so tiering saves no memory (it adds some); \
+                     --far DIR keeps it in a file instead\n",
                     mib(c.far_held_bytes)
                 ),
                 _ => format!(

@@ -124,6 +124,26 @@ fn parsed<T>(name: &str, default: T, shown: &str, parse: impl Fn(&str) -> Result
     }
 }
 
+/// A relative report path, made absolute against the directory the
+/// program started in (and so passed on to the programs it runs): a
+/// program that changes directory, or a helper it runs elsewhere, would
+/// otherwise look for it, and write it, somewhere else.
+fn absolute_report(p: PathBuf) -> PathBuf {
+    if p.is_absolute() {
+        return p;
+    }
+    match std::env::current_dir() {
+        Ok(d) => {
+            let abs = d.join(p);
+            // SAFETY of the environment change: the library's constructor
+            // runs before the program's main and its threads.
+            std::env::set_var("TIERMEM_REPORT", &abs);
+            abs
+        }
+        Err(_) => p,
+    }
+}
+
 /// Whether this process is a rank of an MPI job (Open MPI, MPICH, Slurm's
 /// PMI). Its peers may copy from and into its memory with
 /// `process_vm_readv`/`writev` (single-copy shared-memory transports): a
@@ -148,7 +168,7 @@ impl Settings {
             HugeKind::Base4K => 4096,
             _ => 2 << 20,
         };
-        let report = var("TIERMEM_REPORT").map(PathBuf::from);
+        let report = var("TIERMEM_REPORT").map(|v| absolute_report(PathBuf::from(v)));
         let spec = parsed("TIERMEM_NEAR", None, "100% (no tiering)", |v| {
             if v == "100%" {
                 return Ok(None);

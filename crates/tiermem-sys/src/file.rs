@@ -480,6 +480,16 @@ pub fn fd_is_regular(fd: i32) -> bool {
     unsafe { libc::fstat(fd, &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFREG }
 }
 
+/// Whether this process may create files in the directory `dir`
+/// (`access(W_OK | X_OK)`).
+pub fn writable_dir(dir: &Path) -> bool {
+    let Ok(c) = CString::new(dir.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: a NUL-terminated path; access reads nothing else.
+    unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) == 0 }
+}
+
 /// Appends `bytes` to the file `path` (created mode 0600), in one
 /// `write` of an `O_APPEND` descriptor, so that the lines of concurrent
 /// processes never interleave. Async-signal-safe (no allocation, no lock):

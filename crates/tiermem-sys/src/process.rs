@@ -429,6 +429,29 @@ pub fn exit_like(status: std::process::ExitStatus) -> ! {
     std::process::exit(status.code().unwrap_or(1))
 }
 
+/// A copy of the standard error descriptor (close-on-exec, numbered 100 or
+/// above), for a message the process prints after the program closed its
+/// own standard error (GNU programs close it in an `atexit` handler).
+pub fn keep_stderr() -> Option<std::os::fd::OwnedFd> {
+    // SAFETY: fcntl on descriptor 2; a new descriptor we own on success.
+    let fd = unsafe { libc::fcntl(2, libc::F_DUPFD_CLOEXEC, 100) };
+    // SAFETY: fd was just returned by the kernel and is owned by nobody.
+    (fd >= 0).then(|| unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) })
+}
+
+/// Whether descriptor 2 is open.
+pub fn stderr_open() -> bool {
+    // SAFETY: F_GETFD reads flags only.
+    unsafe { libc::fcntl(2, libc::F_GETFD) >= 0 }
+}
+
+/// Ends the process with `status` at once (`exit_group`), as `_exit` does.
+pub fn exit_group(status: i32) -> ! {
+    // SAFETY: ends the process; nothing after it runs.
+    unsafe { libc::syscall(libc::SYS_exit_group, status) };
+    unreachable!("exit_group returned")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -501,5 +524,12 @@ mod tests {
         assert!(usage.minor_faults > 0, "{usage:?}");
         // Reaped: std's handle finds nothing left to wait for.
         assert!(child.try_wait().is_err());
+    }
+
+    #[test]
+    fn a_kept_stderr_outlives_descriptor_2() {
+        let copy = keep_stderr().expect("dup of stderr");
+        assert!(std::os::fd::AsRawFd::as_raw_fd(&copy) >= 100);
+        assert!(stderr_open());
     }
 }
