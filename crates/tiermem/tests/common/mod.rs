@@ -296,3 +296,35 @@ pub fn run_child_within(name: &str, env: &[(&str, String)], limit: std::time::Du
         stderr: reader.join().unwrap_or_default(),
     }
 }
+
+/// `n` random read-modify-writes (xor with an xorshift sequence from
+/// `seed`) over `words`, whose length is a power of two: running the same
+/// call again restores every word.
+pub fn xor_updates(words: &[std::sync::atomic::AtomicU64], seed: u64, n: usize) {
+    let mut x = seed;
+    for _ in 0..n {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let i = (x as usize) & (words.len() - 1);
+        words[i].fetch_xor(x, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Sets every word of `words` to `mix(index)`.
+pub fn fill_mixed(words: &[std::sync::atomic::AtomicU64]) {
+    for (i, w) in words.iter().enumerate() {
+        w.store(mix(i as u64), std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Asserts that every word of `words` is `mix(index)`.
+pub fn check_mixed(words: &[std::sync::atomic::AtomicU64], what: &str) {
+    for (i, w) in words.iter().enumerate() {
+        assert_eq!(
+            w.load(std::sync::atomic::Ordering::Relaxed),
+            mix(i as u64),
+            "{what}: word {i}"
+        );
+    }
+}

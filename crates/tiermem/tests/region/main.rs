@@ -4,7 +4,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
-use common::{config, mix, variants};
+use common::{check_mixed, config, fill_mixed, mix, variants, xor_updates};
 use tiermem::{Config, Region};
 
 const MIB: u64 = 1 << 20;
@@ -295,30 +295,12 @@ fn scattered_victims_are_unmapped_together() {
         c.evict_batch_pages = 64;
         let r = Region::new(c).unwrap();
         let words = r.as_atomic_u64();
-        for (i, w) in words.iter().enumerate() {
-            w.store(mix(i as u64), std::sync::atomic::Ordering::Relaxed);
-        }
+        fill_mixed(words);
         r.reset_stats();
-        let update_all = || {
-            let mut x = 0x9e37_79b9_7f4a_7c15u64;
-            for _ in 0..50_000 {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                let i = (x as usize) & (words.len() - 1);
-                words[i].fetch_xor(x, std::sync::atomic::Ordering::Relaxed);
-            }
-        };
-        update_all();
+        xor_updates(words, 0x9e37_79b9_7f4a_7c15, 50_000);
         let s = r.stats();
-        update_all();
-        for (i, w) in words.iter().enumerate() {
-            assert_eq!(
-                w.load(std::sync::atomic::Ordering::Relaxed),
-                mix(i as u64),
-                "{what}: word {i}"
-            );
-        }
+        xor_updates(words, 0x9e37_79b9_7f4a_7c15, 50_000);
+        check_mixed(words, &what);
         eprintln!(
             "{what}: {} evictions in {} unmap calls (batched: {batched})",
             s.evictions, s.evict_calls
@@ -347,19 +329,8 @@ fn scattered_victims_are_unmapped_together() {
 fn a_second_faulting_thread_turns_frame_recycling_off() {
     let r = Region::new(Config::new(32 * MIB, 8 * MIB)).unwrap();
     let words = r.as_atomic_u64();
-    for (i, w) in words.iter().enumerate() {
-        w.store(mix(i as u64), std::sync::atomic::Ordering::Relaxed);
-    }
-    let update = |seed: u64, n: usize| {
-        let mut x = seed;
-        for _ in 0..n {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            let i = (x as usize) & (words.len() - 1);
-            words[i].fetch_xor(x, std::sync::atomic::Ordering::Relaxed);
-        }
-    };
+    fill_mixed(words);
+    let update = |seed: u64, n: usize| xor_updates(words, seed, n);
     r.reset_stats();
     update(0x9e37_79b9_7f4a_7c15, 20_000);
     let alone = r.stats();
@@ -413,34 +384,16 @@ fn movers_leave_scattered_eviction_to_faults() {
         c.policy = *policy;
         let r = Region::new(c).unwrap();
         let words = r.as_atomic_u64();
-        for (i, w) in words.iter().enumerate() {
-            w.store(mix(i as u64), std::sync::atomic::Ordering::Relaxed);
-        }
+        fill_mixed(words);
         r.reset_stats();
         // Random read-modify-writes: victims are scattered, so the mover's
         // unmap calls would evict a page each. Twice the same sequence
         // restores every word.
-        let update_all = || {
-            let mut x = 0x9e37_79b9_7f4a_7c15u64;
-            for _ in 0..100_000 {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                let i = (x as usize) & (words.len() - 1);
-                words[i].fetch_xor(x, std::sync::atomic::Ordering::Relaxed);
-            }
-        };
-        update_all();
+        xor_updates(words, 0x9e37_79b9_7f4a_7c15, 100_000);
         r.settle();
         let s = r.stats();
-        update_all();
-        for (i, w) in words.iter().enumerate() {
-            assert_eq!(
-                w.load(std::sync::atomic::Ordering::Relaxed),
-                mix(i as u64),
-                "{policy}: word {i}"
-            );
-        }
+        xor_updates(words, 0x9e37_79b9_7f4a_7c15, 100_000);
+        check_mixed(words, policy.name());
         eprintln!(
             "{policy}: faults {}, inline evictions {}, mover evictions {}, pauses {}",
             s.faults(),
