@@ -732,9 +732,16 @@ fn child_region_before_mlockall() {
         }
         let grown = vm_kib("RssAnon:").saturating_sub(before);
         assert!(grown < 16 << 10, "{fp:?}: mlockall grew RssAnon by {grown} KiB");
+        // The memory far store holds what was written back to it; the lock
+        // must not populate the rest of its mapping. (On the handler-thread
+        // path the kernel's populate of the region may run through the
+        // handler thread, evicting into the store: under load it went on
+        // through most of the region, so the bound is what was stored.)
+        let shmem = vm_kib("RssShmem:");
+        let stored = r.stats().bytes_out.min(64 * MIB) >> 10;
         assert!(
-            vm_kib("RssShmem:") < 48 << 10,
-            "{fp:?}: the far store was populated"
+            shmem <= stored + (8 << 10),
+            "{fp:?}: the far store was populated: RssShmem {shmem} KiB, {stored} KiB stored"
         );
         let evictions = r.stats().evictions;
         let words = r.as_mut_slice::<u64>();
