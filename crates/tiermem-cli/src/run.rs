@@ -183,20 +183,21 @@ fn stamp_report(report: &Path, started: std::time::SystemTime, program: &Path, a
     if !fresh {
         return;
     }
-    let Ok(mut j) = std::fs::read_to_string(report)
-        .map_err(|_| ())
-        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).map_err(|_| ()))
-    else {
+    let Ok(text) = std::fs::read_to_string(report) else {
         return;
     };
-    let Some(o) = j.as_object_mut() else { return };
-    o.insert(
-        "launched".into(),
-        serde_json::json!({ "program": program.display().to_string(), "args": args }),
-    );
-    if let Ok(text) = serde_json::to_string_pretty(&j) {
-        let _ = std::fs::write(report, text);
-    }
+    // Added as text before the object's closing brace, so that the rest
+    // of the report keeps its order (a serde_json::Value would sort the
+    // keys, and scripts grep the report).
+    let is_object = serde_json::from_str::<serde_json::Value>(&text).is_ok_and(|j| j.is_object());
+    let Some(end) = text.rfind('}').filter(|_| is_object) else {
+        return;
+    };
+    let launched = serde_json::json!({ "program": program.display().to_string(), "args": args });
+    let body = text[..end].trim_end();
+    let comma = if body.ends_with('{') { "" } else { "," };
+    let stamped = format!("{body}{comma}\n  \"launched\": {launched}\n}}\n");
+    let _ = std::fs::write(report, stamped);
 }
 
 /// `--near N%fp` with a report another program's run wrote: one warning.

@@ -413,6 +413,11 @@ fn a_share_of_another_programs_footprint_is_warned_about() {
     let report = report_path("other");
     let _ = std::fs::remove_file(&report);
     let (_, r) = run_at(&[], &[], "other-measure", &report);
+    // Stamped at the end, the rest in the order the program wrote it
+    // (scripts grep the report: tests/programs/run.sh).
+    let text = std::fs::read_to_string(&report).unwrap();
+    assert!(text.starts_with("{\n  \"pid\""), "{text}");
+    assert!(text.contains("\n  \"launched\": {"), "{text}");
     let exe = std::fs::canonicalize(std::env::current_exe().unwrap()).unwrap();
     assert_eq!(
         r["launched"]["program"],

@@ -216,8 +216,12 @@ pub enum OnFork {
 pub enum InstallMethod {
     /// `Move` where it was measured to pay: on the synchronous path (no
     /// movers), where faulting threads evict into the ring and fill from
-    /// it (NPB class A at near = 50%: 8-33% faster than `Copy`); `Copy`
-    /// with movers, whose ring would take a quarter of a small budget.
+    /// it (NPB class A at near = 50%, one thread: 8-33% faster than
+    /// `Copy`), while one thread at a time faults; `Copy` with movers,
+    /// whose ring would take a quarter of a small budget, and while
+    /// threads take turns at faulting (a move out of the region is a TLB
+    /// shootdown of every other CPU; copies unmap a batch's victims with
+    /// one: random updates at 2 threads 1.46x faster).
     #[default]
     Auto,
     /// `UFFDIO_COPY` of whole runs straight from the far store; evicted
@@ -971,7 +975,7 @@ pub const ENV_OPTIONS: &[EnvOption] = &[
         name: "TIERMEM_INSTALL",
         unit: "auto, copy or move",
         default: "auto",
-        help: "How pages are installed: frame recycling with UFFDIO_MOVE (evicted frames receive new data and are moved into place), UFFDIO_COPY from the far store, or auto: recycling without movers, copies with them.",
+        help: "How pages are installed: frame recycling with UFFDIO_MOVE (evicted frames receive new data and are moved into place), UFFDIO_COPY from the far store, or auto: recycling without movers while one thread at a time faults, copies with movers or while threads take turns at faulting (each move out is a TLB shootdown of the other CPUs; copies unmap a batch's victims with one).",
         apply: |c, v| {
             c.install = InstallMethod::from_name(v).ok_or("expected auto, copy or move")?;
             Ok(())
