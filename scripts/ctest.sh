@@ -101,16 +101,23 @@ done
 # directory whose include/ and target/ are the checkout's (cargo build is
 # done above, for this target dir). The header's static link line must be
 # the one used here.
+# The first ```LANG block after the README's line HEADING.
+readme_block() {
+  awk -v h="$1" -v f="\`\`\`$2" '$0 == h { c = 1 } c && $0 == f { p = 1; next } p && /^```$/ { exit } p' README.md
+}
+# An empty directory DIR whose target/ is the checkout's.
+scratch_with_target() {
+  rm -rf "$1"
+  mkdir -p "$1"
+  ln -s "$target" "$1/target"
+}
 echo "== README.md: the C program and its build lines"
 status=0
 readme=$out/readme
-rm -rf "$readme"
-mkdir -p "$readme"
+scratch_with_target "$readme"
 ln -s "$root/include" "$readme/include"
-ln -s "$target" "$readme/target"
-awk '/^### C$/ { c = 1 } c && /^```c$/ { p = 1; next } p && /^```$/ { exit } p' README.md >"$readme/prog.c"
-awk '/^### C$/ { c = 1 } c && /^```sh$/ { p = 1; next } p && /^```$/ { exit } p' README.md |
-  grep -v '^cargo ' >"$readme/build.sh"
+readme_block "### C" c >"$readme/prog.c"
+readme_block "### C" sh | grep -v '^cargo ' >"$readme/build.sh"
 if [[ ! -s $readme/prog.c || $(wc -l <"$readme/build.sh") -lt 3 ]]; then
   echo "README.md: no C program or build lines under \"### C\""
   status=1
@@ -131,9 +138,7 @@ report "README.md C program (shared with rpath, and static)" "$status"
 echo "== README.md: the quick start"
 status=0
 quick=$out/quick
-rm -rf "$quick"
-mkdir -p "$quick"
-ln -s "$target" "$quick/target"
+scratch_with_target "$quick"
 cat >"$quick/prog.c" <<'PROG'
 #include <stdlib.h>
 #include <string.h>
@@ -145,8 +150,7 @@ int main(int argc, char **argv) {
   return bad != 0 || argc != 2 || strcmp(argv[1], "args") != 0;
 }
 PROG
-awk '/^## Quick start$/ { c = 1 } c && /^```sh$/ { p = 1; next } p && /^```$/ { exit } p' README.md |
-  grep -v '^\./scripts/run.sh' >"$quick/quick.sh"
+readme_block "## Quick start" sh | grep -v '^\./scripts/run.sh' >"$quick/quick.sh"
 if [[ $(grep -c 'tiermem run' "$quick/quick.sh") -lt 3 ]]; then
   echo "README.md: no tiermem run lines under \"## Quick start\""
   status=1

@@ -11,23 +11,11 @@
 //! The preload library must be next to the `tiermem` binary (`cargo build
 //! -p tiermem-preload`); without it the tests say `skipped: <why>`.
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_tiermem");
+mod common;
 
-fn preload() -> Option<PathBuf> {
-    let p = Path::new(BIN).with_file_name("libtiermem_preload.so");
-    if p.is_file() {
-        Some(p)
-    } else {
-        eprintln!(
-            "skipped: no {} (cargo build -p tiermem-preload builds it)",
-            p.display()
-        );
-        None
-    }
-}
+use common::{preload, BIN};
 
 /// `tiermem ARGS -- sh -c 'echo ran'` (or the program given after `--`):
 /// exit code, stdout, stderr.

@@ -19,19 +19,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_tiermem");
-const CHILD: &str = "child_holds_the_far_file";
+mod common;
 
-fn have_preload() -> bool {
-    let p = Path::new(BIN).with_file_name("libtiermem_preload.so");
-    if !p.is_file() {
-        eprintln!(
-            "skipped: no {} (cargo build -p tiermem-preload builds it)",
-            p.display()
-        );
-    }
-    p.is_file()
-}
+use common::{have_preload, BIN};
+const CHILD: &str = "child_holds_the_far_file";
 
 /// Under `tiermem run`: 32 MiB written over an 8 MiB budget, then a check
 /// that this process holds the far file `TIERMEM_TEST_FAR` names, then

@@ -9,21 +9,12 @@
 //! The preload library must be next to the `tiermem` binary (`cargo build
 //! -p tiermem-preload`); without it the run tests say `skipped: <why>`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_tiermem");
+mod common;
 
-fn preload() -> Option<PathBuf> {
-    let p = Path::new(BIN).with_file_name("libtiermem_preload.so");
-    if !p.is_file() {
-        eprintln!(
-            "skipped: no {} (cargo build -p tiermem-preload builds it)",
-            p.display()
-        );
-    }
-    p.is_file().then_some(p)
-}
+use common::{preload, BIN};
 
 /// A command with no `TIERMEM_*` variable of the caller's.
 fn clean(mut c: Command) -> Command {

@@ -12,19 +12,10 @@
 use std::path::Path;
 use std::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_tiermem");
-const CHILD: &str = "child_writes_32_mib";
+mod common;
 
-fn have_preload() -> bool {
-    let p = Path::new(BIN).with_file_name("libtiermem_preload.so");
-    if !p.is_file() {
-        eprintln!(
-            "skipped: no {} (cargo build -p tiermem-preload builds it)",
-            p.display()
-        );
-    }
-    p.is_file()
-}
+use common::{have_preload, BIN};
+const CHILD: &str = "child_writes_32_mib";
 
 /// 32 MiB written and read back, in the program `tiermem run` runs, and
 /// never freed.

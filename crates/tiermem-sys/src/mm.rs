@@ -919,7 +919,11 @@ impl Mapping {
                 };
                 calls += 1;
                 if r >= 0 && r as usize == total {
-                    PROCESS_MADVISE.store(YES, Ordering::Relaxed);
+                    // Written once: every eviction batch of every thread
+                    // passes here.
+                    if PROCESS_MADVISE.load(Ordering::Relaxed) != YES {
+                        PROCESS_MADVISE.store(YES, Ordering::Relaxed);
+                    }
                     continue;
                 }
                 // Refused as a whole (an older kernel: EINVAL for the

@@ -50,9 +50,6 @@ impl Unmaps {
     }
 }
 
-/// `pos_of[start]` of a run whose first half is done (classic path).
-const STARTED: usize = 1;
-
 /// How long `evict_all` waits for pages that cannot leave (pinned by a
 /// system call in progress) when nothing else is left to evict.
 const EVICT_ALL_PATIENCE: std::time::Duration = std::time::Duration::from_secs(1);
@@ -173,7 +170,7 @@ impl RegionCore {
                 Some(ring) => self.evict_run_to_ring(ring, &owned[start..end], &mut run_bufs, timer),
                 None => {
                     let r = self.start_run(&owned[start..end], &mut run_bufs, timer, &mut unmaps);
-                    b.pos_of[start] = if r.is_some() { STARTED } else { 0 };
+                    b.started[start] = r.is_some();
                     r.unwrap_or((0, None))
                 }
             };
@@ -189,7 +186,7 @@ impl RegionCore {
             let mut start = 0;
             while start < k {
                 let end = run_end(start);
-                if b.pos_of[start] == STARTED {
+                if b.started[start] {
                     self.end_run(
                         &owned[start..end],
                         &b.dirty[start..end],

@@ -218,9 +218,10 @@ impl RegionCore {
     /// ring (`install = move`, or `auto` where it pays) and no movers (with
     /// movers, they fill from the ring and faulting threads copy).
     pub(super) fn sync_ring(&self) -> Option<&FrameRing> {
-        self.ring.as_ref().filter(|_| {
-            self.movers.is_none() && !(self.ring_while_one_thread && self.faulting_threads.many())
-        })
+        let auto = self.config.install == crate::config::InstallMethod::Auto;
+        self.ring
+            .as_ref()
+            .filter(|_| self.movers.is_none() && !(auto && self.faulting_threads.many()))
     }
 
     /// `fill` by frame recycling, for a far page or a write to an untouched

@@ -171,13 +171,12 @@ pub(crate) struct RegionCore {
     progress: progress::Progress,
     /// Frames for zero-copy installs by the movers (`install = move`).
     ring: Option<FrameRing>,
-    /// `install = auto`: faulting threads recycle frames through the ring
-    /// only while one thread at a time faults in the region. With more,
-    /// evictions
-    /// copy and unmap their victims together (one TLB shootdown per batch;
-    /// a move into the ring costs one per victim): measured on 16 CPUs,
-    /// random updates at 2 threads 1.46x faster, half the shootdowns.
-    ring_while_one_thread: bool,
+    /// Which threads fault now: `install = auto` recycles frames through
+    /// the ring only while one thread at a time faults in the region. With
+    /// more, evictions copy and unmap their victims together (one TLB
+    /// shootdown per batch; a move out of the region costs one per victim):
+    /// measured on 16 CPUs, random updates at 2 threads 1.46x faster, half
+    /// the shootdowns.
     faulting_threads: FaultingThreads,
     scanner: Option<PagemapScanner>,
     /// Which far pages a read fill installs writable (`Config::rewrite_hint`,
@@ -403,7 +402,6 @@ impl RegionCore {
             shared_budget: shared.is_some(),
             budget: shared.unwrap_or_else(|| budget::Budget::new((budget * page_bytes) as u64)),
             ring,
-            ring_while_one_thread: config.install == crate::config::InstallMethod::Auto,
             faulting_threads: FaultingThreads::new(),
             page_shift: page_bytes.trailing_zeros(),
             page_bytes,

@@ -27,6 +27,9 @@ pub(super) struct EvictBufs<'a> {
     pub(super) dirty: &'a mut [bool],
     pub(super) failed: &'a mut [bool],
     pub(super) pos_of: &'a mut [usize],
+    /// Per run of a batch (at its first page): its first half is done
+    /// and its unmap queued (see `evict_batch_in`).
+    pub(super) started: &'a mut [bool],
 }
 
 /// A preallocated eviction set.
@@ -37,6 +40,7 @@ pub(super) struct EvictScratch {
     dirty: Vec<bool>,
     failed: Vec<bool>,
     pos_of: Vec<usize>,
+    started: Vec<bool>,
 }
 
 impl EvictScratch {
@@ -49,6 +53,7 @@ impl EvictScratch {
             dirty: vec![false; run],
             failed: vec![false; run],
             pos_of: vec![0; run],
+            started: vec![false; run],
         }
     }
 
@@ -60,6 +65,7 @@ impl EvictScratch {
             dirty: &mut self.dirty,
             failed: &mut self.failed,
             pos_of: &mut self.pos_of,
+            started: &mut self.started,
         }
     }
 }
@@ -72,6 +78,7 @@ pub(super) struct SmallEvict {
     dirty: [bool; SMALL_RUN],
     failed: [bool; SMALL_RUN],
     pos_of: [usize; SMALL_RUN],
+    started: [bool; SMALL_RUN],
 }
 
 impl SmallEvict {
@@ -83,6 +90,7 @@ impl SmallEvict {
             dirty: [false; SMALL_RUN],
             failed: [false; SMALL_RUN],
             pos_of: [0; SMALL_RUN],
+            started: [false; SMALL_RUN],
         }
     }
 
@@ -94,6 +102,7 @@ impl SmallEvict {
             dirty: &mut self.dirty,
             failed: &mut self.failed,
             pos_of: &mut self.pos_of,
+            started: &mut self.started,
         }
     }
 }
