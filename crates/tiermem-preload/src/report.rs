@@ -147,7 +147,7 @@ pub(crate) fn at_exit(s: Settings) {
 /// child of a `vfork`, which shares this memory) just leave.
 #[no_mangle]
 pub extern "C" fn _exit(status: libc::c_int) -> ! {
-    let root = std::env::var("TIERMEM_ROOT_PID").ok() == Some(tiermem_sys::thread::getpid().to_string());
+    let root = crate::settings::started_program();
     if root && SETTINGS.get().is_some() {
         let _timer = tiermem_sys::process::KillTimer::arm(std::time::Duration::from_secs(10));
         on_exit();
@@ -195,7 +195,7 @@ fn say(ended_by: Option<&'static str>) {
     // A child this process forked reports nothing (the report is the
     // process's that `tiermem run` started), unless it is tiered itself
     // (follow-exec): then its report gets its pid as a suffix.
-    let root = std::env::var("TIERMEM_ROOT_PID").ok() == Some(std::process::id().to_string());
+    let root = crate::settings::started_program();
     if !root && !s.follow_exec {
         return;
     }

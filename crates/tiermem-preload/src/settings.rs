@@ -330,14 +330,17 @@ impl Settings {
 /// forked and that `exec`ed a program of its own. The first process that
 /// loads the library records its pid in `TIERMEM_ROOT_PID`.
 pub fn is_root_process() -> bool {
-    let pid = std::process::id().to_string();
-    match std::env::var("TIERMEM_ROOT_PID") {
-        Ok(root) => root == pid,
-        Err(_) => {
-            // SAFETY of the environment change: this runs in the library's
-            // constructor, before the program's main and its threads.
-            std::env::set_var("TIERMEM_ROOT_PID", &pid);
-            true
-        }
+    if std::env::var_os("TIERMEM_ROOT_PID").is_none() {
+        // SAFETY of the environment change: this runs in the library's
+        // constructor, before the program's main and its threads.
+        std::env::set_var("TIERMEM_ROOT_PID", std::process::id().to_string());
     }
+    started_program()
+}
+
+/// Whether this process is the program the user started (see
+/// [`is_root_process`], which records it). `getpid` each time: the child of
+/// a `vfork` shares this memory.
+pub fn started_program() -> bool {
+    std::env::var("TIERMEM_ROOT_PID").ok() == Some(std::process::id().to_string())
 }
