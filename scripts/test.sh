@@ -2,8 +2,9 @@
 # Sets tiermem up on a fresh machine and runs the whole test suite: format
 # and lint checks, the Rust unit and integration tests (kernel interface,
 # regions, stress, errors, fork, huge pages, benchmarks' own tests), the
-# C API tests (C example, C tests, C++ header check), and the SVM over MPI
-# (feature `mpi`: installs Open MPI and libclang when missing). Tests that need root
+# C API tests (C example, C tests, C++ header check), the Fortran module,
+# and the SVM over MPI (feature `mpi`: installs Open MPI and libclang when
+# missing). Tests that need root
 # (mounting a full tmpfs, reserving huge pages, kernel-swap setup) set up
 # what they need and restore the machine, or print "skipped: <why>".
 set -euo pipefail
@@ -28,6 +29,8 @@ TIERMEM_STRESS_SECS="${TIERMEM_STRESS_SECS:-2}" cargo test --locked --workspace
 
 step "C API: example, C tests, C++ header"
 bash scripts/ctest.sh
+step "Fortran module: layouts against the header, test, example (installs gfortran)"
+bash scripts/ftest.sh
 step "C API under AddressSanitizer and UBSan"
 bash scripts/ctest-sanitize.sh
 
