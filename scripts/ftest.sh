@@ -46,6 +46,7 @@ CARGO_TARGET_DIR=$target cargo build --release -p tiermem-capi
 # with run-time checks (bounds, pointers) on.
 fflags=(-std=f2008 -Wall -Wextra -Werror)
 pflags=("${fflags[@]}" -Wno-compare-reals -fcheck=all -O2 -g -I"$out" -J"$out")
+# shellcheck disable=SC2054 # the commas are part of -Wl,-rpath,DIR
 link=("$out/tiermem.o" -L"$lib" -ltiermem -Wl,-rpath,"$lib")
 
 failed=0
