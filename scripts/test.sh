@@ -2,7 +2,8 @@
 # Sets tiermem up on a fresh machine and runs the whole test suite: format
 # and lint checks, the Rust unit and integration tests (kernel interface,
 # regions, stress, errors, fork, huge pages, benchmarks' own tests), the
-# C API tests (C example, C tests, C++ header check), and the SVM over MPI
+# C API tests (C example, C tests, C++ header check), the installed
+# package (scripts/install-test.sh), and the SVM over MPI
 # (feature `mpi`: installs Open MPI and libclang when missing). Tests that need root
 # (mounting a full tmpfs, reserving huge pages, kernel-swap setup) set up
 # what they need and restore the machine, or print "skipped: <why>".
@@ -28,6 +29,10 @@ TIERMEM_STRESS_SECS="${TIERMEM_STRESS_SECS:-2}" cargo test --locked --workspace
 
 step "C API: example, C tests, C++ header"
 bash scripts/ctest.sh
+step "install: scripts/install.sh into a temporary prefix, used from outside the tree, uninstalled"
+# pkg-config, CMake, Fortran, man, bash completion, the installed tiermem
+# run, the Spack recipe (docs/install.md); uses the release build above.
+bash scripts/install-test.sh
 step "C API under AddressSanitizer and UBSan"
 bash scripts/ctest-sanitize.sh
 
