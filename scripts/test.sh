@@ -3,8 +3,8 @@
 # and lint checks, the Rust unit and integration tests (kernel interface,
 # regions, stress, errors, fork, huge pages, benchmarks' own tests), the
 # C API tests (C example, C tests, C++ header check), the Fortran module,
-# and the SVM over MPI (feature `mpi`: installs Open MPI and libclang when
-# missing). Tests that need root
+# the installed package (scripts/install-test.sh), and the SVM over MPI
+# (feature `mpi`: installs Open MPI and libclang when missing). Tests that need root
 # (mounting a full tmpfs, reserving huge pages, kernel-swap setup) set up
 # what they need and restore the machine, or print "skipped: <why>".
 set -euo pipefail
@@ -31,6 +31,10 @@ step "C API: example, C tests, C++ header"
 bash scripts/ctest.sh
 step "Fortran module: layouts against the header, test, example (installs gfortran)"
 bash scripts/ftest.sh
+step "install: scripts/install.sh into a temporary prefix, used from outside the tree, uninstalled"
+# pkg-config, CMake, Fortran, man, bash completion, the installed tiermem
+# run, the Spack recipe (docs/install.md); uses the release build above.
+bash scripts/install-test.sh
 step "C API under AddressSanitizer and UBSan"
 bash scripts/ctest-sanitize.sh
 

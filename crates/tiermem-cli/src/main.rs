@@ -1,18 +1,20 @@
 //! The `tiermem` command: what this machine offers tiermem, and the
 //! benchmarks (`tiermem bench faults`, `tiermem bench stencil`).
 //!
-//! One module per subcommand (`info`, `env`, `hugepages`, and `bench/` with
+//! One module per subcommand (`info`, `env`, `hugepages`, `generate`
+//! (completions and man pages from this very definition), and `bench/` with
 //! one module per workload or family); this file holds only the top-level
 //! [`Cmd`] and its dispatch, and `common` the helpers they share. Adding a
 //! subcommand (say `run` or `stress`) takes one module with its arguments
 //! and a `run` function, and one variant in [`Cmd`] with its one-line arm
 //! in `main`.
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 mod bench;
 mod common;
 mod env;
+mod generate;
 mod hugepages;
 mod info;
 mod run;
@@ -54,6 +56,16 @@ enum Cmd {
     /// Random configurations and operations with every byte checked
     /// against a shadow copy; exits 1 on any mismatch.
     Stress(stress::StressArgs),
+    /// Shell completion script for bash, zsh, fish, elvish or powershell,
+    /// on stdout (`tiermem completions bash > /etc/bash_completion.d/tiermem`).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// What scripts/install.sh generates from this command's definition
+    /// (hidden: not a user command).
+    #[command(subcommand, hide = true)]
+    Generate(generate::Generate),
 }
 
 fn main() {
@@ -71,6 +83,8 @@ fn main() {
         Cmd::Bench(b) => bench::run(b),
         Cmd::Run(a) => run::run(*a),
         Cmd::Stress(a) => stress::run(a),
+        Cmd::Completions { shell } => generate::completions(Cli::command(), shell),
+        Cmd::Generate(g) => generate::run(Cli::command(), g),
     };
     if let Err(e) = r {
         eprintln!("tiermem: {e}");

@@ -1,7 +1,7 @@
 //! `tiermem run`: an unmodified program with its heap (and large static
 //! arrays) tiered over a near budget, or on huge pages, through the preload
-//! library (`libtiermem_preload.so`, next to this binary or named by
-//! `TIERMEM_PRELOAD`).
+//! library (`libtiermem_preload.so`: named by `TIERMEM_PRELOAD`, else next
+//! to this binary, else in `../lib` of an installed prefix).
 
 use clap::Args;
 use std::os::unix::fs::PermissionsExt;
@@ -293,7 +293,8 @@ fn elf_has_interpreter(b: &[u8]) -> Option<bool> {
     }))
 }
 
-/// The preload library: `TIERMEM_PRELOAD`, or next to this binary.
+/// The preload library: `TIERMEM_PRELOAD`, else the first of
+/// [`preload_candidates`] that exists.
 fn find_preload() -> Result<PathBuf, String> {
     if let Ok(p) = std::env::var("TIERMEM_PRELOAD") {
         let p = PathBuf::from(p);
@@ -303,18 +304,42 @@ fn find_preload() -> Result<PathBuf, String> {
             Err(format!("TIERMEM_PRELOAD={}: no such file", p.display()))
         };
     }
+    // The real path (/proc/self/exe): a symlink to an installed binary
+    // still finds the library of its own prefix.
     let exe = std::env::current_exe().map_err(|e| format!("where is this binary: {e}"))?;
-    let p = exe.with_file_name("libtiermem_preload.so");
-    if p.is_file() {
-        Ok(p)
-    } else {
-        Err(format!(
-            "the preload library is not next to {} (looked for {}): build it with \
-             `cargo build --release -p tiermem-preload`, or set TIERMEM_PRELOAD to its path",
-            exe.display(),
-            p.display()
-        ))
+    let candidates = preload_candidates(&exe);
+    candidates
+        .iter()
+        .find(|p| p.is_file())
+        .cloned()
+        .ok_or_else(|| no_preload_message(&exe, &candidates))
+}
+
+/// Where the preload library goes relative to the `tiermem` binary: next
+/// to it (target/release of a cargo build) or in the installed layout's
+/// lib directory (PREFIX/bin/tiermem, PREFIX/lib/libtiermem_preload.so).
+fn preload_candidates(exe: &Path) -> Vec<PathBuf> {
+    const NAME: &str = "libtiermem_preload.so";
+    let mut v = vec![exe.with_file_name(NAME)];
+    if let Some(prefix) = exe.parent().and_then(Path::parent) {
+        v.push(prefix.join("lib").join(NAME));
     }
+    v
+}
+
+/// The error when no candidate exists (say after `cargo install`, which
+/// installs the binary alone): every place looked at and how to get it.
+fn no_preload_message(exe: &Path, looked: &[PathBuf]) -> String {
+    let looked: Vec<String> = looked.iter().map(|p| p.display().to_string()).collect();
+    format!(
+        "the preload library libtiermem_preload.so was not found: TIERMEM_PRELOAD is not set, \
+         and it is in neither {} (this binary is {}). Install the whole package with \
+         `scripts/install.sh --prefix DIR` from tiermem's source tree (docs/install.md), or build \
+         it with `cargo build --release -p tiermem-preload` and set \
+         TIERMEM_PRELOAD=<source tree>/target/release/libtiermem_preload.so",
+        looked.join(" nor "),
+        exe.display()
+    )
 }
 
 /// The run's settings, each from the command line, else the environment,
@@ -809,4 +834,38 @@ fn reserve_pool(s: &Settings, what: &str) -> Result<PoolGuard, String> {
         s.page.name()
     );
     Ok(PoolGuard { size, before })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn preload_next_to_the_binary_then_in_the_prefix_lib() {
+        let c = preload_candidates(Path::new("/opt/tiermem/bin/tiermem"));
+        assert_eq!(
+            c,
+            [
+                PathBuf::from("/opt/tiermem/bin/libtiermem_preload.so"),
+                PathBuf::from("/opt/tiermem/lib/libtiermem_preload.so"),
+            ]
+        );
+        // A binary at the root has no prefix to look in.
+        assert_eq!(preload_candidates(Path::new("/tiermem")).len(), 1);
+    }
+
+    #[test]
+    fn missing_preload_names_every_place_and_the_remedies() {
+        let exe = Path::new("/home/u/.cargo/bin/tiermem");
+        let m = no_preload_message(exe, &preload_candidates(exe));
+        for part in [
+            "/home/u/.cargo/bin/libtiermem_preload.so",
+            "/home/u/.cargo/lib/libtiermem_preload.so",
+            "TIERMEM_PRELOAD",
+            "scripts/install.sh --prefix",
+            "cargo build --release -p tiermem-preload",
+        ] {
+            assert!(m.contains(part), "{part} missing from: {m}");
+        }
+    }
 }

@@ -1074,7 +1074,7 @@ pub const OTHER_VARS: &[EnvVar] = &[
     EnvVar {
         name: "TIERMEM_PRELOAD",
         unit: "path",
-        default: "(libtiermem_preload.so next to the tiermem binary)",
+        default: "(libtiermem_preload.so next to the tiermem binary, else in its ../lib)",
         help: "The preload library `tiermem run` uses.",
     },
     EnvVar {
