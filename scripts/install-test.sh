@@ -135,12 +135,40 @@ if [ -f "$root/include/tiermem.f90" ] && [ -f "$root/examples/fortran/example.f9
     if command -v gfortran >/dev/null 2>&1; then
         [ -f "$P/include/tiermem.mod" ] || fail "fortran: $P/include/tiermem.mod was not installed"
         [ -f "$P/include/tiermem.f90" ] || fail "fortran: $P/include/tiermem.f90 was not installed"
+        [ -f "$P/lib/libtiermem_fortran.a" ] || fail "fortran: $P/lib/libtiermem_fortran.a was not installed"
         if find "$P" -name '*.o' | grep -q .; then fail "fortran: an object file was left in $P"; fi
-        gfortran -I"$P/include" "$root/examples/fortran/example.f90" -L"$P/lib" -ltiermem \
+        # By hand, through pkg-config, and through CMake's tiermem::fortran.
+        gfortran -I"$P/include" "$root/examples/fortran/example.f90" -L"$P/lib" -ltiermem_fortran -ltiermem \
             -Wl,-rpath,"$P/lib" -o "$work/example-f"
-        "${clean_env[@]}" "$work/example-f" >"$work/example-f.out" 2>&1 ||
-            { cat "$work/example-f.out"; fail "fortran: example failed"; }
-        pass "Fortran example built with -I$P/include -ltiermem"
+        check_fortran() {
+            "${clean_env[@]}" "$1" >"$work/$2.out" 2>&1 || { cat "$work/$2.out"; fail "$2: example failed"; }
+        }
+        check_fortran "$work/example-f" fortran
+        if command -v pkg-config >/dev/null 2>&1; then
+            # shellcheck disable=SC2046 # pkg-config's words are meant to split
+            gfortran $(PKG_CONFIG_PATH=$P/lib/pkgconfig pkg-config --cflags tiermem-fortran) \
+                "$root/examples/fortran/example.f90" \
+                $(PKG_CONFIG_PATH=$P/lib/pkgconfig pkg-config --libs tiermem-fortran) \
+                -Wl,-rpath,"$P/lib" -o "$work/example-f-pc"
+            check_fortran "$work/example-f-pc" fortran-pc
+        fi
+        if command -v cmake >/dev/null 2>&1 && command -v make >/dev/null 2>&1; then
+            mkdir -p "$work/cmf"
+            cat >"$work/cmf/CMakeLists.txt" <<EOF
+cmake_minimum_required(VERSION 3.16)
+project(tiermem_fortran_consumer Fortran)
+find_package(tiermem 0.1 REQUIRED)
+add_executable(example_f "$root/examples/fortran/example.f90")
+target_link_libraries(example_f PRIVATE tiermem::fortran)
+EOF
+            if ! { cmake -S "$work/cmf" -B "$work/cmf/build" -DCMAKE_PREFIX_PATH="$P" &&
+                cmake --build "$work/cmf/build"; } >"$work/cmake-f.log" 2>&1; then
+                cat "$work/cmake-f.log"
+                fail "cmake: Fortran build with tiermem::fortran"
+            fi
+            check_fortran "$work/cmf/build/example_f" fortran-cmake
+        fi
+        pass "Fortran example built with -ltiermem_fortran -ltiermem, pkg-config tiermem-fortran and CMake tiermem::fortran"
     else
         echo "skipped: Fortran check: no gfortran"
     fi

@@ -203,6 +203,24 @@ if [ "$with_fortran" = 1 ]; then
         [ -e "$m" ] || die "$fc wrote no .mod file for include/tiermem.f90"
         put "$m" "include/$(basename "$m")" 0644
     done
+    # The module has procedures of its own (string and array helpers): their
+    # code goes in an archive that Fortran programs link before libtiermem.
+    ar rcs "$stage/fortran/libtiermem_fortran.a" "$stage/fortran/tiermem.o"
+    put "$stage/fortran/libtiermem_fortran.a" lib/libtiermem_fortran.a 0644
+    cat >"$stage/tiermem-fortran.pc" <<EOF
+prefix=$prefix
+exec_prefix=\${prefix}
+libdir=\${exec_prefix}/lib
+includedir=\${prefix}/include
+
+Name: tiermem-fortran
+Description: tiermem's Fortran module (use tiermem): tiermem.mod in includedir
+Version: $version
+Requires: tiermem = $version
+Cflags: -I\${includedir}
+Libs: -L\${libdir} -ltiermem_fortran
+EOF
+    put "$stage/tiermem-fortran.pc" lib/pkgconfig/tiermem-fortran.pc 0644
 fi
 
 # What Rust's standard library needs from the system when libtiermem.a is
@@ -231,6 +249,7 @@ cat >"$stage/tiermemConfig.cmake" <<EOF
 #   find_package(tiermem REQUIRED)
 #   target_link_libraries(app PRIVATE tiermem::tiermem)         # libtiermem.so
 #   target_link_libraries(app PRIVATE tiermem::tiermem_static)  # libtiermem.a
+#   target_link_libraries(app PRIVATE tiermem::fortran)         # use tiermem (Fortran)
 # tiermem_Fortran_MODULE_DIR names the directory of tiermem.mod when the
 # Fortran module is installed (it is also on the targets' include path).
 
@@ -257,6 +276,15 @@ set(tiermem_INCLUDE_DIRS "\${_tiermem_prefix}/include")
 set(tiermem_LIBRARIES tiermem::tiermem)
 if(EXISTS "\${_tiermem_prefix}/include/tiermem.mod")
   set(tiermem_Fortran_MODULE_DIR "\${_tiermem_prefix}/include")
+  # use tiermem: the module's own procedures, then the C library.
+  if(NOT TARGET tiermem::fortran)
+    add_library(tiermem::fortran STATIC IMPORTED)
+    set_target_properties(tiermem::fortran PROPERTIES
+      IMPORTED_LOCATION "\${_tiermem_prefix}/lib/libtiermem_fortran.a"
+      IMPORTED_LINK_INTERFACE_LANGUAGES "Fortran"
+      INTERFACE_INCLUDE_DIRECTORIES "\${_tiermem_prefix}/include"
+      INTERFACE_LINK_LIBRARIES tiermem::tiermem)
+  endif()
 endif()
 unset(_tiermem_prefix)
 EOF
