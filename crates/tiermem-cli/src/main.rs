@@ -15,6 +15,7 @@ mod common;
 mod env;
 mod hugepages;
 mod info;
+mod report;
 mod run;
 mod stress;
 
@@ -54,6 +55,9 @@ enum Cmd {
     /// Random configurations and operations with every byte checked
     /// against a shadow copy; exits 1 on any mismatch.
     Stress(stress::StressArgs),
+    /// What `tiermem run --report` wrote: merge a job's per-rank reports.
+    #[command(subcommand)]
+    Report(report::ReportCmd),
 }
 
 fn main() {
@@ -71,6 +75,7 @@ fn main() {
         Cmd::Bench(b) => bench::run(b),
         Cmd::Run(a) => run::run(*a),
         Cmd::Stress(a) => stress::run(a),
+        Cmd::Report(c) => report::run(c),
     };
     if let Err(e) = r {
         eprintln!("tiermem: {e}");
