@@ -172,6 +172,10 @@ if grep -q "errno = 14" target/programs/mpi.out; then
 fi
 grep -q '"evictions": *[1-9]' target/programs/mpi.0.json && grep -q '"evictions": *[1-9]' target/programs/mpi.1.json
 echo "PASS mpi_exchange under tiermem run: $(tail -1 target/programs/mpi.out)"
+# tiermem run under mpirun (issue 33): node shares split among local ranks,
+# per-rank reports (%r), the rank in the summary, tiermem report merge; one
+# node (-np 2, -np 4) and two namespace nodes (root).
+bash tests/mpi/run.sh
 
 echo
 echo "all tests passed"
