@@ -67,6 +67,29 @@ PY
 grep -q '<svg' "$d/merged.svg" && grep -q 'rank 3' "$d/merged.svg" || { echo "FAIL report merge: SVG"; exit 1; }
 echo "PASS report merge"
 
+# --reserve under 4 ranks: each adds its pages to the 2 MiB pool in turn
+# and takes back its own (resetting the pool to what it saw first lost
+# pages while other ranks ran, or left some behind).
+pool=/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages
+if [ "$(id -u)" = 0 ] && [ -w "$pool" ]; then
+    before=$(cat "$pool")
+    d=$out/reserve && mkdir -p "$d"
+    if ! timeout 300 mpirun -np 4 --bind-to none "$T" run --page-size 2m --near 8M --reserve 16M \
+        --report "$d/r-%r.json" -- "$out/alloc" 32 >"$d/out" 2>&1; then
+        if grep -q "could not\|more than this machine" "$d/out"; then
+            echo "skipped: --reserve under mpirun: the pool could not grow ($(grep -m1 tiermem "$d/out"))"
+        else
+            cat "$d/out"; echo "FAIL --reserve under mpirun"; exit 1
+        fi
+    else
+        [ "$(grep -c '^tiermem: reserved 8 pages' "$d/out")" = 4 ] && [ "$(cat "$pool")" = "$before" ] ||
+            { cat "$d/out"; echo "FAIL --reserve under mpirun: pool $(cat "$pool"), was $before"; exit 1; }
+        echo "PASS --reserve under mpirun (pool back at $before)"
+    fi
+else
+    echo "skipped: --reserve under mpirun: needs root and $pool"
+fi
+
 # Two network-namespace nodes, two ranks each: each node's ranks split
 # that node's share (the nodes share this machine's memory, which each
 # counts as its own).

@@ -834,18 +834,36 @@ fn cpu_ranges(cpus: &[usize]) -> String {
     out.join(",")
 }
 
-/// The huge page pool as it was before `--reserve`.
+/// The pages `--reserve` added to the huge page pool, given back after
+/// the run: the pool shrinks by them, not back to its size before, since
+/// the other ranks of a job on this node may still hold theirs.
 struct PoolGuard {
     size: tiermem_sys::hugetlb::HugePageSize,
-    before: u64,
+    added: u64,
 }
 
 impl PoolGuard {
     fn restore(self) {
-        if let Err(e) = tiermem::hugepages::set_pool(self.size, self.before) {
+        let _turn = pool_turn();
+        let now = tiermem::hugepages::pool(self.size).total;
+        if let Err(e) = tiermem::hugepages::set_pool(self.size, now.saturating_sub(self.added)) {
             eprintln!("tiermem: could not give the huge pages back: {e}");
         }
     }
+}
+
+/// The ranks of a job on one node change the pool one at a time (a read,
+/// then a write of the total: two at once would lose one's pages). None
+/// when the lock file cannot be had: then as before, unlocked.
+fn pool_turn() -> Option<std::fs::File> {
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(std::env::temp_dir().join("tiermem-hugepages.lock"))
+        .ok()?;
+    tiermem_sys::file::lock_exclusive(&f).ok()?;
+    Some(f)
 }
 
 fn reserve_pool(s: &Settings, what: &str) -> Result<PoolGuard, String> {
@@ -871,11 +889,15 @@ fn reserve_pool(s: &Settings, what: &str) -> Result<PoolGuard, String> {
         parse_size(what).map_err(|e| format!("--reserve: {e}"))?
     };
     let pages = bytes.div_ceil(size.bytes() as u64);
+    let _turn = pool_turn();
     let before = tiermem::hugepages::pool(size).total;
     let change = tiermem::hugepages::set_pool(size, before + pages).map_err(|e| e.to_string())?;
     eprintln!(
         "tiermem: reserved {pages} pages of {} for the run ({change})",
         s.page.name()
     );
-    Ok(PoolGuard { size, before })
+    Ok(PoolGuard {
+        size,
+        added: change.after.total.saturating_sub(before),
+    })
 }

@@ -683,3 +683,17 @@ mod tests {
         assert_eq!(append_record(&bad, b"f\n"), Err(Errno(libc::ENOENT)));
     }
 }
+
+/// Waits for an exclusive advisory lock (`flock(LOCK_EX)`) on `f`, held
+/// until the file is closed: processes that read, change and write back a
+/// machine-wide setting (the ranks of a job growing the huge page pool)
+/// take turns.
+pub fn lock_exclusive(f: &std::fs::File) -> Result<(), Errno> {
+    loop {
+        // SAFETY: flock on a descriptor `f` owns; no memory is passed.
+        match check(unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) }) {
+            Err(e) if e.0 == libc::EINTR => continue,
+            r => return r.map(|_| ()),
+        }
+    }
+}
