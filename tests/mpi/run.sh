@@ -36,7 +36,7 @@ case_() {
         grep -q "^tiermem: [0-9.]* s, rank $r/$np (local [0-9]*/[0-9]*, Open MPI)" "$d/out" ||
             { cat "$d/out"; echo "FAIL $name: no summary names rank $r/$np"; exit 1; }
     done
-    grep -q "fault path handler-thread (an MPI rank" "$d/out" ||
+    grep -q "fault path handler-thread (OMPI_COMM_WORLD_RANK is set: an MPI rank" "$d/out" ||
         { cat "$d/out"; echo "FAIL $name: the summary does not say why the fault path is handler-thread"; exit 1; }
     echo "PASS $name"
 }

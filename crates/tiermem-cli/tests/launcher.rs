@@ -113,7 +113,7 @@ fn a_share_of_the_node_is_divided_among_its_local_ranks() {
             "{err}"
         );
         assert!(
-            err.contains("fault path handler-thread (an MPI rank (OMPI_COMM_WORLD_RANK set)"),
+            err.contains("fault path handler-thread (OMPI_COMM_WORLD_RANK is set: an MPI rank"),
             "{err}"
         );
         // The default heap: twice the memory, divided the same way.

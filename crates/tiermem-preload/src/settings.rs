@@ -239,8 +239,8 @@ impl Settings {
         if let Some(v) = mpi_rank().filter(|_| var("TIERMEM_FAULT_PATH").is_none()) {
             region.fault_path = tiermem::FaultPath::HandlerThread;
             fault_path_why = Some(format!(
-                "an MPI rank ({v} set): peers' single-copy transfers need it; TIERMEM_FAULT_PATH=in-context to \
-                 override"
+                "{v} is set: an MPI rank's peers' single-copy transfers need it; TIERMEM_FAULT_PATH=in-context \
+                 overrides"
             ));
         }
         Settings {
