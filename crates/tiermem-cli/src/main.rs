@@ -17,6 +17,7 @@ mod env;
 mod generate;
 mod hugepages;
 mod info;
+mod report;
 mod run;
 mod stress;
 
@@ -56,6 +57,9 @@ enum Cmd {
     /// Random configurations and operations with every byte checked
     /// against a shadow copy; exits 1 on any mismatch.
     Stress(stress::StressArgs),
+    /// What `tiermem run --report` wrote: merge a job's per-rank reports.
+    #[command(subcommand)]
+    Report(report::ReportCmd),
     /// Shell completion script for bash, zsh, fish, elvish or powershell,
     /// on stdout (`tiermem completions bash > /etc/bash_completion.d/tiermem`).
     Completions {
@@ -83,6 +87,7 @@ fn main() {
         Cmd::Bench(b) => bench::run(b),
         Cmd::Run(a) => run::run(*a),
         Cmd::Stress(a) => stress::run(a),
+        Cmd::Report(c) => report::run(c),
         Cmd::Completions { shell } => generate::completions(Cli::command(), shell),
         Cmd::Generate(g) => generate::run(Cli::command(), g),
     };

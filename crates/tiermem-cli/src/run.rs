@@ -8,8 +8,9 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use tiermem::config::{format_size, parse_near, parse_size};
+use tiermem::config::{format_size, parse_size};
 use tiermem::heap::HugeKind;
+use tiermem::launcher::per_rank_path;
 use tiermem::PolicyKind;
 
 /// Every option has a `TIERMEM_*` variable (`tiermem env`): an option
@@ -20,12 +21,19 @@ use tiermem::PolicyKind;
 pub struct RunArgs {
     /// Near-memory budget: a size (8G), a share of physical memory (50%),
     /// or a share of the program's footprint (50%fp) that a previous run
-    /// measured in its --report FILE; 100% means no tiering [default:
-    /// 100%; TIERMEM_NEAR].
-    #[arg(long)]
+    /// measured in its --report FILE; 100% means no tiering. Under mpirun
+    /// or srun a share of physical memory is of the node, divided among
+    /// the job's ranks on it; a size is per process [default: 100%;
+    /// TIERMEM_NEAR].
+    #[arg(long, conflicts_with = "near_node")]
     near: Option<String>,
+    /// The near budget of the whole node (64G, or 50%), divided among the
+    /// job's ranks on it as mpirun or srun counts them [TIERMEM_NEAR_NODE].
+    #[arg(long)]
+    near_node: Option<String>,
     /// Where evicted pages go: `memory`, a directory (an unnamed file in
-    /// it) or a new file name [default: memory; TIERMEM_FAR_FILE].
+    /// it) or a new file name (per rank under mpirun: %r, or .rank<N>
+    /// added) [default: memory; TIERMEM_FAR_FILE].
     #[arg(long)]
     far: Option<String>,
     /// Address space reserved for the heap [default: twice the physical
@@ -60,7 +68,9 @@ pub struct RunArgs {
     /// a size (4G), or `auto` to size it from --report's previous run.
     #[arg(long, num_args = 0..=1, default_missing_value = "auto")]
     reserve: Option<String>,
-    /// Write the JSON report here [TIERMEM_REPORT].
+    /// Write the JSON report here; %r is the MPI rank, %l the local rank,
+    /// %% a percent sign (several ranks and no %r: .rank<N> is added
+    /// before the extension) [TIERMEM_REPORT].
     #[arg(long)]
     report: Option<PathBuf>,
     /// No summary at exit [TIERMEM_QUIET].
@@ -465,6 +475,11 @@ fn parse_on_off(v: &str) -> Result<bool, String> {
 /// runs.
 fn settings(a: &RunArgs, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Settings, String> {
     let mem = tiermem::SystemInfo::probe().mem_total_bytes;
+    // The launcher's warnings are the preload's to print (once, in the
+    // program); the share is the same here.
+    let launch = tiermem::launcher::detect(lookup);
+    let ranks = launch.ranks.as_ref();
+    let node = tiermem::launcher::NodeShare::new(mem, ranks);
     let mut r = Resolver {
         lookup,
         env: Vec::new(),
@@ -499,11 +514,53 @@ fn settings(a: &RunArgs, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Sett
     if let Some(p) = &report {
         r.set("TIERMEM_REPORT", Some(p.display().to_string()));
     }
-    let near_of = |v: &str| parse_near(v, mem, report.as_deref()).map(|n| n.bytes);
+    // This rank's report; the template goes to the preload, which names
+    // it the same way.
+    let report =
+        report.map(|p| {
+            let (path, added) = per_rank_path(&p, ranks);
+            if added && ranks.is_some_and(|r| r.rank == 0) {
+                eprintln!(
+                "tiermem: --report {}: {} ranks, one report each: {} for rank 0 and so on (put %r in the \
+                 name to choose where the rank goes)",
+                p.display(),
+                ranks.and_then(|r| r.size).map_or("several".into(), |n| n.to_string()),
+                path.display()
+            );
+            }
+            path
+        });
+    // --near-node, or TIERMEM_NEAR_NODE unless a near budget is given.
+    let near_given = a.near.is_some() || (lookup)("TIERMEM_NEAR").is_some_and(|v| !v.trim().is_empty());
+    let node_wins = a.near_node.is_some() || !near_given;
+    let near_node = if node_wins {
+        r.setting("--near-node", "TIERMEM_NEAR_NODE", a.near_node.clone(), |v| {
+            node.near_node(v).map(|_| ())
+        })?
+    } else {
+        if let Some(v) = (lookup)("TIERMEM_NEAR_NODE").filter(|v| !v.trim().is_empty()) {
+            let why = match &a.near {
+                Some(n) => format!("--near {n} is given"),
+                None => "TIERMEM_NEAR is set too".into(),
+            };
+            r.drop_env("TIERMEM_NEAR_NODE", &v, &why);
+        }
+        None
+    };
+    if near_node.is_some() {
+        if let Some(v) = (lookup)("TIERMEM_NEAR").filter(|v| !v.trim().is_empty()) {
+            eprintln!("tiermem: --near-node overrides TIERMEM_NEAR={v}");
+            r.set("TIERMEM_NEAR", None);
+        }
+    }
+    let near_of = |v: &str| match &near_node {
+        Some(_) => node.near_node(v).map(|n| n.bytes),
+        None => node.near(v, report.as_deref()).map(|n| n.bytes),
+    };
     // A budget that tiers must be tierable on these pages.
     let near_check = |v: &str| -> Result<(), String> {
         let b = near_of(v).map_err(|e| unit_hint(v, e))?;
-        let tiered = v != "100%" && b < mem;
+        let tiered = (v != "100%" || near_node.is_some()) && b < mem;
         if tiered && page == HugeKind::Huge1G {
             return Err(
                 "1 GiB pages cannot be tiered (no 1 GiB pages in tiered regions): use \
@@ -519,16 +576,23 @@ fn settings(a: &RunArgs, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Sett
         }
         Ok(())
     };
-    let near = r.take("--near", "TIERMEM_NEAR", a.near.clone(), near_check)?;
+    let near = match &near_node {
+        Some(v) => {
+            near_check(&v.value).map_err(|e| format!("{}: {e}", v.named))?;
+            Some(v.value.clone())
+        }
+        None => r.take("--near", "TIERMEM_NEAR", a.near.clone(), near_check)?,
+    };
     let near_bytes = match &near {
         Some(v) => near_of(v)?,
         None => mem,
     };
-    let tiered = near.as_ref().is_some_and(|v| v != "100%") && near_bytes < mem;
+    let tiered = near.as_ref().is_some_and(|v| v != "100%" || near_node.is_some()) && near_bytes < mem;
     // The budget goes to the program as given (a share is of the same
     // physical memory there, and its summary says so), or as `100%`
     // when it covers the machine.
     if near.is_some() && !tiered {
+        r.set("TIERMEM_NEAR_NODE", None);
         r.set("TIERMEM_NEAR", Some("100%".into()));
     }
     let far = r.setting("--far", "TIERMEM_FAR_FILE", a.far.clone(), |_| Ok(()))?;
@@ -538,6 +602,11 @@ fn settings(a: &RunArgs, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Sett
             r.set("TIERMEM_FAR_FILE", None);
             None
         }
+        // This rank's file (the preload names it the same way).
+        Some(v) if named_far_file(&v.value).is_some() => Some(Setting {
+            value: per_rank_path(Path::new(&v.value), ranks).0.display().to_string(),
+            named: v.named,
+        }),
         f => f,
     };
     r.take("--heap-size", "TIERMEM_FAR", a.heap_size.clone(), |v| {
@@ -790,18 +859,36 @@ fn cpu_ranges(cpus: &[usize]) -> String {
     out.join(",")
 }
 
-/// The huge page pool as it was before `--reserve`.
+/// The pages `--reserve` added to the huge page pool, given back after
+/// the run: the pool shrinks by them, not back to its size before, since
+/// the other ranks of a job on this node may still hold theirs.
 struct PoolGuard {
     size: tiermem_sys::hugetlb::HugePageSize,
-    before: u64,
+    added: u64,
 }
 
 impl PoolGuard {
     fn restore(self) {
-        if let Err(e) = tiermem::hugepages::set_pool(self.size, self.before) {
+        let _turn = pool_turn();
+        let now = tiermem::hugepages::pool(self.size).total;
+        if let Err(e) = tiermem::hugepages::set_pool(self.size, now.saturating_sub(self.added)) {
             eprintln!("tiermem: could not give the huge pages back: {e}");
         }
     }
+}
+
+/// The ranks of a job on one node change the pool one at a time (a read,
+/// then a write of the total: two at once would lose one's pages). None
+/// when the lock file cannot be had: then as before, unlocked.
+fn pool_turn() -> Option<std::fs::File> {
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(std::env::temp_dir().join("tiermem-hugepages.lock"))
+        .ok()?;
+    tiermem_sys::file::lock_exclusive(&f).ok()?;
+    Some(f)
 }
 
 fn reserve_pool(s: &Settings, what: &str) -> Result<PoolGuard, String> {
@@ -827,13 +914,17 @@ fn reserve_pool(s: &Settings, what: &str) -> Result<PoolGuard, String> {
         parse_size(what).map_err(|e| format!("--reserve: {e}"))?
     };
     let pages = bytes.div_ceil(size.bytes() as u64);
+    let _turn = pool_turn();
     let before = tiermem::hugepages::pool(size).total;
     let change = tiermem::hugepages::set_pool(size, before + pages).map_err(|e| e.to_string())?;
     eprintln!(
         "tiermem: reserved {pages} pages of {} for the run ({change})",
         s.page.name()
     );
-    Ok(PoolGuard { size, before })
+    Ok(PoolGuard {
+        size,
+        added: change.after.total.saturating_sub(before),
+    })
 }
 
 #[cfg(test)]

@@ -99,6 +99,11 @@ extern "C" fn init() {
         return;
     }
     let root = settings::is_root_process();
+    if root {
+        for w in &s.launch_warnings {
+            eprintln!("tiermem: warning: job launcher: {w}");
+        }
+    }
     if !root {
         children::record_exec();
     }

@@ -35,6 +35,8 @@ pub(crate) fn bad_free(addr: usize) {
 pub struct Report {
     /// Process id.
     pub pid: u32,
+    /// The MPI or Slurm rank, when a launcher started the process.
+    pub rank: Option<tiermem::launcher::Ranks>,
     /// Seconds from load to exit.
     pub wall_seconds: f64,
     /// Settings in one line.
@@ -201,6 +203,7 @@ fn say(ended_by: Option<&'static str>) {
     }
     let r = Report {
         pid: std::process::id(),
+        rank: s.ranks.clone(),
         wall_seconds: start.elapsed().as_secs_f64(),
         settings: s.describe(),
         tiered: s.tiered(),

@@ -9,18 +9,24 @@
 //! itself; the region settings (`TIERMEM_POLICY`, `TIERMEM_MOVERS`,
 //! `TIERMEM_FAR_FILE`, ...) apply to the tiered heap as to any region. A
 //! value that is not understood is a warning and the default, never the
-//! end of tiering. One difference: an MPI rank (`OMPI_COMM_WORLD_RANK`,
-//! `PMIX_RANK`, `PMI_RANK` set) defaults to `TIERMEM_FAULT_PATH` =
-//! `handler-thread`, which serves its peers' `process_vm_readv`/`writev`.
+//! end of tiering. Under a job launcher (`tiermem::launcher`: mpirun,
+//! srun) a share of physical memory (`TIERMEM_NEAR=50%`,
+//! `TIERMEM_NEAR_NODE`) and the heap's default size are of the node,
+//! divided among its ranks, and the report and a named far file get the
+//! rank in their names. An MPI rank (`OMPI_COMM_WORLD_RANK`, `PMIX_RANK`,
+//! `PMI_RANK` set) defaults to `TIERMEM_FAULT_PATH` = `handler-thread`,
+//! which serves its peers' `process_vm_readv`/`writev`, and says so.
 
 use std::path::PathBuf;
-use tiermem::config::{format_size, parse_near, parse_size, Config, PageSize};
+use tiermem::config::{format_size, parse_size, Config, PageSize};
 use tiermem::heap::{Heap, HeapConfig, HugeKind};
+use tiermem::launcher::{per_rank_path, NodeShare};
 use tiermem::region::NearBudget;
 
 /// Variables this module reads itself (the rest go to `Config`).
-const OWN: [&str; 10] = [
+const OWN: [&str; 11] = [
     "TIERMEM_NEAR",
+    "TIERMEM_NEAR_NODE",
     "TIERMEM_FAR",
     "TIERMEM_PAGE_SIZE",
     "TIERMEM_THRESHOLD",
@@ -31,12 +37,6 @@ const OWN: [&str; 10] = [
     "TIERMEM_TRANSPARENT",
     "TIERMEM_FALLBACK",
 ];
-
-/// The heap's default address range: twice the physical memory, in whole
-/// GiB (the same default as `tm_malloc_global`'s `TIERMEM_FAR`).
-pub fn default_heap_bytes(mem_total: u64) -> u64 {
-    tiermem::config::default_far_bytes(mem_total)
-}
 
 /// Default threshold: see docs/transparent.md for the measurement.
 pub const DEFAULT_THRESHOLD: usize = 1 << 20;
@@ -85,6 +85,12 @@ pub struct Settings {
     pub region: Config,
     /// Physical memory.
     pub mem_total: u64,
+    /// This process's place in its job, when a launcher started it.
+    pub ranks: Option<tiermem::launcher::Ranks>,
+    /// The launcher's variables that could not be used.
+    pub launch_warnings: Vec<String>,
+    /// Why the fault path is handler-thread when nobody asked for it.
+    pub fault_path_why: Option<String>,
 }
 
 fn var(name: &str) -> Option<String> {
@@ -149,10 +155,10 @@ fn absolute_report(p: PathBuf) -> PathBuf {
 /// `process_vm_readv`/`writev` (single-copy shared-memory transports): a
 /// remote access that the in-context path cannot serve (the kernel returns
 /// EFAULT to the peer), and that a handler thread serves like any fault.
-fn mpi_rank() -> bool {
+fn mpi_rank() -> Option<&'static str> {
     ["OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "MPI_LOCALRANKID"]
-        .iter()
-        .any(|v| var(v).is_some())
+        .into_iter()
+        .find(|v| var(v).is_some())
 }
 
 impl Settings {
@@ -168,12 +174,32 @@ impl Settings {
             HugeKind::Base4K => 4096,
             _ => 2 << 20,
         };
-        let report = var("TIERMEM_REPORT").map(|v| absolute_report(PathBuf::from(v)));
-        let spec = parsed("TIERMEM_NEAR", None, "100% (no tiering)", |v| {
-            if v == "100%" {
+        let launch = tiermem::launcher::from_env();
+        let node = NodeShare::new(mem_total, launch.ranks.as_ref());
+        // The name as given stays in the environment (a program this one
+        // runs names its own the same way); this rank's is substituted.
+        let report = var("TIERMEM_REPORT")
+            .map(|v| per_rank_path(&absolute_report(PathBuf::from(v)), launch.ranks.as_ref()).0);
+        let near_node = var("TIERMEM_NEAR_NODE").filter(|v| {
+            let both = var("TIERMEM_NEAR").is_some();
+            if both {
+                ignoring("TIERMEM_NEAR_NODE", v, "TIERMEM_NEAR is set too", "TIERMEM_NEAR");
+            }
+            !both
+        });
+        let near_var = if near_node.is_some() {
+            "TIERMEM_NEAR_NODE"
+        } else {
+            "TIERMEM_NEAR"
+        };
+        let spec = parsed(near_var, None, "100% (no tiering)", |v| {
+            if v == "100%" && near_node.is_none() {
                 return Ok(None);
             }
-            let n = parse_near(v, mem_total, report.as_deref())?;
+            let n = match near_node {
+                Some(_) => node.near_node(v)?,
+                None => node.near(v, report.as_deref())?,
+            };
             let b = n.bytes;
             if page == HugeKind::Huge1G {
                 return Err("1 GiB pages cannot be tiered (TIERMEM_PAGE_SIZE=2m tiers on huge pages)".into());
@@ -185,17 +211,16 @@ impl Settings {
         });
         let near = spec.as_ref().map_or(Near::Full, |n| Near::Bytes(n.bytes));
         let (near_share, footprint) = spec.map_or((None, None), |n| (n.share, n.footprint));
-        let heap_default = default_heap_bytes(mem_total);
-        let heap_bytes =
-            parsed(
-                "TIERMEM_FAR",
-                heap_default,
-                "twice the physical memory",
-                |v| match parse_size(v)? {
-                    b if b < 1 << 20 => Err("below 1 MiB".into()),
-                    b => Ok(b),
-                },
-            );
+        let heap_default = node.default_heap_bytes();
+        let heap_bytes = parsed(
+            "TIERMEM_FAR",
+            heap_default,
+            "twice the physical memory (divided among the node's ranks)",
+            |v| match parse_size(v)? {
+                b if b < 1 << 20 => Err("below 1 MiB".into()),
+                b => Ok(b),
+            },
+        );
         let threshold = parsed("TIERMEM_THRESHOLD", DEFAULT_THRESHOLD, "1M", |v| {
             Ok(parse_size(v)?.max(4096) as usize)
         });
@@ -204,8 +229,19 @@ impl Settings {
         for w in region.apply_vars(|name| if OWN.contains(&name) { None } else { var(name) }) {
             eprintln!("{w}");
         }
-        if var("TIERMEM_FAULT_PATH").is_none() && mpi_rank() {
+        // A named far file, one per rank.
+        if let tiermem::FarStoreConfig::File { path, .. } = &mut region.far {
+            if !path.is_dir() {
+                *path = per_rank_path(path, launch.ranks.as_ref()).0;
+            }
+        }
+        let mut fault_path_why = None;
+        if let Some(v) = mpi_rank().filter(|_| var("TIERMEM_FAULT_PATH").is_none()) {
             region.fault_path = tiermem::FaultPath::HandlerThread;
+            fault_path_why = Some(format!(
+                "{v} is set: an MPI rank's peers' single-copy transfers need it; TIERMEM_FAULT_PATH=in-context \
+                 overrides"
+            ));
         }
         Settings {
             enabled: flag("TIERMEM_TRANSPARENT", true),
@@ -227,6 +263,9 @@ impl Settings {
             verbose: tiermem::config::verbose_from_env(),
             region,
             mem_total,
+            ranks: launch.ranks,
+            launch_warnings: launch.warnings,
+            fault_path_why,
         }
     }
 
@@ -300,8 +339,13 @@ impl Settings {
         Heap::new(config).map_err(|e| e.to_string())
     }
 
-    /// One line for messages.
+    /// One line for messages: the rank (under a launcher), then the heap.
     pub fn describe(&self) -> String {
+        let rank = self.ranks.as_ref().map_or(String::new(), |r| r.describe() + ": ");
+        rank + &self.describe_heap()
+    }
+
+    fn describe_heap(&self) -> String {
         match self.near {
             Near::Full => format!("{} pages, no tiering", self.page.name()),
             Near::Bytes(n) => format!(
@@ -315,9 +359,12 @@ impl Settings {
                 self.page.name(),
                 self.region.policy,
                 self.region.movers,
-                match self.region.fault_path {
-                    tiermem::FaultPath::HandlerThread => ", fault path handler-thread",
-                    _ => "",
+                match (self.region.fault_path, &self.fault_path_why) {
+                    (tiermem::FaultPath::HandlerThread, Some(why)) => {
+                        format!(", fault path handler-thread ({why})")
+                    }
+                    (tiermem::FaultPath::HandlerThread, None) => ", fault path handler-thread".into(),
+                    _ => String::new(),
                 }
             ),
         }

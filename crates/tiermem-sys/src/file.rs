@@ -509,9 +509,45 @@ pub fn append_record(path: &std::ffi::CStr, bytes: &[u8]) -> Result<(), Errno> {
     }
 }
 
+/// Waits for an exclusive advisory lock (`flock(LOCK_EX)`) on `f`, held
+/// until the file is closed: processes that read, change and write back a
+/// machine-wide setting (the ranks of a job growing the huge page pool)
+/// take turns.
+pub fn lock_exclusive(f: &std::fs::File) -> Result<(), Errno> {
+    loop {
+        // SAFETY: flock on a descriptor `f` owns; no memory is passed.
+        match check(unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) }) {
+            Err(e) if e.0 == libc::EINTR => continue,
+            r => return r.map(|_| ()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lock_exclusive_takes_turns() {
+        let p = std::env::temp_dir().join(format!("tiermem-lock-test-{}", std::process::id()));
+        let a = std::fs::File::create(&p).unwrap();
+        lock_exclusive(&a).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let p2 = p.clone();
+        let t = std::thread::spawn(move || {
+            // Another open file description: flock locks conflict.
+            let b = std::fs::OpenOptions::new().write(true).open(&p2).unwrap();
+            lock_exclusive(&b).unwrap();
+            tx.send(()).unwrap();
+        });
+        let wait = std::time::Duration::from_millis(200);
+        assert!(rx.recv_timeout(wait).is_err(), "the second lock did not wait");
+        drop(a);
+        rx.recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the second lock once the first is closed");
+        t.join().unwrap();
+        let _ = std::fs::remove_file(&p);
+    }
     use std::os::unix::fs::PermissionsExt;
 
     fn tmpdir(name: &str) -> PathBuf {

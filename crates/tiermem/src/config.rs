@@ -764,7 +764,7 @@ pub const ENV_OPTIONS: &[EnvOption] = &[
     EnvOption {
         name: "TIERMEM_FAR",
         unit: "bytes (K/M/G/T)",
-        default: "twice the physical memory (whole GiB)",
+        default: "twice the physical memory (whole GiB; the preload divides it among the node's MPI ranks)",
         help: "Size of the far store, i.e. of the virtual range: of the process-wide region behind tm_malloc_global, and of the preload's heap (`tiermem run --heap-size`). A large range costs address space, not memory: region metadata grows with the pages used (docs/design.md, \"metadata grows with use\").",
         apply: |c, v| {
             c.virt_bytes = parse_size(v)?;
@@ -775,7 +775,7 @@ pub const ENV_OPTIONS: &[EnvOption] = &[
         name: "TIERMEM_NEAR",
         unit: "bytes (K/M/G/T), a share of physical memory (50%), or of the program's footprint (50%fp)",
         default: "1G for tm_malloc_global; 100% (no tiering) for the preload",
-        help: "Near-memory budget: of the process-wide region, and of the preload's heap and static arrays together (`tiermem run --near`; 100% means no tiering there). `50%fp` is half the program's footprint as a previous run measured it in its report (`TIERMEM_REPORT`, `tiermem run --report`): transparent mode only.",
+        help: "Near-memory budget: of the process-wide region, and of the preload's heap and static arrays together (`tiermem run --near`; 100% means no tiering there; under an MPI or Slurm launcher the preload divides a share of physical memory among the node's ranks, docs/mpi.md). `50%fp` is half the program's footprint as a previous run measured it in its report (`TIERMEM_REPORT`, `tiermem run --report`): transparent mode only.",
         apply: |c, v| {
             c.near_bytes = parse_near(v, crate::SystemInfo::probe().mem_total_bytes, None)?.bytes;
             Ok(())
@@ -1036,6 +1036,12 @@ pub const OTHER_VARS: &[EnvVar] = &[
         help: "Preload: allocations (and anonymous `mmap`s) of at least this size go to the tiered heap (`tiermem run --threshold`).",
     },
     EnvVar {
+        name: "TIERMEM_NEAR_NODE",
+        unit: "bytes (K/M/G/T) or a share of physical memory (50%)",
+        default: "(unset: TIERMEM_NEAR)",
+        help: "Preload: the near budget of the whole node, divided among the job's ranks on it as the launcher (Open MPI, MPICH/Hydra, Slurm srun) counts them (`tiermem run --near-node`; docs/mpi.md). Instead of `TIERMEM_NEAR`.",
+    },
+    EnvVar {
         name: "TIERMEM_STATIC",
         unit: "on or off",
         default: "on",
@@ -1045,7 +1051,7 @@ pub const OTHER_VARS: &[EnvVar] = &[
         name: "TIERMEM_REPORT",
         unit: "path",
         default: "(none)",
-        help: "Preload: write the JSON report there at exit (`tiermem run --report`); a program that a tiered one forks and execs writes it with its pid appended.",
+        help: "Preload: write the JSON report there at exit (`tiermem run --report`); a program that a tiered one forks and execs writes it with its pid appended. `%r` is the MPI rank, `%l` the local rank, `%%` a percent sign; several ranks and no `%r`: `.rank<N>` before the extension (docs/mpi.md).",
     },
     EnvVar {
         name: "TIERMEM_QUIET",

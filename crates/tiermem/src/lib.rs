@@ -37,6 +37,8 @@
 //! - [`far`]: far memory tiermem can map twice (memfd allocations, file
 //!   ranges);
 //! - [`fork`]: what a forked child sees of regions it inherits;
+//! - [`launcher`]: the job launcher (MPI, Slurm) and a rank's share of its
+//!   node;
 //! - [`overshadow`]: paper 2's Overshadow: read far memory at once, switch
 //!   each page to its near copy when copied;
 //! - `kernel_access` (private): system calls on tiered buffers, trapped
@@ -61,6 +63,7 @@ pub mod global;
 pub mod heap;
 pub mod hugepages;
 mod kernel_access;
+pub mod launcher;
 pub mod overshadow;
 mod page;
 pub mod policy;
