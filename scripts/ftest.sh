@@ -176,6 +176,28 @@ else
 fi
 report "docs/fortran.md program" "$status"
 
+# README's Fortran build line, as printed (its paths are the source tree's),
+# on that same program.
+echo "== README.md: the Fortran build line"
+status=0
+line=$(awk '$0 == "### Fortran" { c = 1 } c && /^```sh$/ { p = 1; next } p && /^```$/ { exit } p' README.md)
+if [[ -z $line || $line != *"prog.f90"* ]]; then
+  echo "README.md: no Fortran build line under \"### Fortran\""
+  status=1
+else
+  rm -rf "$out/readme" && mkdir -p "$out/readme" && cp "$out/doc.f90" "$out/readme/prog.f90"
+  line=${line//\$PWD/$root}
+  line=${line//include\//$root/include/}
+  line=${line//-Ltarget\/release/-L$lib}
+  line=${line//-rpath,$root\/target\/release/-rpath,$lib}
+  if (cd "$out/readme" && FC=$fc bash -c "${line//gfortran/\$FC} -o prog"); then
+    timeout -k 10 300 "$out/readme/prog" >/dev/null || status=$?
+  else
+    status=1
+  fi
+fi
+report "README.md Fortran build line" "$status"
+
 if [[ $failed -ne 0 ]]; then
   echo "ftest: FAILED"
   exit 1
