@@ -61,6 +61,7 @@ pub mod global;
 pub mod heap;
 pub mod hugepages;
 mod kernel_access;
+pub mod live;
 pub mod overshadow;
 mod page;
 pub mod policy;
