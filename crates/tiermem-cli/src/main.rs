@@ -15,8 +15,10 @@ mod common;
 mod env;
 mod hugepages;
 mod info;
+mod report_plot;
 mod run;
 mod stress;
+mod top;
 
 #[derive(Parser)]
 #[command(
@@ -54,6 +56,12 @@ enum Cmd {
     /// Random configurations and operations with every byte checked
     /// against a shadow copy; exits 1 on any mismatch.
     Stress(stress::StressArgs),
+    /// The tiered processes of this node, live: near use against the
+    /// budget, faults, fills, evictions and far-store traffic per second.
+    Top(top::TopArgs),
+    /// What a run's report (`tiermem run --report`) holds, drawn.
+    #[command(subcommand)]
+    Report(report_plot::ReportCmd),
 }
 
 fn main() {
@@ -71,6 +79,8 @@ fn main() {
         Cmd::Bench(b) => bench::run(b),
         Cmd::Run(a) => run::run(*a),
         Cmd::Stress(a) => stress::run(a),
+        Cmd::Top(a) => top::run(a),
+        Cmd::Report(c) => report_plot::run(c),
     };
     if let Err(e) = r {
         eprintln!("tiermem: {e}");
