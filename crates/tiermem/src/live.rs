@@ -304,7 +304,6 @@ pub fn ensure_dir(d: &Path) -> Result<(), String> {
 /// What the process publishes under: fixed at the first region.
 struct Identity {
     dir: PathBuf,
-    path: PathBuf,
     base: Page,
     since: Instant,
 }
@@ -361,18 +360,39 @@ fn unix_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// Field 22 (starttime) of `/proc/PID/stat` (`self` for 0).
+/// Field 22 (starttime) of `/proc/PID/stat` (`self` for 0), read into a
+/// buffer on the stack (this runs in the fork hook).
 pub fn start_ticks(pid: u32) -> Option<u64> {
-    let p = if pid == 0 {
-        "/proc/self/stat".to_string()
+    use std::io::{Read, Write};
+    use std::os::unix::ffi::OsStrExt;
+    let mut name = [0u8; 32];
+    let mut w = std::io::Cursor::new(&mut name[..]);
+    if pid == 0 {
+        write!(w, "/proc/self/stat").ok()?;
     } else {
-        format!("/proc/{pid}/stat")
-    };
-    let s = std::fs::read_to_string(p).ok()?;
+        write!(w, "/proc/{pid}/stat").ok()?;
+    }
+    let n = w.position() as usize;
+    let mut f = std::fs::File::open(std::ffi::OsStr::from_bytes(&name[..n])).ok()?;
+    let mut buf = [0u8; 1024];
+    let mut len = 0;
+    while len < buf.len() {
+        match f.read(&mut buf[len..]) {
+            Ok(0) => break,
+            Ok(k) => len += k,
+            Err(_) => return None,
+        }
+    }
+    let s = &buf[..len];
     // The name (field 2) may hold spaces and parentheses: count from the
     // last ')', after which field 3 starts.
-    let rest = &s[s.rfind(')')? + 1..];
-    rest.split_whitespace().nth(19)?.parse().ok()
+    let rest = &s[s.iter().rposition(|&c| c == b')')? + 1..];
+    std::str::from_utf8(rest)
+        .ok()?
+        .split_ascii_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()
 }
 
 /// The inode of process `pid`'s executable (`self` for 0).
@@ -482,8 +502,8 @@ fn identity(flags: u64) -> Option<Identity> {
     let dir = dir();
     ensure_dir(&dir).ok()?;
     let pid = std::process::id();
+    let _ = DIR.set(dir.clone());
     Some(Identity {
-        path: page_path(&dir, pid),
         dir,
         base: Page {
             pid,
@@ -613,36 +633,61 @@ fn tick(force: bool) {
         // Written under the lock, so that no update recreates the page
         // after `remove_page` (a fork waits for one small tmpfs write).
         if !s.stopped {
-            write_page(&id.dir, &id.path, &page);
+            write_page(&id.dir, &page);
         }
         Some(())
     });
     let _ = out;
 }
 
+/// The directory pages were published in (for `_exit`, which must not
+/// read the environment or allocate).
+static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// Runs `f` on `dir/<pid>.page`, built on the stack: fork hooks and
+/// `_exit` must not allocate (another thread may have held the C
+/// library's allocator lock at a fork that runs no `pthread_atfork`
+/// handlers, or `_exit` may run in a signal handler).
+fn at_page_path<R>(dir: &Path, pid: u32, f: impl FnOnce(&Path) -> R) -> R {
+    use std::io::Write;
+    use std::os::unix::ffi::OsStrExt;
+    let mut buf = [0u8; 1024];
+    let d = dir.as_os_str().as_bytes();
+    let mut w = std::io::Cursor::new(&mut buf[..]);
+    let fits = w.write_all(d).is_ok() && write!(w, "/{pid}.page").is_ok();
+    if fits {
+        let n = w.position() as usize;
+        f(Path::new(std::ffi::OsStr::from_bytes(&buf[..n])))
+    } else {
+        f(&page_path(dir, pid))
+    }
+}
+
 /// Writes the page (a whole-page `pwrite` on a file opened for it, so the
 /// program's descriptor table keeps nothing of tiermem's in between).
-fn write_page(dir: &Path, path: &Path, page: &Page) {
+fn write_page(dir: &Path, page: &Page) {
     use std::os::unix::fs::{FileExt, OpenOptionsExt};
-    let open = || {
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(path)
-    };
-    // `tiermem top` may have removed the directory's stale files, or the
-    // directory itself was cleaned: make it again.
-    let f = open().or_else(|_| {
-        ensure_dir(dir)
-            .map_err(std::io::Error::other)
-            .and_then(|_| open())
-    });
-    if let Ok(f) = f {
-        let _ = f.write_all_at(&page.encode(), 0);
-    }
+    at_page_path(dir, page.pid, |path| {
+        let open = || {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(path)
+        };
+        // `tiermem top` may have removed stale files, or the directory
+        // itself was cleaned: make it again.
+        let f = open().or_else(|_| {
+            ensure_dir(dir)
+                .map_err(std::io::Error::other)
+                .and_then(|_| open())
+        });
+        if let Ok(f) = f {
+            let _ = f.write_all_at(&page.encode(), 0);
+        }
+    })
 }
 
 /// Removes this process's page (at exit; the process keeps publishing if
@@ -661,8 +706,12 @@ pub fn remove_page() {
 /// a `vfork` child may call (it shares this memory: the parent's state
 /// must stay as it is) and which may run in a signal handler (no lock).
 pub fn unlink_page() {
-    if enabled() {
-        let _ = std::fs::remove_file(page_path(&dir(), std::process::id()));
+    // The directory is known once this process, or the parent it was
+    // forked from, published; else there is no page.
+    if let Some(d) = DIR.get() {
+        at_page_path(d, std::process::id(), |p| {
+            let _ = std::fs::remove_file(p);
+        });
     }
 }
 
@@ -693,27 +742,32 @@ extern "C" fn in_parent() {
     LOCK.store(false, Ordering::Release);
 }
 
-/// The forked child: not its parent's regions, its own page.
+/// The forked child: not its parent's regions, its own page. Allocates
+/// and frees nothing (see [`at_page_path`]): the parent's lists are left
+/// to leak in the child.
 extern "C" fn in_child() {
-    let was_running = RUNNING.swap(false, Ordering::AcqRel);
-    let out = {
+    RUNNING.store(false, Ordering::Release);
+    {
         let mut s = STATE.lock().unwrap_or_else(|p| p.into_inner());
-        let had = s.identity.is_some();
-        *s = State::default();
+        std::mem::forget(std::mem::take(&mut s.regions));
+        std::mem::forget(std::mem::take(&mut s.samples));
         s.stride = SAMPLE_EVERY;
-        if had || was_running {
-            s.identity = identity(FLAG_FORKED);
+        s.ticks = 0;
+        s.seq = 0;
+        s.stopped = false;
+        if let Some(id) = &mut s.identity {
+            let b = &mut id.base;
+            b.pid = std::process::id();
+            b.ppid = std::os::unix::process::parent_id();
+            b.start_ticks = start_ticks(0).unwrap_or(0);
+            b.start_unix_ms = unix_ms();
+            b.updated_unix_ms = b.start_unix_ms;
+            b.flags = FLAG_FORKED;
+            id.since = Instant::now();
+            write_page(&id.dir, &id.base);
         }
-        s.identity.as_ref().map(|id| {
-            let mut p = id.base.clone();
-            p.updated_unix_ms = id.base.start_unix_ms;
-            (id.dir.clone(), id.path.clone(), p)
-        })
-    };
-    LOCK.store(false, Ordering::Release);
-    if let Some((dir, path, page)) = out {
-        write_page(&dir, &path, &page);
     }
+    LOCK.store(false, Ordering::Release);
 }
 
 #[cfg(test)]
