@@ -20,6 +20,7 @@ mod info;
 mod report;
 mod run;
 mod stress;
+mod top;
 
 #[derive(Parser)]
 #[command(
@@ -57,7 +58,11 @@ enum Cmd {
     /// Random configurations and operations with every byte checked
     /// against a shadow copy; exits 1 on any mismatch.
     Stress(stress::StressArgs),
-    /// What `tiermem run --report` wrote: merge a job's per-rank reports.
+    /// The tiered processes of this node, live: near use against the
+    /// budget, faults, fills, evictions and far-store traffic per second.
+    Top(top::TopArgs),
+    /// What `tiermem run --report` wrote: merge a job's per-rank
+    /// reports, draw a run's time series.
     #[command(subcommand)]
     Report(report::ReportCmd),
     /// Shell completion script for bash, zsh, fish, elvish or powershell,
@@ -90,6 +95,7 @@ fn main() {
         Cmd::Report(c) => report::run(c),
         Cmd::Completions { shell } => generate::completions(Cli::command(), shell),
         Cmd::Generate(g) => generate::run(Cli::command(), g),
+        Cmd::Top(a) => top::run(a),
     };
     if let Err(e) = r {
         eprintln!("tiermem: {e}");

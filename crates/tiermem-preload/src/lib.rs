@@ -92,6 +92,9 @@ extern "C" fn init() {
     tiermem::serve_inherited_traps();
     // Keep libtiermem-interpose's signal-mask interposers in this library.
     tiermem_interpose::link();
+    // An earlier image of this process (before an exec) may have left
+    // its live page (`tiermem top`); this image publishes its own, if any.
+    tiermem::live::remove_page();
     let mut s = settings::Settings::from_env();
     // A program another tiered program forked and exec'd is tiered only
     // with TIERMEM_FOLLOW_EXEC; the signal interposers stay (harmless).

@@ -69,6 +69,10 @@ pub struct Report {
     pub children: crate::children::Children,
     /// Programs the children exec'd were tiered too.
     pub follow_exec: bool,
+    /// Near use and cumulative counters about once a second, the last
+    /// taken at exit (`tiermem::live::Sample`; `tiermem report plot`
+    /// draws it).
+    pub timeline: Vec<tiermem::live::Sample>,
 }
 
 /// The sums the summary leads with (issue 35: the time in faults alone
@@ -154,6 +158,8 @@ pub extern "C" fn _exit(status: libc::c_int) -> ! {
         let _timer = tiermem_sys::process::KillTimer::arm(std::time::Duration::from_secs(10));
         on_exit();
     }
+    // No atexit handlers run: the live page goes here (a forked child's too).
+    tiermem::live::unlink_page();
     tiermem_sys::process::exit_group(status)
 }
 
@@ -223,6 +229,7 @@ fn say(ended_by: Option<&'static str>) {
             Default::default()
         },
         follow_exec: s.follow_exec,
+        timeline: tiermem::live::timeline(),
     };
     let r = Report {
         cost: cost(s, &r),

@@ -180,6 +180,19 @@ pub fn kill_group(pgid: u32, sig: i32) -> Result<(), Errno> {
     check(unsafe { libc::kill(-(pgid as libc::pid_t), sig) }).map(|_| ())
 }
 
+/// Runs `f` at normal process exit (`atexit(3)`); false if the C library
+/// had no room for it.
+pub fn at_exit(f: extern "C" fn()) -> bool {
+    // SAFETY: registers a plain function without captured state.
+    unsafe { libc::atexit(f) == 0 }
+}
+
+/// The real user id of this process.
+pub fn uid() -> u32 {
+    // SAFETY: getuid has no preconditions and cannot fail.
+    unsafe { libc::getuid() }
+}
+
 /// Whether process `pid` exists: `kill(pid, 0)`. Async-signal-safe, but a
 /// zombie (ended, not yet reaped) still counts as alive; see [`running`].
 pub fn exists(pid: u32) -> bool {

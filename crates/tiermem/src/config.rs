@@ -1108,6 +1108,18 @@ pub const OTHER_VARS: &[EnvVar] = &[
         help: "Print the effective configuration of each region (and the preload's heap) on stderr.",
     },
     EnvVar {
+        name: "TIERMEM_LIVE",
+        unit: "on or off",
+        default: "on",
+        help: "Each process with a tiered region publishes a page of live counters for `tiermem top` (a thread updates it every 250 ms and keeps the report's time series; docs/live.md); off publishes nothing.",
+    },
+    EnvVar {
+        name: "TIERMEM_LIVE_DIR",
+        unit: "path",
+        default: "/dev/shm/tiermem-UID",
+        help: "Where the live pages are (`<pid>.page`, mode 0600, in a directory of mode 0700) and where `tiermem top` reads them.",
+    },
+    EnvVar {
         name: "TIERMEM_SVM_RANKS_PER_NODE",
         unit: "count",
         default: "(all ranks of a node)",

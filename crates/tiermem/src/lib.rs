@@ -64,6 +64,7 @@ pub mod heap;
 pub mod hugepages;
 mod kernel_access;
 pub mod launcher;
+pub mod live;
 pub mod overshadow;
 mod page;
 pub mod policy;

@@ -293,6 +293,8 @@ impl Region {
             movers,
             inject,
         };
+        // For `tiermem top` (crate::live): no cost on the fault path.
+        crate::live::register(&region.core);
         if crate::config::verbose_from_env() {
             eprintln!("tiermem: region at {:#x}: {}", region.base(), region.describe());
         }

@@ -255,6 +255,11 @@ impl Stats {
         }
     }
 
+    /// Time application threads spent in faults so far, ns.
+    pub(crate) fn fault_ns(&self) -> u64 {
+        self.fault_ns.load(Ordering::Relaxed)
+    }
+
     /// Records one served fault.
     pub(crate) fn record_fault(&self, kind: FaultKind, tid: u32, timer: FaultTimer) {
         let counter = match kind {
