@@ -24,6 +24,9 @@ else
 fi
 
 step "cargo test (workspace)"
+# The `tiermem run` tests load the debug preload library next to the debug
+# binary; `cargo test` builds a cdylib's unit tests but not the library.
+cargo build --locked -p tiermem-preload
 # Test binaries run one after another; tests inside a binary in parallel.
 TIERMEM_STRESS_SECS="${TIERMEM_STRESS_SECS:-2}" cargo test --locked --workspace
 
