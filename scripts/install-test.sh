@@ -249,6 +249,24 @@ else
     echo "skipped: spack recipe check: no python3"
 fi
 
+# A moved prefix (module trees, Spack views, a copied /opt) still works:
+# pkg-config and CMake take their paths from their files' places, tiermem
+# run finds its preload beside it, and the uninstall follows the move.
+M=$base/moved
+mv "$P" "$M"
+if command -v pkg-config >/dev/null 2>&1; then
+    # shellcheck disable=SC2046 # pkg-config's words are meant to split
+    cc -std=c11 $(PKG_CONFIG_PATH=$M/lib/pkgconfig pkg-config --cflags tiermem) "$root/examples/c/example.c" \
+        $(PKG_CONFIG_PATH=$M/lib/pkgconfig pkg-config --libs tiermem) -Wl,-rpath,"$M/lib" -o "$work/example-moved"
+    check_example "$work/example-moved" example-moved
+fi
+(cd "$work" && "${clean_env[@]}" "$M/bin/tiermem" run --quiet --near 8M -- python3 -c 'bytearray(32 << 20)') ||
+    fail "moved prefix: tiermem run"
+"$root/scripts/install.sh" --uninstall --prefix "$M" >/dev/null
+[ ! -e "$M" ] || fail "uninstall of the moved prefix left: $(find "$M")"
+pass "a moved prefix: pkg-config, tiermem run and the uninstall follow it"
+"$root/scripts/install.sh" --prefix "$P" --no-build >/dev/null
+
 # Uninstall leaves nothing: the prefix was created by the install.
 "$root/scripts/install.sh" --uninstall --prefix "$P"
 [ ! -e "$P" ] || fail "uninstall left: $(find "$P")"

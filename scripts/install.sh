@@ -61,14 +61,21 @@ do_uninstall() {
     [ -f "$manifest" ] || die "no tiermem install in $prefix (no $manifest_rel there)"
     local recorded kind path dirs=()
     recorded=$(sed -n 's/^prefix //p' "$manifest")
-    [ "$recorded" = "$prefix" ] || die "$manifest was written for prefix '$recorded', not $prefix"
+    # A moved prefix: the manifest's paths are relative to it.
+    [ "$recorded" = "$prefix" ] || echo "note: installed into $recorded, removing it from $prefix where it is now"
     while read -r kind path; do
         case $kind in
         file | link)
             case /$path/ in */../* | //*) die "refusing manifest path outside the prefix: $path" ;; esac
             if [ -f "$prefix/$path" ] || [ -L "$prefix/$path" ]; then rm -f -- "$prefix/$path"; fi
             ;;
-        dir) dirs+=("$path") ;;
+        dir)
+            # Directories are recorded with the prefix they were made under.
+            case $path in
+            "$recorded" | "$recorded"/*) dirs+=("$prefix${path#"$recorded"}") ;;
+            *) [ "$recorded" = "$prefix" ] && dirs+=("$path") ;;
+            esac
+            ;;
         esac
     done <"$manifest"
     rm -f -- "$manifest"
@@ -208,7 +215,7 @@ if [ "$with_fortran" = 1 ]; then
     ar rcs "$stage/fortran/libtiermem_fortran.a" "$stage/fortran/tiermem.o"
     put "$stage/fortran/libtiermem_fortran.a" lib/libtiermem_fortran.a 0644
     cat >"$stage/tiermem-fortran.pc" <<EOF
-prefix=$prefix
+prefix=\${pcfiledir}/../..
 exec_prefix=\${prefix}
 libdir=\${exec_prefix}/lib
 includedir=\${prefix}/include
@@ -229,7 +236,7 @@ fi
 static_libs="-lgcc_s -lutil -lrt -lpthread -lm -ldl"
 
 cat >"$stage/tiermem.pc" <<EOF
-prefix=$prefix
+prefix=\${pcfiledir}/../..
 exec_prefix=\${prefix}
 libdir=\${exec_prefix}/lib
 includedir=\${prefix}/include
@@ -324,6 +331,10 @@ put "$stage/tiermem.fish" share/fish/vendor_completions.d/tiermem.fish 0644
 
 for d in "$root"/README.md "$root"/LICENSE* "$root"/COPYING*; do
     [ -f "$d" ] && put "$d" "share/doc/tiermem/$(basename "$d")" 0644
+done
+# The guides README.md links to, at the same relative place.
+for d in "$root"/docs/*.md; do
+    put "$d" "share/doc/tiermem/docs/$(basename "$d")" 0644
 done
 
 mkdirs "$(dirname -- "$manifest")"

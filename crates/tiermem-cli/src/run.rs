@@ -438,11 +438,16 @@ impl Resolver<'_> {
     /// A variable whose value is not used: warned about, and removed from
     /// the program's environment (so that the preload does not warn again).
     fn drop_env(&mut self, var: &'static str, value: &str, why: &str) {
-        let default = match var {
-            "TIERMEM_NEAR" => "100% (no tiering)",
-            v => tiermem::config::env_default(v).unwrap_or("the default"),
+        let keeping = match var {
+            "TIERMEM_NEAR" => "keeping 100% (no tiering)",
+            // Dropped only when a per-process budget is given.
+            "TIERMEM_NEAR_NODE" => "that per-process budget is used",
+            v => &format!(
+                "keeping {}",
+                tiermem::config::env_default(v).unwrap_or("the default")
+            ),
         };
-        eprintln!("tiermem: ignoring {var}={value:?}: {why}; keeping {default}");
+        eprintln!("tiermem: ignoring {var}={value:?}: {why}; {keeping}");
         self.env.push((var, None));
     }
 

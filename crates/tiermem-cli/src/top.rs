@@ -15,6 +15,17 @@ use std::time::Duration;
 use tiermem::live::{self, Page};
 
 #[derive(Args)]
+#[command(after_long_help = "Columns:
+  NEAR/BUDGET  near memory in use / the process's near budget (and the share)
+  FAULT/s      demand faults served per second (fault-around and prefetch fill more pages per fault)
+  FILL/s       pages filled per second (zero pages and pages read from the far store)
+  EVICT/s      pages evicted per second
+  IN/s, OUT/s  bytes read from and written to the far store per second
+  REFLT/s      fills from the far store per second: pages evicted earlier and touched again
+  REFLT%       those refaults as a share of all fills
+  MOVER%       how busy the mover threads were (- without movers)
+A process's first table shows - for its rates (they need two readings). Pages
+live in /dev/shm/tiermem-<uid>/ (TIERMEM_LIVE_DIR); docs/live.md.")]
 pub struct TopArgs {
     /// Only these processes (default: all of this user's on the node).
     pids: Vec<u32>,
@@ -200,7 +211,7 @@ fn table(rows: &[Row], missing: &[u32], bad: &[String], dir: &Path) -> String {
             pct(r.mover_utilisation),
         );
     }
-    if rows.is_empty() {
+    if rows.is_empty() && missing.is_empty() {
         out += &format!("(no tiered process publishes in {})\n", dir.display());
     }
     for pid in missing {
@@ -211,6 +222,11 @@ fn table(rows: &[Row], missing: &[u32], bad: &[String], dir: &Path) -> String {
         out += &format!("unreadable page {b}\n");
     }
     out
+}
+
+/// Whether a process with this pid exists (any user's).
+fn alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
 }
 
 fn now_ms() -> u64 {
@@ -228,6 +244,9 @@ pub fn run(a: TopArgs) -> Result<(), String> {
     }
     if a.count == Some(0) {
         return Err("--count 0: give at least 1".into());
+    }
+    if let Some(pid) = a.pids.iter().find(|&&pid| !alive(pid)) {
+        return Err(format!("pid {pid}: no such process"));
     }
     let tables = if a.once { Some(1) } else { a.count };
     let dir = live::dir();
@@ -296,6 +315,11 @@ pub fn run(a: TopArgs) -> Result<(), String> {
         let _ = out.flush();
         shown += 1;
         if tables.is_some_and(|n| shown >= n) {
+            return Ok(());
+        }
+        // Watching chosen processes that have all ended: nothing more to show.
+        if !a.pids.is_empty() && !a.pids.iter().any(|&pid| alive(pid)) {
+            eprintln!("tiermem top: the processes named have ended");
             return Ok(());
         }
     }

@@ -76,6 +76,8 @@ const OTHER_TOOLS: &[&str] = &[
     "--modversion",
     "--build",
     "--set-soname",
+    "--reload",
+    "--name-match",
     // compilers, linkers, sanitizers
     "--std",
     "--coverage",

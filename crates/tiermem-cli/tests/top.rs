@@ -219,9 +219,19 @@ fn top_lists_a_tiered_run_and_its_forked_child_and_the_report_has_a_time_series(
         };
         std::fs::write(tiermem::live::page_path(&dir, pid), page.encode()).unwrap();
     }
-    let v = top(&dir, &[dead]);
+    // A live pid whose page is another process's: listed as missing.
+    let me = std::process::id();
+    let v = top(&dir, &[me]);
     assert!(processes(&v).is_empty(), "{v}");
-    assert_eq!(v["missing"][0].as_u64(), Some(dead as u64), "{v}");
+    assert_eq!(v["missing"][0].as_u64(), Some(me as u64), "{v}");
+    // A pid that does not exist: refused.
+    let out = clean_env(&mut Command::new(BIN))
+        .args(["top", "--once", &dead.to_string()])
+        .env("TIERMEM_LIVE_DIR", &dir)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("no such process"), "{err}");
     assert!(processes(&top(&dir, &[])).iter().all(|x| x["program"] != "gone"));
     let left = pages_in(&dir);
     assert!(!left.contains(&format!("{dead}.page")), "{left:?}");

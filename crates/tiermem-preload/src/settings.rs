@@ -183,7 +183,10 @@ impl Settings {
         let near_node = var("TIERMEM_NEAR_NODE").filter(|v| {
             let both = var("TIERMEM_NEAR").is_some();
             if both {
-                ignoring("TIERMEM_NEAR_NODE", v, "TIERMEM_NEAR is set too", "TIERMEM_NEAR");
+                eprintln!(
+                    "tiermem: ignoring TIERMEM_NEAR_NODE={v:?}: TIERMEM_NEAR is set too; \
+                     that per-process budget is used"
+                );
             }
             !both
         });

@@ -89,9 +89,7 @@ fn f(v: &Value) -> f64 {
 
 /// One report's row.
 fn row(path: &Path) -> Result<Row, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let j: Value = serde_json::from_str(&text)
-        .map_err(|e| format!("{}: not a tiermem run report: {e}", path.display()))?;
+    let j = super::read_json(path)?;
     let c = &j["cost"];
     if !c.is_object() {
         return Err(format!(

@@ -4,6 +4,7 @@
 //! drawn).
 
 use clap::Subcommand;
+use std::path::Path;
 
 mod merge;
 mod plot;
@@ -24,4 +25,13 @@ pub fn run(c: ReportCmd) -> Result<(), String> {
         ReportCmd::Merge(a) => merge::run(a),
         ReportCmd::Plot(a) => plot::run(a),
     }
+}
+
+/// A report file as JSON, or an error that says what the file is not.
+fn read_json(path: &Path) -> Result<serde_json::Value, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::InvalidData => format!("{}: not a tiermem run report (not text)", path.display()),
+        _ => format!("{}: {e}", path.display()),
+    })?;
+    serde_json::from_str(&text).map_err(|e| format!("{}: not a tiermem run report: {e}", path.display()))
 }

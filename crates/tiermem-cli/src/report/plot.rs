@@ -23,9 +23,7 @@ pub fn run(a: PlotArgs) -> Result<(), String> {
 
 /// The samples and the budget of a report.
 fn read(path: &Path) -> Result<(Vec<Sample>, Option<u64>), String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let v: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| format!("{}: not a JSON report: {e}", path.display()))?;
+    let v = super::read_json(path)?;
     let Some(t) = v.get("timeline") else {
         return Err(format!(
             "{}: no time series (`timeline`): not a report of `tiermem run --report`, or one of an older tiermem",
@@ -178,7 +176,9 @@ mod tests {
         std::fs::write(&f, r#"{"timeline": []}"#).unwrap();
         assert!(read(&f).unwrap_err().contains("empty"));
         std::fs::write(&f, "nope").unwrap();
-        assert!(read(&f).unwrap_err().contains("not a JSON report"));
+        assert!(read(&f).unwrap_err().contains("not a tiermem run report"));
+        std::fs::write(&f, [0xffu8, 0xfe, 0x00, 0x80]).unwrap();
+        assert!(read(&f).unwrap_err().contains("(not text)"));
         assert!(read(&d.join("absent.json")).is_err());
         std::fs::write(
             &f,
