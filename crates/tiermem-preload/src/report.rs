@@ -547,10 +547,10 @@ fn installed_ahead(s: &RegionStats) -> String {
     if fa.installed > 0 {
         out += &format!(", fault-around {} pages ({} known used)", fa.installed, fa.used);
     }
-    if st.installed > 0 {
+    if st.installed + st.neighbours > 0 {
         out += &format!(
-            ", stride {} pages ({} known used, {} streams)",
-            st.installed, st.used, st.streams
+            ", stride {} points + {} neighbours ({} points known used, {} streams)",
+            st.installed, st.neighbours, st.used, st.streams
         );
     }
     out

@@ -471,17 +471,22 @@ pub struct StrideStats {
     pub streams: u64,
     /// Demand faults that installed pages ahead along a stream.
     pub installs: u64,
-    /// Pages installed ahead along a stream (the faulting pages not
-    /// included).
+    /// Points of the stride installed ahead along a stream (the faulting
+    /// pages not included).
     pub installed: u64,
-    /// Pages known used: the thread's next fault on the stream came past
+    /// Neighbours installed with them: the aligned window around each point
+    /// (the next columns of a column walk). Not tracked for use: reads
+    /// leave no trace.
+    pub neighbours: u64,
+    /// Points known used: the thread's next fault on the stream came past
     /// them, or a write reached the page.
     pub used: u64,
     /// Pages that left near memory (or were filled again) without being
     /// known used: an upper bound on the waste, as for fault-around.
     pub evicted_unused: u64,
-    /// The most pages installed ahead per fault at the end (32 unless the
-    /// waste shrank it).
+    /// The most points installed ahead per fault at the end (32 unless the
+    /// waste of points shrank it); the window around each point is this
+    /// wide, at most 16 pages.
     pub ahead_cap: u64,
     /// Halvings of that cap: more than half the pages went unused.
     pub shrinks: u64,

@@ -24,10 +24,11 @@
 //! unused when found out of near memory. The cap halves while more than
 //! half of them go unused (see [`WasteCap`]).
 
+use super::around::MAX_CLUSTER;
 use super::around::{HISTORY, SLOTS};
 use super::RegionCore;
 use crate::page::{PageState, PageTable, PageWord};
-use crate::stats::{Cost, FaultTimer, StrideStats};
+use crate::stats::{FaultTimer, StrideStats};
 use std::sync::atomic::{AtomicIsize, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use tiermem_sys::zeroed::ZeroedArray;
 
@@ -124,6 +125,7 @@ pub(crate) struct Stride {
     streams: AtomicU64,
     installs: AtomicU64,
     installed: AtomicU64,
+    neighbours: AtomicU64,
     used: AtomicU64,
     evicted_unused: AtomicU64,
     cap: WasteCap,
@@ -139,6 +141,7 @@ impl Stride {
             streams: AtomicU64::new(0),
             installs: AtomicU64::new(0),
             installed: AtomicU64::new(0),
+            neighbours: AtomicU64::new(0),
             used: AtomicU64::new(0),
             evicted_unused: AtomicU64::new(0),
             cap: WasteCap::new(MAX_AHEAD),
@@ -235,11 +238,13 @@ impl Stride {
         );
     }
 
-    /// Counts `n` pages installed ahead by one fault.
-    pub(super) fn count(&self, n: usize) {
-        if n > 0 {
+    /// Counts the points of the stride (`n`) and the neighbours with them
+    /// (`extra`) one fault installed.
+    pub(super) fn count(&self, n: usize, extra: usize) {
+        if n + extra > 0 {
             self.installs.fetch_add(1, Ordering::Relaxed);
             self.installed.fetch_add(n as u64, Ordering::Relaxed);
+            self.neighbours.fetch_add(extra as u64, Ordering::Relaxed);
         }
     }
 
@@ -294,6 +299,7 @@ impl Stride {
             streams: ld(&self.streams),
             installs: ld(&self.installs),
             installed: ld(&self.installed),
+            neighbours: ld(&self.neighbours),
             used: ld(&self.used),
             evicted_unused: ld(&self.evicted_unused),
             ahead_cap: self.cap() as u64,
@@ -307,6 +313,7 @@ impl Stride {
             &self.streams,
             &self.installs,
             &self.installed,
+            &self.neighbours,
             &self.used,
             &self.evicted_unused,
             &self.cap.shrinks,
@@ -318,10 +325,10 @@ impl Stride {
 
 impl RegionCore {
     /// After a demand fill of `page` by `tid`: installs the next pages of
-    /// the thread's stride, if its faults show one (see the module docs).
-    /// Nothing where fault-around or stride detection is off (THP and
-    /// hugetlb regions have no fault-around), or where a prefetch stream
-    /// takes the fault.
+    /// the thread's stride, if its faults show one (see the module docs),
+    /// each with the aligned window of its neighbours. Nothing where
+    /// fault-around or stride detection is off (THP and hugetlb regions
+    /// have no fault-around), or where a prefetch stream takes the fault.
     pub(super) fn stride_ahead(&self, tid: u32, page: usize, write: bool) {
         let Some(fa) = &self.around else { return };
         let Some(st) = fa.stride() else { return };
@@ -333,104 +340,80 @@ impl RegionCore {
             return;
         }
         st.adapt();
+        // Each point of the stride comes with its aligned window: the next
+        // columns of a column walk, installed (and later evicted) as runs,
+        // not as scattered pages (one unmap call each). Narrower as the
+        // cap shrinks under waste.
+        let width = st.cap().clamp(1, MAX_CLUSTER);
         let far_ok = self.staging.is_none();
         let mut timer = FaultTimer::start();
-        let mut done = 0;
-        for k in 1..=plan.count as isize {
+        let mut run = [(0, PageWord::new(PageState::Untouched, false)); MAX_CLUSTER];
+        let mut ok = [false; MAX_CLUSTER];
+        let (mut points, mut extra) = (0, 0);
+        'points: for k in 1..=plan.count as isize {
             let q = plan.from as isize + k * plan.stride;
             if q < 0 || q as usize >= self.pages.len() {
                 break;
             }
             let q = q as usize;
-            let w = self.pages.load(q);
-            let fits = match w.state() {
-                PageState::Untouched => true,
-                PageState::Far => far_ok,
-                _ => false,
-            };
-            if !fits || !self.access.reachable(q) {
-                continue;
-            }
-            // Free slots only, never the last three (see `claim_around`).
-            if self.free_slots() < crate::config::MIN_NEAR_PAGES {
-                break;
-            }
-            if !self.pages.try_lock(q, w) {
-                continue;
-            }
-            if self.take_slots(1) == 0 {
-                self.pages.unlock(q, w);
-                break;
-            }
-            fa.refilled(q);
-            st.refilled(q);
-            if self.install_ahead(q, w, write, &mut timer) {
-                st.mark(q);
-                done += 1;
-            }
-        }
-        st.count(done);
-        self.stats.charge(timer);
-    }
-
-    /// Installs page `q` (owned, was `w`, its slot taken) ahead of the
-    /// thread: writable (Dirty + VERIFY) for a write stream, else
-    /// write-protected and Clean. On failure the page is handed back
-    /// unchanged with its slot (a failed read is reported; the page stays
-    /// far for its own demand fault).
-    fn install_ahead(&self, q: usize, w: PageWord, writable: bool, timer: &mut FaultTimer) -> bool {
-        let ps = self.page_bytes;
-        let off = q * ps;
-        let far = w.state() == PageState::Far;
-        let mut installed = None;
-        if let Some(ring) = self.sync_ring() {
-            let m = self.install_by_move(ring, &[(q, w)], timer);
-            if m.done == 1 {
-                // Moved in writable: dirty until eviction finds it unchanged.
-                installed = Some(PageWord::dirty_unverified(w.far_valid()));
-            } else if m.read_failed.is_some() {
-                self.release_slots(1);
-                self.pages.unlock(q, w);
-                return false;
-            }
-        }
-        if installed.is_none() {
-            let src = if far {
-                let r = self.store.fetch(off as u64, ps, None);
-                timer.lap(Cost::Transfer);
-                match r {
-                    Ok(src) => src,
-                    Err(err) => {
-                        self.store_failed(off as u64, super::errors::OP_READ, &err);
-                        self.release_slots(1);
-                        self.pages.unlock(q, w);
-                        return false;
+            let lo = q & !(width - 1);
+            let hi = (lo + width).min(self.pages.len());
+            let mut p = lo;
+            while p < hi {
+                // The next run of pages that are untouched (or far, from a
+                // store that needs no staging), reachable and lock at once:
+                // resident and busy pages are skipped, nothing waits.
+                let mut n = 0;
+                while p < hi {
+                    let w = self.pages.load(p);
+                    let fits = match w.state() {
+                        PageState::Untouched => true,
+                        PageState::Far => far_ok,
+                        _ => false,
+                    };
+                    p += 1;
+                    if fits && self.access.reachable(p - 1) && self.pages.try_lock(p - 1, w) {
+                        run[n] = (p - 1, w);
+                        n += 1;
+                    } else if n > 0 {
+                        break;
                     }
                 }
-            } else {
-                self.zeros.range(0, ps)
-            };
-            let ok = self.copy_run(off, src, !writable).is_ok();
-            timer.lap(Cost::Pte);
-            if !ok {
-                self.release_slots(1);
-                self.pages.unlock(q, w);
-                return false;
+                if n == 0 {
+                    continue;
+                }
+                // Free slots only, never the last three (see
+                // `claim_around`): pages ahead never evict.
+                let room = self
+                    .free_slots()
+                    .saturating_sub(crate::config::MIN_NEAR_PAGES - 1);
+                let got = if room == 0 {
+                    0
+                } else {
+                    self.take_slots(n.min(room))
+                };
+                for &(p, w) in &run[got..n] {
+                    self.pages.unlock(p, w);
+                }
+                if got == 0 {
+                    break 'points;
+                }
+                for &(p, _) in &run[..got] {
+                    fa.refilled(p);
+                }
+                self.install_run(&run[..got], &mut ok, write, false, None, &mut timer);
+                for (&(p, _), _) in run[..got].iter().zip(&ok).filter(|(_, &ok)| ok) {
+                    if p == q {
+                        st.mark(p);
+                        points += 1;
+                    } else {
+                        extra += 1;
+                    }
+                }
             }
-            if far {
-                self.stats.bytes_in.fetch_add(ps as u64, Ordering::Relaxed);
-            }
-            installed = Some(if writable {
-                PageWord::dirty_unverified(w.far_valid())
-            } else {
-                PageWord::new(PageState::Clean, w.far_valid())
-            });
         }
-        // Listed before publishing (see `publish_fill`).
-        self.policy().on_fill(q);
-        timer.lap(Cost::LockList);
-        self.pages.unlock(q, installed.expect("set above"));
-        true
+        st.count(points, extra);
+        self.stats.charge(timer);
     }
 }
 
