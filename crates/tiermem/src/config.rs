@@ -972,7 +972,7 @@ pub const ENV_OPTIONS: &[EnvOption] = &[
         name: "TIERMEM_STRIDE",
         unit: "on or off",
         default: "on",
-        help: "Stride detection, part of fault-around (off with TIERMEM_FAULT_AROUND=off): a thread whose faults fall at a regular stride beyond fault-around's window (any distance, e.g. 1 MiB) gets up to 32 next pages of the stride installed with each fault, into free near slots only (4 KiB pages).",
+        help: "Stride detection, part of fault-around (off with TIERMEM_FAULT_AROUND=off): a thread whose faults fall at a regular stride beyond fault-around's window (any distance, e.g. 1 MiB) gets up to 32 next points of the stride, each with its aligned window of up to 16 pages, installed with each fault, into free near slots only (4 KiB pages).",
         apply: |c, v| {
             c.stride = parse_bool(v)?;
             Ok(())

@@ -1,7 +1,8 @@
 //! Stride detection, an extension of fault-around: a thread whose demand
 //! faults fall at a regular stride `d` beyond fault-around's window (FT's
 //! z-direction FFT reads one page every 1 MiB) gets the next pages of the
-//! stride, `p + d, p + 2d, ...`, installed with its fault, in its own
+//! stride, `p + d, p + 2d, ...`, each with its aligned window of
+//! neighbours (the next columns), installed with its fault, in its own
 //! context, as fault-around installs neighbours.
 //!
 //! A stream is born when a fault at `p` finds `p - d`, `p - 2d` and
@@ -14,12 +15,13 @@
 //! write another). A later fault on a stream's lattice, past its last
 //! fault and at most one stride past the pages installed ahead, continues
 //! it: the pages in between count as used, and the number installed ahead
-//! doubles, up to the cap. Pages ahead are taken only when untouched (or
+//! doubles, up to the cap; each point's window is as wide as the cap, at
+//! most 16 pages. Pages ahead are taken only when untouched (or
 //! far, from a store that needs no staging), reachable and lockable at
 //! once: a busy or resident page is skipped, nothing waits. They take free
 //! near slots only, never the last three, and never evict.
 //!
-//! Accounting, as for fault-around: a bit per page installed ahead; used
+//! Accounting, as for fault-around: a bit per point installed ahead; used
 //! when the stream's next fault passes it or a write reaches it, evicted
 //! unused when found out of near memory. The cap halves while more than
 //! half of them go unused (see [`WasteCap`]).
