@@ -305,8 +305,9 @@ pub struct Config {
     pub fault_around: bool,
     /// Stride detection (part of fault-around, off with it): a thread
     /// whose demand faults fall at a regular stride beyond fault-around's
-    /// reach (FT's 1 MiB) gets the next pages of the stride installed with
-    /// each fault, into free near slots only.
+    /// reach (FT's 1 MiB) gets the next points of the stride, each with its
+    /// aligned window of neighbours, installed with each fault, into free
+    /// near slots only.
     #[serde(default = "default_true")]
     pub stride: bool,
     /// Rewrite hint (`wp-fault` dirty tracking, 4 KiB or hugetlb pages, a

@@ -10,24 +10,24 @@
 //! earlier points: random faults practically never line up so), or only
 //! `p - d` where the thread has a stream of stride `d` already (the next
 //! column of the same array: it starts as far ahead as the last one
-//! ran). Each slot
-//! keeps [`STREAMS`] streams (a loop may read one array along a stride and
-//! write another). A later fault on a stream's lattice, past its last
-//! fault and at most one stride past the pages installed ahead, continues
-//! it: the pages in between count as used, and the number installed ahead
-//! doubles, up to the cap; each point's window is as wide as the cap, at
-//! most 16 pages. Pages ahead are taken only when untouched (or
-//! far, from a store that needs no staging), reachable and lockable at
-//! once: a busy or resident page is skipped, nothing waits. They take free
-//! near slots only, never the last three, and never evict.
+//! ran). Each slot keeps [`STREAMS`] streams (a loop may read one array
+//! along a stride and write another). A later fault on a stream's
+//! lattice, past its last fault and at most one stride past the points
+//! installed ahead, continues it: the points in between count as used, and
+//! the number installed ahead doubles, up to the cap. Each point's window
+//! is as wide as the cap, at most 16 pages, and none on a stream's first
+//! fault (chance alignments rarely continue) unless it is a new column of
+//! a known stride. Pages ahead are taken only when untouched (or far, from
+//! a store that needs no staging), reachable and lockable at once: a busy
+//! or resident page is skipped, nothing waits. They take free near slots
+//! only, never the last three, and never evict.
 //!
 //! Accounting, as for fault-around: a bit per point installed ahead; used
 //! when the stream's next fault passes it or a write reaches it, evicted
 //! unused when found out of near memory. The cap halves while more than
 //! half of them go unused (see [`WasteCap`]).
 
-use super::around::MAX_CLUSTER;
-use super::around::{HISTORY, SLOTS};
+use super::around::{HISTORY, MAX_CLUSTER, SLOTS};
 use super::RegionCore;
 use crate::page::{PageState, PageTable, PageWord};
 use crate::stats::{FaultTimer, StrideStats};
