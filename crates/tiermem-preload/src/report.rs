@@ -526,7 +526,7 @@ fn region_line(what: &str, s: &RegionStats) -> String {
         .collect();
     format!(
         "tiermem:   {what}: near high-water {}, faults {} (zero {}, far {}, wp {}), in {}, out {}, evictions {}, \
-         time in faults {:.3} s, p50 {:.1} us; faults per thread [{}]{}\n",
+         time in faults {:.3} s, p50 {:.1} us; faults per thread [{}]{}{}\n",
         mib(s.resident_peak_bytes),
         s.faults(),
         s.faults_zero_fill,
@@ -542,6 +542,23 @@ fn region_line(what: &str, s: &RegionStats) -> String {
             format!(", THP blocks {}", s.thp_collapses + s.thp_moves)
         } else {
             String::new()
-        }
+        },
+        installed_ahead(s)
     )
+}
+
+/// Pages fault-around and stride detection installed with faults, if any.
+fn installed_ahead(s: &RegionStats) -> String {
+    let (fa, st) = (&s.fault_around, &s.stride);
+    let mut out = String::new();
+    if fa.installed > 0 {
+        out += &format!(", fault-around {} pages ({} known used)", fa.installed, fa.used);
+    }
+    if st.installed + st.neighbours > 0 {
+        out += &format!(
+            ", stride {} points + {} neighbours ({} points known used, {} streams)",
+            st.installed, st.neighbours, st.used, st.streams
+        );
+    }
+    out
 }

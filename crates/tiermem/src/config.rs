@@ -303,6 +303,13 @@ pub struct Config {
     /// thread's faults show spatial locality (4 KiB pages only).
     #[serde(default = "default_true")]
     pub fault_around: bool,
+    /// Stride detection (part of fault-around, off with it): a thread
+    /// whose demand faults fall at a regular stride beyond fault-around's
+    /// reach (FT's 1 MiB) gets the next points of the stride, each with its
+    /// aligned window of neighbours, installed with each fault, into free
+    /// near slots only.
+    #[serde(default = "default_true")]
+    pub stride: bool,
     /// Rewrite hint (`wp-fault` dirty tracking, 4 KiB or hugetlb pages, a
     /// far store that compares in place): a page that was written during
     /// its last stay in near memory is installed writable at its next read
@@ -346,6 +353,7 @@ impl Config {
             prefetch: true,
             prefetch_max_pages: 512,
             fault_around: true,
+            stride: true,
             rewrite_hint: true,
             install: InstallMethod::Auto,
             reserve_huge_pages: Vec::new(),
@@ -958,6 +966,16 @@ pub const ENV_OPTIONS: &[EnvOption] = &[
         help: "Fault-around: a demand fault outside any prefetch stream also installs up to 16 missing neighbours, in the same call, while the thread's faults show spatial locality (4 KiB pages).",
         apply: |c, v| {
             c.fault_around = parse_bool(v)?;
+            Ok(())
+        },
+    },
+    EnvOption {
+        name: "TIERMEM_STRIDE",
+        unit: "on or off",
+        default: "on",
+        help: "Stride detection, part of fault-around (off with TIERMEM_FAULT_AROUND=off): a thread whose faults fall at a regular stride beyond fault-around's window (any distance, e.g. 1 MiB) gets up to 32 next points of the stride, each with its aligned window of up to 16 pages, installed with each fault, into free near slots only (4 KiB pages).",
+        apply: |c, v| {
+            c.stride = parse_bool(v)?;
             Ok(())
         },
     },

@@ -428,6 +428,7 @@ impl Region {
         }
         if let Some(fa) = &self.core.around {
             s.fault_around = fa.stats(&self.core.pages);
+            s.stride = fa.stride_stats(&self.core.pages);
         }
         s
     }

@@ -406,6 +406,7 @@ impl Stats {
             thp_collapse_failures: ld(&self.thp_collapse_failures),
             prefetch: PrefetchStats::default(),
             fault_around: FaultAroundStats::default(),
+            stride: StrideStats::default(),
             faults_per_thread: self.threads.snapshot(),
             tlb_shootdowns_machine: tiermem_sys::interrupts::tlb_shootdowns()
                 .saturating_sub(self.tlb_at_reset.load(Ordering::Relaxed)),
@@ -463,6 +464,36 @@ pub struct FaultAroundStats {
     /// The largest cluster at the end (16 unless the waste shrank it).
     pub cluster_cap: u64,
     /// Halvings of that cap: more than half the neighbours went unused.
+    pub shrinks: u64,
+}
+
+/// Stride-detection counters (pages; see `TIERMEM_STRIDE`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct StrideStats {
+    /// Strided streams detected (a fault with three earlier faults of the
+    /// same thread at `p - d`, `p - 2d`, `p - 3d`, `|d|` beyond
+    /// fault-around's window).
+    pub streams: u64,
+    /// Demand faults that installed pages ahead along a stream.
+    pub installs: u64,
+    /// Points of the stride installed ahead along a stream (the faulting
+    /// pages not included).
+    pub installed: u64,
+    /// Neighbours installed with them: the aligned window around each point
+    /// (the next columns of a column walk). Not tracked for use: reads
+    /// leave no trace.
+    pub neighbours: u64,
+    /// Points known used: the thread's next fault on the stream came past
+    /// them, or a write reached the page.
+    pub used: u64,
+    /// Pages that left near memory (or were filled again) without being
+    /// known used: an upper bound on the waste, as for fault-around.
+    pub evicted_unused: u64,
+    /// The most points installed ahead per fault at the end (32 unless the
+    /// waste of points shrank it); the window around each point is this
+    /// wide, at most 16 pages.
+    pub ahead_cap: u64,
+    /// Halvings of that cap: more than half the pages went unused.
     pub shrinks: u64,
 }
 
@@ -578,6 +609,8 @@ pub struct RegionStats {
     pub prefetch: PrefetchStats,
     /// Fault-around counters.
     pub fault_around: FaultAroundStats,
+    /// Stride-detection counters.
+    pub stride: StrideStats,
     /// Faults per application thread.
     pub faults_per_thread: Vec<ThreadFaults>,
     /// TLB-shootdown IPIs on the whole machine since creation or reset

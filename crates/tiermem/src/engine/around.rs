@@ -34,10 +34,11 @@
 //! unused*: reads in the middle of a cluster leave no trace in user space,
 //! so that count is an upper bound.
 
+use super::stride::Stride;
 use super::{Outcome, RegionCore, Server};
 use crate::config::PageSize;
 use crate::page::{PageState, PageTable, PageWord};
-use crate::stats::{Cost, FaultAroundStats, FaultKind, FaultTimer};
+use crate::stats::{Cost, FaultAroundStats, FaultKind, FaultTimer, StrideStats};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use tiermem_sys::uffd::{CopyMode, Resolved};
 use tiermem_sys::zeroed::ZeroedArray;
@@ -45,11 +46,11 @@ use tiermem_sys::zeroed::ZeroedArray;
 /// Largest cluster, in pages (the kernel's default fault-around is 64 KiB).
 pub(crate) const MAX_CLUSTER: usize = 16;
 /// Per-thread locality slots (threads hash into them).
-const SLOTS: usize = 64;
+pub(super) const SLOTS: usize = 64;
 /// Demand faults remembered per slot: enough for every array a loop walks
 /// side by side (SP's solver about ten; with four, its faults found no
 /// neighbour in the history and it took 6.4x the faults).
-const HISTORY: usize = 16;
+pub(super) const HISTORY: usize = 16;
 /// A fault this close (pages) to a remembered one shows locality: two
 /// clusters, so that a sweep whose faults land one cluster apart counts.
 const NEAR: usize = 2 * MAX_CLUSTER;
@@ -95,6 +96,8 @@ pub(crate) struct FaultAround {
     seen_unused: AtomicU64,
     /// Halvings of `cap`.
     shrinks: AtomicU64,
+    /// Stride detection over the same history (None: off).
+    stride: Option<Stride>,
 }
 
 /// The pages of a cluster around fault page `at`: `[first, end)`, every
@@ -131,8 +134,13 @@ impl Cluster {
 }
 
 impl FaultAround {
-    pub(crate) fn new(pages: usize) -> Result<FaultAround, tiermem_sys::mm::MmError> {
+    pub(crate) fn new(pages: usize, stride: bool) -> Result<FaultAround, tiermem_sys::mm::MmError> {
         Ok(FaultAround {
+            stride: if stride {
+                Some(Stride::new(pages, NEAR)?)
+            } else {
+                None
+            },
             slots: std::array::from_fn(|_| Slot::default()),
             marks: ZeroedArray::new(pages.div_ceil(64))?,
             marks_used: AtomicUsize::new(0),
@@ -221,6 +229,21 @@ impl FaultAround {
         self.cap.store(next, Ordering::Relaxed);
     }
 
+    pub(super) fn stride(&self) -> Option<&Stride> {
+        self.stride.as_ref()
+    }
+
+    /// Thread `tid`'s recent demand faults (pages + 1; 0: empty).
+    pub(super) fn history(&self, tid: u32) -> [usize; HISTORY] {
+        let s = &self.slots[tid as usize % SLOTS];
+        std::array::from_fn(|k| s.hist[k].load(Ordering::Relaxed))
+    }
+
+    /// Stride-detection counters (zeros when it is off).
+    pub(crate) fn stride_stats(&self, table: &PageTable) -> StrideStats {
+        self.stride.as_ref().map(|s| s.stats(table)).unwrap_or_default()
+    }
+
     /// The largest cluster now (see `adapt`).
     pub(crate) fn cap(&self) -> usize {
         self.cap.load(Ordering::Relaxed)
@@ -256,9 +279,12 @@ impl FaultAround {
         self.used.fetch_add(n as u64, Ordering::Relaxed);
     }
 
-    /// A page about to be filled again: if it still carries its mark, it
-    /// was evicted without being known used.
-    fn refilled(&self, p: usize) {
+    /// A page about to be filled again: if it still carries its mark (or
+    /// stride detection's), it was evicted without being known used.
+    pub(super) fn refilled(&self, p: usize) {
+        if let Some(s) = &self.stride {
+            s.refilled(p);
+        }
         if self.take(p) {
             self.evicted_unused.fetch_add(1, Ordering::Relaxed);
         }
@@ -267,6 +293,9 @@ impl FaultAround {
     /// Page `p` was written (a write-protect fault, or eviction found it
     /// changed): it was used.
     pub(crate) fn written(&self, p: usize) {
+        if let Some(s) = &self.stride {
+            s.written(p);
+        }
         if self.take(p) {
             self.used.fetch_add(1, Ordering::Relaxed);
         }
@@ -299,6 +328,9 @@ impl FaultAround {
 
     /// Zeroes the counters (statistics reset); marks stay.
     pub(crate) fn reset_counters(&self) {
+        if let Some(s) = &self.stride {
+            s.reset_counters();
+        }
         for c in [
             &self.clusters,
             &self.installed,
@@ -579,7 +611,7 @@ mod tests {
 
     #[test]
     fn clusters_shrink_while_their_neighbours_go_unused_and_grow_back() {
-        let fa = FaultAround::new(1 << 16).unwrap();
+        let fa = FaultAround::new(1 << 16, false).unwrap();
         assert_eq!(fa.cap(), MAX_CLUSTER);
         // Too few installs since the last look: nothing changes.
         assert_eq!(round(&fa, ADAPT_EVERY - 1, ADAPT_EVERY), MAX_CLUSTER);

@@ -761,7 +761,7 @@ impl RegionCore {
     /// the caller reserved a near slot each, with as few install calls as
     /// possible. Pages it cannot fill are handed back unchanged (with their
     /// slots). Returns pages installed.
-    fn install_run(
+    pub(super) fn install_run(
         &self,
         run: &[(usize, PageWord)],
         ok: &mut [bool],

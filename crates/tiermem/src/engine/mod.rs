@@ -47,6 +47,7 @@ mod progress;
 mod rewrite;
 pub(crate) mod ring;
 mod scratch;
+mod stride;
 
 pub(crate) use errors::Bytes;
 pub use errors::IoErrorRecord;
@@ -373,7 +374,7 @@ impl RegionCore {
             )
         });
         let around = if RegionCore::around_enabled(&config) {
-            Some(around::FaultAround::new(pages)?)
+            Some(around::FaultAround::new(pages, config.stride)?)
         } else {
             None
         };
@@ -506,6 +507,7 @@ impl RegionCore {
                     let outcome = self.fill(i, w, write, tid, server, timer);
                     if outcome == Outcome::Resolved {
                         self.progress.filled(tid, i);
+                        self.stride_ahead(tid, i, write);
                         self.after_demand_fault(tid, i, write);
                     }
                     return outcome;
