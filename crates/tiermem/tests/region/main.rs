@@ -368,8 +368,11 @@ fn a_second_faulting_thread_turns_frame_recycling_off() {
         "alone: {} recycled installs; two threads: {} recycled, {} evictions in {} unmap calls",
         alone.recycled_installs, two.recycled_installs, two.evictions, two.evict_calls
     );
-    // The first faults of the second thread may still find the ring.
-    assert!(two.recycled_installs * 50 < two.evictions, "{two:?}");
+    // The first faults of the second thread may still find the ring, and
+    // so may a thread that ran alone for 200 ms while the other was
+    // descheduled (2.2% of evictions on a loaded 2-CPU machine, against
+    // every fill when alone).
+    assert!(two.recycled_installs * 10 < two.evictions, "{two:?}");
     if tiermem_sys::mm::batched_discard() {
         assert!(two.evict_calls * 8 < two.evictions, "{two:?}");
     }
