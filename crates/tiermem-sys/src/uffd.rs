@@ -829,65 +829,37 @@ fn unreported_moves(dst: usize, src: usize, from: usize, len: usize) -> usize {
     at.min(len) - from
 }
 
-/// `/proc/self/pagemap`, opened on first use in each process (a child of
-/// `fork` opens its own), as (fork generation << 32 | descriptor + 1).
-static PAGEMAP: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// Reads the pagemap entries of the pages from `addr` into `out`.
+/// Reads the pagemap entries of the pages from `addr` into `out`. Opens
+/// `/proc/self/pagemap` each time: this runs only after a failed move, and
+/// a descriptor kept open could be closed, or its number reused, by the
+/// program (`closefrom` in a daemon, for one).
 #[inline(never)]
 fn pagemap_entries(addr: usize, out: &mut [u64]) -> bool {
-    use std::sync::atomic::Ordering;
-    let generation = crate::thread::fork_generation() & 0xffff_ffff;
-    let mut cur = PAGEMAP.load(Ordering::Acquire);
-    if cur == 0 || cur >> 32 != generation {
-        // SAFETY: a NUL-terminated path; raw system calls (this runs in
-        // fault handlers, where the kernel-access filter must not trap it).
-        let fd = unsafe {
-            crate::seccomp::untrapped_syscall(
-                libc::SYS_openat,
-                [
-                    libc::AT_FDCWD as u64,
-                    c"/proc/self/pagemap".as_ptr() as u64,
-                    (libc::O_RDONLY | libc::O_CLOEXEC) as u64,
-                    0,
-                    0,
-                    0,
-                ],
-            )
-        };
-        if fd < 0 {
-            return false;
-        }
-        let mine = generation << 32 | (fd as u64 + 1);
-        match PAGEMAP.compare_exchange(cur, mine, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => {
-                // A descriptor of the parent's (copied by fork) is ours to close.
-                if cur != 0 {
-                    // SAFETY: a descriptor nothing else uses.
-                    unsafe {
-                        crate::seccomp::untrapped_syscall(
-                            libc::SYS_close,
-                            [(cur & 0xffff_ffff) - 1, 0, 0, 0, 0, 0],
-                        )
-                    };
-                }
-                cur = mine;
-            }
-            Err(now) => {
-                // SAFETY: our own descriptor, not published.
-                unsafe { crate::seccomp::untrapped_syscall(libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]) };
-                cur = now;
-            }
-        }
+    // SAFETY: a NUL-terminated path; raw system calls (this runs in fault
+    // handlers, where the kernel-access filter must not trap it).
+    let fd = unsafe {
+        crate::seccomp::untrapped_syscall(
+            libc::SYS_openat,
+            [
+                libc::AT_FDCWD as u64,
+                c"/proc/self/pagemap".as_ptr() as u64,
+                (libc::O_RDONLY | libc::O_CLOEXEC) as u64,
+                0,
+                0,
+                0,
+            ],
+        )
+    };
+    if fd < 0 {
+        return false;
     }
-    let fd = (cur & 0xffff_ffff) - 1;
     let bytes = std::mem::size_of_val(out);
     // SAFETY: reads into `out`, which we own, at the entries of `addr`.
     let r = unsafe {
         crate::seccomp::untrapped_syscall(
             libc::SYS_pread64,
             [
-                fd,
+                fd as u64,
                 out.as_mut_ptr() as u64,
                 bytes as u64,
                 (addr / 4096 * 8) as u64,
@@ -896,6 +868,8 @@ fn pagemap_entries(addr: usize, out: &mut [u64]) -> bool {
             ],
         )
     };
+    // SAFETY: the descriptor opened above, used by nothing else.
+    unsafe { crate::seccomp::untrapped_syscall(libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]) };
     r == bytes as i64
 }
 
