@@ -304,17 +304,11 @@ impl FaultAround {
     /// The counters; marked pages no longer in near memory are counted as
     /// evicted unused first.
     pub(crate) fn stats(&self, table: &PageTable) -> FaultAroundStats {
-        let used = self.marks_used.load(Ordering::Relaxed);
-        for (k, word) in self.marks[..used].iter().enumerate() {
-            let mut bits = word.load(Ordering::Relaxed);
-            while bits != 0 {
-                let p = k * 64 + bits.trailing_zeros() as usize;
-                bits &= bits - 1;
-                if p < table.len() && matches!(table.load(p).state(), PageState::Untouched | PageState::Far) {
-                    self.refilled(p);
-                }
-            }
-        }
+        marked_out_of_near(
+            &self.marks[..self.marks_used.load(Ordering::Relaxed)],
+            table,
+            |p| self.refilled(p),
+        );
         let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
         FaultAroundStats {
             clusters: ld(&self.clusters),
@@ -593,6 +587,22 @@ impl RegionCore {
     /// Whether fault-around applies to this region's pages at all.
     pub(super) fn around_enabled(config: &crate::config::Config) -> bool {
         config.fault_around && config.page_size == PageSize::Base4K
+    }
+}
+
+/// Calls `gone` for every page marked in `marks` (a bit per page) that is
+/// no longer in near memory: the stats' count of installs evicted unused,
+/// for fault-around and stride detection alike.
+pub(super) fn marked_out_of_near(marks: &[AtomicU64], table: &PageTable, mut gone: impl FnMut(usize)) {
+    for (k, word) in marks.iter().enumerate() {
+        let mut bits = word.load(Ordering::Relaxed);
+        while bits != 0 {
+            let p = k * 64 + bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            if p < table.len() && matches!(table.load(p).state(), PageState::Untouched | PageState::Far) {
+                gone(p);
+            }
+        }
     }
 }
 

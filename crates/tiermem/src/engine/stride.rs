@@ -285,17 +285,11 @@ impl Stride {
     /// The counters; marked pages no longer in near memory are counted as
     /// evicted unused first.
     pub(super) fn stats(&self, table: &PageTable) -> StrideStats {
-        let used = self.marks_used.load(Ordering::Relaxed);
-        for (k, word) in self.marks[..used].iter().enumerate() {
-            let mut bits = word.load(Ordering::Relaxed);
-            while bits != 0 {
-                let p = k * 64 + bits.trailing_zeros() as usize;
-                bits &= bits - 1;
-                if p < table.len() && matches!(table.load(p).state(), PageState::Untouched | PageState::Far) {
-                    self.refilled(p);
-                }
-            }
-        }
+        super::around::marked_out_of_near(
+            &self.marks[..self.marks_used.load(Ordering::Relaxed)],
+            table,
+            |p| self.refilled(p),
+        );
         let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
         StrideStats {
             streams: ld(&self.streams),
