@@ -82,6 +82,7 @@ module tiermem
   integer(c_int), parameter, public :: TM_POLICY_FIFO = 0
   integer(c_int), parameter, public :: TM_POLICY_CLOCK = 1
   integer(c_int), parameter, public :: TM_POLICY_SCAN = 2
+  integer(c_int), parameter, public :: TM_POLICY_AUTO = 3
   !> tm_config%page_size_bytes: 2 MiB transparent huge pages.
   integer(c_int64_t), parameter, public :: TM_PAGE_THP = 2097153_c_int64_t
   integer(c_int), parameter, public :: TM_INSTALL_COPY = 0

@@ -166,6 +166,10 @@ extern "C" {
  * budget, keeps a stable part resident (about half the data movement of
  * FIFO on a sweep twice the budget). */
 #define TM_POLICY_SCAN 2
+/* tm_config.policy: adaptive: FIFO until evictions come back in the order
+ * they left (a loop larger than the budget), then scan-resistant, and back
+ * to FIFO when scan evicts pages that come straight back. */
+#define TM_POLICY_AUTO 3
 
 /* tm_config.page_size_bytes: 2 MiB transparent huge pages. Each 2 MiB block
  * is filled with 512 small pages at once and then collapsed into one huge

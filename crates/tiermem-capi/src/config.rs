@@ -91,9 +91,11 @@ pub const TM_POLICY_FIFO: i32 = 0;
 pub const TM_POLICY_CLOCK: i32 = 1;
 /// `policy`: scan-resistant (cyclic sweeps larger than the budget).
 pub const TM_POLICY_SCAN: i32 = 2;
+/// `policy`: adaptive (FIFO or scan resistance, from the refaults).
+pub const TM_POLICY_AUTO: i32 = 3;
 /// The `policy` values [`config_from_c`] accepts.
-const POLICIES: Table<PolicyKind> =
-    named![PolicyKind: TM_POLICY_FIFO => Fifo, TM_POLICY_CLOCK => Clock, TM_POLICY_SCAN => Scan];
+const POLICIES: Table<PolicyKind> = named![PolicyKind: TM_POLICY_FIFO => Fifo, TM_POLICY_CLOCK => Clock,
+    TM_POLICY_SCAN => Scan, TM_POLICY_AUTO => Auto];
 /// `install`: pages installed with `UFFDIO_COPY`.
 pub const TM_INSTALL_COPY: i32 = 0;
 /// `install`: page frames recycled with `UFFDIO_MOVE`.
@@ -214,6 +216,7 @@ impl tm_config {
                 PolicyKind::Fifo => TM_POLICY_FIFO,
                 PolicyKind::Clock => TM_POLICY_CLOCK,
                 PolicyKind::Scan => TM_POLICY_SCAN,
+                PolicyKind::Auto => TM_POLICY_AUTO,
             },
             fault_path: match c.fault_path {
                 FaultPath::InContext => TM_FAULT_IN_CONTEXT,

@@ -243,7 +243,7 @@ impl Region {
         };
         let policy = config
             .policy
-            .build(config.virt_pages(), config.protected_window_pages());
+            .build(config.virt_pages(), config.near_pages(), config.protected_window_pages());
         let core = Arc::new(RegionCore::new(
             config.clone(),
             Parts {
@@ -430,6 +430,7 @@ impl Region {
             s.fault_around = fa.stats(&self.core.pages);
             s.stride = fa.stride_stats(&self.core.pages);
         }
+        s.policy_auto = self.core.auto_policy_stats();
         s
     }
 

@@ -407,6 +407,7 @@ impl Stats {
             prefetch: PrefetchStats::default(),
             fault_around: FaultAroundStats::default(),
             stride: StrideStats::default(),
+            policy_auto: None,
             faults_per_thread: self.threads.snapshot(),
             tlb_shootdowns_machine: tiermem_sys::interrupts::tlb_shootdowns()
                 .saturating_sub(self.tlb_at_reset.load(Ordering::Relaxed)),
@@ -611,6 +612,8 @@ pub struct RegionStats {
     pub fault_around: FaultAroundStats,
     /// Stride-detection counters.
     pub stride: StrideStats,
+    /// What the `auto` policy chose and why (`None` for the fixed ones).
+    pub policy_auto: Option<crate::policy::auto::AutoStats>,
     /// Faults per application thread.
     pub faults_per_thread: Vec<ThreadFaults>,
     /// TLB-shootdown IPIs on the whole machine since creation or reset

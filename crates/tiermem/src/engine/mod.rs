@@ -457,6 +457,15 @@ impl RegionCore {
         (addr - self.mapping.addr()) >> self.page_shift
     }
 
+    /// What the `auto` policy did, if the region has it.
+    pub(crate) fn auto_policy_stats(&self) -> Option<crate::policy::auto::AutoStats> {
+        if self.config.policy.sees_evictions() {
+            self.policy().auto_stats()
+        } else {
+            None
+        }
+    }
+
     fn policy(&self) -> std::sync::MutexGuard<'_, Box<dyn Policy>> {
         // A poisoned lock means a panic on the fault path, which aborts the
         // process; recover the guard rather than panic again.

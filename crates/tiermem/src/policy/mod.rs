@@ -10,8 +10,10 @@
 //! - [`fifo`]: first filled, first evicted (paper 1, section IV.B);
 //! - [`clock`]: second chance over reference bits from the accesses user
 //!   space can observe;
-//! - [`scan`]: scan-resistant, for cyclic sweeps larger than the budget.
+//! - [`scan`]: scan-resistant, for cyclic sweeps larger than the budget;
+//! - [`auto`]: FIFO or scan resistance, chosen from the refaults it sees.
 
+pub mod auto;
 pub mod clock;
 pub mod fifo;
 mod list;
@@ -30,6 +32,15 @@ pub trait Policy: Send {
     /// discarded), or an eviction of it was abandoned and it stays resident
     /// (`still_resident`), in which case the policy may keep tracking it.
     fn on_remove(&mut self, page: usize, still_resident: bool);
+
+    /// Page `page`, chosen by `select_victims`, really left near memory
+    /// (called only for policies whose [`PolicyKind::sees_evictions`]).
+    fn on_evicted(&mut self, _page: usize) {}
+
+    /// What the adaptive policy did ([`auto`] only).
+    fn auto_stats(&self) -> Option<auto::AutoStats> {
+        None
+    }
 
     /// Whether `page` may be evicted along with nearby victims (to make
     /// longer contiguous runs: one unmap call, one TLB shootdown, for the
@@ -57,11 +68,13 @@ pub enum PolicyKind {
     Clock,
     /// Scan-resistant (most recently filled first, outside a window).
     Scan,
+    /// FIFO or scan, switched by what comes back after eviction.
+    Auto,
 }
 
 impl PolicyKind {
     /// Every policy.
-    pub const ALL: &'static [PolicyKind] = &[PolicyKind::Fifo, PolicyKind::Clock, PolicyKind::Scan];
+    pub const ALL: &'static [PolicyKind] = &[PolicyKind::Fifo, PolicyKind::Clock, PolicyKind::Scan, PolicyKind::Auto];
 
     /// The policy's name.
     pub fn name(self) -> &'static str {
@@ -69,7 +82,14 @@ impl PolicyKind {
             PolicyKind::Fifo => "fifo",
             PolicyKind::Clock => "clock",
             PolicyKind::Scan => "scan",
+            PolicyKind::Auto => "auto",
         }
+    }
+
+    /// Whether the engine reports each page that left to the policy
+    /// ([`Policy::on_evicted`]: a lock per eviction run).
+    pub fn sees_evictions(self) -> bool {
+        self == PolicyKind::Auto
     }
 
     /// Looks a policy up by name.
@@ -80,14 +100,16 @@ impl PolicyKind {
             .find(|p| p.name().eq_ignore_ascii_case(name))
     }
 
-    /// Builds the policy for a region of `pages` pages. `window` is the
-    /// number of recent fills the scan-resistant policy protects (the
-    /// working neighbourhood plus what the prefetcher brought in ahead).
-    pub fn build(self, pages: usize, window: usize) -> Box<dyn Policy> {
+    /// Builds the policy for a region of `pages` pages with a budget of
+    /// `near` pages. `window` is the number of recent fills the
+    /// scan-resistant policies protect (the working neighbourhood plus what
+    /// the prefetcher brought in ahead).
+    pub fn build(self, pages: usize, near: usize, window: usize) -> Box<dyn Policy> {
         match self {
             PolicyKind::Fifo => Box::new(fifo::Fifo::new(pages)),
             PolicyKind::Clock => Box::new(clock::Clock::new(pages)),
             PolicyKind::Scan => Box::new(scan::Scan::new(pages, window)),
+            PolicyKind::Auto => Box::new(auto::Auto::new(pages, near, window)),
         }
     }
 }
