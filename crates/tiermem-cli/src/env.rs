@@ -1,6 +1,7 @@
-//! `tiermem env`: the TIERMEM_* environment variables as a Markdown table.
+//! `tiermem env`: every `TIERMEM_*` variable as a Markdown table, printed
+//! from the option table (`tiermem::config::options`).
 
 pub fn run() -> Result<(), String> {
-    print!("{}", tiermem::config::env_reference_markdown());
+    print!("{}", tiermem::config::options::markdown());
     Ok(())
 }

@@ -8,14 +8,17 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use tiermem::config::{format_size, parse_size};
+use tiermem::config::options::{self, Opt};
+use tiermem::config::{format_size, parse_on_off, parse_size};
 use tiermem::heap::HugeKind;
 use tiermem::launcher::per_rank_path;
-use tiermem::PolicyKind;
 
-/// Every option has a `TIERMEM_*` variable (`tiermem env`): an option
-/// given on the command line wins over the variable (with a warning when
-/// they differ), a variable set in the environment over the default.
+/// Every option but --reserve has a `TIERMEM_*` variable, named with its
+/// flag, parser and default in the option table
+/// (`tiermem::config::options`, `tiermem env`; a test checks that every
+/// flag here is in it): an option given on the command line wins over the
+/// variable (with a warning when they differ), a variable set in the
+/// environment over the default.
 #[derive(Args)]
 #[command(trailing_var_arg = true)]
 pub struct RunArgs {
@@ -306,7 +309,7 @@ fn elf_has_interpreter(b: &[u8]) -> Option<bool> {
 /// The preload library: `TIERMEM_PRELOAD`, else the first of
 /// [`preload_candidates`] that exists.
 fn find_preload() -> Result<PathBuf, String> {
-    if let Ok(p) = std::env::var("TIERMEM_PRELOAD") {
+    if let Ok(p) = std::env::var(options::PRELOAD.var) {
         let p = PathBuf::from(p);
         return if p.is_file() {
             Ok(p)
@@ -385,30 +388,24 @@ struct Resolver<'a> {
 }
 
 impl Resolver<'_> {
-    /// The setting of option `opt` / variable `var`: the command line's
-    /// value (`cli`), checked (an error), else the environment's, checked
-    /// (a warning and the default), else None (the default).
-    fn take(
-        &mut self,
-        opt: &str,
-        var: &'static str,
-        cli: Option<String>,
-        check: impl Fn(&str) -> Result<(), String>,
-    ) -> Result<Option<String>, String> {
-        Ok(self.setting(opt, var, cli, check)?.map(|s| s.value))
+    /// The setting of option `o` (its flag, its variable): the command
+    /// line's value (`cli`), checked by the option's parser (an error),
+    /// else the environment's, checked (a warning and the default), else
+    /// None (the default).
+    fn take(&mut self, o: &Opt, cli: Option<String>) -> Result<Option<String>, String> {
+        Ok(self.setting(o, cli, |v| o.check(v))?.map(|s| s.value))
     }
 
-    /// Same, with how to name it.
+    /// Same, checked by `check` (the option's parser and what else the
+    /// run needs), with how to name it.
     fn setting(
         &mut self,
-        opt: &str,
-        var: &'static str,
+        o: &Opt,
         cli: Option<String>,
         check: impl Fn(&str) -> Result<(), String>,
     ) -> Result<Option<Setting>, String> {
-        let from_env = (self.lookup)(var)
-            .map(|v| v.trim().to_owned())
-            .filter(|v| !v.is_empty());
+        let (opt, var) = (o.flag.unwrap_or(o.var), o.var);
+        let from_env = o.value_in(self.lookup);
         if let Some(v) = cli {
             check(&v).map_err(|e| format!("{opt} {v}: {e}"))?;
             if let Some(w) = from_env.filter(|w| *w != v) {
@@ -428,7 +425,7 @@ impl Resolver<'_> {
             return Ok(None);
         };
         if let Err(e) = check(&w) {
-            self.drop_env(var, &w, &e);
+            self.drop_env(o, &w, &e);
             return Ok(None);
         }
         let named = format!("{var}={w}");
@@ -437,18 +434,9 @@ impl Resolver<'_> {
 
     /// A variable whose value is not used: warned about, and removed from
     /// the program's environment (so that the preload does not warn again).
-    fn drop_env(&mut self, var: &'static str, value: &str, why: &str) {
-        let keeping = match var {
-            "TIERMEM_NEAR" => "keeping 100% (no tiering)",
-            // Dropped only when a per-process budget is given.
-            "TIERMEM_NEAR_NODE" => "that per-process budget is used",
-            v => &format!(
-                "keeping {}",
-                tiermem::config::env_default(v).unwrap_or("the default")
-            ),
-        };
-        eprintln!("tiermem: ignoring {var}={value:?}: {why}; {keeping}");
-        self.env.push((var, None));
+    fn drop_env(&mut self, o: &Opt, value: &str, why: &str) {
+        eprintln!("{}", o.ignoring(value, why, &o.keeping()));
+        self.env.push((o.var, None));
     }
 
     /// What the program's environment gets for `var`, in place of what
@@ -459,19 +447,9 @@ impl Resolver<'_> {
     }
 
     /// A flag: on from the command line, else the variable's value.
-    fn flag(&mut self, opt: &str, var: &'static str, on: bool) -> Result<bool, String> {
-        let v = self.take(opt, var, on.then(|| "1".to_owned()), |v| {
-            parse_on_off(v).map(|_| ())
-        })?;
-        Ok(v.is_some_and(|v| parse_on_off(&v) == Ok(true)))
-    }
-}
-
-fn parse_on_off(v: &str) -> Result<bool, String> {
-    match v {
-        "1" | "on" | "yes" | "true" => Ok(true),
-        "0" | "off" | "no" | "false" => Ok(false),
-        _ => Err("expected on or off".into()),
+    fn flag(&mut self, o: &Opt, on: bool) -> Result<bool, String> {
+        let v = self.take(o, on.then(|| "1".to_owned()))?;
+        Ok(v.map_or(o.default_on(), |v| parse_on_off(&v) == Ok(true)))
     }
 }
 
@@ -490,13 +468,10 @@ fn settings(a: &RunArgs, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Sett
         env: Vec::new(),
     };
     let page = r
-        .take("--page-size", "TIERMEM_PAGE_SIZE", a.page_size.clone(), |v| {
-            HugeKind::from_name(v)
-                .map(|_| ())
-                .ok_or_else(|| "expected 4k, thp, 2m or 1g".into())
-        })?
-        .and_then(|v| HugeKind::from_name(&v))
-        .unwrap_or(HugeKind::Base4K);
+        .take(&options::PAGE_SIZE, a.page_size.clone())?
+        .or(options::PAGE_SIZE.default_value().map(str::to_owned))
+        .map(|v| options::parse_page(&v))
+        .expect("TIERMEM_PAGE_SIZE has a default")?;
     let min = 4 * match page {
         HugeKind::Base4K => 4096,
         _ => 2 << 20,
@@ -505,10 +480,8 @@ fn settings(a: &RunArgs, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Sett
     // report a previous run wrote there.
     let report = r
         .take(
-            "--report",
-            "TIERMEM_REPORT",
+            &options::REPORT,
             a.report.as_ref().map(|p| p.display().to_string()),
-            |_| Ok(()),
         )?
         .map(PathBuf::from);
     // Absolute: the program (or a helper it runs) may change directory.
@@ -517,7 +490,7 @@ fn settings(a: &RunArgs, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Sett
         _ => p,
     });
     if let Some(p) = &report {
-        r.set("TIERMEM_REPORT", Some(p.display().to_string()));
+        r.set(options::REPORT.var, Some(p.display().to_string()));
     }
     // This rank's report; the template goes to the preload, which names
     // it the same way.
@@ -536,36 +509,45 @@ fn settings(a: &RunArgs, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Sett
             path
         });
     // --near-node, or TIERMEM_NEAR_NODE unless a near budget is given.
-    let near_given = a.near.is_some() || (lookup)("TIERMEM_NEAR").is_some_and(|v| !v.trim().is_empty());
+    let near_given = a.near.is_some() || options::NEAR.value_in(lookup).is_some();
     let node_wins = a.near_node.is_some() || !near_given;
     let near_node = if node_wins {
-        r.setting("--near-node", "TIERMEM_NEAR_NODE", a.near_node.clone(), |v| {
+        r.setting(&options::NEAR_NODE, a.near_node.clone(), |v| {
+            options::NEAR_NODE.check(v)?;
             node.near_node(v).map(|_| ())
         })?
     } else {
-        if let Some(v) = (lookup)("TIERMEM_NEAR_NODE").filter(|v| !v.trim().is_empty()) {
+        if let Some(v) = options::NEAR_NODE.value_in(lookup) {
             let why = match &a.near {
                 Some(n) => format!("--near {n} is given"),
                 None => "TIERMEM_NEAR is set too".into(),
             };
-            r.drop_env("TIERMEM_NEAR_NODE", &v, &why);
+            // Dropped only when a per-process budget is given.
+            eprintln!(
+                "tiermem: ignoring {}={v:?}: {why}; that per-process budget is used",
+                options::NEAR_NODE.var
+            );
+            r.set(options::NEAR_NODE.var, None);
         }
         None
     };
     if near_node.is_some() {
-        if let Some(v) = (lookup)("TIERMEM_NEAR").filter(|v| !v.trim().is_empty()) {
+        if let Some(v) = options::NEAR.value_in(lookup) {
             eprintln!("tiermem: --near-node overrides TIERMEM_NEAR={v}");
-            r.set("TIERMEM_NEAR", None);
+            r.set(options::NEAR.var, None);
         }
     }
+    // The budget that covers everything: no tiering (the default).
+    let full = options::NEAR.default_value().unwrap_or("100%");
     let near_of = |v: &str| match &near_node {
         Some(_) => node.near_node(v).map(|n| n.bytes),
         None => node.near(v, report.as_deref()).map(|n| n.bytes),
     };
     // A budget that tiers must be tierable on these pages.
     let near_check = |v: &str| -> Result<(), String> {
+        options::NEAR.check(v).map_err(|e| unit_hint(v, e))?;
         let b = near_of(v).map_err(|e| unit_hint(v, e))?;
-        let tiered = (v != "100%" || near_node.is_some()) && b < mem;
+        let tiered = (v != full || near_node.is_some()) && b < mem;
         if tiered && page == HugeKind::Huge1G {
             return Err(
                 "1 GiB pages cannot be tiered (no 1 GiB pages in tiered regions): use \
@@ -586,25 +568,27 @@ fn settings(a: &RunArgs, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Sett
             near_check(&v.value).map_err(|e| format!("{}: {e}", v.named))?;
             Some(v.value.clone())
         }
-        None => r.take("--near", "TIERMEM_NEAR", a.near.clone(), near_check)?,
+        None => r
+            .setting(&options::NEAR, a.near.clone(), near_check)?
+            .map(|s| s.value),
     };
     let near_bytes = match &near {
         Some(v) => near_of(v)?,
         None => mem,
     };
-    let tiered = near.as_ref().is_some_and(|v| v != "100%" || near_node.is_some()) && near_bytes < mem;
+    let tiered = near.as_ref().is_some_and(|v| v != full || near_node.is_some()) && near_bytes < mem;
     // The budget goes to the program as given (a share is of the same
     // physical memory there, and its summary says so), or as `100%`
     // when it covers the machine.
     if near.is_some() && !tiered {
-        r.set("TIERMEM_NEAR_NODE", None);
-        r.set("TIERMEM_NEAR", Some("100%".into()));
+        r.set(options::NEAR_NODE.var, None);
+        r.set(options::NEAR.var, Some(full.into()));
     }
-    let far = r.setting("--far", "TIERMEM_FAR_FILE", a.far.clone(), |_| Ok(()))?;
+    let far = r.setting(&options::FAR_FILE, a.far.clone(), |v| options::FAR_FILE.check(v))?;
     // `--far memory` is the memory store: no far file at all.
     let far = match far {
         Some(v) if v.value == "memory" => {
-            r.set("TIERMEM_FAR_FILE", None);
+            r.set(options::FAR_FILE.var, None);
             None
         }
         // This rank's file (the preload names it the same way).
@@ -614,42 +598,20 @@ fn settings(a: &RunArgs, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Sett
         }),
         f => f,
     };
-    r.take("--heap-size", "TIERMEM_FAR", a.heap_size.clone(), |v| {
-        parse_size(v).map(|_| ())
+    r.take(&options::FAR, a.heap_size.clone())?;
+    r.take(&options::MOVERS, a.movers.clone())?;
+    let mover_cpus = r.setting(&options::MOVER_CPUS, a.mover_cpus.clone(), |v| {
+        options::MOVER_CPUS.check(v)
     })?;
-    r.take("--movers", "TIERMEM_MOVERS", a.movers.clone(), |v| {
-        match v.parse::<usize>() {
-            Ok(n) if n <= 64 => Ok(()),
-            _ => Err("expected a count from 0 to 64".into()),
-        }
-    })?;
-    let mover_cpus = r.setting("--mover-cpus", "TIERMEM_MOVER_CPUS", a.mover_cpus.clone(), |v| {
-        tiermem::config::parse_cpu_list(v).map(|_| ())
-    })?;
-    r.take("--policy", "TIERMEM_POLICY", a.policy.clone(), |v| {
-        PolicyKind::from_name(v)
-            .map(|_| ())
-            .ok_or_else(|| "expected fifo, clock or scan".into())
-    })?;
-    r.take("--threshold", "TIERMEM_THRESHOLD", a.threshold.clone(), |v| {
-        parse_size(v).map(|_| ())
-    })?;
-    r.take("--static", "TIERMEM_STATIC", a.statics.clone(), |v| {
-        parse_on_off(v).map(|_| ())
-    })?;
-    r.flag("--quiet", "TIERMEM_QUIET", a.quiet)?;
-    r.flag("--follow-exec", "TIERMEM_FOLLOW_EXEC", a.follow_exec)?;
+    r.take(&options::POLICY, a.policy.clone())?;
+    r.take(&options::THRESHOLD, a.threshold.clone())?;
+    r.take(&options::STATIC, a.statics.clone())?;
+    r.flag(&options::QUIET, a.quiet)?;
+    r.flag(&options::FOLLOW_EXEC, a.follow_exec)?;
     let fallback_untiered = r
-        .take(
-            "--fallback",
-            "TIERMEM_FALLBACK",
-            a.fallback.clone(),
-            |v| match v {
-                "error" | "untiered" => Ok(()),
-                _ => Err("expected error or untiered".into()),
-            },
-        )?
-        .is_some_and(|v| v == "untiered");
+        .take(&options::FALLBACK, a.fallback.clone())?
+        .or(options::FALLBACK.default_value().map(str::to_owned))
+        .is_some_and(|v| options::parse_fallback(&v) == Ok(true));
     Ok(Settings {
         env: r.env,
         near_bytes,

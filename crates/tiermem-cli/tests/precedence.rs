@@ -153,6 +153,33 @@ fn under_ld_preload_a_bad_variable_keeps_its_default_and_tiering() {
     assert!(r["tiered"] == true && r["threshold_bytes"] == 1 << 20, "{r}");
 }
 
+/// The command, the preload and the library read each value with the one
+/// parser of the option table: `tiermem run` refuses what the preload
+/// would refuse (a heap below 1 MiB was a warning in the program, after
+/// the command had taken it), and on/off values are the same words in any
+/// case everywhere (`TIERMEM_QUIET=ON` was a warning under the preload).
+#[test]
+fn the_command_and_the_preload_take_the_same_values() {
+    if preload().is_none() {
+        return;
+    }
+    let out = run(&["--heap-size", "100K"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("--heap-size 100K") && err.contains("below 1M"),
+        "{err}"
+    );
+    let (code, err, r) = report_of(
+        run(&["--near", "8M", "--page-size", "4096"]),
+        &[("TIERMEM_STATIC", "OFF"), ("TIERMEM_MOVERS", " ")],
+        "same-values",
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.is_empty(), "no warning: {err}");
+    assert!(r["tiered"] == true && r["page"] == "4k", "{r}");
+}
+
 /// `tiermem env` lists every variable the code reads, with one default
 /// for `TIERMEM_FAR`, and docs/configuration.md holds the same rows.
 #[test]
@@ -207,6 +234,62 @@ fn tiermem_env_lists_every_variable_and_the_docs_match() {
             doc.contains(line),
             "docs/configuration.md lacks `tiermem env`'s row:\n{line}"
         );
+    }
+}
+
+/// Every option of `tiermem run` but `--reserve` is a row of the option
+/// table (`tiermem::config::options`) with that flag, and every flag of the
+/// table is an option of `tiermem run`, whose help names its variable (and
+/// states the table's default, where it states one).
+#[test]
+fn tiermem_run_flags_are_the_option_tables() {
+    use tiermem::config::options::{by_flag, OPTIONS};
+    let out = Command::new(BIN).args(["run", "--help"]).output().unwrap();
+    let help = String::from_utf8(out.stdout).unwrap();
+    // The options' paragraphs: from the line that names an option to the next.
+    let mut paragraphs: Vec<(String, String)> = Vec::new();
+    for line in help.lines() {
+        let t = line.trim_start();
+        if let Some(rest) = t.strip_prefix("--") {
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+                .collect();
+            paragraphs.push((format!("--{name}"), String::new()));
+        }
+        if let Some((_, text)) = paragraphs.last_mut() {
+            *text += " ";
+            *text += t;
+        }
+    }
+    let flags: Vec<&str> = paragraphs.iter().map(|(f, _)| f.as_str()).collect();
+    for (flag, text) in &paragraphs {
+        if ["--reserve", "--help"].contains(&flag.as_str()) {
+            continue;
+        }
+        let o = by_flag(flag).unwrap_or_else(|| panic!("tiermem run {flag} is not in the option table"));
+        let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(
+            text.contains(o.var),
+            "tiermem run {flag}'s help does not name {}: {text}",
+            o.var
+        );
+        if let Some(d) = text.split("[default: ").nth(1).and_then(|d| d.split(';').next()) {
+            let want = o.default_value().unwrap_or(d);
+            assert!(
+                d.eq_ignore_ascii_case(want) || o.default_value().is_none(),
+                "tiermem run {flag}: help says default {d}, the table {want}"
+            );
+        }
+    }
+    for o in OPTIONS {
+        if let Some(f) = o.flag {
+            assert!(
+                flags.contains(&f),
+                "the table's {f} ({}) is not an option of tiermem run",
+                o.var
+            );
+        }
     }
 }
 

@@ -12,7 +12,7 @@ use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::OnceLock;
 
-const VAR: &str = "TIERMEM_CHILDREN_LOG";
+const VAR: &str = tiermem::config::options::CHILDREN_LOG.var;
 
 static LOG: OnceLock<CString> = OnceLock::new();
 

@@ -1,8 +1,8 @@
 //! Transparent mode's settings, from `TIERMEM_*` variables (what `tiermem
-//! run` sets from its options, or the user under `LD_PRELOAD`). They are
-//! listed, with their defaults, in the one table of every variable
-//! (`tiermem::config::ENV_OPTIONS` and `OTHER_VARS`, printed by `tiermem
-//! env`, docs/configuration.md); this module reads `TIERMEM_NEAR`,
+//! run` sets from its options, or the user under `LD_PRELOAD`). Each is a
+//! row of the one option table (`tiermem::config::options`: its name,
+//! parser and default, printed by `tiermem env`, docs/configuration.md),
+//! read through it here; this module reads `TIERMEM_NEAR`,
 //! `TIERMEM_FAR`, `TIERMEM_PAGE_SIZE`, `TIERMEM_THRESHOLD`,
 //! `TIERMEM_STATIC`, `TIERMEM_REPORT`, `TIERMEM_QUIET`,
 //! `TIERMEM_FOLLOW_EXEC`, `TIERMEM_FALLBACK` and `TIERMEM_TRANSPARENT`
@@ -18,28 +18,15 @@
 //! which serves its peers' `process_vm_readv`/`writev`, and says so.
 
 use std::path::PathBuf;
-use tiermem::config::{format_size, parse_size, Config, PageSize};
+use tiermem::config::options::{self, Opt};
+use tiermem::config::{format_size, parse_on_off, Config, PageSize};
 use tiermem::heap::{Heap, HeapConfig, HugeKind};
 use tiermem::launcher::{per_rank_path, NodeShare};
 use tiermem::region::NearBudget;
 
-/// Variables this module reads itself (the rest go to `Config`).
-const OWN: [&str; 11] = [
-    "TIERMEM_NEAR",
-    "TIERMEM_NEAR_NODE",
-    "TIERMEM_FAR",
-    "TIERMEM_PAGE_SIZE",
-    "TIERMEM_THRESHOLD",
-    "TIERMEM_STATIC",
-    "TIERMEM_REPORT",
-    "TIERMEM_QUIET",
-    "TIERMEM_FOLLOW_EXEC",
-    "TIERMEM_TRANSPARENT",
-    "TIERMEM_FALLBACK",
-];
-
-/// Default threshold: see docs/transparent.md for the measurement.
-pub const DEFAULT_THRESHOLD: usize = 1 << 20;
+/// Region settings this module reads itself (the other region settings
+/// go to `Config`).
+const OWN: [&Opt; 3] = [&options::NEAR, &options::FAR, &options::PAGE_SIZE];
 
 /// The heap's near budget.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,34 +87,30 @@ fn var(name: &str) -> Option<String> {
         .filter(|v| !v.is_empty())
 }
 
-/// The documented rule for a value that is not understood: one line on
-/// stderr naming the variable, and the default kept.
-fn ignoring(name: &str, v: &str, why: &str, default: &str) {
-    eprintln!("tiermem: ignoring {name}={v:?}: {why}; keeping {default}");
+/// On/off option `o`, by the one on/off parser; its default when unset
+/// or not understood (warned about).
+fn flag(o: &Opt) -> bool {
+    parsed(o, o.default_on(), parse_on_off)
 }
 
-fn flag(name: &str, default: bool) -> bool {
-    match var(name).as_deref() {
-        None => default,
-        Some("1" | "on" | "yes" | "true") => true,
-        Some("0" | "off" | "no" | "false") => false,
-        Some(v) => {
-            ignoring(name, v, "expected on or off", if default { "on" } else { "off" });
-            default
-        }
-    }
-}
-
-/// `name` parsed by `parse`, else (unset, or not understood: warned
-/// about) `default`.
-fn parsed<T>(name: &str, default: T, shown: &str, parse: impl Fn(&str) -> Result<T, String>) -> T {
-    match var(name) {
+/// Option `o` parsed by `parse`, else (unset, or not understood: one line
+/// on stderr naming the variable, the documented rule) `default`, which
+/// is the table's.
+fn parsed<T>(o: &Opt, default: T, parse: impl Fn(&str) -> Result<T, String>) -> T {
+    match o.value() {
         None => default,
         Some(v) => parse(&v).unwrap_or_else(|why| {
-            ignoring(name, &v, &why, shown);
+            eprintln!("{}", o.ignoring(&v, &why, &o.keeping()));
             default
         }),
     }
+}
+
+/// The value of an option whose default the table states as a value
+/// (a test checks that each parses with the option's parser).
+fn table_default<T>(o: &Opt, parse: impl Fn(&str) -> Result<T, String>) -> T {
+    let v = o.default_value().expect("the option's default is a value");
+    parse(v).unwrap_or_else(|e| panic!("{}'s default {v:?}: {e}", o.var))
 }
 
 /// A relative report path, made absolute against the directory the
@@ -143,7 +126,7 @@ fn absolute_report(p: PathBuf) -> PathBuf {
             let abs = d.join(p);
             // SAFETY of the environment change: the library's constructor
             // runs before the program's main and its threads.
-            std::env::set_var("TIERMEM_REPORT", &abs);
+            std::env::set_var(options::REPORT.var, &abs);
             abs
         }
         Err(_) => p,
@@ -167,9 +150,11 @@ impl Settings {
     /// rule as every `TIERMEM_*` variable's, docs/configuration.md).
     pub fn from_env() -> Settings {
         let mem_total = tiermem::SystemInfo::probe().mem_total_bytes.max(1 << 30);
-        let page = parsed("TIERMEM_PAGE_SIZE", HugeKind::Base4K, "4k", |v| {
-            HugeKind::from_name(v).ok_or_else(|| "expected 4k, thp, 2m or 1g".into())
-        });
+        let page = parsed(
+            &options::PAGE_SIZE,
+            table_default(&options::PAGE_SIZE, options::parse_page),
+            options::parse_page,
+        );
         let min_near = 4 * match page {
             HugeKind::Base4K => 4096,
             _ => 2 << 20,
@@ -178,10 +163,11 @@ impl Settings {
         let node = NodeShare::new(mem_total, launch.ranks.as_ref());
         // The name as given stays in the environment (a program this one
         // runs names its own the same way); this rank's is substituted.
-        let report = var("TIERMEM_REPORT")
+        let report = options::REPORT
+            .value()
             .map(|v| per_rank_path(&absolute_report(PathBuf::from(v)), launch.ranks.as_ref()).0);
-        let near_node = var("TIERMEM_NEAR_NODE").filter(|v| {
-            let both = var("TIERMEM_NEAR").is_some();
+        let near_node = options::NEAR_NODE.value().filter(|v| {
+            let both = options::NEAR.value().is_some();
             if both {
                 eprintln!(
                     "tiermem: ignoring TIERMEM_NEAR_NODE={v:?}: TIERMEM_NEAR is set too; \
@@ -190,13 +176,14 @@ impl Settings {
             }
             !both
         });
-        let near_var = if near_node.is_some() {
-            "TIERMEM_NEAR_NODE"
+        let near_opt = if near_node.is_some() {
+            &options::NEAR_NODE
         } else {
-            "TIERMEM_NEAR"
+            &options::NEAR
         };
-        let spec = parsed(near_var, None, "100% (no tiering)", |v| {
-            if v == "100%" && near_node.is_none() {
+        let full = options::NEAR.default_value();
+        let spec = parsed(near_opt, None, |v| {
+            if Some(v) == full && near_node.is_none() {
                 return Ok(None);
             }
             let n = match near_node {
@@ -215,21 +202,22 @@ impl Settings {
         let near = spec.as_ref().map_or(Near::Full, |n| Near::Bytes(n.bytes));
         let (near_share, footprint) = spec.map_or((None, None), |n| (n.share, n.footprint));
         let heap_default = node.default_heap_bytes();
-        let heap_bytes = parsed(
-            "TIERMEM_FAR",
-            heap_default,
-            "twice the physical memory (divided among the node's ranks)",
-            |v| match parse_size(v)? {
-                b if b < 1 << 20 => Err("below 1 MiB".into()),
-                b => Ok(b),
-            },
+        let heap_bytes = parsed(&options::FAR, heap_default, |v| options::FAR.kind.size(v));
+        let threshold_of = |v: &str| Ok(options::THRESHOLD.kind.size(v)?.max(4096) as usize);
+        let threshold = parsed(
+            &options::THRESHOLD,
+            table_default(&options::THRESHOLD, threshold_of),
+            threshold_of,
         );
-        let threshold = parsed("TIERMEM_THRESHOLD", DEFAULT_THRESHOLD, "1M", |v| {
-            Ok(parse_size(v)?.max(4096) as usize)
-        });
         let mut region = Config::new(heap_bytes, heap_bytes);
         // Region settings from the environment, except the ones above.
-        for w in region.apply_vars(|name| if OWN.contains(&name) { None } else { var(name) }) {
+        for w in region.apply_vars(|name| {
+            if OWN.iter().any(|o| o.var == name) {
+                None
+            } else {
+                var(name)
+            }
+        }) {
             eprintln!("{w}");
         }
         // A named far file, one per rank.
@@ -239,7 +227,7 @@ impl Settings {
             }
         }
         let mut fault_path_why = None;
-        if let Some(v) = mpi_rank().filter(|_| var("TIERMEM_FAULT_PATH").is_none()) {
+        if let Some(v) = mpi_rank().filter(|_| options::FAULT_PATH.value().is_none()) {
             region.fault_path = tiermem::FaultPath::HandlerThread;
             fault_path_why = Some(format!(
                 "{v} is set: an MPI rank's peers' single-copy transfers need it; TIERMEM_FAULT_PATH=in-context \
@@ -247,22 +235,22 @@ impl Settings {
             ));
         }
         Settings {
-            enabled: flag("TIERMEM_TRANSPARENT", true),
+            enabled: flag(&options::TRANSPARENT),
             near,
             near_share,
             heap_bytes,
             page,
             threshold,
-            statics: flag("TIERMEM_STATIC", true),
+            statics: flag(&options::STATIC),
             report,
             footprint,
-            quiet: flag("TIERMEM_QUIET", false),
-            follow_exec: flag("TIERMEM_FOLLOW_EXEC", false),
-            fallback_untiered: parsed("TIERMEM_FALLBACK", false, "error", |v| match v {
-                "error" => Ok(false),
-                "untiered" => Ok(true),
-                _ => Err("expected error or untiered".into()),
-            }),
+            quiet: flag(&options::QUIET),
+            follow_exec: flag(&options::FOLLOW_EXEC),
+            fallback_untiered: parsed(
+                &options::FALLBACK,
+                table_default(&options::FALLBACK, options::parse_fallback),
+                options::parse_fallback,
+            ),
             verbose: tiermem::config::verbose_from_env(),
             region,
             mem_total,
@@ -380,10 +368,10 @@ impl Settings {
 /// forked and that `exec`ed a program of its own. The first process that
 /// loads the library records its pid in `TIERMEM_ROOT_PID`.
 pub fn is_root_process() -> bool {
-    if std::env::var_os("TIERMEM_ROOT_PID").is_none() {
+    if std::env::var_os(options::ROOT_PID.var).is_none() {
         // SAFETY of the environment change: this runs in the library's
         // constructor, before the program's main and its threads.
-        std::env::set_var("TIERMEM_ROOT_PID", std::process::id().to_string());
+        std::env::set_var(options::ROOT_PID.var, std::process::id().to_string());
     }
     started_program()
 }
@@ -392,5 +380,5 @@ pub fn is_root_process() -> bool {
 /// [`is_root_process`], which records it). `getpid` each time: the child of
 /// a `vfork` shares this memory.
 pub fn started_program() -> bool {
-    std::env::var("TIERMEM_ROOT_PID").ok() == Some(std::process::id().to_string())
+    std::env::var(options::ROOT_PID.var).ok() == Some(std::process::id().to_string())
 }

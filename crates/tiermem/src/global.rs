@@ -14,7 +14,7 @@
 //! 1g -> 2m -> THP -> 4k with one warning line when the pool runs dry
 //! ([`crate::heap`]); allocations are page aligned and take whole pages.
 
-use crate::config::{parse_size, Config};
+use crate::config::{options, parse_size, Config};
 use crate::heap::{HeapConfig, HugeKind};
 use crate::region::Region;
 use crate::stats::RegionStats;
@@ -63,24 +63,17 @@ fn forget_parents_heap(g: &mut Option<Global>) {
 }
 
 /// `TIERMEM_GLOBAL_HEAP`: which heap serves `tm_malloc_global`.
-pub const GLOBAL_HEAP_VAR: &str = "TIERMEM_GLOBAL_HEAP";
+pub const GLOBAL_HEAP_VAR: &str = options::GLOBAL_HEAP.var;
 
 /// The huge page kind `TIERMEM_GLOBAL_HEAP` asks for (None: tiered), with
 /// a warning for a value that is not understood (the default is kept).
 fn huge_kind_from_env(warnings: &mut Vec<String>) -> Option<HugeKind> {
-    let v = std::env::var(GLOBAL_HEAP_VAR).ok()?;
-    match v.trim().to_ascii_lowercase().as_str() {
-        "" | "tiered" => None,
-        k => match HugeKind::from_name(k) {
-            Some(HugeKind::Base4K) | None => {
-                warnings.push(format!(
-                    "tiermem: ignoring {GLOBAL_HEAP_VAR}={v:?}: expected tiered, 2m, 1g or thp; keeping tiered"
-                ));
-                None
-            }
-            kind => kind,
-        },
-    }
+    let o = &options::GLOBAL_HEAP;
+    let v = o.value()?;
+    options::parse_global_heap(&v).unwrap_or_else(|why| {
+        warnings.push(o.ignoring(&v, &why, &o.keeping()));
+        None
+    })
 }
 
 /// Creates the heap the environment asks for.
@@ -94,14 +87,12 @@ fn global_from_env() -> Result<Global, Error> {
         None => Ok(Global::Tiered(Heap::new(config)?)),
         Some(kind) => {
             // The huge heap's size is TIERMEM_FAR (no near budget: nothing moves).
-            let bytes = std::env::var("TIERMEM_FAR")
-                .ok()
-                .and_then(|v| parse_size(&v).ok())
-                .filter(|&b| b > 0)
+            let bytes = options::FAR
+                .value()
+                .and_then(|v| options::FAR.kind.size(&v).ok())
                 .unwrap_or(config.virt_bytes);
             Ok(Global::Huge(Box::new(crate::heap::Heap::new(HeapConfig::huge(
-                bytes as u64,
-                kind,
+                bytes, kind,
             ))?)))
         }
     }
@@ -112,7 +103,8 @@ fn global_from_env() -> Result<Global, Error> {
 /// unless `TIERMEM_*` variables say otherwise.
 pub fn global_config() -> (Config, Vec<String>) {
     let far = crate::config::default_far_bytes(crate::SystemInfo::probe().mem_total_bytes);
-    let mut c = Config::new(far, 1 << 30);
+    let near = options::NEAR.region_default().and_then(|v| parse_size(v).ok());
+    let mut c = Config::new(far, near.expect("TIERMEM_NEAR's region default is a size"));
     let warnings = c.apply_env();
     (c, warnings)
 }

@@ -194,9 +194,10 @@ pub fn reserve_static(requests: &[PoolRequest]) -> Result<(), String> {
     DONE.get_or_init(|| {
         let from_env;
         let requests = if requests.is_empty() {
-            from_env = match std::env::var("TIERMEM_HUGEPAGES") {
-                Ok(v) => parse_requests(&v).map_err(|e| format!("TIERMEM_HUGEPAGES: {e}"))?,
-                Err(_) => Vec::new(),
+            let var = &crate::config::options::HUGEPAGES;
+            from_env = match var.value() {
+                Some(v) => parse_requests(&v).map_err(|e| format!("{}: {e}", var.var))?,
+                None => Vec::new(),
             };
             &from_env[..]
         } else {

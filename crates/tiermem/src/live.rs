@@ -263,7 +263,7 @@ pub struct Sample {
 /// The directory of the pages: `TIERMEM_LIVE_DIR`, else
 /// `/dev/shm/tiermem-<uid>`.
 pub fn dir() -> PathBuf {
-    match std::env::var_os("TIERMEM_LIVE_DIR").filter(|d| !d.is_empty()) {
+    match std::env::var_os(crate::config::options::LIVE_DIR.var).filter(|d| !d.is_empty()) {
         Some(d) => PathBuf::from(d),
         None => PathBuf::from(format!("/dev/shm/tiermem-{}", tiermem_sys::process::uid())),
     }
@@ -274,12 +274,13 @@ pub fn page_path(dir: &Path, pid: u32) -> PathBuf {
     dir.join(format!("{pid}.page"))
 }
 
-/// Whether publishing is on (`TIERMEM_LIVE` is not `off`/`0`/`no`).
+/// Whether publishing is on (`TIERMEM_LIVE` is not `off`/`0`/`no`/`false`:
+/// the one on/off parser; a value it does not take leaves it on).
 pub fn enabled() -> bool {
-    !matches!(
-        std::env::var("TIERMEM_LIVE").as_deref().map(str::trim),
-        Ok("off" | "0" | "no" | "false")
-    )
+    let o = &crate::config::options::LIVE;
+    o.value().map_or(o.default_on(), |v| {
+        crate::config::parse_on_off(&v).unwrap_or(true)
+    })
 }
 
 /// Makes the directory (0700) if needed and checks that it is a directory

@@ -212,11 +212,11 @@ impl Region {
         }
         let reg = uffd.register(&mapping, RegisterMode::MISSING | RegisterMode::WP)?;
         // Fault injection (tests only): the config's, else the environment's.
-        let inject = match config.fault_inject.clone().or_else(|| {
-            std::env::var("TIERMEM_FAULT_INJECT")
-                .ok()
-                .filter(|s| !s.trim().is_empty())
-        }) {
+        let inject = match config
+            .fault_inject
+            .clone()
+            .or_else(|| crate::config::options::FAULT_INJECT.value())
+        {
             Some(spec) => Some(Arc::new(crate::store::inject::Injector::new(
                 crate::store::inject::FaultInjectSpec::parse(&spec)
                     .map_err(|e| Error::Usage(format!("fault injection {spec:?}: {e}")))?,
