@@ -55,7 +55,7 @@ pub struct RunArgs {
     /// TIERMEM_MOVER_CPUS].
     #[arg(long)]
     mover_cpus: Option<String>,
-    /// Replacement policy: fifo, clock or scan [default: fifo;
+    /// Replacement policy: auto, fifo, clock or scan [default: auto;
     /// TIERMEM_POLICY].
     #[arg(long)]
     policy: Option<String>,

@@ -431,3 +431,56 @@ fn a_share_of_another_programs_footprint_is_warned_about() {
     );
     let _ = std::fs::remove_file(&report);
 }
+
+/// 32 MiB swept eight times in order: a loop four times a budget of 8M.
+#[test]
+fn child_sweeps_32_mib() {
+    if std::env::var("TIERMEM_CHILD").as_deref() != Ok(SWEEPER) {
+        return;
+    }
+    let mut v = vec![0u64; 4 << 20];
+    for pass in 0..8u64 {
+        for i in (0..v.len()).step_by(512) {
+            assert_eq!(v[i], pass * i as u64, "page {}", i / 512);
+            v[i] += i as u64;
+        }
+    }
+}
+
+const SWEEPER: &str = "child_sweeps_32_mib";
+
+/// Issue 32: the default policy is `auto`, and the summary and the report
+/// say what it chose and why; a pinned policy says nothing of it.
+#[test]
+fn the_auto_policy_says_what_it_chose() {
+    if !have_preload() {
+        return;
+    }
+    let (s, r) = run(&["--near", "8M"], &[("TIERMEM_CHILD", SWEEPER)], "auto");
+    has(
+        &s,
+        &[
+            "policy auto, ",
+            "policy auto: fifo for ",
+            "switches to scan",
+            "cyclic refaults",
+            "pin one with --policy",
+        ],
+    );
+    let a = &r["heap"]["region"]["policy_auto"];
+    assert!(a["to_scan"].as_u64() >= Some(1), "{a}");
+    assert!(a["evictions_scan"].as_u64() > Some(0), "{a}");
+    assert!(a["refaults"].as_u64() > Some(10_000), "{a}");
+    let d = &a["decisions"][0];
+    assert_eq!(d["to"], "scan", "{a}");
+    assert_eq!(d["reason"], "cyclic-refaults", "{a}");
+    assert!(d["sequential_permille"].as_u64() >= Some(500), "{a}");
+    let (s, r) = run(
+        &["--near", "8M", "--policy", "fifo"],
+        &[("TIERMEM_CHILD", SWEEPER)],
+        "fifo",
+    );
+    assert!(!s.contains("policy auto"), "{s}");
+    assert!(s.contains("policy fifo"), "{s}");
+    assert!(r["heap"]["region"]["policy_auto"].is_null(), "{r}");
+}

@@ -517,6 +517,42 @@ pub fn summary(r: &Report) -> String {
     out
 }
 
+/// What the `auto` policy chose and why, when it evicted anything.
+fn auto_policy_line(what: &str, s: &RegionStats) -> String {
+    let Some(a) = &s.policy_auto else {
+        return String::new();
+    };
+    let evictions = a.evictions_fifo + a.evictions_scan;
+    if evictions == 0 {
+        return String::new();
+    }
+    let pct = |n: u64| 100.0 * n as f64 / evictions.max(1) as f64;
+    let last = a.decisions.last().map_or(String::new(), |d| {
+        format!(
+            "; last switch to {} at eviction {} ({}: {:.0}% of evictions came back, {:.0}% in the order \
+             they left, {:.0}% straight back)",
+            d.to.name(),
+            d.at_eviction,
+            match d.reason {
+                tiermem::policy::auto::Reason::CyclicRefaults => "cyclic refaults",
+                tiermem::policy::auto::Reason::ScanGuard => "scan guard",
+            },
+            d.refault_permille as f64 / 10.0,
+            d.sequential_permille as f64 / 10.0,
+            d.short_permille as f64 / 10.0
+        )
+    });
+    format!(
+        "tiermem:   {what}: policy auto: fifo for {:.0}% of evictions, scan for {:.0}% ({} switches to scan, \
+         {} scan-guard trips); refaults {:.0}% of evictions{last}; pin one with --policy\n",
+        pct(a.evictions_fifo),
+        pct(a.evictions_scan),
+        a.to_scan,
+        a.guard_trips,
+        pct(a.refaults),
+    )
+}
+
 fn region_line(what: &str, s: &RegionStats) -> String {
     let threads: Vec<String> = s
         .faults_per_thread
@@ -524,9 +560,10 @@ fn region_line(what: &str, s: &RegionStats) -> String {
         .take(8)
         .map(|t| format!("{}:{}", t.tid, t.faults))
         .collect();
+    let policy = auto_policy_line(what, s);
     format!(
         "tiermem:   {what}: near high-water {}, faults {} (zero {}, far {}, wp {}), in {}, out {}, evictions {}, \
-         time in faults {:.3} s, p50 {:.1} us; faults per thread [{}]{}{}\n",
+         time in faults {:.3} s, p50 {:.1} us; faults per thread [{}]{}{}\n{policy}",
         mib(s.resident_peak_bytes),
         s.faults(),
         s.faults_zero_fill,

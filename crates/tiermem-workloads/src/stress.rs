@@ -159,7 +159,7 @@ pub fn draw(seed: u64, index: u64, huge_2m_pages: u64) -> StressConfig {
     }
     StressConfig {
         page_size,
-        policy: pick(&mut r, &["fifo", "clock", "scan"]),
+        policy: pick(&mut r, &["fifo", "clock", "scan", "auto"]),
         movers: r.below(3) as usize,
         prefetch: r.below(2) == 0,
         dirty: pick(&mut r, &["wp-fault", "wp-async"]),

@@ -241,9 +241,11 @@ impl Region {
             Some(i) => Box::new(crate::store::inject::InjectingStore::new(store, i.clone())),
             None => store,
         };
-        let policy = config
-            .policy
-            .build(config.virt_pages(), config.near_pages(), config.protected_window_pages());
+        let policy = config.policy.build(
+            config.virt_pages(),
+            config.near_pages(),
+            config.protected_window_pages(),
+        );
         let core = Arc::new(RegionCore::new(
             config.clone(),
             Parts {

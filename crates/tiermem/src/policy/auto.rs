@@ -32,7 +32,7 @@
 //! victims from the old end, scan from the young end, so a switch costs
 //! nothing. Every decision is logged (the last [`LOG`]) for the report.
 
-use super::list::List;
+use super::scan::Aged;
 use super::Policy;
 use serde::{Deserialize, Serialize};
 use tiermem_sys::zeroed::ZeroedArray;
@@ -132,9 +132,7 @@ impl Epoch {
 
 /// The adaptive policy.
 pub struct Auto {
-    recent: List,
-    older: List,
-    window: usize,
+    lists: Aged,
     mode: Mode,
     /// Eviction count when each page last left (0: not evicted since its
     /// last fill).
@@ -161,9 +159,7 @@ impl Auto {
     pub fn new(pages: usize, near: usize, window: usize) -> Auto {
         let near = near.max(1) as u64;
         Auto {
-            recent: List::new(pages),
-            older: List::new(pages),
-            window: window.max(1),
+            lists: Aged::new(pages, window),
             mode: Mode::Fifo,
             left_at: ZeroedArray::new(pages)
                 .unwrap_or_else(|e| panic!("mapping the refault stamps of {pages} pages: {e}")),
@@ -251,39 +247,35 @@ impl Auto {
                 self.aging == 0
             }
         };
+        let older = &mut self.lists.older;
         let p = if from_old_end {
-            self.older.pop_front()
+            older.pop_front()
         } else {
-            self.older.pop_back()
+            older.pop_back()
         };
-        p.or_else(|| self.recent.pop_front())
+        p.or_else(|| self.lists.recent.pop_front())
     }
 }
 
 impl Policy for Auto {
     fn on_fill(&mut self, page: usize) {
-        let left_at = std::mem::take(&mut self.left_at[page]);
+        // Read before writing: the stamps are zero-mapped, and a page that
+        // never left should cost no memory for its stamp.
+        let left_at = self.left_at[page];
         if left_at != 0 {
+            self.left_at[page] = 0;
             self.record_refault(left_at);
         }
-        self.older.remove(page);
-        self.recent.remove(page);
-        self.recent.push_back(page);
-        while self.recent.len() > self.window {
-            if let Some(p) = self.recent.pop_front() {
-                self.older.push_back(p);
-            }
-        }
+        self.lists.fill(page);
     }
 
     fn on_remove(&mut self, page: usize, still_resident: bool) {
-        self.older.remove(page);
-        self.recent.remove(page);
+        self.lists.remove(page);
         if still_resident {
             // A failed eviction: last in line in either mode's order.
             match self.mode {
-                Mode::Fifo => self.older.push_back(page),
-                Mode::Scan => self.older.push_front(page),
+                Mode::Fifo => self.lists.older.push_back(page),
+                Mode::Scan => self.lists.older.push_front(page),
             }
         }
     }
@@ -302,7 +294,7 @@ impl Policy for Auto {
     }
 
     fn evictable(&self, page: usize) -> bool {
-        self.mode == Mode::Fifo || !self.recent.contains(page)
+        self.mode == Mode::Fifo || !self.lists.recent.contains(page)
     }
 
     fn select_victims(&mut self, out: &mut [usize]) -> usize {
@@ -320,14 +312,12 @@ impl Policy for Auto {
     }
 
     fn tracked(&self) -> usize {
-        self.recent.len() + self.older.len()
+        self.lists.len()
     }
 
     fn auto_stats(&self) -> Option<AutoStats> {
         let first = self.log_next.saturating_sub(LOG);
-        let decisions = (first..self.log_next)
-            .filter_map(|k| self.log[k % LOG])
-            .collect();
+        let decisions = (first..self.log_next).filter_map(|k| self.log[k % LOG]).collect();
         Some(AutoStats {
             mode: Some(self.mode),
             decisions,
@@ -344,7 +334,12 @@ mod tests {
 
     /// Misses of an access string through `budget` pages; evictions are
     /// reported to the policy as the engine does.
-    fn misses(policy: &mut dyn Policy, accesses: impl Iterator<Item = usize>, n: usize, budget: usize) -> usize {
+    fn misses(
+        policy: &mut dyn Policy,
+        accesses: impl Iterator<Item = usize>,
+        n: usize,
+        budget: usize,
+    ) -> usize {
         let mut resident = vec![false; n];
         let (mut count, mut misses) = (0, 0);
         for p in accesses {
@@ -424,8 +419,15 @@ mod tests {
         let a = misses(&mut auto, acc.iter().copied(), n, b);
         let f = misses(&mut Fifo::new(n), acc.iter().copied(), n, b);
         let s = misses(&mut Scan::new(n, 50), acc.iter().copied(), n, b);
-        assert!(s as f64 > 1.5 * f as f64, "the workload must hurt scan: scan {s} fifo {f}");
-        assert!((a as f64) < 1.1 * f as f64, "auto {a} fifo {f} scan {s}: {:?}", auto.auto_stats());
+        assert!(
+            s as f64 > 1.5 * f as f64,
+            "the workload must hurt scan: scan {s} fifo {f}"
+        );
+        assert!(
+            (a as f64) < 1.1 * f as f64,
+            "auto {a} fifo {f} scan {s}: {:?}",
+            auto.auto_stats()
+        );
     }
 
     #[test]

@@ -62,19 +62,25 @@ pub trait Policy: Send {
 #[serde(rename_all = "lowercase")]
 pub enum PolicyKind {
     /// First in, first out by fill order.
-    #[default]
     Fifo,
     /// CLOCK / second chance.
     Clock,
     /// Scan-resistant (most recently filled first, outside a window).
     Scan,
-    /// FIFO or scan, switched by what comes back after eviction.
+    /// FIFO or scan, switched by what comes back after eviction (the
+    /// default).
+    #[default]
     Auto,
 }
 
 impl PolicyKind {
     /// Every policy.
-    pub const ALL: &'static [PolicyKind] = &[PolicyKind::Fifo, PolicyKind::Clock, PolicyKind::Scan, PolicyKind::Auto];
+    pub const ALL: &'static [PolicyKind] = &[
+        PolicyKind::Fifo,
+        PolicyKind::Clock,
+        PolicyKind::Scan,
+        PolicyKind::Auto,
+    ];
 
     /// The policy's name.
     pub fn name(self) -> &'static str {

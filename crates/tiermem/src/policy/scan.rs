@@ -24,28 +24,28 @@
 use super::list::List;
 use super::Policy;
 
-/// Most-recently-filled-first eviction outside a protected window.
-pub struct Scan {
-    recent: List,
-    older: List,
+/// The lists scan-resistant policies keep: the last `window` fills
+/// (`recent`, in fill order) and every older page (`older`, in the order
+/// it left the window).
+pub(super) struct Aged {
+    pub(super) recent: List,
+    pub(super) older: List,
     window: usize,
 }
 
-impl Scan {
-    /// A policy for `pages` pages that protects the last `window` fills.
-    pub fn new(pages: usize, window: usize) -> Scan {
-        Scan {
+impl Aged {
+    pub(super) fn new(pages: usize, window: usize) -> Aged {
+        Aged {
             recent: List::new(pages),
             older: List::new(pages),
             window: window.max(1),
         }
     }
-}
 
-impl Policy for Scan {
-    fn on_fill(&mut self, page: usize) {
-        self.older.remove(page);
-        self.recent.remove(page);
+    /// `page` was filled: the young end of the window; the window's oldest
+    /// moves to the young end of `older`.
+    pub(super) fn fill(&mut self, page: usize) {
+        self.remove(page);
         self.recent.push_back(page);
         while self.recent.len() > self.window {
             if let Some(p) = self.recent.pop_front() {
@@ -54,17 +54,45 @@ impl Policy for Scan {
         }
     }
 
-    fn on_remove(&mut self, page: usize, still_resident: bool) {
+    pub(super) fn remove(&mut self, page: usize) {
         self.older.remove(page);
         self.recent.remove(page);
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.recent.len() + self.older.len()
+    }
+}
+
+/// Most-recently-filled-first eviction outside a protected window.
+pub struct Scan {
+    lists: Aged,
+}
+
+impl Scan {
+    /// A policy for `pages` pages that protects the last `window` fills.
+    pub fn new(pages: usize, window: usize) -> Scan {
+        Scan {
+            lists: Aged::new(pages, window),
+        }
+    }
+}
+
+impl Policy for Scan {
+    fn on_fill(&mut self, page: usize) {
+        self.lists.fill(page);
+    }
+
+    fn on_remove(&mut self, page: usize, still_resident: bool) {
+        self.lists.remove(page);
         if still_resident {
             // Failed eviction: try it last.
-            self.older.push_front(page);
+            self.lists.older.push_front(page);
         }
     }
 
     fn evictable(&self, page: usize) -> bool {
-        !self.recent.contains(page)
+        !self.lists.recent.contains(page)
     }
 
     fn select_victims(&mut self, out: &mut [usize]) -> usize {
@@ -72,9 +100,9 @@ impl Policy for Scan {
         while n < out.len() {
             // Older pages first, most recently demoted first; the window
             // only when nothing else is left.
-            let p = match self.older.pop_back() {
+            let p = match self.lists.older.pop_back() {
                 Some(p) => p,
-                None => match self.recent.pop_front() {
+                None => match self.lists.recent.pop_front() {
                     Some(p) => p,
                     None => break,
                 },
@@ -86,7 +114,7 @@ impl Policy for Scan {
     }
 
     fn tracked(&self) -> usize {
-        self.recent.len() + self.older.len()
+        self.lists.len()
     }
 }
 

@@ -462,7 +462,11 @@ fn explicit_prefetch_and_advice() {
 fn shared_budget_holds_both_regions() {
     use tiermem::region::NearBudget;
     let budget = NearBudget::new(4 * MIB);
-    let mut a = Region::with_budget(Config::new(16 * MIB, 4 * MIB), &budget).unwrap();
+    // FIFO: a pass over `a` refills the whole budget (auto, in scan mode,
+    // keeps pages resident and leaves the last batch's slots free).
+    let mut fifo = Config::new(16 * MIB, 4 * MIB);
+    fifo.policy = tiermem::PolicyKind::Fifo;
+    let mut a = Region::with_budget(fifo, &budget).unwrap();
     let mut b = Region::with_budget(Config::new(8 * MIB, 4 * MIB), &budget).unwrap();
     // a alone fills the whole budget.
     for (i, x) in a.as_mut_slice::<u64>().iter_mut().enumerate() {
@@ -810,6 +814,8 @@ fn pages_written_before_are_installed_writable_and_lose_no_write() {
     let pages = 1024u64;
     let run = |hint: bool| {
         let mut c = Config::new(pages * 4096, 256 * 4096);
+        // FIFO: every pass refills every page (auto would keep some).
+        c.policy = tiermem::PolicyKind::Fifo;
         c.fault_around = false;
         c.rewrite_hint = hint;
         let mut r = Region::new(c).unwrap();

@@ -56,9 +56,10 @@ pub struct NpbArgs {
     #[arg(long, default_value = "50,25")]
     near: String,
     /// Configurations of the tiering experiment: plain (no limit), sync
-    /// (no movers), fifo and scan (one mover, prefetch), swap (kernel swap
-    /// on zram under a memory cgroup).
-    #[arg(long, default_value = "plain,sync,fifo,scan,swap")]
+    /// (FIFO, no movers), auto (tiermem run's defaults: the auto policy, no
+    /// movers), fifo and scan (one mover, prefetch), swap (kernel swap on
+    /// zram under a memory cgroup).
+    #[arg(long, default_value = "plain,sync,auto,fifo,scan,swap")]
     modes: String,
     /// Extra room in the kernel-swap baseline's cgroup beyond its share L
     /// of the charged footprint (not given to tiermem: anything but 0 makes
@@ -273,7 +274,10 @@ fn tiering_options(mode: &str, near: u64, threshold: &str, mover_cpu: usize) -> 
     let mut v = vec!["--near".to_string(), format!("{}K", near >> 10)];
     v.extend(["--threshold".to_string(), threshold.to_string()]);
     match mode {
-        "sync" => {}
+        // sync: FIFO, no movers (the default before `auto`); auto: today's
+        // defaults.
+        "sync" => v.extend(["--policy", "fifo"].map(String::from)),
+        "auto" => {}
         "fifo" | "scan" => {
             v.extend(["--movers", "1", "--policy", mode].map(String::from));
             v.extend(["--mover-cpus".to_string(), mover_cpu.to_string()]);
@@ -363,7 +367,7 @@ pub fn run(a: NpbArgs) -> Result<(), String> {
             .filter(|&n| (1..100).contains(&n))
     })?;
     let modes = crate::common::list(&a.modes, "mode", |m| {
-        ["plain", "sync", "fifo", "scan", "swap"]
+        ["plain", "sync", "auto", "fifo", "scan", "swap"]
             .contains(&m)
             .then(|| m.to_string())
     })?;
@@ -674,8 +678,12 @@ mod tests {
         let mb: u64 = o[3].trim_end_matches('M').parse().unwrap();
         assert!(mb % 1024 == 0 && mb >= 1024, "{o:?}");
         assert_eq!(
-            tiering_options("sync", 10 << 20, "256K", 1),
+            tiering_options("auto", 10 << 20, "256K", 1),
             ["--near", "10240K", "--threshold", "256K"]
+        );
+        assert_eq!(
+            tiering_options("sync", 10 << 20, "256K", 1),
+            ["--near", "10240K", "--threshold", "256K", "--policy", "fifo"]
         );
         assert!(tiering_options("scan", 10 << 20, "256K", 1).contains(&"scan".to_string()));
     }
