@@ -43,6 +43,7 @@
 use crate::bounce;
 use crate::errno::Errno;
 use crate::signal::{async_signals, raw_sigprocmask, SIGCANCEL};
+use crate::trampoline::{self, call_trampoline};
 use crate::uapi::{self, SockFilter, SockFprog};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -237,88 +238,13 @@ impl TrappedSyscall<'_> {
 /// a signal handler (async-signal-safe, no allocation).
 pub type TrapCallback = fn(&mut TrappedSyscall<'_>);
 
-std::arch::global_asm!(
-    ".pushsection .text.tiermem_trap_syscall6,\"ax\",@progbits",
-    ".globl tiermem_trap_syscall6",
-    ".type tiermem_trap_syscall6,@function",
-    "tiermem_trap_syscall6:",
-    "    mov rax, rdi",
-    "    mov rdi, rsi",
-    "    mov rsi, rdx",
-    "    mov rdx, rcx",
-    "    mov r10, r8",
-    "    mov r8, r9",
-    "    mov r9, [rsp + 8]",
-    "    syscall",
-    ".globl tiermem_trap_syscall_return",
-    "tiermem_trap_syscall_return:",
-    "    ret",
-    ".size tiermem_trap_syscall6, . - tiermem_trap_syscall6",
-    ".popsection",
-);
-
-extern "C" {
-    /// `syscall(nr, a..f)` at an address the filter always allows.
-    fn tiermem_trap_syscall6(nr: i64, a: u64, b: u64, c: u64, d: u64, e: u64, f: u64) -> i64;
-    /// The instruction after the trampoline's `syscall`: what the filter
-    /// sees as `instruction_pointer` for calls made from it.
-    static tiermem_trap_syscall_return: u8;
-}
-
-/// A raw system call that the filter never traps: tiermem's own calls on
-/// tiered memory (a write-back `pwrite` straight from a region page) must
-/// not be trapped and pinned by the thread that owns the page.
-///
-/// Returns like `syscall(2)`: -1 with `errno` set on failure.
-///
-/// # Safety
-/// As for the system call made.
-pub(crate) unsafe fn untrapped_syscall(nr: i64, args: [u64; 6]) -> i64 {
-    // SAFETY: forwarded from the caller.
-    let r = unsafe { call_trampoline(nr, args) };
-    if (-4095..0).contains(&r) {
-        // SAFETY: errno is thread-local and always valid.
-        unsafe { *libc::__errno_location() = -r as i32 };
-        return -1;
-    }
-    r
-}
-
-/// The trampoline's copy at the fixed address (0: not made yet; the
-/// linked one serves, as no filter of this image exists yet).
-static TRAMPOLINE: AtomicUsize = AtomicUsize::new(0);
-
-type Syscall6 = unsafe extern "C" fn(i64, u64, u64, u64, u64, u64, u64) -> i64;
-
-/// Calls the trampoline: the fixed copy once it exists. Returns the raw
-/// result (a negative errno on failure). Never trapped by a filter of
-/// tiermem's: tiermem's own signal calls ([`crate::signal`]) go this way.
-///
-/// # Safety
-/// As for the system call made.
-pub(crate) unsafe fn call_trampoline(nr: i64, a: [u64; 6]) -> i64 {
-    // Acquire: the copy's bytes are in place before its address is seen.
-    let f = match TRAMPOLINE.load(Ordering::Acquire) {
-        0 => tiermem_trap_syscall6 as Syscall6,
-        // SAFETY: TRAMPOLINE holds the address of an executable copy of
-        // tiermem_trap_syscall6 (position-independent code).
-        p => unsafe { std::mem::transmute::<usize, Syscall6>(p) },
-    };
-    // SAFETY: forwarded from the caller.
-    unsafe { f(nr, a[0], a[1], a[2], a[3], a[4], a[5]) }
-}
-
 /// Copies the trampoline to `at` (one page, mapped read-only and
 /// executable), or checks that an earlier copy is there (a `fork`ed child
 /// inherits it). Returns the address the filter must allow: the
 /// instruction after the copy's `syscall`.
 fn place_trampoline(at: usize) -> Result<u64, TrapError> {
-    let start = tiermem_trap_syscall6 as *const () as usize;
-    // Taking the addresses of the symbols defined in global_asm above.
-    let ret = std::ptr::addr_of!(tiermem_trap_syscall_return) as usize;
-    let len = ret + 1 - start; // the code through the final `ret`
-                               // SAFETY: `start..start + len` is the trampoline's code in our text.
-    let code = unsafe { std::slice::from_raw_parts(start as *const u8, len) };
+    let code = trampoline::code();
+    let len = code.len();
     let page = crate::mm::base_page_size();
     // SAFETY: a fresh private page at a fixed address, never over another
     // mapping (MAP_FIXED_NOREPLACE); checked below.
@@ -364,9 +290,8 @@ fn place_trampoline(at: usize) -> Result<u64, TrapError> {
             });
         }
     }
-    // Release: pairs with call_trampoline's Acquire.
-    TRAMPOLINE.store(at, Ordering::Release);
-    Ok((at + (ret - start)) as u64)
+    trampoline::set_copy(at);
+    Ok((at + trampoline::return_offset()) as u64)
 }
 
 /// The code ranges whose calls the filters of this image trap (see
@@ -727,15 +652,14 @@ fn guard_with(ip: u64) -> Result<(), TrapError> {
 /// have run.
 pub fn add_ranges(ranges: &[(u64, u64)], rules: &[TrapRule]) -> Result<(), TrapError> {
     let _g = INSTALLED.lock().unwrap_or_else(|p| p.into_inner());
-    let at = TRAMPOLINE.load(Ordering::Acquire);
+    let at = trampoline::copy_at();
     if _g.is_none() || at == 0 {
         return Err(TrapError::Sys {
             what: "adding trapped ranges before the trap is installed",
             errno: Errno(libc::EINVAL),
         });
     }
-    let ret = std::ptr::addr_of!(tiermem_trap_syscall_return) as usize;
-    let ip = (at + (ret - tiermem_trap_syscall6 as *const () as usize)) as u64;
+    let ip = (at + trampoline::return_offset()) as u64;
     load(&filter(ranges, ip, call_sites(), rules, false)?)
 }
 

@@ -838,7 +838,7 @@ fn pagemap_entries(addr: usize, out: &mut [u64]) -> bool {
     // SAFETY: a NUL-terminated path; raw system calls (this runs in fault
     // handlers, where the kernel-access filter must not trap it).
     let fd = unsafe {
-        crate::seccomp::untrapped_syscall(
+        crate::trampoline::untrapped_syscall(
             libc::SYS_openat,
             [
                 libc::AT_FDCWD as u64,
@@ -856,7 +856,7 @@ fn pagemap_entries(addr: usize, out: &mut [u64]) -> bool {
     let bytes = std::mem::size_of_val(out);
     // SAFETY: reads into `out`, which we own, at the entries of `addr`.
     let r = unsafe {
-        crate::seccomp::untrapped_syscall(
+        crate::trampoline::untrapped_syscall(
             libc::SYS_pread64,
             [
                 fd as u64,
@@ -869,7 +869,7 @@ fn pagemap_entries(addr: usize, out: &mut [u64]) -> bool {
         )
     };
     // SAFETY: the descriptor opened above, used by nothing else.
-    unsafe { crate::seccomp::untrapped_syscall(libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]) };
+    unsafe { crate::trampoline::untrapped_syscall(libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]) };
     r == bytes as i64
 }
 
