@@ -77,15 +77,21 @@
 //!
 //! # Layout
 //!
-//! - `run.rs`: [`LimitedRun`], [`RunOutcome`], [`Stream`];
+//! Each file uses only the ones listed below it:
+//! - `run.rs`: [`LimitedRun`], [`RunOutcome`], [`Stream`], and the sweep of
+//!   dead runs' cgroups;
+//! - `preflight.rs`: [`preflight`];
+//! - `device.rs`: [`SwapDevice`], set up on zram or a swap file, torn down;
 //! - `cgroup.rs`: [`MemCgroup`] (v1 and v2), [`CgroupStats`],
 //!   [`join_cgroup_from_env`];
-//! - `device.rs`: [`SwapDevice`], `/proc/swaps` ([`active_swaps`]) and the
-//!   swap counters of `/proc/vmstat` ([`vmstat_swap`]);
-//! - `zram.rs` and `swap_file.rs`: the two kinds of swap area;
-//! - `leftovers.rs`: what crashed runs left behind (see below);
+//! - `zram.rs` and `swap_file.rs`: the two kinds of swap area, each with the
+//!   removal of what crashed runs left of it (see below);
+//! - `swaps.rs`: `/proc/swaps` ([`active_swaps`]), the swap counters of
+//!   `/proc/vmstat` ([`vmstat_swap`]), mkswap/swapon/swapoff;
+//! - `owners.rs`: the owner pid in a name, whether it is alive, markers' place;
 //! - `mounts.rs`: `/proc/self/mountinfo`, filesystem types, `\ooo` unescaping;
 //! - `control.rs`: control-file I/O, `EBUSY` retries, helper programs;
+//! - `kind.rs`: [`SwapKind`] and the fixed names and numbers;
 //! - `error.rs`: [`KernelSwapError`].
 //!
 //! # Leftovers from crashed runs
