@@ -26,6 +26,16 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use thiserror::Error;
 
+mod advise;
+mod copy;
+mod map;
+mod range;
+mod replace;
+#[cfg(test)]
+mod tests;
+
+pub use range::MemRange;
+
 /// Ranges per `process_madvise` call of [`Mapping::discard_ranges`] (on the
 /// stack: a fault handler on a small alternate stack may evict).
 pub const DISCARD_VECTOR: usize = 32;
@@ -311,13 +321,3 @@ fn byte_mask(d: u64) -> u32 {
         m
     }
 }
-
-mod advise;
-mod copy;
-mod map;
-mod range;
-mod replace;
-#[cfg(test)]
-mod tests;
-
-pub use range::MemRange;

@@ -1,4 +1,3 @@
-
 use super::*;
 use crate::mm::MapOptions;
 use std::os::fd::AsRawFd;
