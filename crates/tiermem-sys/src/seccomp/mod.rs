@@ -48,6 +48,14 @@ use crate::uapi::{self, SockFilter, SockFprog};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
+mod bpf;
+mod sites;
+#[cfg(test)]
+mod tests;
+
+use bpf::{filter, load};
+pub use sites::call_sites;
+
 /// The part of the address space whose buffers are trapped; both ends are
 /// multiples of 4 GiB (the filter compares the high 32 bits only).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -601,11 +609,3 @@ fn forward(signo: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_voi
     // raised again.
     crate::signal::chain_to(h, flags, signo, info, ctx, true);
 }
-
-mod bpf;
-mod sites;
-#[cfg(test)]
-mod tests;
-
-use bpf::{filter, load};
-pub use sites::call_sites;

@@ -28,6 +28,10 @@ use bitflags::bitflags;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use thiserror::Error;
 
+mod moves;
+#[cfg(test)]
+mod tests;
+
 bitflags! {
     /// `UFFD_FEATURE_*` bits. Unknown kernel bits are kept.
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -696,7 +700,3 @@ fn resolved_errno(
         _ => Err(UffdError::Ioctl { op, addr, len, errno }),
     }
 }
-
-mod moves;
-#[cfg(test)]
-mod tests;
