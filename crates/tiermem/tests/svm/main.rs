@@ -17,14 +17,15 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+#[path = "../common/svm_litmus.rs"]
+mod litmus;
 
 use common::{is_child, mix, run_child};
+use litmus::{check, spin_until, PAGE};
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 use tiermem::svm::{SpmFlavour, Svm, SvmConfig, SvmMode, SvmProc, MAX_LOCKS};
 use tiermem::Error;
-
-const PAGE: usize = 4096;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Kind {
@@ -74,9 +75,7 @@ fn svm(kind: Kind, procs: usize, heap: usize) -> Svm {
 
 /// Allocates `pages` pages and puts them in this rank's mode.
 fn alloc(p: &SvmProc<'_>, kind: Kind, pages: usize) -> Result<usize, Error> {
-    let a = p.malloc(pages * PAGE)?;
-    p.set_mode(a, pages * PAGE, kind.mode(p.rank()))?;
-    Ok(a)
+    litmus::alloc(p, kind.mode(p.rank()), pages)
 }
 
 /// Runs `f` for every kind at 2, 3 and 4 processes; the run must succeed.
@@ -89,23 +88,6 @@ fn each(name: &str, f: impl Fn(&SvmProc<'_>, Kind) -> Result<(), Error> + Sync) 
             }
         }
     }
-}
-
-/// Fails a worker with a message (the run then names it).
-fn check(ok: bool, what: impl FnOnce() -> String) -> Result<(), Error> {
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::Usage(what()))
-    }
-}
-
-fn spin_until(deadline: Instant, what: &str) -> Result<(), Error> {
-    check(Instant::now() < deadline, || {
-        format!("timed out waiting for {what}")
-    })?;
-    std::thread::yield_now();
-    Ok(())
 }
 
 macro_rules! child_test {
@@ -127,29 +109,7 @@ macro_rules! child_test {
 // every mode: a reader that sees the flag sees the data.
 child_test!(message_passing_under_one_lock, {
     each("message passing", |p, kind| {
-        let data = alloc(p, kind, 1)?;
-        let flag = alloc(p, kind, 1)?;
-        p.barrier()?;
-        if p.rank() == 0 {
-            p.lock(0)?;
-            p.u64s(data + 8, 1)?[0].store(42, Relaxed);
-            p.u64s(flag, 1)?[0].store(1, Relaxed);
-            p.unlock(0)?;
-        } else {
-            let deadline = Instant::now() + Duration::from_secs(10);
-            loop {
-                p.lock(0)?;
-                let f = p.u64s(flag, 1)?[0].load(Relaxed);
-                let d = p.u64s(data + 8, 1)?[0].load(Relaxed);
-                p.unlock(0)?;
-                if f == 1 {
-                    check(d == 42, || format!("flag seen, data {d} (want 42)"))?;
-                    break;
-                }
-                spin_until(deadline, "the flag")?;
-            }
-        }
-        p.barrier()
+        litmus::message_passing(p, kind.mode(p.rank()), 0, Duration::from_secs(10))
     });
 });
 
@@ -235,24 +195,7 @@ child_test!(scope_consistency_allows_stale_data_outside_the_lock_scope, {
 // Litmus 3, barriers: everyone writes its own words of shared pages
 // without locks; after a barrier everyone sees every word.
 child_test!(barriers_order_everything, {
-    each("barriers", |p, kind| {
-        let a = alloc(p, kind, 2)?;
-        let w = p.u64s(a, 2 * PAGE / 8)?;
-        for round in 0..3u64 {
-            for (k, x) in w.iter().enumerate().skip(p.rank()).step_by(p.procs()) {
-                x.store(mix(k as u64 ^ round << 20), Relaxed);
-            }
-            p.barrier()?;
-            for (k, x) in w.iter().enumerate() {
-                let v = x.load(Relaxed);
-                check(v == mix(k as u64 ^ round << 20), || {
-                    format!("round {round} word {k}: {v:#x}")
-                })?;
-            }
-            p.barrier()?;
-        }
-        Ok(())
-    });
+    each("barriers", |p, kind| litmus::barriers(p, kind.mode(p.rank()), 2));
 });
 
 // Several processes write disjoint bytes of the same page, each under its
@@ -260,27 +203,10 @@ child_test!(barriers_order_everything, {
 // every byte is right, in every process.
 child_test!(multiple_writers_of_one_page_under_different_locks, {
     each("multiple writers", |p, kind| {
-        let a = alloc(p, kind, 1)?;
-        let b = p.bytes(a, PAGE)?;
-        let (me, n) = (p.rank(), p.procs());
-        for round in 0..3usize {
-            let val = |k: usize| (mix((k + round * PAGE) as u64) as u8) | 1;
-            p.lock(10 + me)?;
-            for (k, x) in b.iter().enumerate().skip(me).step_by(n) {
-                x.store(val(k), Relaxed);
-            }
-            p.unlock(10 + me)?;
-            p.barrier()?;
-            for (k, x) in b.iter().enumerate() {
-                let v = x.load(Relaxed);
-                check(v == val(k), || {
-                    format!("round {round} byte {k} = {v}, want {}", val(k))
-                })?;
-            }
-            p.barrier()?;
-        }
+        let mode = kind.mode(p.rank());
+        litmus::false_sharing(p, mode)?;
         let s = p.stats();
-        if kind.mode(me) == SvmMode::Dsm {
+        if mode == SvmMode::Dsm {
             check(s.diffs > 0 && s.twins > 0 && s.notices_sent > 0, || {
                 format!("DSM stats {s:?}")
             })?;
@@ -294,37 +220,7 @@ child_test!(multiple_writers_of_one_page_under_different_locks, {
 // last bytes), one byte apart from its neighbours.
 child_test!(byte_granular_writes_at_page_edges, {
     each("page edges", |p, kind| {
-        let a = alloc(p, kind, 3)?;
-        let b = p.bytes(a, 3 * PAGE)?;
-        let me = p.rank();
-        let spots = |r: usize| {
-            [
-                PAGE - 1 - r,
-                PAGE + r,
-                2 * PAGE - 1 - r,
-                2 * PAGE + r,
-                r,
-                3 * PAGE - 1 - r,
-            ]
-        };
-        for &k in &spots(me) {
-            b[k].store(0xa0 + me as u8, Relaxed);
-        }
-        p.barrier()?;
-        for r in 0..p.procs() {
-            for &k in &spots(r) {
-                let v = b[k].load(Relaxed);
-                check(v == 0xa0 + r as u8, || {
-                    format!("byte {k} = {v:#x}, want rank {r}'s")
-                })?;
-            }
-        }
-        // Neighbours nobody wrote stay zero.
-        let n = p.procs();
-        for k in [PAGE - 1 - n, PAGE + n, 3 * PAGE / 2] {
-            check(b[k].load(Relaxed) == 0, || format!("byte {k} changed"))?;
-        }
-        p.barrier()
+        litmus::adjacent_bytes(p, kind.mode(p.rank()))
     });
 });
 
@@ -333,38 +229,7 @@ child_test!(byte_granular_writes_at_page_edges, {
 // writes its words, and after the barrier everyone checks everything.
 child_test!(mode_switches_between_barriers, {
     each("mode switches", |p, kind| {
-        let pages = 4;
-        let a = alloc(p, kind, pages)?;
-        let w = p.u64s(a, pages * PAGE / 8)?;
-        let (me, n) = (p.rank(), p.procs());
-        let pick = |round: usize, pg: usize| {
-            if mix((round * 131 + pg * 7 + me) as u64) % 2 == 0 {
-                SvmMode::Dsm
-            } else {
-                SvmMode::Spm
-            }
-        };
-        for round in 0..4usize {
-            for pg in 0..pages {
-                p.set_mode(a + pg * PAGE, PAGE, pick(round, pg))?;
-            }
-            for (k, x) in w.iter().enumerate().skip(me).step_by(n) {
-                x.store(mix((k + round * 100_000) as u64), Relaxed);
-            }
-            // Switch again while dirty: the diff must survive.
-            for pg in 0..pages {
-                p.set_mode(a + pg * PAGE, PAGE, pick(round + 1, pg))?;
-            }
-            p.barrier()?;
-            for (k, x) in w.iter().enumerate() {
-                let v = x.load(Relaxed);
-                check(v == mix((k + round * 100_000) as u64), || {
-                    format!("round {round} word {k}")
-                })?;
-            }
-            p.barrier()?;
-        }
-        Ok(())
+        litmus::mode_switches(p, kind.mode(p.rank()))
     });
 });
 

@@ -1,0 +1,194 @@
+//! SVM litmus bodies shared by the forked-team tests (`tests/svm`) and the
+//! MPI tests (`tests/svm_mpi`): each runs in every process of one run and
+//! takes the pages in `mode`, this process's mode for the run's kind.
+
+use crate::common::mix;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::{Duration, Instant};
+use tiermem::svm::{SvmMode, SvmProc};
+use tiermem::Error;
+
+pub const PAGE: usize = 4096;
+
+/// Allocates `pages` pages and puts them in `mode` in this process.
+pub fn alloc(p: &SvmProc<'_>, mode: SvmMode, pages: usize) -> Result<usize, Error> {
+    let a = p.malloc(pages * PAGE)?;
+    p.set_mode(a, pages * PAGE, mode)?;
+    Ok(a)
+}
+
+/// Fails a worker with a message (the run then names it).
+pub fn check(ok: bool, what: impl FnOnce() -> String) -> Result<(), Error> {
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::Usage(what()))
+    }
+}
+
+pub fn spin_until(deadline: Instant, what: &str) -> Result<(), Error> {
+    check(Instant::now() < deadline, || {
+        format!("timed out waiting for {what}")
+    })?;
+    std::thread::yield_now();
+    Ok(())
+}
+
+/// Litmus 1, message passing under one lock: `writer` writes data then a
+/// flag under lock 0; the others poll the flag under lock 0 (for up to
+/// `timeout`). Expected in every mode: a reader that sees the flag sees
+/// the data.
+pub fn message_passing(
+    p: &SvmProc<'_>,
+    mode: SvmMode,
+    writer: usize,
+    timeout: Duration,
+) -> Result<(), Error> {
+    let data = alloc(p, mode, 1)?;
+    let flag = alloc(p, mode, 1)?;
+    p.barrier()?;
+    if p.rank() == writer {
+        p.lock(0)?;
+        p.u64s(data + 8, 1)?[0].store(42, Relaxed);
+        p.u64s(flag, 1)?[0].store(1, Relaxed);
+        p.unlock(0)?;
+    } else {
+        let deadline = Instant::now() + timeout;
+        loop {
+            p.lock(0)?;
+            let f = p.u64s(flag, 1)?[0].load(Relaxed);
+            let d = p.u64s(data + 8, 1)?[0].load(Relaxed);
+            p.unlock(0)?;
+            if f == 1 {
+                check(d == 42, || format!("flag seen, data {d} (want 42)"))?;
+                break;
+            }
+            spin_until(deadline, "the flag")?;
+        }
+    }
+    p.barrier()
+}
+
+/// Litmus 3, barriers: every process writes its own words of `pages`
+/// shared pages without locks; after a barrier everyone sees every word.
+pub fn barriers(p: &SvmProc<'_>, mode: SvmMode, pages: usize) -> Result<(), Error> {
+    let a = alloc(p, mode, pages)?;
+    let w = p.u64s(a, pages * PAGE / 8)?;
+    for round in 0..3u64 {
+        for (k, x) in w.iter().enumerate().skip(p.rank()).step_by(p.procs()) {
+            x.store(mix(k as u64 ^ round << 20), Relaxed);
+        }
+        p.barrier()?;
+        for (k, x) in w.iter().enumerate() {
+            let v = x.load(Relaxed);
+            check(v == mix(k as u64 ^ round << 20), || {
+                format!("round {round} word {k}: {v:#x}")
+            })?;
+        }
+        p.barrier()?;
+    }
+    Ok(())
+}
+
+/// Litmus 4, false sharing: every process writes disjoint bytes (stride =
+/// processes) of one page under its own lock (multiple writers; diffs are
+/// byte-exact), so after a barrier every byte is right everywhere.
+pub fn false_sharing(p: &SvmProc<'_>, mode: SvmMode) -> Result<(), Error> {
+    let a = alloc(p, mode, 1)?;
+    let b = p.bytes(a, PAGE)?;
+    let (me, n) = (p.rank(), p.procs());
+    for round in 0..3usize {
+        let val = |k: usize| (mix((k + round * PAGE) as u64) as u8) | 1;
+        p.lock(10 + me)?;
+        for (k, x) in b.iter().enumerate().skip(me).step_by(n) {
+            x.store(val(k), Relaxed);
+        }
+        p.unlock(10 + me)?;
+        p.barrier()?;
+        for (k, x) in b.iter().enumerate() {
+            let v = x.load(Relaxed);
+            check(v == val(k), || {
+                format!("round {round} byte {k} = {v}, want {}", val(k))
+            })?;
+        }
+        p.barrier()?;
+    }
+    Ok(())
+}
+
+/// Litmus 5, byte-granular writes at page edges: each process writes the
+/// bytes just before and just after a page boundary (and the heap block's
+/// first and last bytes), one byte apart from its neighbours (the diff of
+/// one process must not carry its neighbours' old bytes).
+pub fn adjacent_bytes(p: &SvmProc<'_>, mode: SvmMode) -> Result<(), Error> {
+    let a = alloc(p, mode, 3)?;
+    let b = p.bytes(a, 3 * PAGE)?;
+    let me = p.rank();
+    let spots = |r: usize| {
+        [
+            PAGE - 1 - r,
+            PAGE + r,
+            2 * PAGE - 1 - r,
+            2 * PAGE + r,
+            r,
+            3 * PAGE - 1 - r,
+        ]
+    };
+    for &k in &spots(me) {
+        b[k].store(0xa0 + me as u8, Relaxed);
+    }
+    p.barrier()?;
+    for r in 0..p.procs() {
+        for &k in &spots(r) {
+            let v = b[k].load(Relaxed);
+            check(v == 0xa0 + r as u8, || {
+                format!("byte {k} = {v:#x}, want rank {r}'s")
+            })?;
+        }
+    }
+    // Neighbours nobody wrote stay zero.
+    let n = p.procs();
+    for k in [PAGE - 1 - n, PAGE + n, 3 * PAGE / 2] {
+        check(b[k].load(Relaxed) == 0, || format!("byte {k} changed"))?;
+    }
+    p.barrier()
+}
+
+/// Mode switches between barriers: every round each process puts each
+/// page in a mode of its own choosing (some pages dirty in DSM when
+/// switched), writes its words, and after the barrier everyone checks
+/// everything. The pages start in `mode`.
+pub fn mode_switches(p: &SvmProc<'_>, mode: SvmMode) -> Result<(), Error> {
+    let pages = 4;
+    let a = alloc(p, mode, pages)?;
+    let w = p.u64s(a, pages * PAGE / 8)?;
+    let (me, n) = (p.rank(), p.procs());
+    let pick = |round: usize, pg: usize| {
+        if mix((round * 131 + pg * 7 + me) as u64) % 2 == 0 {
+            SvmMode::Dsm
+        } else {
+            SvmMode::Spm
+        }
+    };
+    for round in 0..4usize {
+        for pg in 0..pages {
+            p.set_mode(a + pg * PAGE, PAGE, pick(round, pg))?;
+        }
+        for (k, x) in w.iter().enumerate().skip(me).step_by(n) {
+            x.store(mix((k + round * 100_000) as u64), Relaxed);
+        }
+        // Switch again while dirty: the diff must survive.
+        for pg in 0..pages {
+            p.set_mode(a + pg * PAGE, PAGE, pick(round + 1, pg))?;
+        }
+        p.barrier()?;
+        for (k, x) in w.iter().enumerate() {
+            let v = x.load(Relaxed);
+            check(v == mix((k + round * 100_000) as u64), || {
+                format!("round {round} word {k}")
+            })?;
+        }
+        p.barrier()?;
+    }
+    Ok(())
+}
