@@ -13,10 +13,7 @@ impl Mapping {
             page_size = h.bytes();
         }
         let map = Self::map(len, page_size, flags, None, 0, opts)?;
-        let user = UserAccess {
-            addr: map.addr.as_ptr() as usize,
-        };
-        Ok((map, user))
+        Ok(map.with_user())
     }
 
     /// Replaces whatever is mapped at `[addr, addr + len)` with fresh
@@ -80,10 +77,7 @@ impl Mapping {
             &opts,
         )?;
         map.protect(0, len, Protection::None)?;
-        let user = UserAccess {
-            addr: map.addr.as_ptr() as usize,
-        };
-        Ok((map, user))
+        Ok(map.with_user())
     }
 
     /// Maps `len` bytes of `fd` from `offset`, shared (`MAP_SHARED`).
@@ -98,10 +92,7 @@ impl Mapping {
         opts: &MapOptions,
     ) -> Result<(Mapping, UserAccess), MmError> {
         let map = Self::map(len, page_size, libc::MAP_SHARED, Some(fd), offset, opts)?;
-        let user = UserAccess {
-            addr: map.addr.as_ptr() as usize,
-        };
-        Ok((map, user))
+        Ok(map.with_user())
     }
 
     /// Maps `len` bytes of `fd` from `offset`, shared, at exactly `addr`
@@ -331,5 +322,11 @@ impl Mapping {
             return Err(MmError::Map { len, errno });
         }
         Ok(p as *mut u8)
+    }
+
+    /// The mapping with its [`UserAccess`] token.
+    fn with_user(self) -> (Mapping, UserAccess) {
+        let addr = self.addr();
+        (self, UserAccess { addr })
     }
 }
