@@ -258,7 +258,13 @@ impl Job {
     }
 
     /// Waits for `p` while watching the other ranks.
-    fn wait(&self, mut p: Pending, what: &str) -> Result<Vec<u64>, Error> {
+    fn wait(&self, p: Pending, what: &str) -> Result<Vec<u64>, Error> {
+        self.wait_for(p, &|| what.to_string())
+    }
+
+    /// Waits for `p` while watching the other ranks; `what` says what the
+    /// rank was doing, in errors.
+    fn wait_for(&self, mut p: Pending, what: &dyn Fn() -> String) -> Result<Vec<u64>, Error> {
         let mut backoff = Backoff::new(Duration::from_micros(20));
         let (start, mut last) = (Instant::now(), Instant::now());
         loop {
@@ -268,7 +274,7 @@ impl Job {
             backoff.snooze();
             if last.elapsed() > Duration::from_millis(10) {
                 last = Instant::now();
-                self.link.check_peers(start, &|| what.to_string())?;
+                self.link.check_peers(start, what)?;
             }
         }
     }
@@ -306,20 +312,7 @@ impl Job {
 
     /// Sum of `v` over ranks (collective; `what` names the call in errors).
     pub(crate) fn allreduce(&self, op: ReduceOp, v: Vec<u64>, what: &str) -> Result<Vec<u64>, Error> {
-        let mut p = self.world.iallreduce(op, v)?;
-        let mut backoff = Backoff::new(Duration::from_micros(20));
-        let (start, mut last) = (Instant::now(), Instant::now());
-        loop {
-            if let Some(v) = p.test()? {
-                return Ok(v);
-            }
-            backoff.snooze();
-            if last.elapsed() > Duration::from_millis(10) {
-                last = Instant::now();
-                self.link
-                    .check_peers(start, &|| format!("in collective {what}"))?;
-            }
-        }
+        self.wait_for(self.world.iallreduce(op, v)?, &|| format!("in collective {what}"))
     }
 
     /// Starts a run: this rank's statistics zeroed, scratch words of ranks
