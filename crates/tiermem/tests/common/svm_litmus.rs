@@ -3,6 +3,7 @@
 //! takes the pages in `mode`, this process's mode for the run's kind.
 
 use crate::common::mix;
+use std::fmt::Debug;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 use tiermem::svm::{SvmMode, SvmProc};
@@ -66,6 +67,79 @@ pub fn message_passing(
             spin_until(deadline, "the flag")?;
         }
     }
+    p.barrier()
+}
+
+/// Litmus 2, scope: x written under lock 1, y under lock 2; a process that
+/// cached x's page and acquires only lock 2 sees y = 1 and then x: 1 for
+/// an SPM reader (release consistency), 0 for a DSM reader (scope
+/// consistency allows stale x, and this implementation invalidates only
+/// the pages named in lock 2's notices), 0 or 1 where `lenient` (an
+/// SPM-coherent writer of y reports conservatively). With 3 or more
+/// processes the chain is transitive over ranks 0, 1, 2. Everyone caches
+/// x's page, passes a barrier, then `past_barrier` returns once everyone
+/// is past its validation, with the deadline of every wait after it.
+pub fn scope(
+    p: &SvmProc<'_>,
+    mode: SvmMode,
+    kind: impl Debug,
+    lenient: bool,
+    past_barrier: impl Fn(&SvmProc<'_>) -> Result<Instant, Error>,
+) -> Result<(), Error> {
+    let x = alloc(p, mode, 1)?;
+    let y = alloc(p, mode, 1)?;
+    let (writer_x, writer_y, reader) = if p.procs() == 2 { (0, 0, 1) } else { (0, 1, 2) };
+    let xs = p.u64s(x, 1)?;
+    let ys = p.u64s(y, 1)?;
+    p.barrier()?;
+    let _ = std::hint::black_box(xs[0].load(Relaxed)); // everyone caches x's page (DSM)
+    p.barrier()?;
+    let deadline = past_barrier(p)?;
+    if p.rank() == writer_x {
+        p.lock(1)?;
+        xs[0].store(1, Relaxed);
+        p.unlock(1)?;
+    }
+    if p.rank() == writer_y {
+        loop {
+            p.lock(1)?;
+            let seen = xs[0].load(Relaxed);
+            p.unlock(1)?;
+            if seen == 1 {
+                break;
+            }
+            spin_until(deadline, "x under lock 1")?;
+        }
+        p.lock(2)?;
+        ys[0].store(1, Relaxed);
+        p.unlock(2)?;
+    }
+    if p.rank() == reader {
+        loop {
+            p.lock(2)?;
+            let yv = ys[0].load(Relaxed);
+            let xv = xs[0].load(Relaxed);
+            p.unlock(2)?;
+            if yv == 1 {
+                let allowed: &[u64] = if mode == SvmMode::Spm {
+                    &[1]
+                } else if lenient {
+                    &[0, 1]
+                } else {
+                    &[0]
+                };
+                check(allowed.contains(&xv), || {
+                    format!("{kind:?}: reader saw y = 1 and x = {xv}, allowed {allowed:?}")
+                })?;
+                break;
+            }
+            spin_until(deadline, "y under lock 2")?;
+        }
+    }
+    // Barriers order everything: x = 1 for all now.
+    p.barrier()?;
+    let xv = xs[0].load(Relaxed);
+    check(xv == 1, || format!("after the barrier x = {xv}"))?;
     p.barrier()
 }
 

@@ -27,7 +27,7 @@ mod common;
 mod litmus;
 
 use common::mix;
-use litmus::{check, spin_until, PAGE};
+use litmus::{check, PAGE};
 use std::io::Read;
 use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering::Relaxed;
@@ -307,62 +307,12 @@ fn message_passing() {
 // ranks 0 and 2 share a node, 1 is on the other).
 fn scope() {
     each("scope", |p, kind| {
-        let x = alloc(p, kind, 1)?;
-        let y = alloc(p, kind, 1)?;
-        let (writer_x, writer_y, reader) = if p.procs() == 2 { (0, 0, 1) } else { (0, 1, 2) };
-        let xs = p.u64s(x, 1)?;
-        let ys = p.u64s(y, 1)?;
-        p.barrier()?;
-        let _ = std::hint::black_box(xs[0].load(Relaxed)); // everyone caches x's page
-        p.barrier()?;
-        // Everyone past the barrier's validation before x is written.
-        p.allreduce_sum(0)?;
-        let deadline = Instant::now() + Duration::from_secs(20);
-        if p.rank() == writer_x {
-            p.lock(1)?;
-            xs[0].store(1, Relaxed);
-            p.unlock(1)?;
-        }
-        if p.rank() == writer_y {
-            loop {
-                p.lock(1)?;
-                let seen = xs[0].load(Relaxed);
-                p.unlock(1)?;
-                if seen == 1 {
-                    break;
-                }
-                spin_until(deadline, "x under lock 1")?;
-            }
-            p.lock(2)?;
-            ys[0].store(1, Relaxed);
-            p.unlock(2)?;
-        }
-        if p.rank() == reader {
-            loop {
-                p.lock(2)?;
-                let yv = ys[0].load(Relaxed);
-                let xv = xs[0].load(Relaxed);
-                p.unlock(2)?;
-                if yv == 1 {
-                    let allowed: &[u64] = if kind.mode(p.rank()) == SvmMode::Spm {
-                        &[1]
-                    } else if matches!(kind, Kind::Mixed | Kind::MixedNc) && p.procs() > 2 {
-                        &[0, 1]
-                    } else {
-                        &[0]
-                    };
-                    check(allowed.contains(&xv), || {
-                        format!("{kind:?}: reader saw y = 1 and x = {xv}, allowed {allowed:?}")
-                    })?;
-                    break;
-                }
-                spin_until(deadline, "y under lock 2")?;
-            }
-        }
-        p.barrier()?;
-        let xv = xs[0].load(Relaxed);
-        check(xv == 1, || format!("after the barrier x = {xv}"))?;
-        p.barrier()
+        let lenient = matches!(kind, Kind::Mixed | Kind::MixedNc) && p.procs() > 2;
+        litmus::scope(p, kind.mode(p.rank()), kind, lenient, |p| {
+            // Everyone past the barrier's validation before x is written.
+            p.allreduce_sum(0)?;
+            Ok(Instant::now() + Duration::from_secs(20))
+        })
     });
 }
 
