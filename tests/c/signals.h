@@ -43,21 +43,32 @@ static inline const char *path_name(int path) {
   return path == TM_FAULT_IN_CONTEXT ? "in-context" : "handler-thread";
 }
 
-/* A region of PAGES pages over NEAR_PAGES, every word written with mix(i):
- * most pages end up evicted. */
-static inline tm_region *make_region(int path, uint32_t movers) {
-  struct tm_config cfg;
-  tm_config_init(&cfg, (uint64_t)PAGES * PAGE, (uint64_t)NEAR_PAGES * PAGE);
-  cfg.fault_path = path;
-  cfg.movers = movers;
+/* A region of PAGES pages over NEAR_PAGES (make_region: with `movers`
+ * mover threads; make_region_with: of `cfg`, see region_config), every
+ * word written with mix(i): most pages end up evicted. */
+static inline tm_region *make_region_with(const struct tm_config *cfg) {
   tm_region *r = NULL;
-  if (tm_region_create(&cfg, &r) != TM_OK) {
+  if (tm_region_create(cfg, &r) != TM_OK) {
     fprintf(stderr, "tm_region_create: %s\n", tm_last_error());
     exit(2);
   }
   uint64_t *w = tm_region_base(r);
   for (size_t i = 0; i < (size_t)PAGES * PAGE / 8; i++) w[i] = mix(i);
   return r;
+}
+
+/* The configuration of such a region on fault path `path`. */
+static inline struct tm_config region_config(int path) {
+  struct tm_config cfg;
+  tm_config_init(&cfg, (uint64_t)PAGES * PAGE, (uint64_t)NEAR_PAGES * PAGE);
+  cfg.fault_path = path;
+  return cfg;
+}
+
+static inline tm_region *make_region(int path, uint32_t movers) {
+  struct tm_config cfg = region_config(path);
+  cfg.movers = movers;
+  return make_region_with(&cfg);
 }
 
 /* ---- watchdog: a hang is a failure with a message, not a stuck job ---- */

@@ -254,18 +254,10 @@ static void *cancel_me_deferred(void *p) {
 
 static void test_deferred_cancel_file_store(int path) {
   atomic_store(&current_case, "deferred cancellation, file far store");
-  struct tm_config cfg;
-  tm_config_init(&cfg, (uint64_t)PAGES * PAGE, (uint64_t)NEAR_PAGES * PAGE);
-  cfg.fault_path = path;
+  struct tm_config cfg = region_config(path);
   cfg.far_kind = TM_FAR_FILE;
   cfg.far_path = "/tmp";
-  tm_region *r = NULL;
-  if (tm_region_create(&cfg, &r) != TM_OK) {
-    fprintf(stderr, "tm_region_create: %s\n", tm_last_error());
-    exit(2);
-  }
-  uint64_t *w = tm_region_base(r);
-  for (size_t i = 0; i < (size_t)PAGES * PAGE / 8; i++) w[i] = mix(i);
+  tm_region *r = make_region_with(&cfg);
   cancel_rounds(path, r, cancel_me_deferred);
 }
 
