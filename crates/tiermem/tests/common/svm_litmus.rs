@@ -6,10 +6,46 @@ use crate::common::mix;
 use std::fmt::Debug;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
-use tiermem::svm::{SvmMode, SvmProc};
+use tiermem::svm::{SpmFlavour, SvmMode, SvmProc};
 use tiermem::Error;
 
 pub const PAGE: usize = 4096;
+
+/// The mode of every process of a run: SPM in every process (coherent or
+/// noncoherent flavour), DSM in every process, or DSM in even ranks and
+/// SPM in odd ones (`Mixed`, `MixedNc`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Kind {
+    SpmCoherent,
+    SpmNoncoherent,
+    Dsm,
+    Mixed,
+    MixedNc,
+}
+
+impl Kind {
+    pub fn flavour(self) -> SpmFlavour {
+        match self {
+            Kind::SpmNoncoherent | Kind::MixedNc => SpmFlavour::Noncoherent,
+            _ => SpmFlavour::Coherent,
+        }
+    }
+
+    /// The mode of rank `rank`'s pages.
+    pub fn mode(self, rank: usize) -> SvmMode {
+        match self {
+            Kind::SpmCoherent | Kind::SpmNoncoherent => SvmMode::Spm,
+            Kind::Dsm => SvmMode::Dsm,
+            Kind::Mixed | Kind::MixedNc => {
+                if rank % 2 == 0 {
+                    SvmMode::Dsm
+                } else {
+                    SvmMode::Spm
+                }
+            }
+        }
+    }
+}
 
 /// Allocates `pages` pages and puts them in `mode` in this process.
 pub fn alloc(p: &SvmProc<'_>, mode: SvmMode, pages: usize) -> Result<usize, Error> {

@@ -21,20 +21,11 @@ mod common;
 mod litmus;
 
 use common::{is_child, mix, run_child};
-use litmus::{check, spin_until, PAGE};
+use litmus::{check, spin_until, Kind, PAGE};
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
-use tiermem::svm::{SpmFlavour, Svm, SvmConfig, SvmMode, SvmProc, MAX_LOCKS};
+use tiermem::svm::{Svm, SvmConfig, SvmMode, SvmProc, MAX_LOCKS};
 use tiermem::Error;
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Kind {
-    SpmCoherent,
-    SpmNoncoherent,
-    Dsm,
-    Mixed,
-    MixedNc,
-}
 
 const KINDS: [Kind; 5] = [
     Kind::SpmCoherent,
@@ -43,28 +34,6 @@ const KINDS: [Kind; 5] = [
     Kind::Mixed,
     Kind::MixedNc,
 ];
-
-impl Kind {
-    fn flavour(self) -> SpmFlavour {
-        match self {
-            Kind::SpmNoncoherent | Kind::MixedNc => SpmFlavour::Noncoherent,
-            _ => SpmFlavour::Coherent,
-        }
-    }
-    fn mode(self, rank: usize) -> SvmMode {
-        match self {
-            Kind::SpmCoherent | Kind::SpmNoncoherent => SvmMode::Spm,
-            Kind::Dsm => SvmMode::Dsm,
-            Kind::Mixed | Kind::MixedNc => {
-                if rank % 2 == 0 {
-                    SvmMode::Dsm
-                } else {
-                    SvmMode::Spm
-                }
-            }
-        }
-    }
-}
 
 fn svm(kind: Kind, procs: usize, heap: usize) -> Svm {
     let mut cfg = SvmConfig::new(heap, procs);

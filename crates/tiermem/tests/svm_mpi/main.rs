@@ -27,7 +27,7 @@ mod common;
 mod litmus;
 
 use common::mix;
-use litmus::{check, PAGE};
+use litmus::{check, Kind, PAGE};
 use std::io::Read;
 use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering::Relaxed;
@@ -228,42 +228,13 @@ fn nodes() -> usize {
 
 // ---------------------------------------------------------------- bodies
 
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Kind {
-    Spm,
-    Dsm,
-    Mixed,
-    SpmNoncoherent,
-    MixedNc,
-}
-
-impl Kind {
-    fn all() -> Vec<Kind> {
-        let mut k = vec![Kind::Spm, Kind::Dsm, Kind::Mixed];
-        if nodes() == 1 {
-            k.extend([Kind::SpmNoncoherent, Kind::MixedNc]);
-        }
-        k
+/// The kinds a job runs: the noncoherent flavours only on one node.
+fn kinds() -> Vec<Kind> {
+    let mut k = vec![Kind::SpmCoherent, Kind::Dsm, Kind::Mixed];
+    if nodes() == 1 {
+        k.extend([Kind::SpmNoncoherent, Kind::MixedNc]);
     }
-    fn flavour(self) -> SpmFlavour {
-        match self {
-            Kind::SpmNoncoherent | Kind::MixedNc => SpmFlavour::Noncoherent,
-            _ => SpmFlavour::Coherent,
-        }
-    }
-    fn mode(self, rank: usize) -> SvmMode {
-        match self {
-            Kind::Spm | Kind::SpmNoncoherent => SvmMode::Spm,
-            Kind::Dsm => SvmMode::Dsm,
-            Kind::Mixed | Kind::MixedNc => {
-                if rank % 2 == 0 {
-                    SvmMode::Dsm
-                } else {
-                    SvmMode::Spm
-                }
-            }
-        }
-    }
+    k
 }
 
 fn svm(kind: Kind, heap: usize) -> Svm {
@@ -280,7 +251,7 @@ fn alloc(p: &SvmProc<'_>, kind: Kind, pages: usize) -> Result<usize, Error> {
 
 /// Runs `f` in every kind; a failure names the kind.
 fn each(name: &str, f: impl Fn(&SvmProc<'_>, Kind) -> Result<(), Error> + Sync) {
-    for kind in Kind::all() {
+    for kind in kinds() {
         let s = svm(kind, 4 << 20);
         if let Err(e) = s.run(|p| f(p, kind)) {
             panic!("{name}: {kind:?}: {e}");
@@ -411,7 +382,7 @@ fn stress() {
     let configs = [
         (Kind::Dsm, Distribution::Block),
         (Kind::Mixed, Distribution::Cyclic),
-        (Kind::Spm, Distribution::Cyclic),
+        (Kind::SpmCoherent, Distribution::Cyclic),
     ];
     for (kind, dist) in configs {
         {
