@@ -46,7 +46,7 @@ flags=(-std=c11 -Wall -Wextra -Werror -pedantic -O1 -g -fno-omit-frame-pointer
   -fsanitize=address,undefined -fno-sanitize-recover=all -I"$root/include")
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-for prog in examples/c/example.c tests/c/test_capi.c tests/c/test_signals.c tests/c/test_promises.c; do
+for prog in examples/c/example.c tests/c/test_capi.c tests/c/test_signals.c tests/c/test_signal_threads.c tests/c/test_promises.c; do
   name=$(basename "$prog" .c)-asan
   echo "== $name"
   if ! "$cc" "${flags[@]}" "$prog" -L"$lib" -ltiermem -o "$out/$name"; then

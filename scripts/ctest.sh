@@ -55,7 +55,7 @@ build() {
   fi
 }
 
-for prog in examples/c/example.c tests/c/test_capi.c tests/c/test_signals.c tests/c/test_promises.c; do
+for prog in examples/c/example.c tests/c/test_capi.c tests/c/test_signals.c tests/c/test_signal_threads.c tests/c/test_promises.c; do
   name=$(basename "$prog" .c)
   build "$name-shared" "$cc" "${cflags[@]}" "$prog" -L"$lib" -ltiermem -o "$out/$name-shared"
   build "$name-static" "$cc" "${cflags[@]}" "$prog" "$lib/libtiermem.a" "${static_libs[@]}" \

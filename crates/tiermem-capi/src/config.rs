@@ -1,4 +1,5 @@
-//! Library-wide ABI: version, error codes and their text, and `struct tm_config` <-> [`Config`].
+//! Library-wide ABI: version, the text of the status codes (defined in
+//! [`crate::codes`]), and `struct tm_config` <-> [`Config`].
 
 use std::ffi::{c_char, c_int, CStr, OsStr};
 use std::mem::{offset_of, size_of};
@@ -10,6 +11,7 @@ use tiermem::{
     Config, DirtyTracking, ErrorCode, FarStoreConfig, FaultPath, InstallMethod, PageSize, PolicyKind,
 };
 
+use crate::codes::*;
 use crate::ffi::{guard, infallible, last_error, non_null, Failure, MAX_STRUCT_SIZE};
 
 // ---------------------------------------------------------------------------
@@ -54,30 +56,6 @@ macro_rules! named {
     };
 }
 
-/// Success.
-pub const TM_OK: c_int = 0;
-/// Invalid argument or configuration (also: a NULL pointer, an unknown
-/// enumeration value, a pointer tiermem did not hand out).
-pub const TM_EINVAL: c_int = ErrorCode::InvalidArgument as c_int;
-/// Out of memory or address space.
-pub const TM_ENOMEM: c_int = ErrorCode::OutOfMemory as c_int;
-/// The kernel lacks a feature the configuration needs.
-pub const TM_EUNSUPPORTED: c_int = ErrorCode::Unsupported as c_int;
-/// Far-store I/O error.
-pub const TM_EIO: c_int = ErrorCode::Io as c_int;
-/// Far store full.
-pub const TM_ENOSPC: c_int = ErrorCode::NoSpace as c_int;
-/// The huge page pool is too small.
-pub const TM_EHUGEPAGES: c_int = ErrorCode::HugePages as c_int;
-/// Permission denied.
-pub const TM_EPERM: c_int = ErrorCode::Permission as c_int;
-/// Internal error (a bug, including a caught panic).
-pub const TM_EINTERNAL: c_int = ErrorCode::Internal as c_int;
-/// A team worker failed (error, crash or kill); the team stopped.
-pub const TM_EWORKER: c_int = ErrorCode::WorkerFailed as c_int;
-/// A handle or allocation inherited across `fork()`: it belongs to the
-/// parent; the child's call touched nothing.
-pub const TM_EFORKED: c_int = ErrorCode::Forked as c_int;
 /// `tm_config.page_size_bytes`: 2 MiB transparent huge pages.
 pub const TM_PAGE_THP: u64 = (2 << 20) + 1;
 

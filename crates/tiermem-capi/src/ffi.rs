@@ -6,7 +6,7 @@ use std::ffi::{c_char, c_int, c_void, CString};
 use std::panic::{self, AssertUnwindSafe};
 use std::ptr;
 
-use crate::config::{TM_EINTERNAL, TM_EINVAL, TM_OK};
+use crate::codes::{TM_EINTERNAL, TM_EINVAL, TM_OK};
 use tiermem::fork::ProcessBound;
 
 /// The largest `struct_size` accepted: anything bigger is taken for an

@@ -69,6 +69,7 @@
 extern crate tiermem_interpose;
 
 mod advice;
+mod codes;
 mod config;
 mod far;
 mod ffi;
@@ -81,6 +82,7 @@ mod team;
 mod tests;
 
 pub use advice::*;
+pub use codes::*;
 pub use config::*;
 pub use far::*;
 pub use global::*;

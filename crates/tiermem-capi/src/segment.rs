@@ -5,7 +5,7 @@ use std::ffi::{c_int, c_void};
 use tiermem::hugepages::HugePageSize;
 use tiermem::{Segment, SegmentConfig};
 
-use crate::config::TM_EHUGEPAGES;
+use crate::codes::TM_EHUGEPAGES;
 use crate::ffi::{destroy_owned, guard, owned, Failure, Out, Owned};
 use tiermem::fork::ProcessBound;
 

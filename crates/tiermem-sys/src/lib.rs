@@ -58,6 +58,7 @@ mod sigguard;
 pub mod signal;
 pub mod splice;
 pub mod thread;
+mod trampoline;
 mod uapi;
 pub mod uffd;
 pub mod zeroed;

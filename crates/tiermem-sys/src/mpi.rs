@@ -630,58 +630,50 @@ impl<'a> Batch<'a> {
         len: usize,
     ) -> Result<(), MpiError> {
         let dst_ptr = dst.range(dst_offset, len).addr();
-        let n = int(len, "a get length")?;
-        self.pending = true;
         // SAFETY: dst_ptr..+len is inside the live mapping dst (range()
         // checks), which stays borrowed until the flush; the caller's page
         // protocol gives this batch the bytes (nothing else writes them).
-        check("MPI_Get", unsafe {
-            ffi::MPI_Get(
-                dst_ptr as *mut c_void,
-                n,
-                byte_type(),
-                self.win.target(target),
-                disp as ffi::MPI_Aint,
-                n,
-                byte_type(),
-                self.win.raw.0,
-            )
-        })
+        unsafe { self.get_raw(target, disp, dst_ptr as *mut c_void, len, byte_type()) }
     }
 
     /// `MPI_Get` of `out.len()` bytes at byte `disp` of `target`'s window.
     pub fn get_bytes(&mut self, target: usize, disp: usize, out: &'a mut [u8]) -> Result<(), MpiError> {
-        let n = int(out.len(), "a get length")?;
-        self.pending = true;
         // SAFETY: out is borrowed mutably until the flush.
-        check("MPI_Get", unsafe {
-            ffi::MPI_Get(
-                out.as_mut_ptr().cast(),
-                n,
-                byte_type(),
-                self.win.target(target),
-                disp as ffi::MPI_Aint,
-                n,
-                byte_type(),
-                self.win.raw.0,
-            )
-        })
+        unsafe { self.get_raw(target, disp, out.as_mut_ptr().cast(), out.len(), byte_type()) }
     }
 
     /// `MPI_Get` of `out.len()` words at byte `disp` of `target`'s window.
     pub fn get_words(&mut self, target: usize, disp: usize, out: &'a mut [u64]) -> Result<(), MpiError> {
-        let n = int(out.len(), "a get length")?;
-        self.pending = true;
         // SAFETY: out is borrowed mutably until the flush.
+        unsafe { self.get_raw(target, disp, out.as_mut_ptr().cast(), out.len(), u64_type()) }
+    }
+
+    /// `MPI_Get` of `count` elements of type `ty` at byte `disp` of
+    /// `target`'s window into `dst`.
+    ///
+    /// # Safety
+    /// `dst` must be writable for `count` elements and stay valid, and
+    /// written by nothing else, until the flush.
+    unsafe fn get_raw(
+        &mut self,
+        target: usize,
+        disp: usize,
+        dst: *mut c_void,
+        count: usize,
+        ty: ffi::MPI_Datatype,
+    ) -> Result<(), MpiError> {
+        let n = int(count, "a get length")?;
+        self.pending = true;
+        // SAFETY: the caller's guarantee on dst; our window, in its epoch.
         check("MPI_Get", unsafe {
             ffi::MPI_Get(
-                out.as_mut_ptr().cast(),
+                dst,
                 n,
-                u64_type(),
+                ty,
                 self.win.target(target),
                 disp as ffi::MPI_Aint,
                 n,
-                u64_type(),
+                ty,
                 self.win.raw.0,
             )
         })
@@ -754,37 +746,42 @@ impl<'a> Batch<'a> {
 
     /// `MPI_Put` of `src` bytes to byte `disp` of `target`'s window.
     pub fn put_bytes(&mut self, target: usize, disp: usize, src: &'a [u8]) -> Result<(), MpiError> {
-        let n = int(src.len(), "a put length")?;
-        self.pending = true;
         // SAFETY: src is borrowed until the flush.
-        check("MPI_Put", unsafe {
-            ffi::MPI_Put(
-                src.as_ptr().cast(),
-                n,
-                byte_type(),
-                self.win.target(target),
-                disp as ffi::MPI_Aint,
-                n,
-                byte_type(),
-                self.win.raw.0,
-            )
-        })
+        unsafe { self.put_raw(target, disp, src.as_ptr().cast(), src.len(), byte_type()) }
     }
 
     /// `MPI_Put` of `src` words to byte `disp` of `target`'s window.
     pub fn put_words(&mut self, target: usize, disp: usize, src: &'a [u64]) -> Result<(), MpiError> {
-        let n = int(src.len(), "a put length")?;
-        self.pending = true;
         // SAFETY: src is borrowed until the flush.
+        unsafe { self.put_raw(target, disp, src.as_ptr().cast(), src.len(), u64_type()) }
+    }
+
+    /// `MPI_Put` of `count` elements of type `ty` from `src` to byte `disp`
+    /// of `target`'s window.
+    ///
+    /// # Safety
+    /// `src` must be readable for `count` elements and stay valid until the
+    /// flush.
+    unsafe fn put_raw(
+        &mut self,
+        target: usize,
+        disp: usize,
+        src: *const c_void,
+        count: usize,
+        ty: ffi::MPI_Datatype,
+    ) -> Result<(), MpiError> {
+        let n = int(count, "a put length")?;
+        self.pending = true;
+        // SAFETY: the caller's guarantee on src; our window, in its epoch.
         check("MPI_Put", unsafe {
             ffi::MPI_Put(
-                src.as_ptr().cast(),
+                src,
                 n,
-                u64_type(),
+                ty,
                 self.win.target(target),
                 disp as ffi::MPI_Aint,
                 n,
-                u64_type(),
+                ty,
                 self.win.raw.0,
             )
         })

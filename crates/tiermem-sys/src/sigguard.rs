@@ -108,7 +108,7 @@ fn alone_with_sigsys_open() -> bool {
     let mut now = 0u64;
     // SAFETY: a query: no set, an 8-byte out-parameter.
     let r = unsafe {
-        crate::seccomp::call_trampoline(
+        crate::trampoline::call_trampoline(
             libc::SYS_rt_sigprocmask,
             [libc::SIG_BLOCK as u64, 0, &mut now as *mut u64 as u64, 8, 0, 0],
         )

@@ -74,7 +74,7 @@ pub unsafe fn kernel_sigaction(
     };
     // SAFETY: valid kernel structs or null; an 8-byte mask.
     let r = unsafe {
-        crate::seccomp::call_trampoline(libc::SYS_rt_sigaction, [sig as u64, kact, koact, 8, 0, 0])
+        crate::trampoline::call_trampoline(libc::SYS_rt_sigaction, [sig as u64, kact, koact, 8, 0, 0])
     };
     if r < 0 {
         // SAFETY: errno is thread-local.
@@ -283,7 +283,7 @@ pub unsafe fn raw_sigprocmask(
     // SAFETY: the caller passes valid or null pointers; the kernel reads and
     // writes 8 bytes (_NSIG / 8) of each.
     let r = unsafe {
-        crate::seccomp::call_trampoline(
+        crate::trampoline::call_trampoline(
             libc::SYS_rt_sigprocmask,
             [how as u64, set as u64, old as u64, 8, 0, 0],
         )

@@ -2,6 +2,8 @@
 //! tool or font needed).
 
 use crate::report::first_seen;
+use plotters::coord::ranged1d::ValueFormatter;
+use plotters::coord::{CoordTranslate, Shift};
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use std::path::Path;
@@ -112,13 +114,7 @@ pub fn grouped_bars(
     macro_rules! body {
         ($chart:expr, $y:expr, $ybottom:expr) => {{
             let mut chart = $chart;
-            chart
-                .configure_mesh()
-                .disable_x_mesh()
-                .x_labels(0)
-                .y_desc(y_label)
-                .draw()
-                .map_err(|e| e.to_string())?;
+            draw_bar_mesh(&mut chart, y_label)?;
             for (si, s) in series.iter().enumerate() {
                 let color = COLORS[si % COLORS.len()];
                 let mine: Vec<&Bar> = bars.iter().filter(|b| &b.series == s).collect();
@@ -145,21 +141,9 @@ pub fn grouped_bars(
                     .collect();
                 chart.draw_series(whiskers).map_err(|e| e.to_string())?;
             }
-            chart
-                .configure_series_labels()
-                .background_style(WHITE.mix(0.85))
-                .border_style(BLACK)
-                .position(SeriesLabelPosition::UpperLeft)
-                .draw()
-                .map_err(|e| e.to_string())?;
+            draw_legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
             // Group names under the axis, centred on each group.
-            let style =
-                TextStyle::from(("sans-serif", 14).into_font()).pos(Pos::new(HPos::Center, VPos::Top));
-            for (g, name) in groups.iter().enumerate() {
-                let (px, py) = chart.backend_coord(&(g as f64 + 0.5, $ybottom));
-                root.draw(&Text::new(name.clone(), (px, py + 8), style.clone()))
-                    .map_err(|e| e.to_string())?;
-            }
+            draw_categories(&root, &chart, &groups, $ybottom, 14)?;
         }};
     }
     if log_y {
@@ -188,6 +172,70 @@ pub fn grouped_bars(
         body!(chart, |v: f64| v, 0.0);
     }
     root.present().map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// The y axis of a bar chart, labelled `y_label`: no vertical grid lines
+/// and no x labels (the categories are written under the axis by
+/// [`draw_categories`]).
+fn draw_bar_mesh<'a, DB, X, Y>(
+    chart: &mut ChartContext<'a, DB, Cartesian2d<X, Y>>,
+    y_label: &str,
+) -> Result<(), String>
+where
+    DB: DrawingBackend,
+    X: Ranged + ValueFormatter<X::ValueType>,
+    Y: Ranged + ValueFormatter<Y::ValueType>,
+{
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(0)
+        .y_desc(y_label)
+        .draw()
+        .map_err(|e| e.to_string())
+}
+
+/// The legend of every chart here: the series' names in a framed box on a
+/// light background, at `pos`.
+pub fn draw_legend<'a, DB, CT>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    pos: SeriesLabelPosition,
+) -> Result<(), String>
+where
+    DB: DrawingBackend + 'a,
+    CT: CoordTranslate,
+{
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .position(pos)
+        .draw()
+        .map_err(|e| e.to_string())
+}
+
+/// Category `names` of a bar chart under its axis (at `y`), the `k`-th
+/// centred on `k + 0.5`, in `size`-point type.
+fn draw_categories<'a, 'n, DB, X, Y>(
+    root: &DrawingArea<DB, Shift>,
+    chart: &ChartContext<'a, DB, Cartesian2d<X, Y>>,
+    names: impl IntoIterator<Item = &'n String>,
+    y: Y::ValueType,
+    size: u32,
+) -> Result<(), String>
+where
+    DB: DrawingBackend,
+    X: Ranged<ValueType = f64>,
+    Y: Ranged,
+    Y::ValueType: Clone,
+{
+    let style = TextStyle::from(("sans-serif", size).into_font()).pos(Pos::new(HPos::Center, VPos::Top));
+    for (k, name) in names.into_iter().enumerate() {
+        let (px, py) = chart.backend_coord(&(k as f64 + 0.5, y.clone()));
+        root.draw(&Text::new(name.clone(), (px, py + 8), style.clone()))
+            .map_err(|e| e.to_string())?;
+    }
     Ok(())
 }
 
@@ -239,13 +287,7 @@ pub fn stacked_bars(path: &Path, title: &str, y_label: &str, segs: &[Segment]) -
         .y_label_area_size(70)
         .build_cartesian_2d(0.0..nb, 0.0..ymax)
         .map_err(|e| e.to_string())?;
-    chart
-        .configure_mesh()
-        .disable_x_mesh()
-        .x_labels(0)
-        .y_desc(y_label)
-        .draw()
-        .map_err(|e| e.to_string())?;
+    draw_bar_mesh(&mut chart, y_label)?;
     for (li, layer) in layers.iter().enumerate() {
         let color = COLORS[li % COLORS.len()];
         let rects: Vec<_> = bars
@@ -270,19 +312,8 @@ pub fn stacked_bars(path: &Path, title: &str, y_label: &str, segs: &[Segment]) -
             .label(layer.clone())
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled()));
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperRight)
-        .draw()
-        .map_err(|e| e.to_string())?;
-    let style = TextStyle::from(("sans-serif", 13).into_font()).pos(Pos::new(HPos::Center, VPos::Top));
-    for (bi, name) in bars.iter().enumerate() {
-        let (px, py) = chart.backend_coord(&(bi as f64 + 0.5, 0.0));
-        root.draw(&Text::new(name.clone(), (px, py + 8), style.clone()))
-            .map_err(|e| e.to_string())?;
-    }
+    draw_legend(&mut chart, SeriesLabelPosition::UpperRight)?;
+    draw_categories(&root, &chart, &bars, 0.0, 13)?;
     root.present().map_err(|e| e.to_string())?;
     Ok(())
 }
@@ -336,13 +367,7 @@ pub fn lines(path: &Path, title: &str, x_label: &str, y_label: &str, lines: &[Li
             .label(l.name.clone())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2)));
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::LowerRight)
-        .draw()
-        .map_err(|e| e.to_string())?;
+    draw_legend(&mut chart, SeriesLabelPosition::LowerRight)?;
     root.present().map_err(|e| e.to_string())?;
     Ok(())
 }

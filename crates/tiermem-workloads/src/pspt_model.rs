@@ -210,13 +210,7 @@ pub fn plot(m: &Model, path: &std::path::Path) -> Result<(), String> {
             .label(name)
             .legend(move |(x, y)| Cross::new((x + 8, y), 5, color.stroke_width(2)));
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperLeft)
-        .draw()
-        .map_err(|e| e.to_string())?;
+    crate::plot::draw_legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
     root.present().map_err(|e| e.to_string())
 }
 

@@ -53,6 +53,7 @@
 
 #![deny(unsafe_code)]
 
+mod claim;
 pub mod config;
 mod engine;
 pub mod error;

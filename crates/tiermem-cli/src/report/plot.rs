@@ -7,6 +7,7 @@ use clap::Args;
 use plotters::prelude::*;
 use std::path::{Path, PathBuf};
 use tiermem::live::Sample;
+use tiermem_workloads::plot::draw_legend;
 
 #[derive(Args)]
 pub struct PlotArgs {
@@ -113,12 +114,7 @@ fn plot(report: &Path, out: &Path) -> Result<(), String> {
             .label("budget")
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], RED.stroke_width(1)));
     }
-    c.configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::LowerRight)
-        .draw()
-        .map_err(|e| err(&e))?;
+    draw_legend(&mut c, SeriesLabelPosition::LowerRight).map_err(|e| err(&e))?;
     let mut c = ChartBuilder::on(&bottom)
         .caption("faults and evictions per second", ("sans-serif", 18))
         .margin(12)
@@ -140,12 +136,7 @@ fn plot(report: &Path, out: &Path) -> Result<(), String> {
         .map_err(|e| err(&e))?
         .label("evictions/s")
         .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], green.stroke_width(2)));
-    c.configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperRight)
-        .draw()
-        .map_err(|e| err(&e))?;
+    draw_legend(&mut c, SeriesLabelPosition::UpperRight).map_err(|e| err(&e))?;
     root.present().map_err(|e| err(&e))?;
     eprintln!("tiermem: wrote {} ({} samples)", out.display(), samples.len());
     Ok(())

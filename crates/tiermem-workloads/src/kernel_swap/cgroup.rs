@@ -11,9 +11,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use super::control::{parse_key_values, read_trimmed, read_u64, write_control, BUSY_RETRY};
-use super::leftovers::clean_leftover_cgroup;
+use super::error::KernelSwapError;
+use super::kind::{CGROUP_PROCS_ENV, NAME_PREFIX};
 use super::mounts::mounts;
-use super::{KernelSwapError, CGROUP_PROCS_ENV, NAME_PREFIX};
 
 /// `vm.swappiness` for the cgroup (v1): the kernel default, stated so that a
 /// host with a tuned global value does not change the baseline.
@@ -412,6 +412,15 @@ pub fn join_cgroup_from_env() -> Result<bool, KernelSwapError> {
         source,
     })?;
     Ok(true)
+}
+
+/// Removes a cgroup directory left by an earlier run of the same name,
+/// moving its tasks to the parent first.
+pub(super) fn clean_leftover_cgroup(dir: &Path) -> Result<(), KernelSwapError> {
+    remove_cgroup_dir(dir).map_err(|e| KernelSwapError::CleanLeftover {
+        path: dir.to_path_buf(),
+        detail: e.to_string(),
+    })
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::KernelSwapError;
+use super::error::KernelSwapError;
 
 /// How long `EBUSY` from zram `reset`/`hot_remove`/`disksize` or cgroup
 /// `rmdir` is retried before giving up.

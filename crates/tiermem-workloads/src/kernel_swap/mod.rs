@@ -77,15 +77,21 @@
 //!
 //! # Layout
 //!
-//! - `run.rs`: [`LimitedRun`], [`RunOutcome`], [`Stream`];
+//! Each file uses only the ones listed below it:
+//! - `run.rs`: [`LimitedRun`], [`RunOutcome`], [`Stream`], and the sweep of
+//!   dead runs' cgroups;
+//! - `preflight.rs`: [`preflight`];
+//! - `device.rs`: [`SwapDevice`], set up on zram or a swap file, torn down;
 //! - `cgroup.rs`: [`MemCgroup`] (v1 and v2), [`CgroupStats`],
 //!   [`join_cgroup_from_env`];
-//! - `device.rs`: [`SwapDevice`], `/proc/swaps` ([`active_swaps`]) and the
-//!   swap counters of `/proc/vmstat` ([`vmstat_swap`]);
-//! - `zram.rs` and `swap_file.rs`: the two kinds of swap area;
-//! - `leftovers.rs`: what crashed runs left behind (see below);
+//! - `zram.rs` and `swap_file.rs`: the two kinds of swap area, each with the
+//!   removal of what crashed runs left of it (see below);
+//! - `swaps.rs`: `/proc/swaps` ([`active_swaps`]), the swap counters of
+//!   `/proc/vmstat` ([`vmstat_swap`]), mkswap/swapon/swapoff;
+//! - `owners.rs`: the owner pid in a name, whether it is alive, markers' place;
 //! - `mounts.rs`: `/proc/self/mountinfo`, filesystem types, `\ooo` unescaping;
 //! - `control.rs`: control-file I/O, `EBUSY` retries, helper programs;
+//! - `kind.rs`: [`SwapKind`] and the fixed names and numbers;
 //! - `error.rs`: [`KernelSwapError`].
 //!
 //! # Leftovers from crashed runs
@@ -133,139 +139,28 @@ mod cgroup;
 mod control;
 mod device;
 mod error;
-mod leftovers;
+mod kind;
 mod mounts;
+mod owners;
+mod preflight;
 mod run;
 mod swap_file;
+mod swaps;
 #[cfg(test)]
 mod tests;
 mod zram;
 
-use std::fs;
-use std::path::PathBuf;
-
 pub use cgroup::{join_cgroup_from_env, CgroupStats, CgroupVersion, MemCgroup};
-pub use device::{active_swaps, vmstat_swap, ActiveSwap, SwapDevice, VmstatSwap};
+pub use device::SwapDevice;
 pub use error::KernelSwapError;
+pub use kind::{SwapKind, CGROUP_PROCS_ENV, MIN_SWAP_BYTES, NAME_PREFIX, SWAP_PRIORITY};
+pub use preflight::preflight;
 pub use run::{LimitedRun, RunOutcome, Stream, DEFAULT_RUN_SWAP_BYTES, MIN_LIMIT_BYTES};
-
-use control::{find_tool, fmt_bytes};
+pub use swaps::{active_swaps, vmstat_swap, ActiveSwap, VmstatSwap};
 
 /// Removes what killed runs left behind: the cgroups of `tiermem bench`
 /// and [`LimitedRun`] whose process is dead. (Swap files and zram devices
 /// of dead runs are removed by [`SwapDevice::setup`].)
 pub fn clean_leftovers() -> Result<(), KernelSwapError> {
-    leftovers::clean_leftover_run_cgroups()
-}
-
-/// Environment variable naming the `cgroup.procs` file a child process joins
-/// with [`join_cgroup_from_env`] before it allocates anything.
-pub const CGROUP_PROCS_ENV: &str = "TIERMEM_CGROUP_PROCS";
-
-/// Prefix of every object this module creates (cgroups, swap files, zram
-/// markers), so that leftovers of crashed runs can be found.
-pub const NAME_PREFIX: &str = "tiermem-bench";
-
-/// Priority given to our swap area: above the kernel's default (negative)
-/// priorities, so the kernel fills ours before any other active swap.
-pub const SWAP_PRIORITY: i32 = 100;
-
-/// Smallest swap area we set up. mkswap needs at least 10 pages; a baseline
-/// with less than a MiB of swap is a mistake.
-pub const MIN_SWAP_BYTES: u64 = 1 << 20;
-
-/// Capability bit of `CAP_SYS_ADMIN` in `/proc/self/status` `CapEff`;
-/// swapon, swapoff and the cgroup writes need it.
-const CAP_SYS_ADMIN_BIT: u32 = 21;
-
-/// Where the kernel swaps to.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SwapKind {
-    /// A compressed RAM block device (`/dev/zram<N>`): the kernel's own
-    /// "far memory in RAM", the closest match to tiermem's memory far store.
-    Zram,
-    /// A swap file created in this directory, which must be on a filesystem
-    /// that supports swap files (ext4, xfs; not tmpfs or overlayfs).
-    File(PathBuf),
-}
-
-/// Checks that this machine can run the kernel-swap baseline with `kind`:
-/// root with `CAP_SYS_ADMIN`, a memory cgroup controller, mkswap/swapon/
-/// swapoff, and zram (hot_add or a free `/dev/zram0`) or a directory on a
-/// filesystem that can hold swap files. Returns a message naming everything
-/// that is missing.
-///
-/// Swap areas that are already active are not an error (ours gets priority
-/// [`SWAP_PRIORITY`] and is filled first), but they are reported on stderr
-/// because they change the baseline once ours is full.
-pub fn preflight(kind: &SwapKind) -> Result<(), String> {
-    missing_for(kind).map_err(|missing| format!("kernel-swap baseline unavailable: {}", missing.join("; ")))
-}
-
-/// The checks of [`preflight`]: one reason for each thing that is missing.
-fn missing_for(kind: &SwapKind) -> Result<(), Vec<String>> {
-    let mut missing = Vec::new();
-    if let Err(reason) = check_privilege() {
-        missing.push(reason);
-    }
-    if let Err(reason) = cgroup::locate_memory_cgroup() {
-        missing.push(reason);
-    }
-    for tool in ["mkswap", "swapon", "swapoff"] {
-        if let Err(e) = find_tool(tool) {
-            missing.push(e.to_string());
-        }
-    }
-    let kind_missing = match kind {
-        SwapKind::Zram => zram::unavailable(),
-        SwapKind::File(dir) => swap_file::unavailable(dir),
-    };
-    missing.extend(kind_missing);
-    let active = active_swaps();
-    if !active.is_empty() {
-        let list: Vec<String> = active
-            .iter()
-            .map(|s| {
-                format!(
-                    "{} ({}, priority {})",
-                    s.path.display(),
-                    fmt_bytes(s.size_bytes),
-                    s.priority
-                )
-            })
-            .collect();
-        eprintln!(
-            "tiermem: note: swap already active: {}; the baseline adds its own at priority {SWAP_PRIORITY}, which the kernel fills first",
-            list.join(", ")
-        );
-    }
-    if missing.is_empty() {
-        Ok(())
-    } else {
-        Err(missing)
-    }
-}
-
-/// Whether we are root with `CAP_SYS_ADMIN` (swapon, swapoff and the cgroup
-/// writes need both), from `/proc/self/status`.
-fn check_privilege() -> Result<(), String> {
-    let status = fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let euid = status_field(&status, "Uid:").and_then(|f| f.split_whitespace().nth(1)?.parse::<u32>().ok());
-    match euid {
-        Some(0) => {
-            let cap_eff = status_field(&status, "CapEff:")
-                .and_then(|f| u64::from_str_radix(f.trim(), 16).ok())
-                .unwrap_or(0);
-            if cap_eff & (1 << CAP_SYS_ADMIN_BIT) == 0 {
-                return Err("root but without CAP_SYS_ADMIN (swapon needs it)".to_string());
-            }
-            Ok(())
-        }
-        Some(uid) => Err(format!("not running as root (effective uid {uid})")),
-        None => Err("cannot read the effective uid from /proc/self/status".to_string()),
-    }
-}
-
-fn status_field<'a>(status: &'a str, key: &str) -> Option<&'a str> {
-    status.lines().find_map(|l| l.strip_prefix(key))
+    run::clean_leftover_run_cgroups()
 }

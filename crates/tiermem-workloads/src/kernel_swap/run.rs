@@ -1,17 +1,21 @@
 //! [`LimitedRun`]: one command line run under a memory limit with kernel swap, set up and removed around it.
 
 use std::ffi::OsStr;
+use std::fs;
 use std::io::{self, Read};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use super::cgroup::{CgroupStats, CgroupVersion, MemCgroup};
+use super::cgroup::{clean_leftover_cgroup, locate_memory_cgroup, CgroupStats, CgroupVersion, MemCgroup};
 use super::control::fmt_bytes;
-use super::device::{vmstat_swap, SwapDevice};
-use super::leftovers::clean_leftover_run_cgroups;
-use super::{missing_for, KernelSwapError, SwapKind};
+use super::device::SwapDevice;
+use super::error::KernelSwapError;
+use super::kind::SwapKind;
+use super::owners::{owner_pid, pid_alive};
+use super::preflight::missing_for;
+use super::swaps::vmstat_swap;
 
 /// Swap area of a [`LimitedRun`] unless [`LimitedRun::swap_bytes`] says
 /// otherwise: room for programs up to a few GiB beyond the limit. A zram
@@ -383,4 +387,33 @@ impl RunOutcome {
             self.cgroup.oom_kill
         )
     }
+}
+
+/// Removes the cgroups `tiermem-bench-run-<pid>-<seq>` of
+/// [`super::LimitedRun`] and `tiermem-bench-<pid>` of `tiermem bench`'s
+/// kernel-swap mode whose process is dead (killed before it could remove
+/// them).
+pub(super) fn clean_leftover_run_cgroups() -> Result<(), KernelSwapError> {
+    let Ok((root, _)) = locate_memory_cgroup() else {
+        return Ok(());
+    };
+    let Ok(entries) = fs::read_dir(&root) else {
+        return Ok(());
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        let Some(pid) = owner_pid(&name, RUN_CGROUP_PREFIX).or_else(|| {
+            // `tiermem-bench-<pid>`: digits only after the prefix.
+            name.strip_prefix("tiermem-bench-")
+                .filter(|r| !r.is_empty() && r.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|r| r.parse().ok())
+        }) else {
+            continue;
+        };
+        if !pid_alive(pid) {
+            clean_leftover_cgroup(&entry.path())?;
+        }
+    }
+    Ok(())
 }

@@ -1,17 +1,17 @@
 //! Swap files: naming, allocating without holes, and the filesystems that cannot hold one.
 
 use std::ffi::OsStr;
-use std::fs::{self, OpenOptions};
+use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::control::{find_tool, run_tool};
-use super::device::{Backing, SwapDevice, Tools};
-use super::leftovers::{clean_leftover_swap_files, remove_leftover_swap_file};
+use super::error::KernelSwapError;
 use super::mounts::fstype_of;
-use super::KernelSwapError;
+use super::owners::{owner_pid, pid_alive};
+use super::swaps::Tools;
 
 pub(super) const SWAP_FILE_PREFIX: &str = "tiermem-bench-swap-";
 
@@ -19,7 +19,9 @@ pub(super) const SWAP_FILE_PREFIX: &str = "tiermem-bench-swap-";
 /// Relaxed: only the uniqueness of the values matters, nothing is published.
 static SWAP_FILE_SEQ: AtomicU64 = AtomicU64::new(0);
 
-pub(super) fn setup_file(dir: &Path, size_bytes: u64, tools: Tools) -> Result<SwapDevice, KernelSwapError> {
+/// Creates an empty swap file `tiermem-bench-swap-<pid>-<seq>` in `dir`
+/// (absolute, resolved), after removing those of dead runs.
+pub(super) fn create_swap_file(dir: &Path, tools: &Tools) -> Result<(PathBuf, File), KernelSwapError> {
     // /proc/swaps lists absolute, resolved paths: use the same form.
     let dir = dir
         .canonicalize()
@@ -27,7 +29,7 @@ pub(super) fn setup_file(dir: &Path, size_bytes: u64, tools: Tools) -> Result<Sw
             path: dir.to_path_buf(),
             source,
         })?;
-    clean_leftover_swap_files(&dir, &tools)?;
+    clean_leftover_swap_files(&dir, tools)?;
     let seq = SWAP_FILE_SEQ.fetch_add(1, Ordering::Relaxed);
     let path = dir.join(format!("{SWAP_FILE_PREFIX}{}-{seq}", std::process::id()));
     let open = || {
@@ -41,7 +43,7 @@ pub(super) fn setup_file(dir: &Path, size_bytes: u64, tools: Tools) -> Result<Sw
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
             // Left by an earlier process that had our pid (its own pid is
             // alive, ours, so the sweep above kept it): remove and retry.
-            remove_leftover_swap_file(&path, &tools)?;
+            remove_leftover_swap_file(&path, tools)?;
             open()
         }
         other => other,
@@ -50,10 +52,40 @@ pub(super) fn setup_file(dir: &Path, size_bytes: u64, tools: Tools) -> Result<Sw
         path: path.clone(),
         source,
     })?;
-    // The guard exists before the file has content: any error below deletes it.
-    let dev = SwapDevice::new(Backing::File, path, size_bytes, tools);
-    allocate_swap_file(file, dev.path(), size_bytes)?;
-    dev.activate()
+    Ok((path, file))
+}
+
+/// Swaps off and deletes `tiermem-bench-swap-<pid>-*` files in `dir` whose
+/// process is dead.
+pub(super) fn clean_leftover_swap_files(dir: &Path, tools: &Tools) -> Result<(), KernelSwapError> {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return Ok(());
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = owner_pid(&name.to_string_lossy(), SWAP_FILE_PREFIX) else {
+            continue;
+        };
+        if pid_alive(pid) {
+            continue;
+        }
+        remove_leftover_swap_file(&entry.path(), tools)?;
+    }
+    Ok(())
+}
+
+pub(super) fn remove_leftover_swap_file(path: &Path, tools: &Tools) -> Result<(), KernelSwapError> {
+    let leftover = |detail: String| KernelSwapError::CleanLeftover {
+        path: path.to_path_buf(),
+        detail,
+    };
+    tools
+        .swapoff_if_active(path)
+        .map_err(|e| leftover(e.to_string()))?;
+    match fs::remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(leftover(e.to_string())),
+        _ => Ok(()),
+    }
 }
 
 /// Gives the file `size_bytes` of allocated blocks with no holes: swapon

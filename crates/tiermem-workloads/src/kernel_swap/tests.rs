@@ -9,10 +9,12 @@ use std::time::Instant;
 
 use super::cgroup::{locate_memory_cgroup, read_pids, remove_cgroup_dir, CGROUP_SWAPPINESS};
 use super::control::{fmt_bytes, read_trimmed, read_u64, write_control};
-use super::device::{is_swap_active, Backing, Tools};
-use super::leftovers::ZramMarker;
+use super::device::Backing;
 use super::mounts::fstype_of;
+use super::preflight::check_privilege;
 use super::swap_file::{allocate_swap_file, NO_SWAPFILE_FSTYPES, SWAP_FILE_PREFIX};
+use super::swaps::{is_swap_active, Tools};
+use super::zram::ZramMarker;
 use super::zram::{zram_sys, ZRAM_CONTROL};
 use super::*;
 

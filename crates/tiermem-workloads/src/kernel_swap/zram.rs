@@ -1,5 +1,6 @@
 //! zram devices: claiming zram0 or hot-adding one, compression algorithm, disk size, reset, hot-remove.
 
+use std::collections::HashMap;
 use std::fs::{self, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -7,9 +8,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use super::control::{read_u64, retry_busy, write_control};
-use super::device::{is_swap_active, Backing, SwapDevice, Tools};
-use super::leftovers::{clean_leftover_zram, ZramMarker};
-use super::KernelSwapError;
+use super::error::KernelSwapError;
+use super::owners::{boot_id, marker_dir, proc_start_time};
+use super::swaps::{is_swap_active, Tools};
 
 pub(super) const ZRAM_CONTROL: &str = "/sys/class/zram-control";
 const SYS_BLOCK: &str = "/sys/block";
@@ -20,43 +21,6 @@ const PREFERRED_ZRAM_ALGORITHMS: [&str; 3] = ["lzo-rle", "lz4", "lzo"];
 
 /// How long we wait for `/dev/zram<N>` to appear after `hot_add`.
 const DEVICE_NODE_WAIT: Duration = Duration::from_secs(5);
-
-pub(super) fn setup_zram(size_bytes: u64, tools: Tools) -> Result<SwapDevice, KernelSwapError> {
-    clean_leftover_zram(&tools)?;
-    let zram = |index, hot_added, algorithm, marker| {
-        let backing = Backing::Zram {
-            index,
-            hot_added,
-            algorithm,
-            marker,
-        };
-        SwapDevice::new(backing, zram_dev(index), size_bytes, tools.clone())
-    };
-    let dev = if let Some((marker, algorithm)) = try_claim_zram0(size_bytes)? {
-        zram(0, false, algorithm, Some(marker))
-    } else {
-        let index = zram_hot_add()?;
-        // From here on the guard exists, so every error below resets and
-        // hot-removes the new device when it drops.
-        let mut dev = zram(index, true, String::new(), None);
-        let marker = ZramMarker::new(index, true, size_bytes);
-        let marker_path = marker.path();
-        fs::write(&marker_path, marker.to_text()).map_err(|source| KernelSwapError::WriteMarker {
-            path: marker_path.clone(),
-            source,
-        })?;
-        if let Backing::Zram { marker, .. } = dev.backing_mut() {
-            *marker = Some(marker_path);
-        }
-        wait_for_node(dev.path())?;
-        let chosen = configure_zram(index, size_bytes)?;
-        if let Backing::Zram { algorithm, .. } = dev.backing_mut() {
-            *algorithm = chosen;
-        }
-        dev
-    };
-    dev.activate()
-}
 
 /// Why zram cannot be used here, if it cannot: neither `hot_add` (the zram
 /// module is not loaded) nor a free `/dev/zram0`.
@@ -80,7 +44,7 @@ pub(super) fn unavailable() -> Option<String> {
 /// else who initialises zram0 between our check and our write. Until
 /// `disksize` succeeds the device is not ours, so no guard that would reset it
 /// exists yet.
-fn try_claim_zram0(size_bytes: u64) -> Result<Option<(PathBuf, String)>, KernelSwapError> {
+pub(super) fn try_claim_zram0(size_bytes: u64) -> Result<Option<(PathBuf, String)>, KernelSwapError> {
     let sys = zram_sys(0);
     if !sys.exists() || read_u64(&sys.join("disksize")).unwrap_or(1) != 0 {
         return Ok(None);
@@ -122,7 +86,7 @@ fn try_claim_zram0(size_bytes: u64) -> Result<Option<(PathBuf, String)>, KernelS
 /// Writes the compression algorithm, then the disk size (this order: the
 /// algorithm cannot change once the device is initialised). Returns the
 /// algorithm in use.
-fn configure_zram(index: u32, size_bytes: u64) -> Result<String, KernelSwapError> {
+pub(super) fn configure_zram(index: u32, size_bytes: u64) -> Result<String, KernelSwapError> {
     let sys = zram_sys(index);
     let algo_path = sys.join("comp_algorithm");
     let (available, current) = fs::read_to_string(&algo_path)
@@ -160,7 +124,7 @@ pub(super) fn zram_dev(index: u32) -> PathBuf {
     PathBuf::from(format!("/dev/zram{index}"))
 }
 
-fn zram_hot_add() -> Result<u32, KernelSwapError> {
+pub(super) fn zram_hot_add() -> Result<u32, KernelSwapError> {
     let path = Path::new(ZRAM_CONTROL).join("hot_add");
     if !path.exists() {
         return Err(KernelSwapError::ZramUnavailable {
@@ -200,7 +164,7 @@ pub(super) fn zram_hot_remove(index: u32) -> Result<(), KernelSwapError> {
 
 /// devtmpfs creates the node of a hot-added device asynchronously (and udev,
 /// where it runs, may recreate it): wait until it is there.
-fn wait_for_node(path: &Path) -> Result<(), KernelSwapError> {
+pub(super) fn wait_for_node(path: &Path) -> Result<(), KernelSwapError> {
     let start = Instant::now();
     while !path.exists() {
         if start.elapsed() > DEVICE_NODE_WAIT {
@@ -240,9 +204,136 @@ fn choose_algorithm(available: &[String], current: Option<&str>) -> Option<Strin
         .or_else(|| current.map(str::to_string))
 }
 
+const ZRAM_MARKER_PREFIX: &str = "tiermem-bench-zram";
+
+/// The marker that ties a zram device to the run that configured it, so that
+/// a later run can clean up after a crash (see the module docs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct ZramMarker {
+    boot_id: String,
+    pid: u32,
+    /// Field 22 of `/proc/<pid>/stat`: with the pid, identifies the process
+    /// even after pid reuse.
+    start_time: u64,
+    index: u32,
+    hot_added: bool,
+    disksize_bytes: u64,
+}
+
+impl ZramMarker {
+    pub(super) fn new(index: u32, hot_added: bool, disksize_bytes: u64) -> ZramMarker {
+        let pid = std::process::id();
+        ZramMarker {
+            boot_id: boot_id(),
+            pid,
+            start_time: proc_start_time(pid).unwrap_or(0),
+            index,
+            hot_added,
+            disksize_bytes,
+        }
+    }
+
+    pub(super) fn path(&self) -> PathBuf {
+        marker_dir().join(format!("{ZRAM_MARKER_PREFIX}{}", self.index))
+    }
+
+    pub(super) fn to_text(&self) -> String {
+        format!(
+            "boot_id={}\npid={}\nstart_time={}\nindex={}\nhot_added={}\ndisksize_bytes={}\n",
+            self.boot_id,
+            self.pid,
+            self.start_time,
+            self.index,
+            u8::from(self.hot_added),
+            self.disksize_bytes
+        )
+    }
+
+    pub(super) fn parse(text: &str) -> Option<ZramMarker> {
+        let kv: HashMap<&str, &str> = text
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.trim(), v.trim()))
+            .collect();
+        Some(ZramMarker {
+            boot_id: kv.get("boot_id")?.to_string(),
+            pid: kv.get("pid")?.parse().ok()?,
+            start_time: kv.get("start_time")?.parse().ok()?,
+            index: kv.get("index")?.parse().ok()?,
+            hot_added: *kv.get("hot_added")? == "1",
+            disksize_bytes: kv.get("disksize_bytes")?.parse().ok()?,
+        })
+    }
+
+    /// The same marker with another owner.
+    #[cfg(test)]
+    pub(super) fn owned_by(self, pid: u32) -> ZramMarker {
+        ZramMarker { pid, ..self }
+    }
+
+    pub(super) fn owner_alive(&self) -> bool {
+        proc_start_time(self.pid) == Some(self.start_time)
+    }
+}
+
+/// Removes zram devices whose marker names a dead owner of this boot.
+pub(super) fn clean_leftover_zram(tools: &Tools) -> Result<(), KernelSwapError> {
+    let dir = marker_dir();
+    let Ok(entries) = fs::read_dir(&dir) else {
+        return Ok(());
+    };
+    let this_boot = boot_id();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if !name.to_string_lossy().starts_with(ZRAM_MARKER_PREFIX) {
+            continue;
+        }
+        let marker_path = entry.path();
+        let Some(marker) = fs::read_to_string(&marker_path)
+            .ok()
+            .and_then(|t| ZramMarker::parse(&t))
+        else {
+            let _ = fs::remove_file(&marker_path);
+            continue;
+        };
+        if marker.boot_id != this_boot {
+            // From an earlier boot: the device it names is not ours.
+            let _ = fs::remove_file(&marker_path);
+            continue;
+        }
+        if marker.owner_alive() {
+            continue;
+        }
+        let sys = zram_sys(marker.index);
+        let dev = zram_dev(marker.index);
+        if sys.exists() {
+            let disksize = read_u64(&sys.join("disksize")).unwrap_or(u64::MAX);
+            let leftover = |e: KernelSwapError| KernelSwapError::CleanLeftover {
+                path: dev.clone(),
+                detail: e.to_string(),
+            };
+            if disksize == marker.disksize_bytes {
+                tools.swapoff_if_active(&dev).map_err(leftover)?;
+                zram_reset(marker.index).map_err(leftover)?;
+                if marker.hot_added {
+                    zram_hot_remove(marker.index).map_err(leftover)?;
+                }
+            } else if disksize == 0 && marker.hot_added {
+                // Hot-added but never configured: unused, remove it. EBUSY
+                // means someone opened it meanwhile; leave it then.
+                let _ = zram_hot_remove(marker.index);
+            }
+            // Any other size: someone else has configured the device since.
+        }
+        let _ = fs::remove_file(&marker_path);
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernel_swap::tests::dead_pid;
 
     #[test]
     fn chooses_zram_algorithm() {
@@ -263,5 +354,16 @@ mod tests {
             choose_algorithm(&names, current.as_deref()).as_deref(),
             Some("zstd")
         );
+    }
+
+    #[test]
+    fn marker_round_trips_and_names() {
+        let m = ZramMarker::new(3, true, 256 << 20);
+        assert_eq!(ZramMarker::parse(&m.to_text()), Some(m.clone()));
+        assert!(m.owner_alive(), "we are alive");
+        assert!(m.path().ends_with("tiermem-bench-zram3"));
+        let dead = m.owned_by(dead_pid());
+        assert!(!dead.owner_alive());
+        assert_eq!(ZramMarker::parse("pid=1\n"), None);
     }
 }

@@ -10,7 +10,7 @@
 //! set on its own stack and works in smaller batches.
 
 use crate::page::{PageState, PageWord};
-use std::sync::{Mutex, MutexGuard, TryLockError};
+use std::sync::{Mutex, MutexGuard};
 
 /// Victims per batch of the on-stack fallback.
 const SMALL_BATCH: usize = 8;
@@ -32,21 +32,31 @@ pub(super) struct EvictBufs<'a> {
     pub(super) started: &'a mut [bool],
 }
 
-/// A preallocated eviction set.
-pub(super) struct EvictScratch {
-    victims: Vec<usize>,
-    owned: Vec<(usize, PageWord)>,
-    extra: Vec<(usize, PageWord)>,
-    dirty: Vec<bool>,
-    failed: Vec<bool>,
-    pos_of: Vec<usize>,
-    started: Vec<bool>,
+/// An eviction set: the arrays of one batch, on the heap
+/// ([`EvictScratch`]) or on the stack ([`SmallEvict`]); `V` holds the
+/// victims, `P`, `B` and `R` the per-page words, flags and positions of
+/// a run.
+pub(super) struct EvictSet<V, P, B, R> {
+    victims: V,
+    owned: P,
+    extra: P,
+    dirty: B,
+    failed: B,
+    pos_of: R,
+    started: B,
 }
+
+/// A preallocated eviction set.
+pub(super) type EvictScratch = EvictSet<Vec<usize>, Vec<(usize, PageWord)>, Vec<bool>, Vec<usize>>;
+
+/// The on-stack fallback eviction set (about 0.7 KiB).
+pub(super) type SmallEvict =
+    EvictSet<[usize; SMALL_BATCH], [(usize, PageWord); SMALL_RUN], [bool; SMALL_RUN], [usize; SMALL_RUN]>;
 
 impl EvictScratch {
     fn new(batch: usize) -> EvictScratch {
         let run = 2 * batch;
-        EvictScratch {
+        EvictSet {
             victims: vec![0; batch],
             owned: vec![EMPTY; run],
             extra: vec![EMPTY; run],
@@ -56,34 +66,11 @@ impl EvictScratch {
             started: vec![false; run],
         }
     }
-
-    pub(super) fn bufs(&mut self) -> EvictBufs<'_> {
-        EvictBufs {
-            victims: &mut self.victims,
-            owned: &mut self.owned,
-            extra: &mut self.extra,
-            dirty: &mut self.dirty,
-            failed: &mut self.failed,
-            pos_of: &mut self.pos_of,
-            started: &mut self.started,
-        }
-    }
-}
-
-/// The on-stack fallback eviction set (about 0.7 KiB).
-pub(super) struct SmallEvict {
-    victims: [usize; SMALL_BATCH],
-    owned: [(usize, PageWord); SMALL_RUN],
-    extra: [(usize, PageWord); SMALL_RUN],
-    dirty: [bool; SMALL_RUN],
-    failed: [bool; SMALL_RUN],
-    pos_of: [usize; SMALL_RUN],
-    started: [bool; SMALL_RUN],
 }
 
 impl SmallEvict {
     pub(super) fn new() -> SmallEvict {
-        SmallEvict {
+        EvictSet {
             victims: [0; SMALL_BATCH],
             owned: [EMPTY; SMALL_RUN],
             extra: [EMPTY; SMALL_RUN],
@@ -93,16 +80,24 @@ impl SmallEvict {
             started: [false; SMALL_RUN],
         }
     }
+}
 
+impl<V, P, B, R> EvictSet<V, P, B, R>
+where
+    V: AsMut<[usize]>,
+    P: AsMut<[(usize, PageWord)]>,
+    B: AsMut<[bool]>,
+    R: AsMut<[usize]>,
+{
     pub(super) fn bufs(&mut self) -> EvictBufs<'_> {
         EvictBufs {
-            victims: &mut self.victims,
-            owned: &mut self.owned,
-            extra: &mut self.extra,
-            dirty: &mut self.dirty,
-            failed: &mut self.failed,
-            pos_of: &mut self.pos_of,
-            started: &mut self.started,
+            victims: self.victims.as_mut(),
+            owned: self.owned.as_mut(),
+            extra: self.extra.as_mut(),
+            dirty: self.dirty.as_mut(),
+            failed: self.failed.as_mut(),
+            pos_of: self.pos_of.as_mut(),
+            started: self.started.as_mut(),
         }
     }
 }
@@ -175,10 +170,5 @@ fn claim<T>(sets: &[Mutex<T>]) -> Option<MutexGuard<'_, T>> {
     // system call) so that concurrent faults try different sets first.
     let here = 0u8;
     let start = std::ptr::addr_of!(here) as usize >> 16;
-    (0..sets.len()).find_map(|i| match sets[(start + i) % sets.len()].try_lock() {
-        Ok(g) => Some(g),
-        // A panic while holding a set leaves plain data behind: reuse it.
-        Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
-        Err(TryLockError::WouldBlock) => None,
-    })
+    crate::claim::try_claim(sets, start)
 }

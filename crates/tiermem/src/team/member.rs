@@ -121,62 +121,36 @@ struct WindowBufs<'a> {
     words: &'a mut [u64],
 }
 
-/// A preallocated eviction window of `MAX_WINDOW` entries (about 20 KiB).
-struct WindowScratch {
-    entries: Vec<u64>,
-    victims: Vec<(u64, u64)>,
-    order: Vec<u16>,
-    keys: Vec<u32>,
-    taken: Vec<bool>,
-    words: Vec<u64>,
+/// An eviction window of `N` entries: preallocated ([`WindowScratch`],
+/// `MAX_WINDOW` entries, about 20 KiB, on the heap) or the on-stack
+/// fallback ([`SmallWindow`], about 1 KiB).
+struct Window<const N: usize> {
+    entries: [u64; N],
+    victims: [(u64, u64); N],
+    order: [u16; N],
+    keys: [u32; N],
+    taken: [bool; N],
+    words: [u64; N],
 }
 
-impl WindowScratch {
-    fn new() -> WindowScratch {
-        WindowScratch {
-            entries: vec![0; MAX_WINDOW],
-            victims: vec![(0, 0); MAX_WINDOW],
-            order: vec![0; MAX_WINDOW],
-            keys: vec![0; MAX_WINDOW],
-            taken: vec![false; MAX_WINDOW],
-            words: vec![0; MAX_WINDOW],
-        }
-    }
-
-    fn bufs(&mut self) -> WindowBufs<'_> {
-        WindowBufs {
-            entries: &mut self.entries,
-            victims: &mut self.victims,
-            order: &mut self.order,
-            keys: &mut self.keys,
-            taken: &mut self.taken,
-            words: &mut self.words,
-        }
-    }
-}
+/// A preallocated eviction window.
+type WindowScratch = Box<Window<MAX_WINDOW>>;
 
 /// Entries of the on-stack fallback window.
 const SMALL_WINDOW: usize = 32;
 
-/// The on-stack fallback window (about 1 KiB).
-struct SmallWindow {
-    entries: [u64; SMALL_WINDOW],
-    victims: [(u64, u64); SMALL_WINDOW],
-    order: [u16; SMALL_WINDOW],
-    keys: [u32; SMALL_WINDOW],
-    taken: [bool; SMALL_WINDOW],
-    words: [u64; SMALL_WINDOW],
-}
+/// The on-stack fallback window.
+type SmallWindow = Window<SMALL_WINDOW>;
 
-impl SmallWindow {
-    fn new() -> SmallWindow {
-        SmallWindow {
-            entries: [0; SMALL_WINDOW],
-            victims: [(0, 0); SMALL_WINDOW],
-            order: [0; SMALL_WINDOW],
-            keys: [0; SMALL_WINDOW],
-            taken: [false; SMALL_WINDOW],
-            words: [0; SMALL_WINDOW],
+impl<const N: usize> Window<N> {
+    fn new() -> Window<N> {
+        Window {
+            entries: [0; N],
+            victims: [(0, 0); N],
+            order: [0; N],
+            keys: [0; N],
+            taken: [false; N],
+            words: [0; N],
         }
     }
 
@@ -195,11 +169,7 @@ impl SmallWindow {
 /// A free window set, without waiting (safe in a signal handler; a fault
 /// nested in one that holds a set finds it taken).
 fn claim_window(sets: &[Mutex<WindowScratch>]) -> Option<std::sync::MutexGuard<'_, WindowScratch>> {
-    sets.iter().find_map(|m| match m.try_lock() {
-        Ok(g) => Some(g),
-        Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
-        Err(std::sync::TryLockError::WouldBlock) => None,
-    })
+    crate::claim::try_claim(sets, 0)
 }
 
 thread_local! {
@@ -262,7 +232,7 @@ impl Member {
             rank,
             host,
             scratch: (0..lanes.max(1) + 1)
-                .map(|_| Mutex::new(WindowScratch::new()))
+                .map(|_| Mutex::new(Box::new(Window::new())))
                 .collect(),
             lanes: v,
             routed: Mutex::new(None),

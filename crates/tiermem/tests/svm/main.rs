@@ -17,23 +17,15 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+#[path = "../common/svm_litmus.rs"]
+mod litmus;
 
 use common::{is_child, mix, run_child};
+use litmus::{check, spin_until, Kind, PAGE};
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
-use tiermem::svm::{SpmFlavour, Svm, SvmConfig, SvmMode, SvmProc, MAX_LOCKS};
+use tiermem::svm::{Svm, SvmConfig, SvmMode, SvmProc, MAX_LOCKS};
 use tiermem::Error;
-
-const PAGE: usize = 4096;
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Kind {
-    SpmCoherent,
-    SpmNoncoherent,
-    Dsm,
-    Mixed,
-    MixedNc,
-}
 
 const KINDS: [Kind; 5] = [
     Kind::SpmCoherent,
@@ -42,28 +34,6 @@ const KINDS: [Kind; 5] = [
     Kind::Mixed,
     Kind::MixedNc,
 ];
-
-impl Kind {
-    fn flavour(self) -> SpmFlavour {
-        match self {
-            Kind::SpmNoncoherent | Kind::MixedNc => SpmFlavour::Noncoherent,
-            _ => SpmFlavour::Coherent,
-        }
-    }
-    fn mode(self, rank: usize) -> SvmMode {
-        match self {
-            Kind::SpmCoherent | Kind::SpmNoncoherent => SvmMode::Spm,
-            Kind::Dsm => SvmMode::Dsm,
-            Kind::Mixed | Kind::MixedNc => {
-                if rank % 2 == 0 {
-                    SvmMode::Dsm
-                } else {
-                    SvmMode::Spm
-                }
-            }
-        }
-    }
-}
 
 fn svm(kind: Kind, procs: usize, heap: usize) -> Svm {
     let mut cfg = SvmConfig::new(heap, procs);
@@ -74,9 +44,7 @@ fn svm(kind: Kind, procs: usize, heap: usize) -> Svm {
 
 /// Allocates `pages` pages and puts them in this rank's mode.
 fn alloc(p: &SvmProc<'_>, kind: Kind, pages: usize) -> Result<usize, Error> {
-    let a = p.malloc(pages * PAGE)?;
-    p.set_mode(a, pages * PAGE, kind.mode(p.rank()))?;
-    Ok(a)
+    litmus::alloc(p, kind.mode(p.rank()), pages)
 }
 
 /// Runs `f` for every kind at 2, 3 and 4 processes; the run must succeed.
@@ -89,23 +57,6 @@ fn each(name: &str, f: impl Fn(&SvmProc<'_>, Kind) -> Result<(), Error> + Sync) 
             }
         }
     }
-}
-
-/// Fails a worker with a message (the run then names it).
-fn check(ok: bool, what: impl FnOnce() -> String) -> Result<(), Error> {
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::Usage(what()))
-    }
-}
-
-fn spin_until(deadline: Instant, what: &str) -> Result<(), Error> {
-    check(Instant::now() < deadline, || {
-        format!("timed out waiting for {what}")
-    })?;
-    std::thread::yield_now();
-    Ok(())
 }
 
 macro_rules! child_test {
@@ -127,29 +78,7 @@ macro_rules! child_test {
 // every mode: a reader that sees the flag sees the data.
 child_test!(message_passing_under_one_lock, {
     each("message passing", |p, kind| {
-        let data = alloc(p, kind, 1)?;
-        let flag = alloc(p, kind, 1)?;
-        p.barrier()?;
-        if p.rank() == 0 {
-            p.lock(0)?;
-            p.u64s(data + 8, 1)?[0].store(42, Relaxed);
-            p.u64s(flag, 1)?[0].store(1, Relaxed);
-            p.unlock(0)?;
-        } else {
-            let deadline = Instant::now() + Duration::from_secs(10);
-            loop {
-                p.lock(0)?;
-                let f = p.u64s(flag, 1)?[0].load(Relaxed);
-                let d = p.u64s(data + 8, 1)?[0].load(Relaxed);
-                p.unlock(0)?;
-                if f == 1 {
-                    check(d == 42, || format!("flag seen, data {d} (want 42)"))?;
-                    break;
-                }
-                spin_until(deadline, "the flag")?;
-            }
-        }
-        p.barrier()
+        litmus::message_passing(p, kind.mode(p.rank()), 0, Duration::from_secs(10))
     });
 });
 
@@ -165,94 +94,27 @@ child_test!(message_passing_under_one_lock, {
 // takes lock 2 and reads y, then x.
 child_test!(scope_consistency_allows_stale_data_outside_the_lock_scope, {
     each("scope", |p, kind| {
-        let x = alloc(p, kind, 1)?;
-        let y = alloc(p, kind, 1)?;
-        let (writer_x, writer_y, reader) = if p.procs() == 2 { (0, 0, 1) } else { (0, 1, 2) };
-        let xs = p.u64s(x, 1)?;
-        let ys = p.u64s(y, 1)?;
-        p.barrier()?;
-        let _ = std::hint::black_box(xs[0].load(Relaxed)); // everyone caches x's page (DSM)
-        p.barrier()?;
-        // Past the barrier's validation everywhere before x is written (a
-        // slow process would otherwise refetch x's page there).
-        p.scratch()[40].fetch_add(1, Relaxed);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while p.scratch()[40].load(Relaxed) < p.procs() as u64 {
-            spin_until(deadline, "everyone past the barrier")?;
-        }
-        if p.rank() == writer_x {
-            p.lock(1)?;
-            xs[0].store(1, Relaxed);
-            p.unlock(1)?;
-        }
-        if p.rank() == writer_y {
-            loop {
-                p.lock(1)?;
-                let seen = xs[0].load(Relaxed);
-                p.unlock(1)?;
-                if seen == 1 {
-                    break;
-                }
-                spin_until(deadline, "x under lock 1")?;
+        // The SPM-coherent writer of y cannot tell which pages it wrote
+        // untracked, and reports every page that became DSM-cached (x's
+        // too): stale or not.
+        let lenient = kind == Kind::Mixed && p.procs() > 2;
+        litmus::scope(p, kind.mode(p.rank()), kind, lenient, |p| {
+            // Past the barrier's validation everywhere before x is written
+            // (a slow process would otherwise refetch x's page there).
+            p.scratch()[40].fetch_add(1, Relaxed);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while p.scratch()[40].load(Relaxed) < p.procs() as u64 {
+                spin_until(deadline, "everyone past the barrier")?;
             }
-            p.lock(2)?;
-            ys[0].store(1, Relaxed);
-            p.unlock(2)?;
-        }
-        if p.rank() == reader {
-            loop {
-                p.lock(2)?;
-                let yv = ys[0].load(Relaxed);
-                let xv = xs[0].load(Relaxed);
-                p.unlock(2)?;
-                if yv == 1 {
-                    let allowed: &[u64] = if kind.mode(p.rank()) == SvmMode::Spm {
-                        &[1]
-                    } else if kind == Kind::Mixed && p.procs() > 2 {
-                        // The SPM-coherent writer of y cannot tell which
-                        // pages it wrote untracked, and reports every page
-                        // that became DSM-cached (x's too): stale or not.
-                        &[0, 1]
-                    } else {
-                        &[0]
-                    };
-                    check(allowed.contains(&xv), || {
-                        format!("{kind:?}: reader saw y = 1 and x = {xv}, allowed {allowed:?}")
-                    })?;
-                    break;
-                }
-                spin_until(deadline, "y under lock 2")?;
-            }
-        }
-        // Barriers order everything: x = 1 for all now.
-        p.barrier()?;
-        let xv = xs[0].load(Relaxed);
-        check(xv == 1, || format!("after the barrier x = {xv}"))?;
-        p.barrier()
+            Ok(deadline)
+        })
     });
 });
 
 // Litmus 3, barriers: everyone writes its own words of shared pages
 // without locks; after a barrier everyone sees every word.
 child_test!(barriers_order_everything, {
-    each("barriers", |p, kind| {
-        let a = alloc(p, kind, 2)?;
-        let w = p.u64s(a, 2 * PAGE / 8)?;
-        for round in 0..3u64 {
-            for (k, x) in w.iter().enumerate().skip(p.rank()).step_by(p.procs()) {
-                x.store(mix(k as u64 ^ round << 20), Relaxed);
-            }
-            p.barrier()?;
-            for (k, x) in w.iter().enumerate() {
-                let v = x.load(Relaxed);
-                check(v == mix(k as u64 ^ round << 20), || {
-                    format!("round {round} word {k}: {v:#x}")
-                })?;
-            }
-            p.barrier()?;
-        }
-        Ok(())
-    });
+    each("barriers", |p, kind| litmus::barriers(p, kind.mode(p.rank()), 2));
 });
 
 // Several processes write disjoint bytes of the same page, each under its
@@ -260,27 +122,10 @@ child_test!(barriers_order_everything, {
 // every byte is right, in every process.
 child_test!(multiple_writers_of_one_page_under_different_locks, {
     each("multiple writers", |p, kind| {
-        let a = alloc(p, kind, 1)?;
-        let b = p.bytes(a, PAGE)?;
-        let (me, n) = (p.rank(), p.procs());
-        for round in 0..3usize {
-            let val = |k: usize| (mix((k + round * PAGE) as u64) as u8) | 1;
-            p.lock(10 + me)?;
-            for (k, x) in b.iter().enumerate().skip(me).step_by(n) {
-                x.store(val(k), Relaxed);
-            }
-            p.unlock(10 + me)?;
-            p.barrier()?;
-            for (k, x) in b.iter().enumerate() {
-                let v = x.load(Relaxed);
-                check(v == val(k), || {
-                    format!("round {round} byte {k} = {v}, want {}", val(k))
-                })?;
-            }
-            p.barrier()?;
-        }
+        let mode = kind.mode(p.rank());
+        litmus::false_sharing(p, mode)?;
         let s = p.stats();
-        if kind.mode(me) == SvmMode::Dsm {
+        if mode == SvmMode::Dsm {
             check(s.diffs > 0 && s.twins > 0 && s.notices_sent > 0, || {
                 format!("DSM stats {s:?}")
             })?;
@@ -294,37 +139,7 @@ child_test!(multiple_writers_of_one_page_under_different_locks, {
 // last bytes), one byte apart from its neighbours.
 child_test!(byte_granular_writes_at_page_edges, {
     each("page edges", |p, kind| {
-        let a = alloc(p, kind, 3)?;
-        let b = p.bytes(a, 3 * PAGE)?;
-        let me = p.rank();
-        let spots = |r: usize| {
-            [
-                PAGE - 1 - r,
-                PAGE + r,
-                2 * PAGE - 1 - r,
-                2 * PAGE + r,
-                r,
-                3 * PAGE - 1 - r,
-            ]
-        };
-        for &k in &spots(me) {
-            b[k].store(0xa0 + me as u8, Relaxed);
-        }
-        p.barrier()?;
-        for r in 0..p.procs() {
-            for &k in &spots(r) {
-                let v = b[k].load(Relaxed);
-                check(v == 0xa0 + r as u8, || {
-                    format!("byte {k} = {v:#x}, want rank {r}'s")
-                })?;
-            }
-        }
-        // Neighbours nobody wrote stay zero.
-        let n = p.procs();
-        for k in [PAGE - 1 - n, PAGE + n, 3 * PAGE / 2] {
-            check(b[k].load(Relaxed) == 0, || format!("byte {k} changed"))?;
-        }
-        p.barrier()
+        litmus::adjacent_bytes(p, kind.mode(p.rank()))
     });
 });
 
@@ -333,38 +148,7 @@ child_test!(byte_granular_writes_at_page_edges, {
 // writes its words, and after the barrier everyone checks everything.
 child_test!(mode_switches_between_barriers, {
     each("mode switches", |p, kind| {
-        let pages = 4;
-        let a = alloc(p, kind, pages)?;
-        let w = p.u64s(a, pages * PAGE / 8)?;
-        let (me, n) = (p.rank(), p.procs());
-        let pick = |round: usize, pg: usize| {
-            if mix((round * 131 + pg * 7 + me) as u64) % 2 == 0 {
-                SvmMode::Dsm
-            } else {
-                SvmMode::Spm
-            }
-        };
-        for round in 0..4usize {
-            for pg in 0..pages {
-                p.set_mode(a + pg * PAGE, PAGE, pick(round, pg))?;
-            }
-            for (k, x) in w.iter().enumerate().skip(me).step_by(n) {
-                x.store(mix((k + round * 100_000) as u64), Relaxed);
-            }
-            // Switch again while dirty: the diff must survive.
-            for pg in 0..pages {
-                p.set_mode(a + pg * PAGE, PAGE, pick(round + 1, pg))?;
-            }
-            p.barrier()?;
-            for (k, x) in w.iter().enumerate() {
-                let v = x.load(Relaxed);
-                check(v == mix((k + round * 100_000) as u64), || {
-                    format!("round {round} word {k}")
-                })?;
-            }
-            p.barrier()?;
-        }
-        Ok(())
+        litmus::mode_switches(p, kind.mode(p.rank()))
     });
 });
 

@@ -23,8 +23,11 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+#[path = "../common/svm_litmus.rs"]
+mod litmus;
 
 use common::mix;
+use litmus::{check, Kind, PAGE};
 use std::io::Read;
 use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering::Relaxed;
@@ -32,7 +35,6 @@ use std::time::{Duration, Instant};
 use tiermem::svm::{Distribution, SpmFlavour, Svm, SvmConfig, SvmMode, SvmProc, MAX_LOCKS};
 use tiermem::Error;
 
-const PAGE: usize = 4096;
 const BODY: &str = "TIERMEM_MPI_TEST_BODY";
 /// Nodes the launcher made (the bodies' expectations depend on it).
 const NODES: &str = "TIERMEM_MPI_TEST_NODES";
@@ -226,42 +228,13 @@ fn nodes() -> usize {
 
 // ---------------------------------------------------------------- bodies
 
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Kind {
-    Spm,
-    Dsm,
-    Mixed,
-    SpmNoncoherent,
-    MixedNc,
-}
-
-impl Kind {
-    fn all() -> Vec<Kind> {
-        let mut k = vec![Kind::Spm, Kind::Dsm, Kind::Mixed];
-        if nodes() == 1 {
-            k.extend([Kind::SpmNoncoherent, Kind::MixedNc]);
-        }
-        k
+/// The kinds a job runs: the noncoherent flavours only on one node.
+fn kinds() -> Vec<Kind> {
+    let mut k = vec![Kind::SpmCoherent, Kind::Dsm, Kind::Mixed];
+    if nodes() == 1 {
+        k.extend([Kind::SpmNoncoherent, Kind::MixedNc]);
     }
-    fn flavour(self) -> SpmFlavour {
-        match self {
-            Kind::SpmNoncoherent | Kind::MixedNc => SpmFlavour::Noncoherent,
-            _ => SpmFlavour::Coherent,
-        }
-    }
-    fn mode(self, rank: usize) -> SvmMode {
-        match self {
-            Kind::Spm | Kind::SpmNoncoherent => SvmMode::Spm,
-            Kind::Dsm => SvmMode::Dsm,
-            Kind::Mixed | Kind::MixedNc => {
-                if rank % 2 == 0 {
-                    SvmMode::Dsm
-                } else {
-                    SvmMode::Spm
-                }
-            }
-        }
-    }
+    k
 }
 
 fn svm(kind: Kind, heap: usize) -> Svm {
@@ -273,30 +246,12 @@ fn svm(kind: Kind, heap: usize) -> Svm {
 }
 
 fn alloc(p: &SvmProc<'_>, kind: Kind, pages: usize) -> Result<usize, Error> {
-    let a = p.malloc(pages * PAGE)?;
-    p.set_mode(a, pages * PAGE, kind.mode(p.rank()))?;
-    Ok(a)
-}
-
-fn check(ok: bool, what: impl FnOnce() -> String) -> Result<(), Error> {
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::Usage(what()))
-    }
-}
-
-fn spin_until(deadline: Instant, what: &str) -> Result<(), Error> {
-    check(Instant::now() < deadline, || {
-        format!("timed out waiting for {what}")
-    })?;
-    std::thread::yield_now();
-    Ok(())
+    litmus::alloc(p, kind.mode(p.rank()), pages)
 }
 
 /// Runs `f` in every kind; a failure names the kind.
 fn each(name: &str, f: impl Fn(&SvmProc<'_>, Kind) -> Result<(), Error> + Sync) {
-    for kind in Kind::all() {
+    for kind in kinds() {
         let s = svm(kind, 4 << 20);
         if let Err(e) = s.run(|p| f(p, kind)) {
             panic!("{name}: {kind:?}: {e}");
@@ -304,33 +259,11 @@ fn each(name: &str, f: impl Fn(&SvmProc<'_>, Kind) -> Result<(), Error> + Sync) 
     }
 }
 
-// Litmus 1, message passing under one lock: a reader that sees the flag
-// sees the data, in every mode.
+// Litmus 1, message passing under one lock (the last rank writes): a
+// reader that sees the flag sees the data, in every mode.
 fn message_passing() {
     each("message passing", |p, kind| {
-        let data = alloc(p, kind, 1)?;
-        let flag = alloc(p, kind, 1)?;
-        p.barrier()?;
-        if p.rank() == p.procs() - 1 {
-            p.lock(0)?;
-            p.u64s(data + 8, 1)?[0].store(42, Relaxed);
-            p.u64s(flag, 1)?[0].store(1, Relaxed);
-            p.unlock(0)?;
-        } else {
-            let deadline = Instant::now() + Duration::from_secs(20);
-            loop {
-                p.lock(0)?;
-                let f = p.u64s(flag, 1)?[0].load(Relaxed);
-                let d = p.u64s(data + 8, 1)?[0].load(Relaxed);
-                p.unlock(0)?;
-                if f == 1 {
-                    check(d == 42, || format!("flag seen, data {d} (want 42)"))?;
-                    break;
-                }
-                spin_until(deadline, "the flag")?;
-            }
-        }
-        p.barrier()
+        litmus::message_passing(p, kind.mode(p.rank()), p.procs() - 1, Duration::from_secs(20))
     });
 }
 
@@ -345,149 +278,29 @@ fn message_passing() {
 // ranks 0 and 2 share a node, 1 is on the other).
 fn scope() {
     each("scope", |p, kind| {
-        let x = alloc(p, kind, 1)?;
-        let y = alloc(p, kind, 1)?;
-        let (writer_x, writer_y, reader) = if p.procs() == 2 { (0, 0, 1) } else { (0, 1, 2) };
-        let xs = p.u64s(x, 1)?;
-        let ys = p.u64s(y, 1)?;
-        p.barrier()?;
-        let _ = std::hint::black_box(xs[0].load(Relaxed)); // everyone caches x's page
-        p.barrier()?;
-        // Everyone past the barrier's validation before x is written.
-        p.allreduce_sum(0)?;
-        let deadline = Instant::now() + Duration::from_secs(20);
-        if p.rank() == writer_x {
-            p.lock(1)?;
-            xs[0].store(1, Relaxed);
-            p.unlock(1)?;
-        }
-        if p.rank() == writer_y {
-            loop {
-                p.lock(1)?;
-                let seen = xs[0].load(Relaxed);
-                p.unlock(1)?;
-                if seen == 1 {
-                    break;
-                }
-                spin_until(deadline, "x under lock 1")?;
-            }
-            p.lock(2)?;
-            ys[0].store(1, Relaxed);
-            p.unlock(2)?;
-        }
-        if p.rank() == reader {
-            loop {
-                p.lock(2)?;
-                let yv = ys[0].load(Relaxed);
-                let xv = xs[0].load(Relaxed);
-                p.unlock(2)?;
-                if yv == 1 {
-                    let allowed: &[u64] = if kind.mode(p.rank()) == SvmMode::Spm {
-                        &[1]
-                    } else if matches!(kind, Kind::Mixed | Kind::MixedNc) && p.procs() > 2 {
-                        &[0, 1]
-                    } else {
-                        &[0]
-                    };
-                    check(allowed.contains(&xv), || {
-                        format!("{kind:?}: reader saw y = 1 and x = {xv}, allowed {allowed:?}")
-                    })?;
-                    break;
-                }
-                spin_until(deadline, "y under lock 2")?;
-            }
-        }
-        p.barrier()?;
-        let xv = xs[0].load(Relaxed);
-        check(xv == 1, || format!("after the barrier x = {xv}"))?;
-        p.barrier()
+        let lenient = matches!(kind, Kind::Mixed | Kind::MixedNc) && p.procs() > 2;
+        litmus::scope(p, kind.mode(p.rank()), kind, lenient, |p| {
+            // Everyone past the barrier's validation before x is written.
+            p.allreduce_sum(0)?;
+            Ok(Instant::now() + Duration::from_secs(20))
+        })
     });
 }
 
-// Litmus 3, barriers: every rank writes its own words of shared pages
-// without locks; after a barrier everyone sees every word.
+// Litmus 3, barriers, over three pages.
 fn barriers() {
-    each("barriers", |p, kind| {
-        let a = alloc(p, kind, 3)?;
-        let w = p.u64s(a, 3 * PAGE / 8)?;
-        for round in 0..3u64 {
-            for (k, x) in w.iter().enumerate().skip(p.rank()).step_by(p.procs()) {
-                x.store(mix(k as u64 ^ round << 20), Relaxed);
-            }
-            p.barrier()?;
-            for (k, x) in w.iter().enumerate() {
-                let v = x.load(Relaxed);
-                check(v == mix(k as u64 ^ round << 20), || {
-                    format!("round {round} word {k}: {v:#x}")
-                })?;
-            }
-            p.barrier()?;
-        }
-        Ok(())
-    });
+    each("barriers", |p, kind| litmus::barriers(p, kind.mode(p.rank()), 3));
 }
 
-// Litmus 4, false sharing: every rank writes disjoint bytes (stride =
-// ranks) of one page under its own lock; diffs are byte-exact, so after a
-// barrier every byte is right everywhere.
 fn false_sharing() {
     each("false sharing", |p, kind| {
-        let a = alloc(p, kind, 1)?;
-        let b = p.bytes(a, PAGE)?;
-        let (me, n) = (p.rank(), p.procs());
-        for round in 0..3usize {
-            let val = |k: usize| (mix((k + round * PAGE) as u64) as u8) | 1;
-            p.lock(10 + me)?;
-            for (k, x) in b.iter().enumerate().skip(me).step_by(n) {
-                x.store(val(k), Relaxed);
-            }
-            p.unlock(10 + me)?;
-            p.barrier()?;
-            for (k, x) in b.iter().enumerate() {
-                let v = x.load(Relaxed);
-                check(v == val(k), || {
-                    format!("round {round} byte {k} = {v}, want {}", val(k))
-                })?;
-            }
-            p.barrier()?;
-        }
-        Ok(())
+        litmus::false_sharing(p, kind.mode(p.rank()))
     });
 }
 
-// Litmus 5, adjacent bytes at page edges from different ranks (the diff of
-// one rank must not carry its neighbours' old bytes).
 fn adjacent_bytes() {
     each("adjacent bytes", |p, kind| {
-        let a = alloc(p, kind, 3)?;
-        let b = p.bytes(a, 3 * PAGE)?;
-        let spots = |r: usize| {
-            [
-                PAGE - 1 - r,
-                PAGE + r,
-                2 * PAGE - 1 - r,
-                2 * PAGE + r,
-                r,
-                3 * PAGE - 1 - r,
-            ]
-        };
-        for &k in &spots(p.rank()) {
-            b[k].store(0xa0 + p.rank() as u8, Relaxed);
-        }
-        p.barrier()?;
-        for r in 0..p.procs() {
-            for &k in &spots(r) {
-                let v = b[k].load(Relaxed);
-                check(v == 0xa0 + r as u8, || {
-                    format!("byte {k} = {v:#x}, want rank {r}'s")
-                })?;
-            }
-        }
-        let n = p.procs();
-        for k in [PAGE - 1 - n, PAGE + n, 3 * PAGE / 2] {
-            check(b[k].load(Relaxed) == 0, || format!("byte {k} changed"))?;
-        }
-        p.barrier()
+        litmus::adjacent_bytes(p, kind.mode(p.rank()))
     });
 }
 
@@ -495,36 +308,7 @@ fn adjacent_bytes() {
 // on the other node switch between a release-consistent copy and DSM).
 fn mode_switches() {
     each("mode switches", |p, kind| {
-        let pages = 4;
-        let a = alloc(p, kind, pages)?;
-        let w = p.u64s(a, pages * PAGE / 8)?;
-        let (me, n) = (p.rank(), p.procs());
-        let pick = |round: usize, pg: usize| {
-            if mix((round * 131 + pg * 7 + me) as u64) % 2 == 0 {
-                SvmMode::Dsm
-            } else {
-                SvmMode::Spm
-            }
-        };
-        for round in 0..4usize {
-            for pg in 0..pages {
-                p.set_mode(a + pg * PAGE, PAGE, pick(round, pg))?;
-            }
-            for (k, x) in w.iter().enumerate().skip(me).step_by(n) {
-                x.store(mix((k + round * 100_000) as u64), Relaxed);
-            }
-            for pg in 0..pages {
-                p.set_mode(a + pg * PAGE, PAGE, pick(round + 1, pg))?;
-            }
-            p.barrier()?;
-            for (k, x) in w.iter().enumerate() {
-                check(x.load(Relaxed) == mix((k + round * 100_000) as u64), || {
-                    format!("round {round} word {k}")
-                })?;
-            }
-            p.barrier()?;
-        }
-        Ok(())
+        litmus::mode_switches(p, kind.mode(p.rank()))
     });
 }
 
@@ -598,7 +382,7 @@ fn stress() {
     let configs = [
         (Kind::Dsm, Distribution::Block),
         (Kind::Mixed, Distribution::Cyclic),
-        (Kind::Spm, Distribution::Cyclic),
+        (Kind::SpmCoherent, Distribution::Cyclic),
     ];
     for (kind, dist) in configs {
         {
@@ -851,65 +635,45 @@ fn run_body(name: &str) {
 
 // ---------------------------------------------------------------- tests
 
-#[test]
-fn litmus_one_node() {
-    if let Some(b) = body() {
-        return run_body(&b);
-    }
-    launch(
-        "litmus_one_node",
-        "litmus",
-        &[(2, Layout::OneNode), (4, Layout::OneNode)],
-    );
+/// A test that launches `mpirun` on `body` in each of `cases` (ranks,
+/// layout); inside the job (`TIERMEM_MPI_TEST_BODY` set) it runs the body.
+macro_rules! mpi_test {
+    ($name:ident, $body:literal, $cases:expr) => {
+        #[test]
+        fn $name() {
+            if let Some(b) = body() {
+                return run_body(&b);
+            }
+            launch(stringify!($name), $body, $cases);
+        }
+    };
 }
 
-#[test]
-fn litmus_two_nodes() {
-    if let Some(b) = body() {
-        return run_body(&b);
-    }
-    launch(
-        "litmus_two_nodes",
-        "litmus",
-        &[(2, Layout::TwoNodes), (4, Layout::TwoNodes)],
-    );
-}
+mpi_test!(
+    litmus_one_node,
+    "litmus",
+    &[(2, Layout::OneNode), (4, Layout::OneNode)]
+);
 
-#[test]
-fn stress_every_byte_verified() {
-    if let Some(b) = body() {
-        return run_body(&b);
-    }
-    launch(
-        "stress_every_byte_verified",
-        "stress",
-        &[(3, Layout::OneNode), (4, Layout::TwoNodes)],
-    );
-}
+mpi_test!(
+    litmus_two_nodes,
+    "litmus",
+    &[(2, Layout::TwoNodes), (4, Layout::TwoNodes)]
+);
 
-#[test]
-fn a_failing_rank_stops_the_others() {
-    if let Some(b) = body() {
-        return run_body(&b);
-    }
-    launch(
-        "a_failing_rank_stops_the_others",
-        "failing",
-        &[(3, Layout::TwoNodes)],
-    );
-}
+mpi_test!(
+    stress_every_byte_verified,
+    "stress",
+    &[(3, Layout::OneNode), (4, Layout::TwoNodes)]
+);
 
-#[test]
-fn bad_use_is_refused_in_an_mpi_job() {
-    if let Some(b) = body() {
-        return run_body(&b);
-    }
-    launch(
-        "bad_use_is_refused_in_an_mpi_job",
-        "bad",
-        &[(2, Layout::TwoNodes)],
-    );
-}
+mpi_test!(
+    a_failing_rank_stops_the_others,
+    "failing",
+    &[(3, Layout::TwoNodes)]
+);
+
+mpi_test!(bad_use_is_refused_in_an_mpi_job, "bad", &[(2, Layout::TwoNodes)]);
 
 #[test]
 fn a_dying_rank_ends_the_job_instead_of_hanging() {
