@@ -40,6 +40,10 @@ pub enum Workload {
     Malstone,
     /// Bottom-up BFS with a black-list check per visited vertex.
     Bfs,
+    /// A histogram built under locks: processes take tasks from a shared
+    /// queue (a counter under lock 0) and add each task's counts into the
+    /// shared bins, one lock per page of bins.
+    Locks,
 }
 
 impl Workload {
@@ -49,13 +53,19 @@ impl Workload {
             Workload::Bucket => "bucket",
             Workload::Malstone => "malstone",
             Workload::Bfs => "bfs",
+            Workload::Locks => "locks",
         }
     }
     /// Parses a name.
     pub fn parse(s: &str) -> Option<Workload> {
-        [Workload::Bucket, Workload::Malstone, Workload::Bfs]
-            .into_iter()
-            .find(|w| w.name() == s)
+        [
+            Workload::Bucket,
+            Workload::Malstone,
+            Workload::Bfs,
+            Workload::Locks,
+        ]
+        .into_iter()
+        .find(|w| w.name() == s)
     }
 }
 
@@ -126,7 +136,20 @@ pub struct SvmBenchParams {
     pub roots: usize,
     /// BFS: black-list entries (u64 ids; 16384 is the paper's 128 KiB).
     pub black_list: usize,
+    /// Locks: items counted (u64 values hashed into bins).
+    pub lock_items: usize,
+    /// Locks: items per task taken from the shared queue.
+    pub lock_task: usize,
+    /// Locks: pages of bins (512 u64 bins each), one lock per page
+    /// (at most [`LOCK_STRIPES_MAX`]).
+    pub lock_stripes: usize,
 }
+
+/// The most bin pages of the lock workload (locks 1..=this; lock 0 guards
+/// the queue).
+pub const LOCK_STRIPES_MAX: usize = 64;
+/// Bins per page of the lock workload.
+const LOCK_BINS: usize = PAGE / 8;
 
 impl Default for SvmBenchParams {
     fn default() -> Self {
@@ -138,6 +161,9 @@ impl Default for SvmBenchParams {
             scale: 17,
             roots: 4,
             black_list: 16384,
+            lock_items: 1 << 20,
+            lock_task: 4096,
+            lock_stripes: 16,
         }
     }
 }
@@ -548,6 +574,79 @@ fn bfs(p: &SvmProc<'_>, prm: &SvmBenchParams, mode: BenchMode) -> Result<(), Err
     Ok(())
 }
 
+/// A histogram under locks (a shared work queue and striped bins): the
+/// items (`lock_items` hashes) are cut into tasks of `lock_task` items;
+/// each process takes the next task number from a counter under lock 0,
+/// counts the task's items into a private histogram, then adds it into
+/// the shared bins page by page, each page under its own lock (`1 + page`,
+/// starting at a page that depends on the rank so that processes do not
+/// queue on the same lock). Every update is a read-modify-write of shared
+/// words inside a critical section: the time goes to taking locks and to
+/// the consistency actions at acquire and release. Phases: update (until
+/// the queue is empty), reduce (each process folds its share of the bins
+/// into the checksum; the sum of the bins must be `lock_items`). The bins
+/// are DSM in hybrid (written by every process, under locks).
+fn locks(p: &SvmProc<'_>, prm: &SvmBenchParams, mode: BenchMode) -> Result<(), Error> {
+    let (me, np) = (p.rank(), p.procs());
+    let stripes = prm.lock_stripes.clamp(1, LOCK_STRIPES_MAX);
+    let nbins = stripes * LOCK_BINS;
+    let task = prm.lock_task.max(1);
+    let tasks = prm.lock_items.div_ceil(task);
+    let queue_a = alloc(p, PAGE, mode)?;
+    let bins_a = alloc(p, stripes * PAGE, mode)?;
+    if mode.hybrid() && np > 1 {
+        p.set_mode(bins_a, stripes * PAGE, SvmMode::Dsm)?;
+    }
+    let queue = p.u64s(queue_a, 1)?;
+    let bins = p.u64s(bins_a, nbins)?;
+    let mut ph = Phases::start(p)?;
+    let mut local = vec![0u64; nbins];
+    loop {
+        p.lock(0)?;
+        let t = queue[0].load(Relaxed);
+        if t < tasks as u64 {
+            queue[0].store(t + 1, Relaxed);
+        }
+        p.unlock(0)?;
+        if t >= tasks as u64 {
+            break;
+        }
+        let t = t as usize;
+        local.iter_mut().for_each(|x| *x = 0);
+        for i in t * task..((t + 1) * task).min(prm.lock_items) {
+            local[(mix(i as u64 ^ 0x10c5) % nbins as u64) as usize] += 1;
+        }
+        for k in 0..stripes {
+            let s = (k + me) % stripes;
+            p.lock(1 + s)?;
+            for (b, &c) in bins[s * LOCK_BINS..(s + 1) * LOCK_BINS]
+                .iter()
+                .zip(&local[s * LOCK_BINS..(s + 1) * LOCK_BINS])
+            {
+                if c != 0 {
+                    b.store(b.load(Relaxed) + c, Relaxed);
+                }
+            }
+            p.unlock(1 + s)?;
+        }
+    }
+    ph.lap()?;
+    let (lo, hi) = share(nbins, me, np);
+    let mut sum = 0u64;
+    for (i, b) in bins.iter().enumerate().take(hi).skip(lo) {
+        sum = sum.wrapping_add(mix(i as u64 ^ b.load(Relaxed) << 32));
+    }
+    p.scratch()[S_SUM].fetch_add(sum, Relaxed);
+    ph.lap()?;
+    if me == 0 {
+        let total: u64 = bins.iter().map(|b| b.load(Relaxed)).sum();
+        if total != prm.lock_items as u64 || queue[0].load(Relaxed) != tasks as u64 {
+            fail(p);
+        }
+    }
+    Ok(())
+}
+
 fn heap_bytes(w: Workload, prm: &SvmBenchParams, procs: usize) -> usize {
     let slack = 16 * PAGE;
     slack
@@ -561,6 +660,7 @@ fn heap_bytes(w: Workload, prm: &SvmBenchParams, procs: usize) -> usize {
                 let nv = 1usize << prm.scale;
                 pages((nv + 1) * 4) + pages(32 * nv * 4) + pages(nv * 4) + pages(prm.black_list * 8)
             }
+            Workload::Locks => PAGE + prm.lock_stripes.clamp(1, LOCK_STRIPES_MAX) * PAGE,
         }
 }
 
@@ -583,15 +683,11 @@ pub fn run_one(
         Workload::Bucket => bucket(p, prm, mode),
         Workload::Malstone => malstone(p, prm, mode),
         Workload::Bfs => bfs(p, prm, mode),
+        Workload::Locks => locks(p, prm, mode),
     })
     .map_err(|e| format!("{} {} x{procs}: {e}", w.name(), mode.name()))?;
     let sc = svm.scratch();
-    let names: &[&str] = match w {
-        Workload::Bucket => &["generate", "bucket", "sort", "merge"],
-        Workload::Malstone => &["generate", "count", "reduce"],
-        Workload::Bfs => &["bfs"],
-    };
-    let phases: Vec<(String, f64)> = names
+    let phases: Vec<(String, f64)> = phase_names(w)
         .iter()
         .enumerate()
         .map(|(k, n)| (n.to_string(), sc[S_PHASE + k].load(Relaxed) as f64 / 1e9))
@@ -825,6 +921,7 @@ pub fn run_one_mpi(
         Workload::Bucket => bucket(p, prm, mode),
         Workload::Malstone => malstone(p, prm, mode),
         Workload::Bfs => bfs(p, prm, mode),
+        Workload::Locks => locks(p, prm, mode),
     })
     .map_err(|e| format!("{} {} x{ranks}: {e}", w.name(), mode.name()))?;
     if svm.mpi_rank() != Some(0) {
@@ -855,6 +952,7 @@ fn phase_names(w: Workload) -> &'static [&'static str] {
         Workload::Bucket => &["generate", "bucket", "sort", "merge"],
         Workload::Malstone => &["generate", "count", "reduce"],
         Workload::Bfs => &["bfs"],
+        Workload::Locks => &["update", "reduce"],
     }
 }
 
@@ -904,6 +1002,7 @@ impl Record {
             ("bytes_out", s.net_bytes_out),
             ("net_ops", s.net_ops),
             ("net_flushes", s.net_flushes),
+            ("locks", s.locks),
         ] {
             b.insert(k.to_string(), v as f64);
         }
@@ -979,7 +1078,7 @@ pub fn compare(mut records: Vec<Record>) -> Result<Comparison, String> {
         .collect();
     keys.sort_by(|a, b| {
         let order = |w: &str| {
-            ["bucket", "malstone", "bfs"]
+            ["bucket", "malstone", "bfs", "locks"]
                 .iter()
                 .position(|x| *x == w)
                 .unwrap_or(9)
@@ -1204,4 +1303,38 @@ pub fn export_graph(scale: u32, path: &std::path::Path) -> Result<(), String> {
         out.extend_from_slice(&a.to_le_bytes());
     }
     std::fs::write(path, out).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The lock workload on a forked team: every mode at 2 and 3 processes
+    /// gives the one-process checksum, passes its checks and takes locks.
+    #[test]
+    fn lock_workload_matches_one_process() {
+        let prm = SvmBenchParams {
+            lock_items: 40_000,
+            lock_task: 1000,
+            lock_stripes: 4,
+            ..SvmBenchParams::default()
+        };
+        let cpus: Vec<usize> = (0..tiermem_sys::thread::online_cpus()).collect();
+        let one = run_one(Workload::Locks, BenchMode::SpmCoherent, 1, &prm, &cpus, 0).unwrap();
+        assert!(one.valid);
+        for procs in [2, 3] {
+            for mode in [
+                BenchMode::SpmCoherent,
+                BenchMode::SpmNoncoherent,
+                BenchMode::Hybrid,
+                BenchMode::Dsm,
+            ] {
+                let r = run_one(Workload::Locks, mode, procs, &prm, &cpus, 0).unwrap();
+                assert!(r.valid, "{} x{procs}: checks failed", mode.name());
+                assert_eq!(r.checksum, one.checksum, "{} x{procs}", mode.name());
+                // 40 tasks + the final empty take per process, 4 locks a task.
+                assert_eq!(r.stats.locks, 40 * 5 + procs as u64, "{} x{procs}", mode.name());
+            }
+        }
+    }
 }
