@@ -1,21 +1,24 @@
 // Paper 5's SVM workloads (bucket sort, Malstone-A, BFS with a black list)
-// written against ArgoDSM's API, for the side-by-side comparison with
+// and a histogram under locks, written against ArgoDSM's API, for the side-by-side comparison with
 // tiermem's SVM over MPI (docs/svm.md). The computations, inputs and
 // checksums are those of crates/tiermem-workloads/src/svm.rs, so both
 // systems' results are checked against the same one-rank checksum; the BFS
 // reads the Graph500 graph that `tiermem bench svm --export-graph` wrote.
 //
 // Not ArgoDSM code: it uses ArgoDSM through its public API (argo.hpp:
-// init, conew_array, codelete_array, barrier, node_id, number_of_nodes) and
-// reads its statistics (backend/mpi/swdsm.h). Built against the external
+// init, conew_array, codelete_array, barrier, node_id, number_of_nodes, its
+// global lock argo::globallock::global_tas_lock) and reads its statistics
+// (backend/mpi/swdsm.h). Built against the external
 // tree by path with benches/argodsm/build.sh.
 //
-//   mpirun -np N svm_argo [--workloads bucket,malstone,bfs] [--reps R]
+//   mpirun -np N svm_argo [--workloads bucket,malstone,bfs,locks] [--reps R]
 //          [--graph FILE] [--records FILE] [--keys K] [--records-n N] ...
 //
 // Output: one JSON line per run (rank 0) to --records, in the format of
 // tiermem's `bench svm --mpi` (system "argodsm").
 #include <mpi.h>
+#include <sched.h>
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -29,6 +32,7 @@
 
 #include "argo.hpp"
 #include "backend/mpi/swdsm.h"
+#include "synchronization/global_tas_lock.hpp"
 
 namespace {
 
@@ -52,6 +56,7 @@ size_t pages(size_t bytes) { return (bytes + PAGE - 1) / PAGE * PAGE; }
 struct Params {
     size_t keys = 4 << 20, bucket_keys = 256, records = 8 << 20, sites = 1 << 16;
     size_t roots = 4, black_list = 16384;
+    size_t lock_items = 1 << 20, lock_task = 4096, lock_stripes = 16;
     std::string graph;
 };
 
@@ -59,6 +64,8 @@ struct Run {
     std::vector<std::pair<std::string, double>> phases;
     uint64_t sum = 0;  // this rank's part of the checksum
     uint64_t errors = 0;
+    double lock_s = 0;  // this rank's time in lock() and unlock()
+    uint64_t locks = 0;
 };
 
 double now() {
@@ -309,6 +316,85 @@ Run bfs(const Params &prm) {
     return run;
 }
 
+// The histogram under locks of crates/tiermem-workloads/src/svm.rs
+// (`locks`): tasks from a shared counter under lock 0, each task's counts
+// added into the shared bins page by page, page s under lock 1 + s.
+// ArgoDSM's locks are global_tas_lock objects (a test-and-set on a word of
+// the global memory, with ArgoDSM's acquire and release, as its
+// documentation's lock example uses); one process per node, so no cohort
+// lock layer is needed.
+Run locks(const Params &prm) {
+    using tas = argo::globallock::global_tas_lock;
+    Run run;
+    size_t me = argo::node_id(), np = argo::number_of_nodes();
+    const size_t BINS = PAGE / 8;
+    size_t stripes = std::min<size_t>(std::max<size_t>(prm.lock_stripes, 1), 64);
+    size_t nbins = stripes * BINS, task = std::max<size_t>(prm.lock_task, 1);
+    size_t tasks = (prm.lock_items + task - 1) / task;
+    uint64_t *queue = argo::conew_array<uint64_t>(PAGE / 8);
+    uint64_t *bins = argo::conew_array<uint64_t>(nbins);
+    tas::internal_field_type *fields = argo::conew_array<tas::internal_field_type>(PAGE / sizeof(tas::internal_field_type));
+    std::vector<tas *> lk;
+    for (size_t i = 0; i <= stripes; i++) lk.push_back(new tas(&fields[i]));
+    Phases ph(run);
+    std::vector<uint64_t> local(nbins);
+    // global_tas_lock::lock() retries with sched_yield alone; with ranks
+    // sharing CPUs the spinning holder-to-be starves the holder's own
+    // one-sided operations (under osc/ucx a run never finished). The wait
+    // here is tiermem's (team::Backoff): 200 spins, then yields up to 2000
+    // tries, then 20 us sleeps, over the lock's public try_lock().
+    auto take = [&](size_t i) {
+        double t = now();
+        for (unsigned tries = 0; !lk[i]->try_lock(); tries++) {
+            if (tries < 200) __builtin_ia32_pause();
+            else if (tries < 2000) sched_yield();
+            else {
+                struct timespec ts = {0, 20000};
+                nanosleep(&ts, nullptr);
+            }
+        }
+        run.lock_s += now() - t;
+        run.locks++;
+    };
+    auto give = [&](size_t i) {
+        double t = now();
+        lk[i]->unlock();
+        run.lock_s += now() - t;
+    };
+    for (;;) {
+        take(0);
+        uint64_t t = queue[0];
+        if (t < tasks) queue[0] = t + 1;
+        give(0);
+        if (t >= tasks) break;
+        std::fill(local.begin(), local.end(), 0);
+        size_t end = std::min((t + 1) * task, prm.lock_items);
+        for (size_t i = t * task; i < end; i++) local[mix(i ^ 0x10c5) % nbins]++;
+        for (size_t k = 0; k < stripes; k++) {
+            size_t s = (k + me) % stripes;
+            take(1 + s);
+            for (size_t b = s * BINS; b < (s + 1) * BINS; b++)
+                if (local[b]) bins[b] += local[b];
+            give(1 + s);
+        }
+    }
+    ph.lap("update");
+    Range r = share(nbins, me, np);
+    for (size_t i = r.lo; i < r.hi; i++) run.sum += mix(i ^ bins[i] << 32);
+    ph.lap("reduce");
+    if (me == 0) {
+        uint64_t total = 0;
+        for (size_t i = 0; i < nbins; i++) total += bins[i];
+        if (total != prm.lock_items || queue[0] != tasks) run.errors++;
+    }
+    argo::barrier();
+    for (tas *l : lk) delete l;
+    argo::codelete_array(fields);
+    argo::codelete_array(bins);
+    argo::codelete_array(queue);
+    return run;
+}
+
 int nodes_of_job() {
     MPI_Comm node;
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
@@ -324,7 +410,7 @@ int nodes_of_job() {
 
 int main(int argc, char **argv) {
     Params prm;
-    std::string workloads = "bucket,malstone,bfs", records, mode = "argo";
+    std::string workloads = "bucket,malstone,bfs,locks", records, mode = "argo";
     size_t reps = 1, mem = 512ul << 20;
     for (int i = 1; i + 1 < argc; i += 2) {
         std::string k = argv[i], v = argv[i + 1];
@@ -340,6 +426,9 @@ int main(int argc, char **argv) {
         else if (k == "--sites") prm.sites = std::stoul(v);
         else if (k == "--roots") prm.roots = std::stoul(v);
         else if (k == "--black-list") prm.black_list = std::stoul(v);
+        else if (k == "--lock-items") prm.lock_items = std::stoul(v);
+        else if (k == "--lock-task") prm.lock_task = std::stoul(v);
+        else if (k == "--lock-stripes") prm.lock_stripes = std::stoul(v);
         else {
             std::fprintf(stderr, "svm_argo: unknown option %s\n", k.c_str());
             return 2;
@@ -363,6 +452,7 @@ int main(int argc, char **argv) {
             if (w == "bucket") run = bucket(prm);
             else if (w == "malstone") run = malstone(prm);
             else if (w == "bfs") run = bfs(prm);
+            else if (w == "locks") run = locks(prm);
             else {
                 if (me == 0) std::fprintf(stderr, "svm_argo: unknown workload %s\n", w.c_str());
                 rc = 2;
@@ -370,11 +460,13 @@ int main(int argc, char **argv) {
             }
             uint64_t sum = allreduce_sum(run.sum), errors = allreduce_sum(run.errors);
             // Counters of all ranks (ArgoDSM keeps them per process).
-            double mine[8] = {(double)stats.read_misses.load(), (double)stats.write_misses.load(),
+            // lock_ms: time in the locks' lock() and unlock() (with ArgoDSM's
+            // acquire and release); sync_lock_ms: its internal sync_lock.
+            double mine[9] = {(double)stats.read_misses.load(), (double)stats.write_misses.load(),
                               stats.load_time, stats.store_time, stats.barriertime, stats.selfinvtime,
-                              stats.sync_lock_time, (double)stats.locks};
-            double all[8];
-            MPI_Allreduce(mine, all, 8, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+                              stats.sync_lock_time, run.lock_s, (double)run.locks};
+            double all[9];
+            MPI_Allreduce(mine, all, 9, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
             if (me != 0) continue;
             double secs = 0;
             for (auto &p : run.phases) secs += p.second;
@@ -394,9 +486,10 @@ int main(int argc, char **argv) {
                 std::fprintf(out, "%s[\"%s\",%.9f]", k ? "," : "", run.phases[k].first.c_str(), run.phases[k].second);
             std::fprintf(out, "],\"checksum\":%" PRIu64 ",\"valid\":%s,\"breakdown\":{\"read_misses\":%.0f,"
                               "\"write_misses\":%.0f,\"fetch_pages\":%.0f,\"load_ms\":%.3f,\"store_ms\":%.3f,"
-                              "\"barrier_ms\":%.3f,\"selfinv_ms\":%.3f,\"lock_ms\":%.3f}}\n",
+                              "\"barrier_ms\":%.3f,\"selfinv_ms\":%.3f,\"sync_lock_ms\":%.3f,\"lock_ms\":%.3f,"
+                              "\"locks\":%.0f}}\n",
                          sum, errors ? "false" : "true", all[0], all[1], all[0], all[2] * 1e3, all[3] * 1e3,
-                         all[4] * 1e3, all[5] * 1e3, all[6] * 1e3);
+                         all[4] * 1e3, all[5] * 1e3, all[6] * 1e3, all[7] * 1e3, all[8]);
             std::fclose(out);
         }
     }

@@ -7,8 +7,8 @@ use tiermem::config::parse_cpu_list;
 
 #[derive(Args)]
 pub struct SvmArgs {
-    /// Workloads (comma-separated): bucket, malstone, bfs.
-    #[arg(long, default_value = "bucket,malstone,bfs")]
+    /// Workloads (comma-separated): bucket, malstone, bfs, locks.
+    #[arg(long, default_value = "bucket,malstone,bfs,locks")]
     workloads: String,
     /// Modes: spm-coherent, spm-noncoherent, hybrid (SPM pages coherent),
     /// hybrid-noncoherent (SPM pages noncoherent).
@@ -44,6 +44,15 @@ pub struct SvmArgs {
     /// BFS: black-list entries (8 bytes each).
     #[arg(long, default_value_t = 16384)]
     black_list: usize,
+    /// Locks: items counted into the shared histogram.
+    #[arg(long, default_value_t = 1 << 20)]
+    lock_items: usize,
+    /// Locks: items per task taken from the shared queue.
+    #[arg(long, default_value_t = 4096)]
+    lock_task: usize,
+    /// Locks: pages of bins (512 bins each, one lock per page; at most 64).
+    #[arg(long, default_value_t = 16)]
+    lock_stripes: usize,
     /// CPUs to pin processes to, round-robin (default: all).
     #[arg(long)]
     cpus: Option<String>,
@@ -107,6 +116,9 @@ fn run_mpi(a: SvmArgs) -> Result<(), String> {
         scale: a.scale,
         roots: a.roots,
         black_list: a.black_list,
+        lock_items: a.lock_items,
+        lock_task: a.lock_task,
+        lock_stripes: a.lock_stripes,
     };
     let mut runs = Vec::new();
     for rep in 0..a.reps.max(1) {
@@ -191,8 +203,16 @@ pub fn run(a: SvmArgs) -> Result<(), String> {
         Some(c) => parse_cpu_list(c)?,
         None => (0..tiermem_sys::thread::online_cpus()).collect(),
     };
-    if a.keys == 0 || a.bucket_keys == 0 || a.records == 0 || a.sites == 0 || a.black_list == 0 {
-        return Err("sizes must be positive".into());
+    if a.keys == 0
+        || a.bucket_keys == 0
+        || a.records == 0
+        || a.sites == 0
+        || a.black_list == 0
+        || a.lock_items == 0
+        || a.lock_task == 0
+        || !(1..=w::LOCK_STRIPES_MAX).contains(&a.lock_stripes)
+    {
+        return Err("sizes must be positive (and at most 64 lock stripes)".into());
     }
     if !(4..=24).contains(&a.scale) || a.roots == 0 {
         return Err("BFS scale must be 4 to 24 and roots positive".into());
@@ -205,6 +225,9 @@ pub fn run(a: SvmArgs) -> Result<(), String> {
         scale: a.scale,
         roots: a.roots,
         black_list: a.black_list,
+        lock_items: a.lock_items,
+        lock_task: a.lock_task,
+        lock_stripes: a.lock_stripes,
     };
     if procs.iter().any(|&n| n > cpus.len()) {
         eprintln!(

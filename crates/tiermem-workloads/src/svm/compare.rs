@@ -23,6 +23,7 @@ pub fn run_one_mpi(
         Workload::Bucket => bucket(p, prm, mode),
         Workload::Malstone => malstone(p, prm, mode),
         Workload::Bfs => bfs(p, prm, mode),
+        Workload::Locks => locks(p, prm, mode),
     })
     .map_err(|e| format!("{} {} x{ranks}: {e}", w.name(), mode.name()))?;
     if svm.mpi_rank() != Some(0) {
@@ -48,11 +49,12 @@ pub fn run_one_mpi(
     }))
 }
 
-fn phase_names(w: Workload) -> &'static [&'static str] {
+pub(super) fn phase_names(w: Workload) -> &'static [&'static str] {
     match w {
         Workload::Bucket => &["generate", "bucket", "sort", "merge"],
         Workload::Malstone => &["generate", "count", "reduce"],
         Workload::Bfs => &["bfs"],
+        Workload::Locks => &["update", "reduce"],
     }
 }
 
@@ -102,6 +104,7 @@ impl Record {
             ("bytes_out", s.net_bytes_out),
             ("net_ops", s.net_ops),
             ("net_flushes", s.net_flushes),
+            ("locks", s.locks),
         ] {
             b.insert(k.to_string(), v as f64);
         }
@@ -177,7 +180,7 @@ pub fn compare(mut records: Vec<Record>) -> Result<Comparison, String> {
         .collect();
     keys.sort_by(|a, b| {
         let order = |w: &str| {
-            ["bucket", "malstone", "bfs"]
+            ["bucket", "malstone", "bfs", "locks"]
                 .iter()
                 .position(|x| *x == w)
                 .unwrap_or(9)

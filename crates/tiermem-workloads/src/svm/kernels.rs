@@ -376,3 +376,76 @@ pub(super) fn bfs(p: &SvmProc<'_>, prm: &SvmBenchParams, mode: BenchMode) -> Res
     }
     Ok(())
 }
+
+/// A histogram under locks (a shared work queue and striped bins): the
+/// items (`lock_items` hashes) are cut into tasks of `lock_task` items;
+/// each process takes the next task number from a counter under lock 0,
+/// counts the task's items into a private histogram, then adds it into
+/// the shared bins page by page, each page under its own lock (`1 + page`,
+/// starting at a page that depends on the rank so that processes do not
+/// queue on the same lock). Every update is a read-modify-write of shared
+/// words inside a critical section: the time goes to taking locks and to
+/// the consistency actions at acquire and release. Phases: update (until
+/// the queue is empty), reduce (each process folds its share of the bins
+/// into the checksum; the sum of the bins must be `lock_items`). The bins
+/// are DSM in hybrid (written by every process, under locks).
+pub(super) fn locks(p: &SvmProc<'_>, prm: &SvmBenchParams, mode: BenchMode) -> Result<(), Error> {
+    let (me, np) = (p.rank(), p.procs());
+    let stripes = prm.lock_stripes.clamp(1, LOCK_STRIPES_MAX);
+    let nbins = stripes * LOCK_BINS;
+    let task = prm.lock_task.max(1);
+    let tasks = prm.lock_items.div_ceil(task);
+    let queue_a = alloc(p, PAGE, mode)?;
+    let bins_a = alloc(p, stripes * PAGE, mode)?;
+    if mode.hybrid() && np > 1 {
+        p.set_mode(bins_a, stripes * PAGE, SvmMode::Dsm)?;
+    }
+    let queue = p.u64s(queue_a, 1)?;
+    let bins = p.u64s(bins_a, nbins)?;
+    let mut ph = Phases::start(p)?;
+    let mut local = vec![0u64; nbins];
+    loop {
+        p.lock(0)?;
+        let t = queue[0].load(Relaxed);
+        if t < tasks as u64 {
+            queue[0].store(t + 1, Relaxed);
+        }
+        p.unlock(0)?;
+        if t >= tasks as u64 {
+            break;
+        }
+        let t = t as usize;
+        local.iter_mut().for_each(|x| *x = 0);
+        for i in t * task..((t + 1) * task).min(prm.lock_items) {
+            local[(mix(i as u64 ^ 0x10c5) % nbins as u64) as usize] += 1;
+        }
+        for k in 0..stripes {
+            let s = (k + me) % stripes;
+            p.lock(1 + s)?;
+            for (b, &c) in bins[s * LOCK_BINS..(s + 1) * LOCK_BINS]
+                .iter()
+                .zip(&local[s * LOCK_BINS..(s + 1) * LOCK_BINS])
+            {
+                if c != 0 {
+                    b.store(b.load(Relaxed) + c, Relaxed);
+                }
+            }
+            p.unlock(1 + s)?;
+        }
+    }
+    ph.lap()?;
+    let (lo, hi) = share(nbins, me, np);
+    let mut sum = 0u64;
+    for (i, b) in bins.iter().enumerate().take(hi).skip(lo) {
+        sum = sum.wrapping_add(mix(i as u64 ^ b.load(Relaxed) << 32));
+    }
+    p.scratch()[S_SUM].fetch_add(sum, Relaxed);
+    ph.lap()?;
+    if me == 0 {
+        let total: u64 = bins.iter().map(|b| b.load(Relaxed)).sum();
+        if total != prm.lock_items as u64 || queue[0].load(Relaxed) != tasks as u64 {
+            fail(p);
+        }
+    }
+    Ok(())
+}

@@ -32,7 +32,7 @@ mod compare;
 mod kernels;
 
 pub use compare::*;
-use kernels::{bfs, bucket, malstone, pages, GRAPH_SEED, S_ERR, S_PHASE, S_SUM};
+use kernels::{bfs, bucket, locks, malstone, pages, GRAPH_SEED, S_ERR, S_PHASE, S_SUM};
 
 const PAGE: usize = 4096;
 
@@ -46,6 +46,10 @@ pub enum Workload {
     Malstone,
     /// Bottom-up BFS with a black-list check per visited vertex.
     Bfs,
+    /// A histogram built under locks: processes take tasks from a shared
+    /// queue (a counter under lock 0) and add each task's counts into the
+    /// shared bins, one lock per page of bins.
+    Locks,
 }
 
 impl Workload {
@@ -55,13 +59,19 @@ impl Workload {
             Workload::Bucket => "bucket",
             Workload::Malstone => "malstone",
             Workload::Bfs => "bfs",
+            Workload::Locks => "locks",
         }
     }
     /// Parses a name.
     pub fn parse(s: &str) -> Option<Workload> {
-        [Workload::Bucket, Workload::Malstone, Workload::Bfs]
-            .into_iter()
-            .find(|w| w.name() == s)
+        [
+            Workload::Bucket,
+            Workload::Malstone,
+            Workload::Bfs,
+            Workload::Locks,
+        ]
+        .into_iter()
+        .find(|w| w.name() == s)
     }
 }
 
@@ -132,7 +142,20 @@ pub struct SvmBenchParams {
     pub roots: usize,
     /// BFS: black-list entries (u64 ids; 16384 is the paper's 128 KiB).
     pub black_list: usize,
+    /// Locks: items counted (u64 values hashed into bins).
+    pub lock_items: usize,
+    /// Locks: items per task taken from the shared queue.
+    pub lock_task: usize,
+    /// Locks: pages of bins (512 u64 bins each), one lock per page
+    /// (at most [`LOCK_STRIPES_MAX`]).
+    pub lock_stripes: usize,
 }
+
+/// The most bin pages of the lock workload (locks 1..=this; lock 0 guards
+/// the queue).
+pub const LOCK_STRIPES_MAX: usize = 64;
+/// Bins per page of the lock workload.
+const LOCK_BINS: usize = PAGE / 8;
 
 impl Default for SvmBenchParams {
     fn default() -> Self {
@@ -144,6 +167,9 @@ impl Default for SvmBenchParams {
             scale: 17,
             roots: 4,
             black_list: 16384,
+            lock_items: 1 << 20,
+            lock_task: 4096,
+            lock_stripes: 16,
         }
     }
 }
@@ -193,6 +219,7 @@ fn heap_bytes(w: Workload, prm: &SvmBenchParams, procs: usize) -> usize {
                 let nv = 1usize << prm.scale;
                 pages((nv + 1) * 4) + pages(32 * nv * 4) + pages(nv * 4) + pages(prm.black_list * 8)
             }
+            Workload::Locks => PAGE + prm.lock_stripes.clamp(1, LOCK_STRIPES_MAX) * PAGE,
         }
 }
 
@@ -215,15 +242,11 @@ pub fn run_one(
         Workload::Bucket => bucket(p, prm, mode),
         Workload::Malstone => malstone(p, prm, mode),
         Workload::Bfs => bfs(p, prm, mode),
+        Workload::Locks => locks(p, prm, mode),
     })
     .map_err(|e| format!("{} {} x{procs}: {e}", w.name(), mode.name()))?;
     let sc = svm.scratch();
-    let names: &[&str] = match w {
-        Workload::Bucket => &["generate", "bucket", "sort", "merge"],
-        Workload::Malstone => &["generate", "count", "reduce"],
-        Workload::Bfs => &["bfs"],
-    };
-    let phases: Vec<(String, f64)> = names
+    let phases: Vec<(String, f64)> = phase_names(w)
         .iter()
         .enumerate()
         .map(|(k, n)| (n.to_string(), sc[S_PHASE + k].load(Relaxed) as f64 / 1e9))
@@ -433,4 +456,38 @@ pub fn plot(b: &SvmBench, path: &std::path::Path) -> Result<(), String> {
         &crate::plot::median_bars(&samples),
         false,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The lock workload on a forked team: every mode at 2 and 3 processes
+    /// gives the one-process checksum, passes its checks and takes locks.
+    #[test]
+    fn lock_workload_matches_one_process() {
+        let prm = SvmBenchParams {
+            lock_items: 40_000,
+            lock_task: 1000,
+            lock_stripes: 4,
+            ..SvmBenchParams::default()
+        };
+        let cpus: Vec<usize> = (0..tiermem_sys::thread::online_cpus()).collect();
+        let one = run_one(Workload::Locks, BenchMode::SpmCoherent, 1, &prm, &cpus, 0).unwrap();
+        assert!(one.valid);
+        for procs in [2, 3] {
+            for mode in [
+                BenchMode::SpmCoherent,
+                BenchMode::SpmNoncoherent,
+                BenchMode::Hybrid,
+                BenchMode::Dsm,
+            ] {
+                let r = run_one(Workload::Locks, mode, procs, &prm, &cpus, 0).unwrap();
+                assert!(r.valid, "{} x{procs}: checks failed", mode.name());
+                assert_eq!(r.checksum, one.checksum, "{} x{procs}", mode.name());
+                // 40 tasks + the final empty take per process, 4 locks a task.
+                assert_eq!(r.stats.locks, 40 * 5 + procs as u64, "{} x{procs}", mode.name());
+            }
+        }
+    }
 }
