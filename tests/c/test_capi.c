@@ -85,7 +85,7 @@ static void test_create_destroy(void) {
   tm_config_init(&cfg, 4 * MiB, 1 * MiB);
   CHECK(cfg.struct_size == sizeof cfg, "struct_size = %u", cfg.struct_size);
   CHECK(cfg.page_size_bytes == 4096 && cfg.far_kind == TM_FAR_MEMORY && cfg.far_path == NULL &&
-            cfg.far_direct == 0 && cfg.policy == TM_POLICY_FIFO &&
+            cfg.far_direct == 0 && cfg.policy == TM_POLICY_AUTO &&
             cfg.fault_path == TM_FAULT_IN_CONTEXT && cfg.dirty_tracking == TM_DIRTY_WP_FAULT &&
             cfg.evict_batch_pages == 64 && cfg.handler_threads == 1,
         "tm_config_init defaults");
@@ -296,8 +296,8 @@ static void test_bad_inputs(void) {
   cfg.far_kind = 5;
   EXPECT_ERROR(&cfg, TM_EINVAL, "far_kind = 5");
   tm_config_init(&cfg, 1 * MiB, 1 * MiB);
-  cfg.policy = 3;
-  EXPECT_ERROR(&cfg, TM_EINVAL, "policy = 3");
+  cfg.policy = 4;
+  EXPECT_ERROR(&cfg, TM_EINVAL, "policy = 4");
   tm_config_init(&cfg, 1 * MiB, 1 * MiB);
   cfg.fault_path = -1;
   EXPECT_ERROR(&cfg, TM_EINVAL, "fault_path = -1");
@@ -388,7 +388,7 @@ static void test_global(void) {
 
 /* Movers, prefetch and advice (struct version 2), and a version-1 caller. */
 static void test_movers_prefetch_advice(void) {
-  const int policies[] = {TM_POLICY_FIFO, TM_POLICY_CLOCK, TM_POLICY_SCAN};
+  const int policies[] = {TM_POLICY_FIFO, TM_POLICY_CLOCK, TM_POLICY_SCAN, TM_POLICY_AUTO};
   for (size_t k = 0; k < sizeof policies / sizeof policies[0]; k++) {
     struct tm_config cfg;
     tm_config_init(&cfg, 32 * MiB, 8 * MiB);

@@ -439,6 +439,7 @@ contains
     call show('const', 'TM_POLICY_FIFO', int(TM_POLICY_FIFO, c_int64_t))
     call show('const', 'TM_POLICY_CLOCK', int(TM_POLICY_CLOCK, c_int64_t))
     call show('const', 'TM_POLICY_SCAN', int(TM_POLICY_SCAN, c_int64_t))
+    call show('const', 'TM_POLICY_AUTO', int(TM_POLICY_AUTO, c_int64_t))
     call show('const', 'TM_PAGE_THP', TM_PAGE_THP)
     call show('const', 'TM_INSTALL_COPY', int(TM_INSTALL_COPY, c_int64_t))
     call show('const', 'TM_INSTALL_MOVE', int(TM_INSTALL_MOVE, c_int64_t))

@@ -513,6 +513,7 @@ fn header_matches_the_abi() {
         ("TM_POLICY_FIFO", TM_POLICY_FIFO),
         ("TM_POLICY_CLOCK", TM_POLICY_CLOCK),
         ("TM_POLICY_SCAN", TM_POLICY_SCAN),
+        ("TM_POLICY_AUTO", TM_POLICY_AUTO),
         ("TM_INSTALL_COPY", TM_INSTALL_COPY),
         ("TM_INSTALL_MOVE", TM_INSTALL_MOVE),
         ("TM_INSTALL_AUTO", TM_INSTALL_AUTO),
