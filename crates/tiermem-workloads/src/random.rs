@@ -302,7 +302,7 @@ mod tests {
             |_| {},
         )
         .unwrap();
-        assert_eq!(r.results.len(), 6);
+        assert_eq!(r.results.len(), PolicyKind::ALL.len() * 2);
         assert!(
             r.results.iter().all(|x| x.valid && x.faults > 1000),
             "{:?}",
