@@ -157,7 +157,7 @@ extern "C" {
 /* tm_config.far_kind: a file, named by far_path. */
 #define TM_FAR_FILE 1
 
-/* tm_config.policy: first filled, first evicted. */
+/* tm_config.policy: first filled, first evicted; default. */
 #define TM_POLICY_FIFO 0
 /* tm_config.policy: CLOCK (second chance) over the accesses user space can
  * observe (write-protect faults, re-faults). */
@@ -168,7 +168,7 @@ extern "C" {
 #define TM_POLICY_SCAN 2
 /* tm_config.policy: adaptive: FIFO until evictions come back in the order
  * they left (a loop larger than the budget), then scan-resistant, and back
- * to FIFO when scan evicts pages that come straight back; default. */
+ * to FIFO when scan evicts pages that come straight back. */
 #define TM_POLICY_AUTO 3
 
 /* tm_config.page_size_bytes: 2 MiB transparent huge pages. Each 2 MiB block
@@ -268,7 +268,7 @@ struct tm_config {
                                  TM_FAR_MEMORY. */
   int32_t far_direct;         /* TM_FAR_FILE only: 1 opens the file with O_DIRECT (bypasses
                                  the page cache), 0 does not. Default 0. */
-  int32_t policy;             /* replacement policy: TM_POLICY_AUTO (default). */
+  int32_t policy;             /* replacement policy: TM_POLICY_FIFO (default). */
   int32_t fault_path;         /* TM_FAULT_IN_CONTEXT (default) or TM_FAULT_HANDLER_THREAD. */
   int32_t dirty_tracking;     /* TM_DIRTY_WP_FAULT (default) or TM_DIRTY_WP_ASYNC. */
   uint32_t evict_batch_pages; /* pages evicted together when the budget is full, 1 to 512;

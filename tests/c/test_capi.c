@@ -85,7 +85,7 @@ static void test_create_destroy(void) {
   tm_config_init(&cfg, 4 * MiB, 1 * MiB);
   CHECK(cfg.struct_size == sizeof cfg, "struct_size = %u", cfg.struct_size);
   CHECK(cfg.page_size_bytes == 4096 && cfg.far_kind == TM_FAR_MEMORY && cfg.far_path == NULL &&
-            cfg.far_direct == 0 && cfg.policy == TM_POLICY_AUTO &&
+            cfg.far_direct == 0 && cfg.policy == TM_POLICY_FIFO &&
             cfg.fault_path == TM_FAULT_IN_CONTEXT && cfg.dirty_tracking == TM_DIRTY_WP_FAULT &&
             cfg.evict_batch_pages == 64 && cfg.handler_threads == 1,
         "tm_config_init defaults");

@@ -458,7 +458,7 @@ static void config_ranges(void) {
   setenv("TIERMEM_FAULT_PATH", "handler-thread", 1);
   setenv("TIERMEM_EVICT_BATCH", "8", 1);
   tm_config_init(&cfg, 1 * MiB, 1 * MiB);
-  CHECK(cfg.policy == TM_POLICY_AUTO && cfg.fault_path == TM_FAULT_IN_CONTEXT &&
+  CHECK(cfg.policy == TM_POLICY_FIFO && cfg.fault_path == TM_FAULT_IN_CONTEXT &&
             cfg.evict_batch_pages == 64,
         "tm_config_init applied TIERMEM_* variables");
 }

@@ -63,13 +63,13 @@ pub const TM_PAGE_THP: u64 = (2 << 20) + 1;
 pub const TM_FAR_MEMORY: i32 = 0;
 /// `far_kind`: a file (`far_path`, `far_direct`).
 pub const TM_FAR_FILE: i32 = 1;
-/// `policy`: first in, first out.
+/// `policy`: first in, first out (default).
 pub const TM_POLICY_FIFO: i32 = 0;
 /// `policy`: CLOCK (second chance).
 pub const TM_POLICY_CLOCK: i32 = 1;
 /// `policy`: scan-resistant (cyclic sweeps larger than the budget).
 pub const TM_POLICY_SCAN: i32 = 2;
-/// `policy`: adaptive (FIFO or scan resistance, from the refaults; default).
+/// `policy`: adaptive (FIFO or scan resistance, from the refaults).
 pub const TM_POLICY_AUTO: i32 = 3;
 /// The `policy` values [`config_from_c`] accepts.
 const POLICIES: Table<PolicyKind> = named![PolicyKind: TM_POLICY_FIFO => Fifo, TM_POLICY_CLOCK => Clock,
@@ -130,7 +130,7 @@ pub struct tm_config {
     pub far_path: *const c_char,
     /// `TM_FAR_FILE`: 1 opens the file with `O_DIRECT`; default 0.
     pub far_direct: i32,
-    /// `TM_POLICY_AUTO` (default).
+    /// `TM_POLICY_FIFO` (default).
     pub policy: i32,
     /// `TM_FAULT_IN_CONTEXT` (default) or `TM_FAULT_HANDLER_THREAD`.
     pub fault_path: i32,

@@ -71,7 +71,7 @@ fn config_init_gives_core_defaults() {
     assert_eq!(c.far_kind, TM_FAR_MEMORY);
     assert!(c.far_path.is_null());
     assert_eq!(c.far_direct, 0);
-    assert_eq!(c.policy, TM_POLICY_AUTO);
+    assert_eq!(c.policy, TM_POLICY_FIFO);
     assert_eq!(c.fault_path, TM_FAULT_IN_CONTEXT);
     assert_eq!(c.dirty_tracking, TM_DIRTY_WP_FAULT);
     assert_eq!(c.evict_batch_pages as usize, d.evict_batch_pages);

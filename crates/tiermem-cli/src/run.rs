@@ -55,7 +55,7 @@ pub struct RunArgs {
     /// TIERMEM_MOVER_CPUS].
     #[arg(long)]
     mover_cpus: Option<String>,
-    /// Replacement policy: auto, fifo, clock or scan [default: auto;
+    /// Replacement policy: auto, fifo, clock or scan [default: fifo;
     /// TIERMEM_POLICY].
     #[arg(long)]
     policy: Option<String>,

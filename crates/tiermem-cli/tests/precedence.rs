@@ -100,7 +100,7 @@ fn a_bad_variable_under_tiermem_run_warns_once_and_keeps_the_default() {
     assert_eq!(code, Some(0), "{err}");
     let s = r["settings"].as_str().unwrap();
     assert!(
-        s.contains("near 8M") && s.contains("policy auto") && s.contains("4k pages"),
+        s.contains("near 8M") && s.contains("policy fifo") && s.contains("4k pages"),
         "{s}"
     );
     assert_eq!(

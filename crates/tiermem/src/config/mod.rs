@@ -128,7 +128,7 @@ impl Config {
             near_bytes,
             page_size: PageSize::Base4K,
             far: FarStoreConfig::Memory,
-            policy: PolicyKind::Auto,
+            policy: PolicyKind::Fifo,
             fault_path: FaultPath::InContext,
             dirty_tracking: DirtyTracking::WpFault,
             kernel_access: KernelAccess::Trap,

@@ -109,7 +109,7 @@ pub const POLICY: Opt = Opt {
     flag: Some("--policy"),
     kind: Kind::Policy,
     unit: "auto, fifo, clock or scan",
-    default: DefaultValue::Value("auto"),
+    default: DefaultValue::Value("fifo"),
     doc: "Replacement policy: auto (FIFO, or scan resistance while evicted pages come back in the order they left; docs/policies.md), FIFO (paper 1), CLOCK (second chance), scan (scan-resistant, for sweeps larger than the budget).",
     apply: Some(|c, _, v| {
             c.policy = parse_policy(v)?;

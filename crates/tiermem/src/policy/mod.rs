@@ -61,15 +61,14 @@ pub trait Policy: Send {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PolicyKind {
-    /// First in, first out by fill order.
+    /// First in, first out by fill order (the default).
+    #[default]
     Fifo,
     /// CLOCK / second chance.
     Clock,
     /// Scan-resistant (most recently filled first, outside a window).
     Scan,
-    /// FIFO or scan, switched by what comes back after eviction (the
-    /// default).
-    #[default]
+    /// FIFO or scan, switched by what comes back after eviction.
     Auto,
 }
 

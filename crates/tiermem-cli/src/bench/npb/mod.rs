@@ -56,8 +56,7 @@ pub struct NpbArgs {
     #[arg(long, default_value = "50,25")]
     near: String,
     /// Configurations of the tiering experiment: plain (no limit), sync
-    /// (FIFO, no movers), auto (tiermem run's defaults: the auto policy, no
-    /// movers), fifo and scan (one mover, prefetch), swap (kernel swap on
+    /// (FIFO, no movers), auto (the auto policy, no movers), fifo and scan (one mover, prefetch), swap (kernel swap on
     /// zram under a memory cgroup).
     #[arg(long, default_value = "plain,sync,auto,fifo,scan,swap")]
     modes: String,
@@ -274,10 +273,10 @@ fn tiering_options(mode: &str, near: u64, threshold: &str, mover_cpu: usize) -> 
     let mut v = vec!["--near".to_string(), format!("{}K", near >> 10)];
     v.extend(["--threshold".to_string(), threshold.to_string()]);
     match mode {
-        // sync: FIFO, no movers (the default before `auto`); auto: today's
-        // defaults.
+        // sync: FIFO, no movers (the default); auto: the auto policy, no
+        // movers.
         "sync" => v.extend(["--policy", "fifo"].map(String::from)),
-        "auto" => {}
+        "auto" => v.extend(["--policy", "auto"].map(String::from)),
         "fifo" | "scan" => {
             v.extend(["--movers", "1", "--policy", mode].map(String::from));
             v.extend(["--mover-cpus".to_string(), mover_cpu.to_string()]);
@@ -679,7 +678,7 @@ mod tests {
         assert!(mb % 1024 == 0 && mb >= 1024, "{o:?}");
         assert_eq!(
             tiering_options("auto", 10 << 20, "256K", 1),
-            ["--near", "10240K", "--threshold", "256K"]
+            ["--near", "10240K", "--threshold", "256K", "--policy", "auto"]
         );
         assert_eq!(
             tiering_options("sync", 10 << 20, "256K", 1),
