@@ -106,11 +106,12 @@ fn parsed<T>(o: &Opt, default: T, parse: impl Fn(&str) -> Result<T, String>) -> 
     }
 }
 
-/// The value of an option whose default the table states as a value
-/// (a test checks that each parses with the option's parser).
-fn table_default<T>(o: &Opt, parse: impl Fn(&str) -> Result<T, String>) -> T {
+/// Option `o` parsed by `parse`, else the table's default (a value; a
+/// test checks that each parses with the option's parser).
+fn with_table_default<T>(o: &Opt, parse: impl Fn(&str) -> Result<T, String>) -> T {
     let v = o.default_value().expect("the option's default is a value");
-    parse(v).unwrap_or_else(|e| panic!("{}'s default {v:?}: {e}", o.var))
+    let default = parse(v).unwrap_or_else(|e| panic!("{}'s default {v:?}: {e}", o.var));
+    parsed(o, default, parse)
 }
 
 /// A relative report path, made absolute against the directory the
@@ -150,11 +151,7 @@ impl Settings {
     /// rule as every `TIERMEM_*` variable's, docs/configuration.md).
     pub fn from_env() -> Settings {
         let mem_total = tiermem::SystemInfo::probe().mem_total_bytes.max(1 << 30);
-        let page = parsed(
-            &options::PAGE_SIZE,
-            table_default(&options::PAGE_SIZE, options::parse_page),
-            options::parse_page,
-        );
+        let page = with_table_default(&options::PAGE_SIZE, options::parse_page);
         let min_near = 4 * match page {
             HugeKind::Base4K => 4096,
             _ => 2 << 20,
@@ -204,11 +201,7 @@ impl Settings {
         let heap_default = node.default_heap_bytes();
         let heap_bytes = parsed(&options::FAR, heap_default, |v| options::FAR.kind.size(v));
         let threshold_of = |v: &str| Ok(options::THRESHOLD.kind.size(v)?.max(4096) as usize);
-        let threshold = parsed(
-            &options::THRESHOLD,
-            table_default(&options::THRESHOLD, threshold_of),
-            threshold_of,
-        );
+        let threshold = with_table_default(&options::THRESHOLD, threshold_of);
         let mut region = Config::new(heap_bytes, heap_bytes);
         // Region settings from the environment, except the ones above.
         for w in region.apply_vars(|name| {
@@ -246,11 +239,7 @@ impl Settings {
             footprint,
             quiet: flag(&options::QUIET),
             follow_exec: flag(&options::FOLLOW_EXEC),
-            fallback_untiered: parsed(
-                &options::FALLBACK,
-                table_default(&options::FALLBACK, options::parse_fallback),
-                options::parse_fallback,
-            ),
+            fallback_untiered: with_table_default(&options::FALLBACK, options::parse_fallback),
             verbose: tiermem::config::verbose_from_env(),
             region,
             mem_total,

@@ -75,45 +75,54 @@ fn one_of(names: &[&str]) -> String {
     }
 }
 
+/// A value of a named mode: `from_name`'s answer, or an error listing the
+/// names of `all`.
+fn parse_named<T: Copy>(
+    v: &str,
+    from_name: impl Fn(&str) -> Option<T>,
+    all: &[T],
+    name: impl Fn(T) -> &'static str,
+) -> Result<T, String> {
+    from_name(v.trim()).ok_or_else(|| {
+        let names: Vec<&str> = all.iter().map(|&t| name(t)).collect();
+        format!("expected {}", one_of(&names))
+    })
+}
+
 /// The one parser of `TIERMEM_POLICY` and `--policy`: a thin call into
 /// [`PolicyKind::from_name`], whose names the message lists.
 pub fn parse_policy(v: &str) -> Result<PolicyKind, String> {
-    PolicyKind::from_name(v.trim()).ok_or_else(|| {
-        let names: Vec<&str> = PolicyKind::ALL.iter().map(|p| p.name()).collect();
-        format!("expected {}", one_of(&names))
-    })
+    parse_named(v, PolicyKind::from_name, PolicyKind::ALL, PolicyKind::name)
 }
 
 /// `TIERMEM_FAULT_PATH`.
 pub fn parse_fault_path(v: &str) -> Result<FaultPath, String> {
-    FaultPath::from_name(v.trim()).ok_or_else(|| {
-        let names: Vec<&str> = FaultPath::ALL.iter().map(|p| p.name()).collect();
-        format!("expected {}", one_of(&names))
-    })
+    parse_named(v, FaultPath::from_name, FaultPath::ALL, FaultPath::name)
 }
 
 /// `TIERMEM_DIRTY`.
 pub fn parse_dirty(v: &str) -> Result<DirtyTracking, String> {
-    DirtyTracking::from_name(v.trim()).ok_or_else(|| {
-        let names: Vec<&str> = DirtyTracking::ALL.iter().map(|p| p.name()).collect();
-        format!("expected {}", one_of(&names))
-    })
+    parse_named(
+        v,
+        DirtyTracking::from_name,
+        DirtyTracking::ALL,
+        DirtyTracking::name,
+    )
 }
 
 /// `TIERMEM_KERNEL_ACCESS`.
 pub fn parse_kernel_access(v: &str) -> Result<KernelAccess, String> {
-    KernelAccess::from_name(v.trim()).ok_or_else(|| {
-        let names: Vec<&str> = KernelAccess::ALL.iter().map(|p| p.name()).collect();
-        format!("expected {}", one_of(&names))
-    })
+    parse_named(v, KernelAccess::from_name, KernelAccess::ALL, KernelAccess::name)
 }
 
 /// `TIERMEM_INSTALL`.
 pub fn parse_install(v: &str) -> Result<InstallMethod, String> {
-    InstallMethod::from_name(v.trim()).ok_or_else(|| {
-        let names: Vec<&str> = InstallMethod::ALL.iter().map(|p| p.name()).collect();
-        format!("expected {}", one_of(&names))
-    })
+    parse_named(
+        v,
+        InstallMethod::from_name,
+        InstallMethod::ALL,
+        InstallMethod::name,
+    )
 }
 
 /// `TIERMEM_PAGE_SIZE`, `--page-size`: [`parse_page_size`], with the

@@ -590,42 +590,40 @@ impl RegionCore {
                 }
             }
         }
+        // The policy learns which pages really left before any of them can
+        // be filled again (their words are still locked), under one lock.
+        if self.config.policy.sees_evictions() {
+            let mut policy = self.policy();
+            for (k, &(p, _)) in run.iter().enumerate() {
+                if !failed[k] {
+                    policy.on_evicted(p);
+                }
+            }
+        }
         let mut policy = None;
-        let sees_evictions = self.config.policy.sees_evictions();
         for (k, &(p, w)) in run.iter().enumerate() {
             let next = if failed[k] {
                 policy.get_or_insert_with(|| self.policy()).on_remove(p, true);
                 PageWord::new(PageState::Dirty, w.far_valid())
-            } else {
-                if sees_evictions {
-                    policy.get_or_insert_with(|| self.policy()).on_evicted(p);
+            } else if dirty[k] {
+                // Written, so used: a neighbour fault-around installed
+                // writable takes no write-protect fault to say so.
+                if let Some(fa) = &self.around {
+                    fa.written(p);
                 }
-                self.left_state(p, w, dirty[k])
+                if let Some(h) = &self.rewrites {
+                    h.written(p);
+                }
+                PageWord::new(PageState::Far, true)
+            } else if w.far_valid() {
+                if let Some(h) = &self.rewrites {
+                    h.unwritten(p);
+                }
+                PageWord::new(PageState::Far, true)
+            } else {
+                PageWord::new(PageState::Untouched, false)
             };
             self.pages.unlock(p, next);
-        }
-    }
-
-    /// The state of page `p` (locked as `w`) after it left near memory,
-    /// `dirty` or not, and what fault-around and the rewrite hint learn.
-    fn left_state(&self, p: usize, w: PageWord, dirty: bool) -> PageWord {
-        if dirty {
-            // Written, so used: a neighbour fault-around installed
-            // writable takes no write-protect fault to say so.
-            if let Some(fa) = &self.around {
-                fa.written(p);
-            }
-            if let Some(h) = &self.rewrites {
-                h.written(p);
-            }
-            PageWord::new(PageState::Far, true)
-        } else if w.far_valid() {
-            if let Some(h) = &self.rewrites {
-                h.unwritten(p);
-            }
-            PageWord::new(PageState::Far, true)
-        } else {
-            PageWord::new(PageState::Untouched, false)
         }
     }
 

@@ -331,45 +331,7 @@ mod tests {
     use super::*;
     use crate::policy::fifo::Fifo;
     use crate::policy::scan::Scan;
-
-    /// Misses of an access string through `budget` pages; evictions are
-    /// reported to the policy as the engine does.
-    fn misses(
-        policy: &mut dyn Policy,
-        accesses: impl Iterator<Item = usize>,
-        n: usize,
-        budget: usize,
-    ) -> usize {
-        let mut resident = vec![false; n];
-        let (mut count, mut misses) = (0, 0);
-        for p in accesses {
-            if resident[p] {
-                continue;
-            }
-            misses += 1;
-            if count == budget {
-                let mut v = [0usize; 1];
-                assert_eq!(policy.select_victims(&mut v), 1);
-                resident[v[0]] = false;
-                policy.on_evicted(v[0]);
-                count -= 1;
-            }
-            policy.on_fill(p);
-            resident[p] = true;
-            count += 1;
-        }
-        misses
-    }
-
-    fn xorshift(seed: u64) -> impl Iterator<Item = u64> {
-        let mut x = seed;
-        std::iter::repeat_with(move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        })
-    }
+    use crate::policy::testing::{misses, xorshift, Sim};
 
     #[test]
     fn a_loop_larger_than_the_budget_turns_scan_on() {
@@ -455,27 +417,11 @@ mod tests {
             .flat_map(|_| 0..2000)
             .chain((0..30).flat_map(|_| 2000..4000));
         let mut auto = Auto::new(n, b, 50);
-        let mut misses_second = 0;
-        let mut resident = vec![false; n];
-        let mut count = 0;
-        for (k, p) in acc.enumerate() {
-            if resident[p] {
-                continue;
-            }
-            if k >= 35 * 2000 {
-                misses_second += 1;
-            }
-            if count == b {
-                let mut v = [0usize; 1];
-                auto.select_victims(&mut v);
-                resident[v[0]] = false;
-                auto.on_evicted(v[0]);
-                count -= 1;
-            }
-            auto.on_fill(p);
-            resident[p] = true;
-            count += 1;
-        }
+        let mut sim = Sim::new(&mut auto, n, b);
+        let misses_second = acc
+            .enumerate()
+            .filter(|&(k, p)| sim.access(p) && k >= 35 * 2000)
+            .count();
         // The last 5 passes: FIFO would miss all 10,000 accesses.
         assert!(misses_second < 8_000, "{misses_second} {:?}", auto.auto_stats());
     }

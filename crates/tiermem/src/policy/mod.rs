@@ -18,6 +18,8 @@ pub mod clock;
 pub mod fifo;
 mod list;
 pub mod scan;
+#[cfg(test)]
+mod testing;
 
 /// A replacement policy.
 pub trait Policy: Send {

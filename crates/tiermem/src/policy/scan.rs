@@ -122,30 +122,11 @@ impl Policy for Scan {
 mod tests {
     use super::*;
     use crate::policy::fifo::Fifo;
+    use crate::policy::testing::{misses, xorshift};
 
     /// Misses of a cyclic sweep of `n` pages through `budget` pages.
     fn loop_misses(policy: &mut dyn Policy, n: usize, budget: usize, passes: usize) -> usize {
-        let mut resident = vec![false; n];
-        let mut count = 0;
-        let mut misses = 0;
-        for _ in 0..passes {
-            for p in 0..n {
-                if resident[p] {
-                    continue;
-                }
-                misses += 1;
-                if count == budget {
-                    let mut v = [0usize; 1];
-                    assert_eq!(policy.select_victims(&mut v), 1);
-                    resident[v[0]] = false;
-                    count -= 1;
-                }
-                policy.on_fill(p);
-                resident[p] = true;
-                count += 1;
-            }
-        }
-        misses
+        misses(policy, (0..passes).flat_map(|_| 0..n), n, budget)
     }
 
     #[test]
@@ -163,29 +144,10 @@ mod tests {
     fn uniform_random_accesses_miss_like_fifo() {
         let (n, b) = (4000, 1000);
         let run = |policy: &mut dyn Policy| {
-            let mut resident = vec![false; n];
-            let (mut count, mut misses) = (0, 0);
-            let mut x = 88172645463325252u64;
-            for _ in 0..200_000 {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                let p = (x % n as u64) as usize;
-                if resident[p] {
-                    continue;
-                }
-                misses += 1;
-                if count == b {
-                    let mut v = [0usize; 1];
-                    policy.select_victims(&mut v);
-                    resident[v[0]] = false;
-                    count -= 1;
-                }
-                policy.on_fill(p);
-                resident[p] = true;
-                count += 1;
-            }
-            misses as f64
+            let accesses = xorshift(88172645463325252)
+                .take(200_000)
+                .map(|x| (x % n as u64) as usize);
+            misses(policy, accesses, n, b) as f64
         };
         let fifo = run(&mut Fifo::new(n));
         let scan = run(&mut Scan::new(n, 50));
