@@ -168,7 +168,9 @@ pub(crate) struct Stats {
     pub(crate) wait_ns: AtomicU64,
     pub(crate) evictions: AtomicU64,
     pub(crate) evict_calls: AtomicU64,
+    pub(crate) evict_protect_calls: AtomicU64,
     pub(crate) write_backs: AtomicU64,
+    pub(crate) write_backs_piped: AtomicU64,
     pub(crate) bytes_in: AtomicU64,
     pub(crate) bytes_out: AtomicU64,
     pub(crate) io_errors: AtomicU64,
@@ -220,6 +222,8 @@ impl Stats {
             wait_ns: AtomicU64::new(0),
             evictions: AtomicU64::new(0),
             evict_calls: AtomicU64::new(0),
+            evict_protect_calls: AtomicU64::new(0),
+            write_backs_piped: AtomicU64::new(0),
             write_backs: AtomicU64::new(0),
             bytes_in: AtomicU64::new(0),
             bytes_out: AtomicU64::new(0),
@@ -301,7 +305,9 @@ impl Stats {
             &self.wait_ns,
             &self.evictions,
             &self.evict_calls,
+            &self.evict_protect_calls,
             &self.write_backs,
+            &self.write_backs_piped,
             &self.bytes_in,
             &self.bytes_out,
             &self.io_errors,
@@ -369,7 +375,9 @@ impl Stats {
             wait_in_flight_ns: ld(&self.wait_ns),
             evictions: ld(&self.evictions),
             evict_calls: ld(&self.evict_calls),
+            evict_protect_calls: ld(&self.evict_protect_calls),
             write_backs: ld(&self.write_backs),
+            write_backs_piped: ld(&self.write_backs_piped),
             bytes_in: ld(&self.bytes_in),
             bytes_out: ld(&self.bytes_out),
             io_errors: ld(&self.io_errors),
@@ -552,8 +560,17 @@ pub struct RegionStats {
     pub evictions: u64,
     /// Unmap calls issued for evictions (each can cost a TLB shootdown).
     pub evict_calls: u64,
+    /// Calls that stopped the writers of dirty victims before their copy
+    /// was taken (write-protect or freeze; each can cost a TLB shootdown).
+    /// Victims read through the splice pipe need none.
+    #[serde(default)]
+    pub evict_protect_calls: u64,
     /// Evicted pages written back (dirty); the rest were dropped.
     pub write_backs: u64,
+    /// Of those, pages read after the batch's unmap through the splice
+    /// pipe (no write protection first).
+    #[serde(default)]
+    pub write_backs_piped: u64,
     /// Bytes read from the far store.
     pub bytes_in: u64,
     /// Bytes written to the far store.

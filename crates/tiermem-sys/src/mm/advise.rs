@@ -63,20 +63,14 @@ impl Mapping {
     /// # Safety
     /// As for [`Mapping::discard`], for every range.
     pub unsafe fn discard_ranges(&self, ranges: &[(usize, usize)]) -> Result<usize, MmError> {
+        const EMPTY_IOVEC: libc::iovec = libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        };
         let mut calls = 0;
         for chunk in ranges.chunks(DISCARD_VECTOR) {
-            let mut iov = [libc::iovec {
-                iov_base: std::ptr::null_mut(),
-                iov_len: 0,
-            }; DISCARD_VECTOR];
-            let mut total = 0;
-            for (v, &(offset, len)) in iov.iter_mut().zip(chunk) {
-                self.check_range(offset, len);
-                // SAFETY: inside the mapping (checked above).
-                v.iov_base = unsafe { self.as_ptr().add(offset) }.cast();
-                v.iov_len = len;
-                total += len;
-            }
+            let mut iov = [EMPTY_IOVEC; DISCARD_VECTOR];
+            let total = self.iovecs(chunk, &mut iov);
             if PROCESS_MADVISE.load(Ordering::Relaxed) != NO {
                 // SAFETY: every range lies in this mapping and the caller
                 // owns its contents (the function's contract).

@@ -33,7 +33,21 @@ impl Mapping {
         addr >= self.addr() && addr < self.addr() + self.len
     }
 
-    pub(super) fn check_range(&self, offset: usize, len: usize) {
+    /// Fills `iov` with the `(offset, len)` ranges of this mapping (as
+    /// many as fit); returns their total length.
+    pub(crate) fn iovecs(&self, ranges: &[(usize, usize)], iov: &mut [libc::iovec]) -> usize {
+        let mut total = 0;
+        for (v, &(offset, len)) in iov.iter_mut().zip(ranges) {
+            self.check_range(offset, len);
+            // SAFETY: inside the mapping (checked above).
+            v.iov_base = unsafe { self.as_ptr().add(offset) }.cast();
+            v.iov_len = len;
+            total += len;
+        }
+        total
+    }
+
+    pub(crate) fn check_range(&self, offset: usize, len: usize) {
         assert!(
             offset <= self.len && len <= self.len - offset,
             "range {offset}+{len} outside mapping of {} bytes",

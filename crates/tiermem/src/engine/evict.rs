@@ -3,7 +3,7 @@
 use super::errors::{OP_EVICT, OP_WRITE};
 use super::progress::Keep;
 use super::ring::FrameRing;
-use super::scratch::{EvictBufs, SmallEvict};
+use super::scratch::{EvictBufs, SmallEvict, Splice, LANDING_PAGES};
 use super::RegionCore;
 use crate::config::DirtyTracking;
 use crate::page::{PageState, PageWord};
@@ -20,6 +20,9 @@ struct RunBufs<'a> {
     dirty: &'a mut [bool],
     failed: &'a mut [bool],
     pos_of: &'a mut [usize],
+    /// Dirty pages whose data waits in `splice`'s pipe.
+    piped: &'a mut [bool],
+    splice: Option<&'a Splice>,
 }
 
 /// What one eviction batch did.
@@ -79,7 +82,10 @@ impl RegionCore {
         // The arrays come from the region's scratch sets, or from a small
         // set on the stack (smaller batches) when all are taken.
         match self.scratch.claim_evict() {
-            Some(mut set) => self.evict_batch_in(set.bufs(), want, keep, timer, by_mover),
+            Some(mut set) => {
+                let splice = self.splice_wanted(by_mover);
+                self.evict_batch_in(set.bufs(splice), want, keep, timer, by_mover)
+            }
             None => self.evict_batch_small(want, keep, timer, by_mover),
         }
     }
@@ -95,7 +101,7 @@ impl RegionCore {
         by_mover: bool,
     ) -> Result<Evicted, StoreError> {
         let mut small = SmallEvict::new();
-        self.evict_batch_in(small.bufs(), want, keep, timer, by_mover)
+        self.evict_batch_in(small.bufs(false), want, keep, timer, by_mover)
     }
 
     fn evict_batch_in(
@@ -165,6 +171,8 @@ impl RegionCore {
                 dirty: &mut b.dirty[start..],
                 failed: &mut b.failed[start..],
                 pos_of: &mut b.pos_of[start..],
+                piped: &mut b.piped[start..],
+                splice: b.splice,
             };
             let (done, err) = match ring {
                 Some(ring) => self.evict_run_to_ring(ring, &owned[start..end], &mut run_bufs, timer),
@@ -187,12 +195,18 @@ impl RegionCore {
             while start < k {
                 let end = run_end(start);
                 if b.started[start] {
-                    self.end_run(
+                    let (late, err) = self.end_run(
                         &owned[start..end],
-                        &b.dirty[start..end],
-                        &b.failed[start..end],
+                        &mut b.dirty[start..end],
+                        &mut b.failed[start..end],
+                        &b.piped[start..end],
+                        b.splice,
                         timer,
                     );
+                    evicted -= late;
+                    if first_error.is_none() {
+                        first_error = err;
+                    }
                 }
                 start = end;
             }
@@ -201,6 +215,21 @@ impl RegionCore {
             Some(e) if evicted == 0 => Err(e),
             _ => Ok(Evicted { pages: evicted, runs }),
         }
+    }
+
+    /// Whether an eviction should read its dirty victims through the set's
+    /// pipe: when other CPUs run the program's threads (a mover, or two
+    /// threads have faulted in the region), where write-protecting each
+    /// dirty run would shoot their TLBs down; never on the ring path,
+    /// whose moves stop writers themselves. A program that faults from
+    /// one thread makes no pipe.
+    fn splice_wanted(&self, by_mover: bool) -> bool {
+        let ring = if by_mover {
+            self.ring.as_ref()
+        } else {
+            self.sync_ring()
+        };
+        ring.is_none() && (by_mover || self.movers.is_some() || self.faulting_threads.ever_many())
     }
 
     /// Asks the policy for victims until `out` is full or it has no more,
@@ -365,8 +394,15 @@ impl RegionCore {
         };
         self.flush_unmaps(&mut unmaps);
         let n = run.len();
-        self.end_run(run, &bufs.dirty[..n], &bufs.failed[..n], timer);
-        done
+        let (late, err) = self.end_run(
+            run,
+            &mut bufs.dirty[..n],
+            &mut bufs.failed[..n],
+            &bufs.piped[..n],
+            bufs.splice,
+            timer,
+        );
+        (done.0 - late, done.1.or(err))
     }
 
     /// The first half of evicting a run of contiguous owned pages: stops
@@ -392,6 +428,14 @@ impl RegionCore {
             *d = w.state() == PageState::Dirty;
         }
         let asynchronous = self.config.dirty_tracking == DirtyTracking::WpAsync;
+        // Dirty pages go into the splice pipe where there is one: their
+        // data is read after the batch's unmap, so their writers need not
+        // be stopped first (no write protection: no shootdown per run).
+        let piped = &mut bufs.piped[..n];
+        piped.iter_mut().for_each(|p| *p = false);
+        if let (false, Some(sp)) = (asynchronous, bufs.splice) {
+            self.pipe_dirty(sp, first, dirty, piped);
+        }
         // Stop writers before anything is copied out: otherwise a write
         // landing between the copy and the unmap would be lost. If the
         // kernel refuses, give the run up (its pages stay resident as they
@@ -399,6 +443,7 @@ impl RegionCore {
         let stopped = if asynchronous {
             // Freeze: from here on writers take SIGSEGV and wait for the page
             // state, so the scan below cannot miss a write.
+            self.stats.evict_protect_calls.fetch_add(1, Ordering::Relaxed);
             let r = self
                 .mapping
                 .protect(off, bytes, Protection::Read)
@@ -413,9 +458,10 @@ impl RegionCore {
             }
             r
         } else if let (Some(a), Some(b)) = (
-            dirty[..n].iter().position(|&d| d),
-            dirty[..n].iter().rposition(|&d| d),
+            (0..n).position(|k| dirty[k] && !piped[k]),
+            (0..n).rposition(|k| dirty[k] && !piped[k]),
         ) {
+            self.stats.evict_protect_calls.fetch_add(1, Ordering::Relaxed);
             let r = self
                 .uffd
                 .writeprotect(
@@ -431,11 +477,14 @@ impl RegionCore {
         } else {
             Ok(())
         };
+        let kept_back = stopped.is_err() && piped.iter().any(|&p| p);
         if let Err(errno) = stopped {
             self.errors.record(off as u64, OP_EVICT, errno);
             if asynchronous {
                 self.unfreeze(off, bytes);
             }
+        }
+        if stopped.is_err() && !kept_back {
             let mut policy = self.policy();
             for &(p, w) in run {
                 policy.on_remove(p, true);
@@ -447,6 +496,8 @@ impl RegionCore {
         // their far copy need no write-back.
         for (k, &(p, w)) in run.iter().enumerate() {
             if dirty[k]
+                && !piped[k]
+                && !kept_back
                 && w.verify()
                 && self.unchanged(p, w, self.mapping.range(p * self.page_bytes, self.page_bytes))
             {
@@ -454,17 +505,23 @@ impl RegionCore {
             }
         }
         // Write back dirty pages, contiguous ones with one call.
+        // Where writers could not be stopped, the piped pages leave (the
+        // pipe holds them in order with the batch's others) and the dirty
+        // pages that needed stopping stay resident.
         let failed = &mut bufs.failed[..n];
-        failed.iter_mut().for_each(|f| *f = false);
+        for k in 0..n {
+            failed[k] = kept_back && dirty[k] && !piped[k];
+        }
+        let stopped_dirty = |k: usize| dirty[k] && !piped[k] && !kept_back;
         let mut first_error = None;
         let mut s = 0;
         while s < n {
-            if !dirty[s] {
+            if !stopped_dirty(s) {
                 s += 1;
                 continue;
             }
             let mut e = s + 1;
-            while e < n && dirty[e] {
+            while e < n && stopped_dirty(e) {
                 e += 1;
             }
             let src = self
@@ -497,15 +554,165 @@ impl RegionCore {
         Some((evicted, first_error))
     }
 
-    /// The second half, once the run's unmaps are flushed: writers are let
-    /// back in (wp-async) and the pages' new states published.
-    fn end_run(&self, run: &[(usize, PageWord)], dirty: &[bool], failed: &[bool], timer: &mut FaultTimer) {
+    /// The second half, once the run's unmaps are flushed: piped pages are
+    /// written back from the pipe, writers are let back in (wp-async) and
+    /// the pages' new states published. Returns how many piped pages stay
+    /// resident after all (their write-back failed).
+    #[inline(never)] // off the frame that holds the batch's unmaps (signal stacks)
+    fn end_run(
+        &self,
+        run: &[(usize, PageWord)],
+        dirty: &mut [bool],
+        failed: &mut [bool],
+        piped: &[bool],
+        splice: Option<&Splice>,
+        timer: &mut FaultTimer,
+    ) -> (usize, Option<StoreError>) {
+        let mut late = 0;
+        let mut first_error = None;
+        if let Some(sp) = splice {
+            let n = run.len();
+            let mut s = 0;
+            while s < n {
+                if !piped[s] {
+                    s += 1;
+                    continue;
+                }
+                let e = (s..n).find(|&j| !piped[j]).unwrap_or(n);
+                if let Some(err) = self.write_back_piped(sp, &run[s..e], &mut dirty[s..e], &mut failed[s..e])
+                {
+                    first_error.get_or_insert(err);
+                }
+                late += failed[s..e].iter().filter(|&&f| f).count();
+                s = e;
+            }
+            timer.lap(Cost::Transfer);
+        }
         if self.config.dirty_tracking == DirtyTracking::WpAsync {
             self.unfreeze(run[0].0 * self.page_bytes, run.len() * self.page_bytes);
         }
         timer.lap(Cost::Tlb);
         self.publish_eviction(run, dirty, failed);
         timer.lap(Cost::LockList);
+        (late, first_error)
+    }
+
+    /// Puts the dirty pages of a run into the splice pipe, in order, while
+    /// it has room: marks in `piped` those it took (a prefix of them).
+    #[inline(never)] // its arrays stay off the frame of the write-back (signal stacks)
+    fn pipe_dirty(&self, sp: &Splice, first: usize, dirty: &[bool], piped: &mut [bool]) {
+        const RANGES: usize = 8;
+        let ps = self.page_bytes;
+        let n = dirty.len();
+        let mut s = 0;
+        while s < n {
+            // Up to RANGES dirty sub-runs, then one call.
+            let mut ranges = [(0usize, 0usize); RANGES];
+            let mut r = 0;
+            let mut next = s;
+            while next < n && r < RANGES {
+                if !dirty[next] {
+                    next += 1;
+                    continue;
+                }
+                let e = (next..n).find(|&j| !dirty[j]).unwrap_or(n);
+                ranges[r] = ((first + next) * ps, (e - next) * ps);
+                r += 1;
+                next = e;
+            }
+            if r == 0 {
+                return;
+            }
+            let want: usize = ranges[..r].iter().map(|x| x.1).sum();
+            let got = sp.pipe.take_pages(&self.mapping, &ranges[..r]).unwrap_or(0);
+            let mut left = got / ps;
+            for &(off, len) in &ranges[..r] {
+                let p = off / ps - first;
+                let k = (len / ps).min(left);
+                piped[p..p + k].iter_mut().for_each(|x| *x = true);
+                left -= k;
+            }
+            if got < want {
+                // The pipe is full: the rest are write-protected first.
+                return;
+            }
+            s = next;
+        }
+    }
+
+    /// Writes back the piped pages of `run` (contiguous, unmapped now)
+    /// from the splice pipe: straight into the far store where it reads
+    /// pipes, else through the landing buffer, where pages marked VERIFY
+    /// that still equal their far copy are not written (and no longer
+    /// `dirty`). A page whose write-back fails is mapped back from its
+    /// data, resident and dirty (`failed`).
+    #[inline(never)]
+    fn write_back_piped(
+        &self,
+        sp: &Splice,
+        run: &[(usize, PageWord)],
+        dirty: &mut [bool],
+        failed: &mut [bool],
+    ) -> Option<StoreError> {
+        let ps = self.page_bytes;
+        let count = run.len();
+        let first_page = run[0].0;
+        let off = (first_page * ps) as u64;
+        let verify = run.iter().any(|(_, w)| w.verify());
+        if !verify {
+            match self.store.store_from_pipe(off, &sp.pipe, count * ps) {
+                Some(Ok(())) => {
+                    self.count_write_back(count * ps);
+                    self.stats
+                        .write_backs_piped
+                        .fetch_add(count as u64, Ordering::Relaxed);
+                    return None;
+                }
+                // Nothing was read: land the data and map it back.
+                Some(Err(err)) => self.store_failed(off, OP_WRITE, &err),
+                None => {}
+            }
+        }
+        let mut first_error = None;
+        let mut done = 0;
+        while done < count {
+            let k = (count - done).min(LANDING_PAGES);
+            sp.pipe
+                .read_exact_into(&sp.landing, 0, k * ps)
+                .expect("reading evicted pages back from the splice pipe");
+            for j in done..done + k {
+                let (p, w) = run[j];
+                if w.verify() && self.unchanged(p, w, sp.landing.range((j - done) * ps, ps)) {
+                    dirty[j] = false;
+                }
+            }
+            // The pages still dirty, contiguous ones with one call.
+            let mut a = done;
+            while a < done + k {
+                if !dirty[a] {
+                    a += 1;
+                    continue;
+                }
+                let b = (a..done + k).find(|&j| !dirty[j]).unwrap_or(done + k);
+                let data = sp.landing.range((a - done) * ps, (b - a) * ps);
+                match self.write_back(first_page + a, data) {
+                    Ok(()) => {
+                        self.stats
+                            .write_backs_piped
+                            .fetch_add((b - a) as u64, Ordering::Relaxed);
+                    }
+                    Err(err) => {
+                        self.copy_in((first_page + a) * ps, data, false, false)
+                            .expect("mapping back a page whose write-back failed");
+                        failed[a..b].iter_mut().for_each(|f| *f = true);
+                        first_error.get_or_insert(err);
+                    }
+                }
+                a = b;
+            }
+            done += k;
+        }
+        first_error
     }
 
     fn queue_unmap(&self, unmaps: &mut Unmaps, offset: usize, len: usize) {
@@ -542,10 +749,7 @@ impl RegionCore {
         let bytes = src.len() as u64;
         match self.store.store(off, src) {
             Ok(()) => {
-                self.stats
-                    .write_backs
-                    .fetch_add(bytes / self.page_bytes as u64, Ordering::Relaxed);
-                self.stats.bytes_out.fetch_add(bytes, Ordering::Relaxed);
+                self.count_write_back(bytes as usize);
                 Ok(())
             }
             Err(err) => {
@@ -553,6 +757,13 @@ impl RegionCore {
                 Err(err)
             }
         }
+    }
+
+    fn count_write_back(&self, bytes: usize) {
+        self.stats
+            .write_backs
+            .fetch_add((bytes / self.page_bytes) as u64, Ordering::Relaxed);
+        self.stats.bytes_out.fetch_add(bytes as u64, Ordering::Relaxed);
     }
 
     /// The end of an eviction run whose pages are unmapped except the
@@ -906,14 +1117,16 @@ impl RegionCore {
         let mut small = SmallEvict::new();
         let mut claimed = self.scratch.claim_evict();
         let b = match claimed.as_deref_mut() {
-            Some(set) => set.bufs(),
-            None => small.bufs(),
+            Some(set) => set.bufs(self.splice_wanted(false)),
+            None => small.bufs(false),
         };
         let owned = &mut b.owned[..b.victims.len()];
         let mut run_bufs = RunBufs {
             dirty: b.dirty,
             failed: b.failed,
             pos_of: b.pos_of,
+            piped: b.piped,
+            splice: b.splice,
         };
         let end = (first + count).min(self.pages.len());
         let mut p = first;

@@ -419,7 +419,7 @@ impl RegionCore {
 
     /// UFFDIO_COPY of one page, retrying while the kernel says EAGAIN. A page
     /// that is somehow already mapped counts as installed.
-    fn copy_in(
+    pub(super) fn copy_in(
         &self,
         off: usize,
         src: tiermem_sys::mm::MemRange<'_>,

@@ -12,14 +12,23 @@
 //!
 //! Eviction protocol for one run of contiguous victims (all `Busy`):
 //! 1. `wp-fault`: clean pages are write-protected since they were filled, so
-//!    writers fault and wait on the page state; dirty pages are
-//!    write-protected now (one UFFDIO_WRITEPROTECT over the run).
+//!    writers fault and wait on the page state; dirty pages are handed to
+//!    the eviction set's pipe with `vmsplice`, which takes references to
+//!    the pages themselves (where the pipe is full, they are
+//!    write-protected now instead: one UFFDIO_WRITEPROTECT over the run,
+//!    one TLB shootdown of every other CPU).
 //!    `wp-async`: the run is made read-only with `mprotect` (writers get
 //!    SIGSEGV and wait), then `PAGEMAP_SCAN` names the written pages.
-//! 2. Dirty pages are written to the far store, contiguous ones together.
-//! 3. The run is dropped with one `MADV_DONTNEED` (one TLB shootdown).
-//! 4. `wp-async`: protection is restored.
-//! 5. Page states are published (`Far` or `Untouched`) and waiters woken.
+//! 2. Dirty pages whose writers were stopped are written to the far store,
+//!    contiguous ones together.
+//! 3. The batch's runs are dropped together, one `process_madvise(
+//!    MADV_DONTNEED)` per 32 runs (one TLB shootdown). From here no thread
+//!    can write a victim: a write faults and waits on the page state.
+//! 4. Piped pages are written to the far store from the pipe: it holds
+//!    every write that landed before the unmap (issue 36: no shootdown
+//!    per dirty victim). A page whose write-back fails is mapped back.
+//! 5. `wp-async`: protection is restored.
+//! 6. Page states are published (`Far` or `Untouched`) and waiters woken.
 //!
 //! A page whose write-back fails stays resident and dirty (never lost);
 //! the error is recorded, and a fault that cannot get near memory at all
@@ -254,6 +263,11 @@ impl FaultingThreads {
         }
     }
 
+    /// Whether two threads ever faulted in the region.
+    fn ever_many(&self) -> bool {
+        self.switched_ms.load(Ordering::Relaxed) != 0
+    }
+
     fn many(&self) -> bool {
         let at = self.switched_ms.load(Ordering::Relaxed);
         at != 0 && self.now_ms() - at < TAKING_TURNS_MS
@@ -421,7 +435,14 @@ impl RegionCore {
             zeros,
             mover_pool,
             max_run,
-            scratch: scratch::Scratch::new(pages, crate::config::MAX_EVICT_BATCH, max_run),
+            // wp-fault with 4 KiB pages reads dirty victims through a
+            // pipe after their batched unmap (see `evict`).
+            scratch: scratch::Scratch::new(
+                pages,
+                crate::config::MAX_EVICT_BATCH,
+                max_run,
+                config.dirty_tracking == DirtyTracking::WpFault && config.page_size == PageSize::Base4K,
+            ),
             movers,
             prefetcher,
             around,

@@ -11,6 +11,45 @@
 
 use crate::page::{PageState, PageWord};
 use std::sync::{Mutex, MutexGuard};
+use tiermem_sys::mm::{MapOptions, Mapping};
+use tiermem_sys::splice::Pipe;
+
+/// Pages of a splice set's landing buffer.
+pub(super) const LANDING_PAGES: usize = 16;
+
+/// What an eviction batch needs to read dirty victims after their batched
+/// unmap (see `evict`): a pipe that takes references to them, and a
+/// buffer their data lands in when the far store cannot read the pipe
+/// itself (or to map a page back whose write-back failed).
+pub(super) struct Splice {
+    pub(super) pipe: Pipe,
+    pub(super) landing: Mapping,
+}
+
+impl Splice {
+    /// A pipe for up to `pages` pages (at most 256 KiB, less where the
+    /// system limits pipe sizes), or None where pipes cannot be had. Pipe
+    /// buffers count against the user's pipe allowance
+    /// (/proc/sys/fs/pipe-user-pages-soft), which the program's own pipes
+    /// share: sets make theirs only when their first batch needs one.
+    fn new(pages: usize) -> Option<Splice> {
+        let want = (pages * 4096).clamp(1 << 16, 1 << 18);
+        let pipe = [want, 1 << 16]
+            .into_iter()
+            .filter(|&c| c <= want)
+            .find_map(|c| Pipe::new(c).ok())?;
+        let (landing, _) = Mapping::anonymous(
+            LANDING_PAGES * 4096,
+            &MapOptions {
+                dontfork: true,
+                noreserve: true,
+                ..Default::default()
+            },
+        )
+        .ok()?;
+        Some(Splice { pipe, landing })
+    }
+}
 
 /// Victims per batch of the on-stack fallback.
 const SMALL_BATCH: usize = 8;
@@ -30,6 +69,10 @@ pub(super) struct EvictBufs<'a> {
     /// Per run of a batch (at its first page): its first half is done
     /// and its unmap queued (see `evict_batch_in`).
     pub(super) started: &'a mut [bool],
+    /// Per page of a run: its data waits in the splice pipe.
+    pub(super) piped: &'a mut [bool],
+    /// The set's pipe, if it has one.
+    pub(super) splice: Option<&'a Splice>,
 }
 
 /// An eviction set: the arrays of one batch, on the heap
@@ -44,6 +87,33 @@ pub(super) struct EvictSet<V, P, B, R> {
     failed: B,
     pos_of: R,
     started: B,
+    piped: B,
+    splice: LazySplice,
+}
+
+/// A set's splice pipe, made when a batch first asks for it.
+pub(super) enum LazySplice {
+    /// This region's evictions do not pipe (or the set is on the stack).
+    Off,
+    /// Not made yet, for batches of up to this many pages.
+    Later(usize),
+    /// Made (None: pipes could not be had; the write-protect path then).
+    Made(Option<Splice>),
+}
+
+impl LazySplice {
+    fn get(&mut self, want: bool) -> Option<&Splice> {
+        if let LazySplice::Later(pages) = *self {
+            if !want {
+                return None;
+            }
+            *self = LazySplice::Made(Splice::new(pages));
+        }
+        match self {
+            LazySplice::Made(Some(sp)) if want => Some(sp),
+            _ => None,
+        }
+    }
 }
 
 /// A preallocated eviction set.
@@ -54,7 +124,7 @@ pub(super) type SmallEvict =
     EvictSet<[usize; SMALL_BATCH], [(usize, PageWord); SMALL_RUN], [bool; SMALL_RUN], [usize; SMALL_RUN]>;
 
 impl EvictScratch {
-    fn new(batch: usize) -> EvictScratch {
+    fn new(batch: usize, splice: bool) -> EvictScratch {
         let run = 2 * batch;
         EvictSet {
             victims: vec![0; batch],
@@ -64,6 +134,12 @@ impl EvictScratch {
             failed: vec![false; run],
             pos_of: vec![0; run],
             started: vec![false; run],
+            piped: vec![false; run],
+            splice: if splice {
+                LazySplice::Later(run)
+            } else {
+                LazySplice::Off
+            },
         }
     }
 }
@@ -78,6 +154,8 @@ impl SmallEvict {
             failed: [false; SMALL_RUN],
             pos_of: [0; SMALL_RUN],
             started: [false; SMALL_RUN],
+            piped: [false; SMALL_RUN],
+            splice: LazySplice::Off,
         }
     }
 }
@@ -89,7 +167,9 @@ where
     B: AsMut<[bool]>,
     R: AsMut<[usize]>,
 {
-    pub(super) fn bufs(&mut self) -> EvictBufs<'_> {
+    /// The set's arrays, with its splice pipe if `splice` asks for one
+    /// (made now if need be).
+    pub(super) fn bufs(&mut self, splice: bool) -> EvictBufs<'_> {
         EvictBufs {
             victims: self.victims.as_mut(),
             owned: self.owned.as_mut(),
@@ -98,6 +178,8 @@ where
             failed: self.failed.as_mut(),
             pos_of: self.pos_of.as_mut(),
             started: self.started.as_mut(),
+            piped: self.piped.as_mut(),
+            splice: self.splice.get(splice),
         }
     }
 }
@@ -141,15 +223,18 @@ pub(super) struct Scratch {
 
 impl Scratch {
     /// Sets sized for batches of up to `batch` victims and fill runs of up
-    /// to `run` pages, for a region of `pages` pages.
-    pub(super) fn new(pages: usize, batch: usize, run: usize) -> Scratch {
+    /// to `run` pages, for a region of `pages` pages; eviction sets with a
+    /// splice pipe if `splice`.
+    pub(super) fn new(pages: usize, batch: usize, run: usize, splice: bool) -> Scratch {
         // One set per CPU that can fault at once, plus one for a mover;
         // contention beyond that falls back to small batches.
         let sets = tiermem_sys::thread::online_cpus().clamp(1, 8) + 1;
         let batch = batch.min(pages).max(1);
         let run = run.min(pages).max(1);
         Scratch {
-            evict: (0..sets).map(|_| Mutex::new(EvictScratch::new(batch))).collect(),
+            evict: (0..sets)
+                .map(|_| Mutex::new(EvictScratch::new(batch, splice)))
+                .collect(),
             fill: (0..sets).map(|_| Mutex::new(FillScratch::new(run))).collect(),
         }
     }

@@ -115,6 +115,20 @@ impl FarStore for MemoryStore {
         Ok(())
     }
 
+    fn store_from_pipe(
+        &self,
+        offset: u64,
+        pipe: &tiermem_sys::splice::Pipe,
+        len: usize,
+    ) -> Option<Result<(), StoreError>> {
+        Some(self.open(offset as usize, len).map(|()| {
+            // The bytes are queued and the destination is open memory of
+            // the store's: a failure here is a bug, and the data is gone.
+            pipe.read_exact_into(&self.map, offset as usize, len)
+                .expect("reading evicted pages from the splice pipe into the memory store")
+        }))
+    }
+
     fn read_into(&self, offset: u64, len: usize, dst: &Mapping, dst_offset: usize) -> Result<(), StoreError> {
         dst.copy_in(dst_offset, self.map.range(offset as usize, len));
         Ok(())

@@ -90,6 +90,20 @@ pub trait FarStore: Send + Sync {
     /// Stores `src` (contiguous pages) at `offset`.
     fn store(&self, offset: u64, src: MemRange<'_>) -> Result<(), StoreError>;
 
+    /// Stores the next `len` bytes queued in `pipe` at `offset` without a
+    /// staging copy, where the store can (evictions that read dirty
+    /// victims through a pipe). None: it cannot, and nothing was read; the
+    /// caller reads them into a buffer and calls [`FarStore::store`].
+    /// An error leaves the bytes in the pipe.
+    fn store_from_pipe(
+        &self,
+        _offset: u64,
+        _pipe: &tiermem_sys::splice::Pipe,
+        _len: usize,
+    ) -> Option<Result<(), StoreError>> {
+        None
+    }
+
     /// Copies `len` stored bytes at `offset` into `dst` at `dst_offset`
     /// (a staging frame that is then moved into place).
     fn read_into(&self, offset: u64, len: usize, dst: &Mapping, dst_offset: usize) -> Result<(), StoreError>;
