@@ -38,7 +38,7 @@ pub use range::MemRange;
 
 /// Ranges per `process_madvise` call of [`Mapping::discard_ranges`] (on the
 /// stack: a fault handler on a small alternate stack may evict).
-pub const DISCARD_VECTOR: usize = 32;
+pub const DISCARD_VECTOR: usize = 64;
 /// `PIDFD_SELF_THREAD_GROUP` (linux/fcntl.h, 6.15+; the headers here are
 /// older): the calling process, with no descriptor to reopen after `fork`.
 const PIDFD_SELF_THREAD_GROUP: libc::c_int = -10001;

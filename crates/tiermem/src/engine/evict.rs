@@ -11,7 +11,6 @@ use crate::stats::{Cost, FaultTimer};
 use crate::store::StoreError;
 use std::sync::atomic::Ordering;
 use tiermem_sys::mm::Protection;
-use tiermem_sys::mm::DISCARD_VECTOR;
 use tiermem_sys::pagemap::{Categories, PageRegion, ScanRequest};
 use tiermem_sys::uffd::Resolved;
 
@@ -35,21 +34,18 @@ pub(crate) struct Evicted {
 }
 
 /// The unmaps of an eviction batch, made together once every run of it is
-/// stored: one `process_madvise` for up to [`DISCARD_VECTOR`] ranges, so
+/// stored: one `process_madvise` for up to [`DISCARD_VECTOR`](tiermem_sys::mm::DISCARD_VECTOR) ranges, so
 /// that the other CPUs running the program take one TLB shootdown per
 /// batch, not one per victim (issue 36: 1.9 shootdown IPIs per fault at 2
-/// threads). On the stack: 0.5 KiB.
-struct Unmaps {
-    ranges: [(usize, usize); DISCARD_VECTOR],
+/// threads). The ranges live in the eviction set, off the signal stack.
+struct Unmaps<'a> {
+    ranges: &'a mut [(usize, usize)],
     n: usize,
 }
 
-impl Unmaps {
-    fn new() -> Unmaps {
-        Unmaps {
-            ranges: [(0, 0); DISCARD_VECTOR],
-            n: 0,
-        }
+impl<'a> Unmaps<'a> {
+    fn over(ranges: &'a mut [(usize, usize)]) -> Unmaps<'a> {
+        Unmaps { ranges, n: 0 }
     }
 }
 
@@ -153,7 +149,7 @@ impl RegionCore {
         };
         // Classic path: every run's first half, then all their unmaps at
         // once, then every run's second half.
-        let mut unmaps = Unmaps::new();
+        let mut unmaps = Unmaps::over(b.unmaps);
         let mut evicted = 0;
         let mut runs = 0;
         let mut first_error = None;
@@ -175,7 +171,9 @@ impl RegionCore {
                 splice: b.splice,
             };
             let (done, err) = match ring {
-                Some(ring) => self.evict_run_to_ring(ring, &owned[start..end], &mut run_bufs, timer),
+                Some(ring) => {
+                    self.evict_run_to_ring(ring, &owned[start..end], &mut run_bufs, &mut unmaps, timer)
+                }
                 None => {
                     let r = self.start_run(&owned[start..end], &mut run_bufs, timer, &mut unmaps);
                     b.started[start] = r.is_some();
@@ -386,13 +384,13 @@ impl RegionCore {
         &self,
         run: &[(usize, PageWord)],
         bufs: &mut RunBufs<'_>,
+        unmaps: &mut Unmaps<'_>,
         timer: &mut FaultTimer,
     ) -> (usize, Option<StoreError>) {
-        let mut unmaps = Unmaps::new();
-        let Some(done) = self.start_run(run, bufs, timer, &mut unmaps) else {
+        let Some(done) = self.start_run(run, bufs, timer, unmaps) else {
             return (0, None);
         };
-        self.flush_unmaps(&mut unmaps);
+        self.flush_unmaps(unmaps);
         let n = run.len();
         let (late, err) = self.end_run(
             run,
@@ -417,7 +415,7 @@ impl RegionCore {
         run: &[(usize, PageWord)],
         bufs: &mut RunBufs<'_>,
         timer: &mut FaultTimer,
-        unmaps: &mut Unmaps,
+        unmaps: &mut Unmaps<'_>,
     ) -> Option<(usize, Option<StoreError>)> {
         let n = run.len();
         let first = run[0].0;
@@ -715,7 +713,7 @@ impl RegionCore {
         first_error
     }
 
-    fn queue_unmap(&self, unmaps: &mut Unmaps, offset: usize, len: usize) {
+    fn queue_unmap(&self, unmaps: &mut Unmaps<'_>, offset: usize, len: usize) {
         if unmaps.n == unmaps.ranges.len() {
             self.flush_unmaps(unmaps);
         }
@@ -724,8 +722,8 @@ impl RegionCore {
     }
 
     /// Unmaps the queued ranges: one system call (one TLB shootdown) per
-    /// [`DISCARD_VECTOR`] where the kernel batches them.
-    fn flush_unmaps(&self, unmaps: &mut Unmaps) {
+    /// [`DISCARD_VECTOR`](tiermem_sys::mm::DISCARD_VECTOR) where the kernel batches them.
+    fn flush_unmaps(&self, unmaps: &mut Unmaps<'_>) {
         if unmaps.n == 0 {
             return;
         }
@@ -848,6 +846,7 @@ impl RegionCore {
         ring: &FrameRing,
         run: &[(usize, PageWord)],
         bufs: &mut RunBufs<'_>,
+        unmaps: &mut Unmaps<'_>,
         timer: &mut FaultTimer,
     ) -> (usize, Option<StoreError>) {
         let ps = self.page_bytes;
@@ -856,7 +855,7 @@ impl RegionCore {
         // One eviction at a time works on the ring's holes; an application
         // thread does not wait for a mover's turn (the classic path).
         let Some(turn) = ring.evict_turn(super::mover::on_mover()) else {
-            return self.evict_run(run, bufs, timer);
+            return self.evict_run(run, bufs, unmaps, timer);
         };
         let (mut at, mut holes) = {
             let mut st = ring.lock();
@@ -984,7 +983,7 @@ impl RegionCore {
         if moved < n {
             // The kernel would not move the rest (a pinned page): classic
             // path, without the ring's eviction turn.
-            let (more, err) = self.evict_run(&run[moved..], bufs, timer);
+            let (more, err) = self.evict_run(&run[moved..], bufs, unmaps, timer);
             return (evicted + more, first_error.or(err));
         }
         (evicted, first_error)
@@ -1128,6 +1127,7 @@ impl RegionCore {
             piped: b.piped,
             splice: b.splice,
         };
+        let mut unmaps = Unmaps::over(b.unmaps);
         let end = (first + count).min(self.pages.len());
         let mut p = first;
         let mut first_error = None;
@@ -1164,7 +1164,7 @@ impl RegionCore {
                     policy.on_remove(q, false);
                 }
             }
-            let (done, err) = self.evict_run(&owned[..n], &mut run_bufs, &mut timer);
+            let (done, err) = self.evict_run(&owned[..n], &mut run_bufs, &mut unmaps, &mut timer);
             evicted += done;
             if first_error.is_none() {
                 first_error = err;

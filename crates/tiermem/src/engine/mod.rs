@@ -22,7 +22,7 @@
 //! 2. Dirty pages whose writers were stopped are written to the far store,
 //!    contiguous ones together.
 //! 3. The batch's runs are dropped together, one `process_madvise(
-//!    MADV_DONTNEED)` per 32 runs (one TLB shootdown). From here no thread
+//!    MADV_DONTNEED)` per 64 runs (one TLB shootdown). From here no thread
 //!    can write a victim: a write faults and waits on the page state.
 //! 4. Piped pages are written to the far store from the pipe: it holds
 //!    every write that landed before the unmap (issue 36: no shootdown

@@ -55,6 +55,8 @@ impl Splice {
 const SMALL_BATCH: usize = 8;
 /// Pages per run of the on-stack fallback (victims plus gaps).
 const SMALL_RUN: usize = 2 * SMALL_BATCH;
+/// Unmap ranges the on-stack fallback queues before a call.
+const SMALL_UNMAPS: usize = SMALL_BATCH;
 
 const EMPTY: (usize, PageWord) = (0, PageWord::new(PageState::Untouched, false));
 
@@ -73,13 +75,15 @@ pub(super) struct EvictBufs<'a> {
     pub(super) piped: &'a mut [bool],
     /// The set's pipe, if it has one.
     pub(super) splice: Option<&'a Splice>,
+    /// Unmap ranges queued for one `process_madvise` (see `evict`).
+    pub(super) unmaps: &'a mut [(usize, usize)],
 }
 
 /// An eviction set: the arrays of one batch, on the heap
 /// ([`EvictScratch`]) or on the stack ([`SmallEvict`]); `V` holds the
 /// victims, `P`, `B` and `R` the per-page words, flags and positions of
-/// a run.
-pub(super) struct EvictSet<V, P, B, R> {
+/// a run, `U` the queued unmap ranges.
+pub(super) struct EvictSet<V, P, B, R, U> {
     victims: V,
     owned: P,
     extra: P,
@@ -89,6 +93,7 @@ pub(super) struct EvictSet<V, P, B, R> {
     started: B,
     piped: B,
     splice: LazySplice,
+    unmaps: U,
 }
 
 /// A set's splice pipe, made when a batch first asks for it.
@@ -117,11 +122,17 @@ impl LazySplice {
 }
 
 /// A preallocated eviction set.
-pub(super) type EvictScratch = EvictSet<Vec<usize>, Vec<(usize, PageWord)>, Vec<bool>, Vec<usize>>;
+pub(super) type EvictScratch =
+    EvictSet<Vec<usize>, Vec<(usize, PageWord)>, Vec<bool>, Vec<usize>, Vec<(usize, usize)>>;
 
-/// The on-stack fallback eviction set (about 0.7 KiB).
-pub(super) type SmallEvict =
-    EvictSet<[usize; SMALL_BATCH], [(usize, PageWord); SMALL_RUN], [bool; SMALL_RUN], [usize; SMALL_RUN]>;
+/// The on-stack fallback eviction set (about 0.9 KiB).
+pub(super) type SmallEvict = EvictSet<
+    [usize; SMALL_BATCH],
+    [(usize, PageWord); SMALL_RUN],
+    [bool; SMALL_RUN],
+    [usize; SMALL_RUN],
+    [(usize, usize); SMALL_UNMAPS],
+>;
 
 impl EvictScratch {
     fn new(batch: usize, splice: bool) -> EvictScratch {
@@ -140,6 +151,7 @@ impl EvictScratch {
             } else {
                 LazySplice::Off
             },
+            unmaps: vec![(0, 0); tiermem_sys::mm::DISCARD_VECTOR],
         }
     }
 }
@@ -156,16 +168,18 @@ impl SmallEvict {
             started: [false; SMALL_RUN],
             piped: [false; SMALL_RUN],
             splice: LazySplice::Off,
+            unmaps: [(0, 0); SMALL_UNMAPS],
         }
     }
 }
 
-impl<V, P, B, R> EvictSet<V, P, B, R>
+impl<V, P, B, R, U> EvictSet<V, P, B, R, U>
 where
     V: AsMut<[usize]>,
     P: AsMut<[(usize, PageWord)]>,
     B: AsMut<[bool]>,
     R: AsMut<[usize]>,
+    U: AsMut<[(usize, usize)]>,
 {
     /// The set's arrays, with its splice pipe if `splice` asks for one
     /// (made now if need be).
@@ -180,6 +194,7 @@ where
             started: self.started.as_mut(),
             piped: self.piped.as_mut(),
             splice: self.splice.get(splice),
+            unmaps: self.unmaps.as_mut(),
         }
     }
 }

@@ -282,7 +282,7 @@ fn tiny_budgets_take_no_prefetch_windows_and_keep_data() {
 
 /// Random read-modify-writes evict scattered victims, one page per run:
 /// their unmaps are made together, one system call (one TLB shootdown of
-/// the other CPUs) per 32 runs where the kernel batches `process_madvise`
+/// the other CPUs) per 64 runs where the kernel batches `process_madvise`
 /// (issue 36), not one per page; every word survives, on both fault paths
 /// and with both dirty trackings.
 #[test]
