@@ -11,6 +11,15 @@
 
 use clap::{CommandFactory, Parser, Subcommand};
 
+/// `eprintln!` in one `write(2)`: the ranks of an MPI job share one stderr,
+/// and a line written in pieces interleaves with theirs.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        let line = format!("{}\n", format_args!($($arg)*));
+        let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
+    }};
+}
+
 mod bench;
 mod common;
 mod env;

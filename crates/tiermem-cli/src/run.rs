@@ -220,7 +220,7 @@ fn warn_other_program(report: &Path, program: &Path) {
         .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
         .and_then(|j| j["launched"]["program"].as_str().map(PathBuf::from));
     if let Some(m) = measured.filter(|m| m != program) {
-        eprintln!(
+        say!(
             "tiermem: warning: {} holds the footprint of {}, not of {}: the budget is a share of that",
             report.display(),
             m.display(),
@@ -415,7 +415,7 @@ impl Resolver<'_> {
                 } else {
                     format!("{opt} {v}")
                 };
-                eprintln!("tiermem: {given} overrides {var}={w}");
+                say!("tiermem: {given} overrides {var}={w}");
             }
             self.env.push((var, Some(v.clone())));
             let named = format!("{opt} {v}");
@@ -435,7 +435,7 @@ impl Resolver<'_> {
     /// A variable whose value is not used: warned about, and removed from
     /// the program's environment (so that the preload does not warn again).
     fn drop_env(&mut self, o: &Opt, value: &str, why: &str) {
-        eprintln!("{}", o.ignoring(value, why, &o.keeping()));
+        say!("{}", o.ignoring(value, why, &o.keeping()));
         self.env.push((o.var, None));
     }
 
@@ -498,7 +498,7 @@ fn settings(a: &RunArgs, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Sett
         report.map(|p| {
             let (path, added) = per_rank_path(&p, ranks);
             if added && ranks.is_some_and(|r| r.rank == 0) {
-                eprintln!(
+                say!(
                 "tiermem: --report {}: {} ranks, one report each: {} for rank 0 and so on (put %r in the \
                  name to choose where the rank goes)",
                 p.display(),
@@ -523,7 +523,7 @@ fn settings(a: &RunArgs, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Sett
                 None => "TIERMEM_NEAR is set too".into(),
             };
             // Dropped only when a per-process budget is given.
-            eprintln!(
+            say!(
                 "tiermem: ignoring {}={v:?}: {why}; that per-process budget is used",
                 options::NEAR_NODE.var
             );
@@ -533,7 +533,7 @@ fn settings(a: &RunArgs, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Sett
     };
     if near_node.is_some() {
         if let Some(v) = options::NEAR.value_in(lookup) {
-            eprintln!("tiermem: --near-node overrides TIERMEM_NEAR={v}");
+            say!("tiermem: --near-node overrides TIERMEM_NEAR={v}");
             r.set(options::NEAR.var, None);
         }
     }
@@ -692,7 +692,7 @@ fn check_setup(s: &Settings) -> Result<(), String> {
         None => Ok(()),
         Some(_) if s.fallback_untiered => {
             for p in &problems {
-                eprintln!("tiermem: warning: {p} (--fallback untiered: running anyway)");
+                say!("tiermem: warning: {p} (--fallback untiered: running anyway)");
             }
             Ok(())
         }
@@ -721,7 +721,7 @@ fn check_far(setting: &Setting, batch: u64) -> Result<(), String> {
         }
         match tiermem_sys::file::sweep_leftover(p) {
             Leftover::Free => {}
-            Leftover::Swept(pid) => eprintln!(
+            Leftover::Swept(pid) => say!(
                 "tiermem: removed {far}, the far file of process {pid}, which no longer runs (a \
                  killed run's leftover)"
             ),
@@ -839,7 +839,7 @@ impl PoolGuard {
         let _turn = pool_turn();
         let now = tiermem::hugepages::pool(self.size).total;
         if let Err(e) = tiermem::hugepages::set_pool(self.size, now.saturating_sub(self.added)) {
-            eprintln!("tiermem: could not give the huge pages back: {e}");
+            say!("tiermem: could not give the huge pages back: {e}");
         }
     }
 }
@@ -884,7 +884,7 @@ fn reserve_pool(s: &Settings, what: &str) -> Result<PoolGuard, String> {
     let _turn = pool_turn();
     let before = tiermem::hugepages::pool(size).total;
     let change = tiermem::hugepages::set_pool(size, before + pages).map_err(|e| e.to_string())?;
-    eprintln!(
+    say!(
         "tiermem: reserved {pages} pages of {} for the run ({change})",
         s.page.name()
     );
