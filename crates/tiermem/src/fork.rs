@@ -105,6 +105,9 @@ extern "C" fn prepare() {
     if regions.is_empty() {
         return;
     }
+    for r in &regions {
+        r.forked.store(true, Ordering::Relaxed);
+    }
     crate::page::close_fork_gate();
     match Pipe::new_cloexec() {
         Ok(p) => *guard(&FORKING) = Some((regions, p)),

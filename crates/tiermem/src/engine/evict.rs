@@ -220,14 +220,18 @@ impl RegionCore {
     /// threads have faulted in the region), where write-protecting each
     /// dirty run would shoot their TLBs down; never on the ring path,
     /// whose moves stop writers themselves. A program that faults from
-    /// one thread makes no pipe.
+    /// one thread makes no pipe. Never after the process forked while the
+    /// region was copied into children: its pages may be shared
+    /// copy-on-write, and a writer's copy would not be the piped page.
     fn splice_wanted(&self, by_mover: bool) -> bool {
         let ring = if by_mover {
             self.ring.as_ref()
         } else {
             self.sync_ring()
         };
-        ring.is_none() && (by_mover || self.movers.is_some() || self.faulting_threads.ever_many())
+        ring.is_none()
+            && (by_mover || self.movers.is_some() || self.faulting_threads.ever_many())
+            && !self.forked.load(Ordering::Relaxed)
     }
 
     /// Asks the policy for victims until `out` is full or it has no more,
@@ -432,7 +436,7 @@ impl RegionCore {
         let piped = &mut bufs.piped[..n];
         piped.iter_mut().for_each(|p| *p = false);
         if let (false, Some(sp)) = (asynchronous, bufs.splice) {
-            self.pipe_dirty(sp, first, dirty, piped);
+            self.pipe_dirty(sp, run, dirty, piped);
         }
         // Stop writers before anything is copied out: otherwise a write
         // landing between the copy and the unmap would be lost. If the
@@ -597,11 +601,24 @@ impl RegionCore {
 
     /// Puts the dirty pages of a run into the splice pipe, in order, while
     /// it has room: marks in `piped` those it took (a prefix of them).
+    ///
+    /// Only pages installed from far data (`far_valid`): the pipe holds
+    /// the page the pte maps, so that page must be the one a writer
+    /// writes. A page first read as the shared zero page and then written
+    /// is `Dirty` before the kernel gives the writer a page of its own
+    /// (the copy-on-write after our unprotect): piped in between, the
+    /// pipe would hold the zero page and the write would be lost (found
+    /// by `tiermem run -- tiermem stress --plain`). Pages installed by
+    /// UFFDIO_COPY or moved frames are the process's own from the start;
+    /// after a fork they are shared copy-on-write too, hence
+    /// `splice_wanted`'s rule for regions copied into children.
     #[inline(never)] // its arrays stay off the frame of the write-back (signal stacks)
-    fn pipe_dirty(&self, sp: &Splice, first: usize, dirty: &[bool], piped: &mut [bool]) {
+    fn pipe_dirty(&self, sp: &Splice, run: &[(usize, PageWord)], dirty: &[bool], piped: &mut [bool]) {
         const RANGES: usize = 8;
         let ps = self.page_bytes;
+        let first = run[0].0;
         let n = dirty.len();
+        let pipeable = |k: usize| dirty[k] && run[k].1.far_valid();
         let mut s = 0;
         while s < n {
             // Up to RANGES dirty sub-runs, then one call.
@@ -609,11 +626,11 @@ impl RegionCore {
             let mut r = 0;
             let mut next = s;
             while next < n && r < RANGES {
-                if !dirty[next] {
+                if !pipeable(next) {
                     next += 1;
                     continue;
                 }
-                let e = (next..n).find(|&j| !dirty[j]).unwrap_or(n);
+                let e = (next..n).find(|&j| !pipeable(j)).unwrap_or(n);
                 ranges[r] = ((first + next) * ps, (e - next) * ps);
                 r += 1;
                 next = e;

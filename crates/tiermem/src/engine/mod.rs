@@ -188,6 +188,10 @@ pub(crate) struct RegionCore {
     /// measured on 16 CPUs, random updates at 2 threads 1.46x faster, half
     /// the shootdowns.
     faulting_threads: FaultingThreads,
+    /// The process forked while this region was copied into children
+    /// (`crate::fork`): its resident pages may be shared copy-on-write, so
+    /// evictions no longer read dirty victims through the pipe.
+    pub(crate) forked: AtomicBool,
     scanner: Option<PagemapScanner>,
     /// Which far pages a read fill installs writable (`Config::rewrite_hint`,
     /// where eviction can compare).
@@ -418,6 +422,7 @@ impl RegionCore {
             budget: shared.unwrap_or_else(|| budget::Budget::new((budget * page_bytes) as u64)),
             ring,
             faulting_threads: FaultingThreads::new(),
+            forked: AtomicBool::new(false),
             page_shift: page_bytes.trailing_zeros(),
             page_bytes,
             mapping: parts.mapping,
