@@ -394,6 +394,43 @@ fn dirty_victims_leave_through_the_pipe_without_write_protection() {
     }
 }
 
+/// Pages never installed from far data (first read as the shared zero
+/// page, then written) are not piped at their first eviction: until the
+/// kernel's copy-on-write gives the writer its own page, the pipe would
+/// hold the zero page and the write would be lost (a race `tiermem run --
+/// tiermem stress --plain` hit). Two threads fault, so evictions pipe.
+#[test]
+fn pages_first_read_as_the_zero_page_are_not_piped() {
+    let mut c = Config::new(16 * MIB, 4 * MIB);
+    c.install = tiermem::InstallMethod::Copy;
+    c.fault_around = false;
+    let r = Region::new(c).unwrap();
+    let words = r.as_atomic_u64();
+    let per_page = 4096 / 8;
+    let half = words.len() / 2;
+    let pass = |from: usize| {
+        for p in (from..from + half).step_by(per_page) {
+            let seen = words[p].load(std::sync::atomic::Ordering::Relaxed);
+            words[p].store(seen + mix(p as u64), std::sync::atomic::Ordering::Relaxed);
+        }
+    };
+    std::thread::scope(|s| {
+        s.spawn(|| pass(half));
+        pass(0);
+    });
+    let st = r.stats();
+    for p in (0..words.len()).step_by(per_page) {
+        assert_eq!(
+            words[p].load(std::sync::atomic::Ordering::Relaxed),
+            mix(p as u64),
+            "page {}",
+            p / per_page
+        );
+    }
+    assert!(st.write_backs > 1000, "{st:?}");
+    assert_eq!(st.write_backs_piped, 0, "{st:?}");
+}
+
 /// `install = auto` without movers recycles frames through the ring while
 /// one thread faults (a move per victim: cheapest alone), and while two
 /// threads take turns at faulting, copies and unmaps victims together
