@@ -2,8 +2,7 @@
 
 use super::errors::{OP_EVICT, OP_WRITE};
 use super::progress::Keep;
-use super::ring::FrameRing;
-use super::scratch::{EvictBufs, SmallEvict, Splice, LANDING_PAGES};
+use super::scratch::{EvictBufs, SmallEvict, Splice};
 use super::RegionCore;
 use crate::config::DirtyTracking;
 use crate::page::{PageState, PageWord};
@@ -12,16 +11,15 @@ use crate::store::StoreError;
 use std::sync::atomic::Ordering;
 use tiermem_sys::mm::Protection;
 use tiermem_sys::pagemap::{Categories, PageRegion, ScanRequest};
-use tiermem_sys::uffd::Resolved;
 
 /// The per-run arrays of an eviction (at least as long as the run).
-struct RunBufs<'a> {
-    dirty: &'a mut [bool],
-    failed: &'a mut [bool],
-    pos_of: &'a mut [usize],
+pub(super) struct RunBufs<'a> {
+    pub(super) dirty: &'a mut [bool],
+    pub(super) failed: &'a mut [bool],
+    pub(super) pos_of: &'a mut [usize],
     /// Dirty pages whose data waits in `splice`'s pipe.
-    piped: &'a mut [bool],
-    splice: Option<&'a Splice>,
+    pub(super) piped: &'a mut [bool],
+    pub(super) splice: Option<&'a Splice>,
 }
 
 /// What one eviction batch did.
@@ -38,7 +36,7 @@ pub(crate) struct Evicted {
 /// that the other CPUs running the program take one TLB shootdown per
 /// batch, not one per victim (issue 36: 1.9 shootdown IPIs per fault at 2
 /// threads). The ranges live in the eviction set, off the signal stack.
-struct Unmaps<'a> {
+pub(super) struct Unmaps<'a> {
     ranges: &'a mut [(usize, usize)],
     n: usize,
 }
@@ -384,7 +382,7 @@ impl RegionCore {
     /// Evicts one run of contiguous owned pages (see the eviction protocol in
     /// the engine's module docs), unmapped on its own.
     /// Returns the pages evicted and the first write-back error.
-    fn evict_run(
+    pub(super) fn evict_run(
         &self,
         run: &[(usize, PageWord)],
         bufs: &mut RunBufs<'_>,
@@ -599,137 +597,6 @@ impl RegionCore {
         (late, first_error)
     }
 
-    /// Puts the dirty pages of a run into the splice pipe, in order, while
-    /// it has room: marks in `piped` those it took (a prefix of them).
-    ///
-    /// Only pages installed from far data (`far_valid`): the pipe holds
-    /// the page the pte maps, so that page must be the one a writer
-    /// writes. A page first read as the shared zero page and then written
-    /// is `Dirty` before the kernel gives the writer a page of its own
-    /// (the copy-on-write after our unprotect): piped in between, the
-    /// pipe would hold the zero page and the write would be lost (found
-    /// by `tiermem run -- tiermem stress --plain`). Pages installed by
-    /// UFFDIO_COPY or moved frames are the process's own from the start;
-    /// after a fork they are shared copy-on-write too, hence
-    /// `splice_wanted`'s rule for regions copied into children.
-    #[inline(never)] // its arrays stay off the frame of the write-back (signal stacks)
-    fn pipe_dirty(&self, sp: &Splice, run: &[(usize, PageWord)], dirty: &[bool], piped: &mut [bool]) {
-        const RANGES: usize = 8;
-        let ps = self.page_bytes;
-        let first = run[0].0;
-        let n = dirty.len();
-        let pipeable = |k: usize| dirty[k] && run[k].1.far_valid();
-        let mut s = 0;
-        while s < n {
-            // Up to RANGES dirty sub-runs, then one call.
-            let mut ranges = [(0usize, 0usize); RANGES];
-            let mut r = 0;
-            let mut next = s;
-            while next < n && r < RANGES {
-                if !pipeable(next) {
-                    next += 1;
-                    continue;
-                }
-                let e = (next..n).find(|&j| !pipeable(j)).unwrap_or(n);
-                ranges[r] = ((first + next) * ps, (e - next) * ps);
-                r += 1;
-                next = e;
-            }
-            if r == 0 {
-                return;
-            }
-            let want: usize = ranges[..r].iter().map(|x| x.1).sum();
-            let got = sp.pipe.take_pages(&self.mapping, &ranges[..r]).unwrap_or(0);
-            let mut left = got / ps;
-            for &(off, len) in &ranges[..r] {
-                let p = off / ps - first;
-                let k = (len / ps).min(left);
-                piped[p..p + k].iter_mut().for_each(|x| *x = true);
-                left -= k;
-            }
-            if got < want {
-                // The pipe is full: the rest are write-protected first.
-                return;
-            }
-            s = next;
-        }
-    }
-
-    /// Writes back the piped pages of `run` (contiguous, unmapped now)
-    /// from the splice pipe: straight into the far store where it reads
-    /// pipes, else through the landing buffer, where pages marked VERIFY
-    /// that still equal their far copy are not written (and no longer
-    /// `dirty`). A page whose write-back fails is mapped back from its
-    /// data, resident and dirty (`failed`).
-    #[inline(never)]
-    fn write_back_piped(
-        &self,
-        sp: &Splice,
-        run: &[(usize, PageWord)],
-        dirty: &mut [bool],
-        failed: &mut [bool],
-    ) -> Option<StoreError> {
-        let ps = self.page_bytes;
-        let count = run.len();
-        let first_page = run[0].0;
-        let off = (first_page * ps) as u64;
-        let verify = run.iter().any(|(_, w)| w.verify());
-        if !verify {
-            match self.store.store_from_pipe(off, &sp.pipe, count * ps) {
-                Some(Ok(())) => {
-                    self.count_write_back(count * ps);
-                    self.stats
-                        .write_backs_piped
-                        .fetch_add(count as u64, Ordering::Relaxed);
-                    return None;
-                }
-                // Nothing was read: land the data and map it back.
-                Some(Err(err)) => self.store_failed(off, OP_WRITE, &err),
-                None => {}
-            }
-        }
-        let mut first_error = None;
-        let mut done = 0;
-        while done < count {
-            let k = (count - done).min(LANDING_PAGES);
-            sp.pipe
-                .read_exact_into(&sp.landing, 0, k * ps)
-                .expect("reading evicted pages back from the splice pipe");
-            for j in done..done + k {
-                let (p, w) = run[j];
-                if w.verify() && self.unchanged(p, w, sp.landing.range((j - done) * ps, ps)) {
-                    dirty[j] = false;
-                }
-            }
-            // The pages still dirty, contiguous ones with one call.
-            let mut a = done;
-            while a < done + k {
-                if !dirty[a] {
-                    a += 1;
-                    continue;
-                }
-                let b = (a..done + k).find(|&j| !dirty[j]).unwrap_or(done + k);
-                let data = sp.landing.range((a - done) * ps, (b - a) * ps);
-                match self.write_back(first_page + a, data) {
-                    Ok(()) => {
-                        self.stats
-                            .write_backs_piped
-                            .fetch_add((b - a) as u64, Ordering::Relaxed);
-                    }
-                    Err(err) => {
-                        self.copy_in((first_page + a) * ps, data, false, false)
-                            .expect("mapping back a page whose write-back failed");
-                        failed[a..b].iter_mut().for_each(|f| *f = true);
-                        first_error.get_or_insert(err);
-                    }
-                }
-                a = b;
-            }
-            done += k;
-        }
-        first_error
-    }
-
     fn queue_unmap(&self, unmaps: &mut Unmaps<'_>, offset: usize, len: usize) {
         if unmaps.n == unmaps.ranges.len() {
             self.flush_unmaps(unmaps);
@@ -759,7 +626,11 @@ impl RegionCore {
 
     /// Writes the pages from `first_page` on, whose data is `src`, to the
     /// far store, and accounts for it; a failure is counted and recorded.
-    fn write_back(&self, first_page: usize, src: tiermem_sys::mm::MemRange<'_>) -> Result<(), StoreError> {
+    pub(super) fn write_back(
+        &self,
+        first_page: usize,
+        src: tiermem_sys::mm::MemRange<'_>,
+    ) -> Result<(), StoreError> {
         let off = (first_page * self.page_bytes) as u64;
         let bytes = src.len() as u64;
         match self.store.store(off, src) {
@@ -774,7 +645,7 @@ impl RegionCore {
         }
     }
 
-    fn count_write_back(&self, bytes: usize) {
+    pub(super) fn count_write_back(&self, bytes: usize) {
         self.stats
             .write_backs
             .fetch_add((bytes / self.page_bytes) as u64, Ordering::Relaxed);
@@ -785,7 +656,7 @@ impl RegionCore {
     /// `failed` ones: counts, and publishes each page's new state (a failed
     /// page stays resident and dirty; in wp-fault mode it is now
     /// write-protected, and its next write unprotects it again).
-    fn publish_eviction(&self, run: &[(usize, PageWord)], dirty: &[bool], failed: &[bool]) {
+    pub(super) fn publish_eviction(&self, run: &[(usize, PageWord)], dirty: &[bool], failed: &[bool]) {
         let evicted = failed.iter().filter(|&&f| !f).count();
         self.release_slots(evicted);
         self.stats.evictions.fetch_add(evicted as u64, Ordering::Relaxed);
@@ -853,163 +724,10 @@ impl RegionCore {
         }
     }
 
-    /// Evicts a run of contiguous owned pages by moving them into the frame
-    /// ring (one UFFDIO_MOVE per contiguous piece: an atomic unmap, so dirty
-    /// pages need no write protection first) and writing dirty ones back
-    /// from there. Pages the kernel refuses to move (pinned) take the
-    /// classic path. wp-fault only (see `FrameRing`).
-    fn evict_run_to_ring(
-        &self,
-        ring: &FrameRing,
-        run: &[(usize, PageWord)],
-        bufs: &mut RunBufs<'_>,
-        unmaps: &mut Unmaps<'_>,
-        timer: &mut FaultTimer,
-    ) -> (usize, Option<StoreError>) {
-        let ps = self.page_bytes;
-        let n = run.len();
-        let first = run[0].0;
-        // One eviction at a time works on the ring's holes; an application
-        // thread does not wait for a mover's turn (the classic path).
-        let Some(turn) = ring.evict_turn(super::mover::on_mover()) else {
-            return self.evict_run(run, bufs, unmaps, timer);
-        };
-        let (mut at, mut holes) = {
-            let mut st = ring.lock();
-            // Make room: give the newest frames back to the kernel when the
-            // ring has fewer holes than the run needs (never those a fill is
-            // working on).
-            while ring.cap - st.frames < n {
-                let (pos, spare) = st.spare_run(ring.cap);
-                let release = spare.min(n - (ring.cap - st.frames));
-                if release == 0 {
-                    break;
-                }
-                if self
-                    .uffd
-                    .discard(&ring.reg, &ring.map, (pos + spare - release) * ps, release * ps)
-                    .is_err()
-                {
-                    break;
-                }
-                st.dropped(release);
-            }
-            st.holes(ring.cap)
-        };
-        timer.lap(Cost::LockList);
-        // Move the run out into the holes past the tail, in at most two
-        // pieces (the ring wraps). No fill looks at holes, and they count
-        // as frames only once written back (see `FrameRing`).
-        let pos_of = &mut bufs.pos_of[..n];
-        let mut moved = 0;
-        while moved < n && holes > 0 {
-            let k = holes.min(ring.cap - at).min(n - moved);
-            let mut done = 0;
-            let mut emptied = 0;
-            while done < k {
-                let r = self.uffd.move_out(
-                    &self.reg,
-                    (first + moved + done) * ps,
-                    &ring.reg,
-                    (at + done) * ps,
-                    (k - done) * ps,
-                );
-                match r {
-                    Ok(Resolved::Done) => done = k,
-                    Ok(Resolved::Partial { bytes }) if bytes > 0 => done += bytes / ps,
-                    // A hole the kernel itself filled (`resolve_outside`):
-                    // empty it and go on.
-                    Ok(Resolved::AlreadyMapped) if emptied < k => {
-                        emptied += 1;
-                        if self
-                            .uffd
-                            .discard(&ring.reg, &ring.map, (at + done) * ps, ps)
-                            .is_err()
-                        {
-                            break;
-                        }
-                    }
-                    _ => break,
-                }
-            }
-            self.stats.evict_calls.fetch_add(1, Ordering::Relaxed);
-            if super::mover::on_mover() {
-                self.stats.mover_unmap_calls.fetch_add(1, Ordering::Relaxed);
-            }
-            for j in 0..done {
-                pos_of[moved + j] = at + j;
-            }
-            moved += done;
-            at = (at + done) % ring.cap;
-            holes -= done;
-            if done < k {
-                break;
-            }
-        }
-        timer.lap(Cost::Tlb);
-        // Which pages need writing back: the dirty ones, except those marked
-        // VERIFY that turn out equal to their far copy (now unmapped, so the
-        // comparison cannot race with a writer).
-        let dirty = &mut bufs.dirty[..n];
-        for k in 0..moved {
-            let w = run[k].1;
-            dirty[k] = w.state() == PageState::Dirty
-                && !(w.verify() && self.unchanged(first + k, w, ring.map.range(pos_of[k] * ps, ps)));
-        }
-        // Write back dirty pages from their frames, contiguous ones together.
-        let failed = &mut bufs.failed[..n];
-        failed.iter_mut().for_each(|f| *f = false);
-        let mut first_error = None;
-        let mut s = 0;
-        while s < moved {
-            if !dirty[s] {
-                s += 1;
-                continue;
-            }
-            let mut e = s + 1;
-            while e < moved && dirty[e] && pos_of[e] == pos_of[e - 1] + 1 {
-                e += 1;
-            }
-            let src = ring.map.range(pos_of[s] * ps, (e - s) * ps);
-            if let Err(err) = self.write_back(first + s, src) {
-                // Put the data back in the region (a copy: the frames stay
-                // in the ring): nothing is lost. A failing copy cannot
-                // happen short of a kernel failure; the data still sits in
-                // the frame, so keep trying rather than publish a loss.
-                for k in s..e {
-                    while self
-                        .copy_run((first + k) * ps, ring.map.range(pos_of[k] * ps, ps), false)
-                        .is_err()
-                    {
-                        std::thread::yield_now();
-                    }
-                    failed[k] = true;
-                }
-                first_error.get_or_insert(err);
-            }
-            s = e;
-        }
-        // The frames hold data now (written back, or copied back into the
-        // region after a failed write-back): fills may take them.
-        ring.lock().filled(moved);
-        timer.lap(Cost::Transfer);
-        let evicted = failed[..moved].iter().filter(|&&f| !f).count();
-        self.publish_eviction(&run[..moved], &dirty[..moved], &failed[..moved]);
-        timer.lap(Cost::LockList);
-        drop(turn);
-        if moved < n {
-            // The kernel would not move the rest (a pinned page): classic
-            // path, without the ring's eviction turn.
-            let (more, err) = self.evict_run(&run[moved..], bufs, unmaps, timer);
-            return (evicted + more, first_error.or(err));
-        }
-        (evicted, first_error)
-    }
-
     /// Whether a `Dirty` page marked VERIFY is still equal to its far copy
     /// (or to zeros if it was never stored). `data` is the page, read where
     /// no writer can change it (unmapped, or write-protected).
-    fn unchanged(&self, page: usize, w: PageWord, data: tiermem_sys::mm::MemRange<'_>) -> bool {
+    pub(super) fn unchanged(&self, page: usize, w: PageWord, data: tiermem_sys::mm::MemRange<'_>) -> bool {
         if w.far_valid() {
             self.store.same_as((page * self.page_bytes) as u64, data) == Some(true)
         } else {

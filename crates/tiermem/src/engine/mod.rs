@@ -37,7 +37,8 @@
 //! This file holds `RegionCore`, its construction and the fault entry
 //! (`resolve`); the rest of the fault path lives in sibling files: `fill`
 //! (near slots, fills and installs), `evict` (victim runs, write-back,
-//! publish), `discard` (discard and poison) and `errors` (the error log).
+//! publish), `piped` (dirty victims read through a pipe), `ring_evict`
+//! (eviction into the frame ring), `discard` (discard and poison) and `errors` (the error log).
 
 mod access;
 mod around;
@@ -51,10 +52,12 @@ pub(crate) mod in_context;
 mod inherit;
 pub(crate) mod mover;
 mod pin;
+mod piped;
 pub(crate) mod prefetch;
 mod progress;
 mod rewrite;
 pub(crate) mod ring;
+mod ring_evict;
 mod scratch;
 mod stride;
 
