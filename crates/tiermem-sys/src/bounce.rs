@@ -168,6 +168,27 @@ impl Bounce {
         unsafe { std::ptr::copy_nonoverlapping(src as *const u8, self.addr as *mut u8, n) };
     }
 
+    /// Copies `n` bytes from `src` into the buffer at `at`, in user mode.
+    ///
+    /// # Safety
+    /// `src..src + n` readable memory; `at + n` at most [`Bounce::len`].
+    pub unsafe fn load_at(&mut self, at: usize, src: usize, n: usize) {
+        assert!(at.checked_add(n).is_some_and(|e| e <= self.len));
+        // SAFETY: by the caller's promise; in the buffer (checked), which
+        // is ours and disjoint.
+        unsafe { std::ptr::copy_nonoverlapping(src as *const u8, (self.addr + at) as *mut u8, n) };
+    }
+
+    /// Copies `n` bytes of the buffer at `at` to `dst`, in user mode.
+    ///
+    /// # Safety
+    /// `dst..dst + n` writable memory; `at + n` at most [`Bounce::len`].
+    pub unsafe fn store_at(&self, at: usize, dst: usize, n: usize) {
+        assert!(at.checked_add(n).is_some_and(|e| e <= self.len));
+        // SAFETY: by the caller's promise; in the buffer (checked).
+        unsafe { std::ptr::copy_nonoverlapping((self.addr + at) as *const u8, dst as *mut u8, n) };
+    }
+
     /// Copies the buffer's first `n` bytes to `dst`, in user mode.
     ///
     /// # Safety
@@ -217,7 +238,15 @@ pub fn fd_kind(fd: i32) -> FdKind {
     // SAFETY: a zeroed stat is a valid out-parameter; fstat only writes it.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: any fd value is safe to pass; the kernel checks it.
-    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+    // Untrapped: this runs in the kernel-access trap's handler, and `st`
+    // may lie on a tiered stack (the trap's `fstat` rule).
+    if unsafe {
+        crate::trampoline::untrapped_syscall(
+            libc::SYS_fstat,
+            [fd as u64, &mut st as *mut _ as u64, 0, 0, 0, 0],
+        )
+    } != 0
+    {
         return FdKind::Stream;
     }
     match st.st_mode & libc::S_IFMT {
@@ -228,12 +257,16 @@ pub fn fd_kind(fd: i32) -> FdKind {
             let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
             // SAFETY: valid out-parameters of the sizes given.
             let r = unsafe {
-                libc::getsockopt(
-                    fd,
-                    libc::SOL_SOCKET,
-                    libc::SO_TYPE,
-                    (&mut ty as *mut libc::c_int).cast(),
-                    &mut len,
+                crate::trampoline::untrapped_syscall(
+                    libc::SYS_getsockopt,
+                    [
+                        fd as u64,
+                        libc::SOL_SOCKET as u64,
+                        libc::SO_TYPE as u64,
+                        &mut ty as *mut libc::c_int as u64,
+                        &mut len as *mut libc::socklen_t as u64,
+                        0,
+                    ],
                 )
             };
             if r == 0 && ty != libc::SOCK_STREAM {

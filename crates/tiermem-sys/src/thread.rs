@@ -18,8 +18,22 @@ pub fn thread_cpu_time() -> Duration {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: clock_gettime writes the timespec we own; the clock id is valid.
-    let r = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    // SAFETY: clock_gettime writes the timespec we own; the clock id is
+    // valid. Untrapped: a CPU-time clock is a real system call, and `ts` may
+    // lie on a tiered stack (the kernel-access trap's `clock_gettime` rule).
+    let r = unsafe {
+        crate::trampoline::untrapped_syscall(
+            libc::SYS_clock_gettime,
+            [
+                libc::CLOCK_THREAD_CPUTIME_ID as u64,
+                &mut ts as *mut _ as u64,
+                0,
+                0,
+                0,
+                0,
+            ],
+        )
+    };
     if r != 0 {
         return Duration::ZERO;
     }
@@ -106,8 +120,14 @@ pub fn sleep(d: Duration) {
             tv_sec: 0,
             tv_nsec: 0,
         };
-        // SAFETY: both timespecs are valid for the call.
-        let r = unsafe { libc::syscall(libc::SYS_nanosleep, &ts, &mut rem) };
+        // SAFETY: both timespecs are valid for the call. Untrapped: they
+        // may lie on a tiered stack, and this runs in fault handlers.
+        let r = unsafe {
+            crate::trampoline::untrapped_syscall(
+                libc::SYS_nanosleep,
+                [&ts as *const _ as u64, &mut rem as *mut _ as u64, 0, 0, 0, 0],
+            )
+        };
         if r == 0 || crate::errno::Errno::last().raw() != libc::EINTR {
             return;
         }
@@ -135,14 +155,20 @@ pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) {
         .as_ref()
         .map_or(std::ptr::null(), |t| t as *const libc::timespec);
     // SAFETY: word is a live, aligned u32 for the duration of the call; the
-    // kernel only reads it.
+    // kernel only reads it. Untrapped: the timeout may lie on a tiered
+    // stack (the kernel-access trap's `futex` rule), and this runs in
+    // fault handlers.
     unsafe {
-        libc::syscall(
+        crate::trampoline::untrapped_syscall(
             libc::SYS_futex,
-            word.as_ptr(),
-            uapi::FUTEX_WAIT_PRIVATE,
-            expected,
-            tsp,
+            [
+                word.as_ptr() as u64,
+                uapi::FUTEX_WAIT_PRIVATE as u64,
+                u64::from(expected),
+                tsp as u64,
+                0,
+                0,
+            ],
         );
     }
 }
@@ -152,7 +178,17 @@ pub fn futex_wake(word: &AtomicU32, n: i32) {
     // SAFETY: word is a live, aligned u32; FUTEX_WAKE does not dereference
     // anything else.
     unsafe {
-        libc::syscall(libc::SYS_futex, word.as_ptr(), uapi::FUTEX_WAKE_PRIVATE, n);
+        crate::trampoline::untrapped_syscall(
+            libc::SYS_futex,
+            [
+                word.as_ptr() as u64,
+                uapi::FUTEX_WAKE_PRIVATE as u64,
+                n as u64,
+                0,
+                0,
+                0,
+            ],
+        );
     }
 }
 

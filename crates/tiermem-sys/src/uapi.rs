@@ -245,6 +245,7 @@ pub const BPF_JMP_JGE_K: u16 = 0x05 | 0x30; // BPF_JMP | BPF_JGE | BPF_K
 pub const BPF_JMP_JGT_K: u16 = 0x05 | 0x20; // BPF_JMP | BPF_JGT | BPF_K
 pub const BPF_JMP_JSET_K: u16 = 0x05 | 0x40; // BPF_JMP | BPF_JSET | BPF_K
 pub const BPF_RET_K: u16 = 0x06; // BPF_RET | BPF_K
+pub const BPF_JMP_JA: u16 = 0x05; // BPF_JMP | BPF_JA: pc += k (32 bits)
 
 /// `struct sock_filter`.
 #[repr(C)]

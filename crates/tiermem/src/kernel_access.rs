@@ -27,6 +27,11 @@
 //! (`tiermem_sys::sigguard`) and keeps SIGBUS, SIGSEGV and SIGSYS open, so
 //! their calls on tiered buffers are served like any other.
 //!
+//! Calls that take pointers to small structures or paths (`poll`, `select`,
+//! `wait4`, `fstat`, `open`, ... [`STRUCT_CALLS`]) trap when any argument
+//! lies in the window, and run on copies of them (`futex` on its words,
+//! brought in first).
+//!
 //! Not covered (they fail with `EFAULT` on a page that is not resident, as
 //! without tiermem's help): calls that take buffers through an `iovec` or a
 //! message header (`readv`, `recvmsg`, ...; the interposers of the preload
@@ -40,7 +45,7 @@ use crate::config::KernelAccess;
 use std::collections::BTreeMap;
 use std::sync::{Mutex, OnceLock};
 use tiermem_sys::bounce::FdKind;
-use tiermem_sys::seccomp::{self, Bounced, Split, TrapRule, TrappedSyscall, Window};
+use tiermem_sys::seccomp::{self, Bounced, CopiedArg, Split, TrapRule, TrappedSyscall, Window};
 
 /// Where in-context regions are placed: 64 TiB between 17 and 81 TiB,
 /// below where the kernel maps executables (~85 TiB) and libraries
@@ -77,12 +82,18 @@ const RULES: [Rule; 7] = [
 
 /// The filter's view of the rules.
 fn trap_rules() -> Vec<TrapRule> {
+    let any = |nr| TrapRule {
+        nr,
+        buffer_arg: TrapRule::ANY_ARG,
+    };
     RULES
         .iter()
         .map(|r| TrapRule {
             nr: r.nr,
             buffer_arg: r.buf,
         })
+        .chain(STRUCT_CALLS.iter().map(|c| any(c.nr)))
+        .chain([any(libc::SYS_futex)])
         .collect()
 }
 
@@ -95,6 +106,235 @@ const fn rule(nr: i64, buf: usize, len: usize, kernel_writes: bool, offset: bool
         offset,
     }
 }
+
+/// How many bytes a pointer argument of a [`STRUCT_CALLS`] call covers.
+#[derive(Clone, Copy)]
+enum Len {
+    /// A fixed-size structure.
+    Fixed(usize),
+    /// Argument `.0` times `.1` bytes (an array).
+    Times(usize, usize),
+    /// Argument `.0` bytes.
+    Arg(usize),
+    /// An `fd_set` for the descriptor count in argument `.0`.
+    FdSet(usize),
+    /// A C string (a path, at most `PATH_MAX` bytes).
+    Str,
+}
+
+/// A pointer argument: which, how long, whether the kernel writes it.
+#[derive(Clone, Copy)]
+struct Ptr(usize, Len, bool);
+
+/// Calls that take pointers to small structures or paths, any of which
+/// may lie in tiered memory (a Python object lives in a 1 MiB arena that
+/// tiermem serves): `poll`'s array, `select`'s sets, `wait4`'s status, a
+/// path. They trap when any argument lies in the window
+/// ([`TrapRule::ANY_ARG`]), and run with every pointer argument copied
+/// through a bounce buffer (`TrappedSyscall::execute_copied`): a call that
+/// blocks (`blocks`) holds nothing of the program's while it waits, and
+/// what the kernel writes at its end (`poll`'s `revents`) cannot meet an
+/// evicted page. x86-64 sizes.
+struct StructCall {
+    nr: i64,
+    ptrs: &'static [Ptr],
+    blocks: bool,
+}
+
+const fn sc(nr: i64, ptrs: &'static [Ptr], blocks: bool) -> StructCall {
+    StructCall { nr, ptrs, blocks }
+}
+
+use Len::{Arg, FdSet, Fixed, Str, Times};
+const R: bool = false;
+const W: bool = true;
+const TIMESPEC: usize = 16;
+const STAT: usize = 144;
+const RUSAGE: usize = 144;
+const SIGINFO: usize = 128;
+const EPOLL_EVENT: usize = 12;
+
+const STRUCT_CALLS: &[StructCall] = &[
+    // Waits.
+    sc(libc::SYS_poll, &[Ptr(0, Times(1, 8), W)], true),
+    sc(
+        libc::SYS_ppoll,
+        &[
+            Ptr(0, Times(1, 8), W),
+            Ptr(2, Fixed(TIMESPEC), R),
+            Ptr(3, Arg(4), R),
+        ],
+        true,
+    ),
+    sc(
+        libc::SYS_select,
+        &[
+            Ptr(1, FdSet(0), W),
+            Ptr(2, FdSet(0), W),
+            Ptr(3, FdSet(0), W),
+            Ptr(4, Fixed(16), W),
+        ],
+        true,
+    ),
+    sc(
+        libc::SYS_pselect6,
+        &[
+            Ptr(1, FdSet(0), W),
+            Ptr(2, FdSet(0), W),
+            Ptr(3, FdSet(0), W),
+            Ptr(4, Fixed(TIMESPEC), W),
+            Ptr(5, Fixed(16), R),
+        ],
+        true,
+    ),
+    sc(libc::SYS_epoll_wait, &[Ptr(1, Times(2, EPOLL_EVENT), W)], true),
+    sc(
+        libc::SYS_epoll_pwait,
+        &[Ptr(1, Times(2, EPOLL_EVENT), W), Ptr(4, Arg(5), R)],
+        true,
+    ),
+    sc(
+        libc::SYS_epoll_pwait2,
+        &[
+            Ptr(1, Times(2, EPOLL_EVENT), W),
+            Ptr(3, Fixed(TIMESPEC), R),
+            Ptr(4, Arg(5), R),
+        ],
+        true,
+    ),
+    sc(libc::SYS_epoll_ctl, &[Ptr(3, Fixed(EPOLL_EVENT), R)], false),
+    sc(
+        libc::SYS_nanosleep,
+        &[Ptr(0, Fixed(TIMESPEC), R), Ptr(1, Fixed(TIMESPEC), W)],
+        true,
+    ),
+    sc(
+        libc::SYS_clock_nanosleep,
+        &[Ptr(2, Fixed(TIMESPEC), R), Ptr(3, Fixed(TIMESPEC), W)],
+        true,
+    ),
+    sc(
+        libc::SYS_wait4,
+        &[Ptr(1, Fixed(4), W), Ptr(3, Fixed(RUSAGE), W)],
+        true,
+    ),
+    sc(
+        libc::SYS_waitid,
+        &[Ptr(2, Fixed(SIGINFO), W), Ptr(4, Fixed(RUSAGE), W)],
+        true,
+    ),
+    sc(
+        libc::SYS_rt_sigtimedwait,
+        &[
+            Ptr(0, Arg(3), R),
+            Ptr(1, Fixed(SIGINFO), W),
+            Ptr(2, Fixed(TIMESPEC), R),
+        ],
+        true,
+    ),
+    sc(libc::SYS_connect, &[Ptr(1, Arg(2), R)], true),
+    // Descriptors, times, limits.
+    sc(libc::SYS_bind, &[Ptr(1, Arg(2), R)], false),
+    sc(libc::SYS_setsockopt, &[Ptr(3, Arg(4), R)], false),
+    sc(libc::SYS_pipe, &[Ptr(0, Fixed(8), W)], false),
+    sc(libc::SYS_pipe2, &[Ptr(0, Fixed(8), W)], false),
+    sc(libc::SYS_socketpair, &[Ptr(3, Fixed(8), W)], false),
+    sc(libc::SYS_fstat, &[Ptr(1, Fixed(STAT), W)], false),
+    sc(libc::SYS_fstatfs, &[Ptr(1, Fixed(120), W)], false),
+    sc(libc::SYS_getdents64, &[Ptr(1, Arg(2), W)], false),
+    sc(libc::SYS_getcwd, &[Ptr(0, Arg(1), W)], false),
+    sc(libc::SYS_uname, &[Ptr(0, Fixed(390), W)], false),
+    sc(libc::SYS_sysinfo, &[Ptr(0, Fixed(112), W)], false),
+    sc(libc::SYS_getrusage, &[Ptr(1, Fixed(RUSAGE), W)], false),
+    sc(libc::SYS_times, &[Ptr(0, Fixed(32), W)], false),
+    sc(libc::SYS_getrlimit, &[Ptr(1, Fixed(16), W)], false),
+    sc(libc::SYS_setrlimit, &[Ptr(1, Fixed(16), R)], false),
+    sc(
+        libc::SYS_prlimit64,
+        &[Ptr(2, Fixed(16), R), Ptr(3, Fixed(16), W)],
+        false,
+    ),
+    sc(libc::SYS_sched_getaffinity, &[Ptr(2, Arg(1), W)], false),
+    sc(libc::SYS_sched_setaffinity, &[Ptr(2, Arg(1), R)], false),
+    sc(libc::SYS_clock_gettime, &[Ptr(1, Fixed(TIMESPEC), W)], false),
+    sc(libc::SYS_clock_getres, &[Ptr(1, Fixed(TIMESPEC), W)], false),
+    sc(
+        libc::SYS_gettimeofday,
+        &[Ptr(0, Fixed(16), W), Ptr(1, Fixed(8), W)],
+        false,
+    ),
+    sc(
+        libc::SYS_timerfd_settime,
+        &[Ptr(2, Fixed(32), R), Ptr(3, Fixed(32), W)],
+        false,
+    ),
+    sc(libc::SYS_timerfd_gettime, &[Ptr(1, Fixed(32), W)], false),
+    sc(libc::SYS_sendfile, &[Ptr(2, Fixed(8), W)], true),
+    sc(
+        libc::SYS_splice,
+        &[Ptr(1, Fixed(8), W), Ptr(3, Fixed(8), W)],
+        true,
+    ),
+    sc(
+        libc::SYS_copy_file_range,
+        &[Ptr(1, Fixed(8), W), Ptr(3, Fixed(8), W)],
+        false,
+    ),
+    // Paths.
+    sc(libc::SYS_open, &[Ptr(0, Str, R)], false),
+    sc(libc::SYS_openat, &[Ptr(1, Str, R)], false),
+    sc(libc::SYS_creat, &[Ptr(0, Str, R)], false),
+    sc(libc::SYS_stat, &[Ptr(0, Str, R), Ptr(1, Fixed(STAT), W)], false),
+    sc(libc::SYS_lstat, &[Ptr(0, Str, R), Ptr(1, Fixed(STAT), W)], false),
+    sc(
+        libc::SYS_newfstatat,
+        &[Ptr(1, Str, R), Ptr(2, Fixed(STAT), W)],
+        false,
+    ),
+    sc(libc::SYS_statx, &[Ptr(1, Str, R), Ptr(4, Fixed(256), W)], false),
+    sc(libc::SYS_statfs, &[Ptr(0, Str, R), Ptr(1, Fixed(120), W)], false),
+    sc(libc::SYS_access, &[Ptr(0, Str, R)], false),
+    sc(libc::SYS_faccessat, &[Ptr(1, Str, R)], false),
+    sc(libc::SYS_faccessat2, &[Ptr(1, Str, R)], false),
+    sc(libc::SYS_readlink, &[Ptr(0, Str, R), Ptr(1, Arg(2), W)], false),
+    sc(libc::SYS_readlinkat, &[Ptr(1, Str, R), Ptr(2, Arg(3), W)], false),
+    sc(libc::SYS_unlink, &[Ptr(0, Str, R)], false),
+    sc(libc::SYS_unlinkat, &[Ptr(1, Str, R)], false),
+    sc(libc::SYS_mkdir, &[Ptr(0, Str, R)], false),
+    sc(libc::SYS_mkdirat, &[Ptr(1, Str, R)], false),
+    sc(libc::SYS_rmdir, &[Ptr(0, Str, R)], false),
+    sc(libc::SYS_rename, &[Ptr(0, Str, R), Ptr(1, Str, R)], false),
+    sc(libc::SYS_renameat, &[Ptr(1, Str, R), Ptr(3, Str, R)], false),
+    sc(libc::SYS_renameat2, &[Ptr(1, Str, R), Ptr(3, Str, R)], false),
+    sc(libc::SYS_link, &[Ptr(0, Str, R), Ptr(1, Str, R)], false),
+    sc(libc::SYS_linkat, &[Ptr(1, Str, R), Ptr(3, Str, R)], false),
+    sc(libc::SYS_symlink, &[Ptr(0, Str, R), Ptr(1, Str, R)], false),
+    sc(libc::SYS_symlinkat, &[Ptr(0, Str, R), Ptr(2, Str, R)], false),
+    sc(libc::SYS_chdir, &[Ptr(0, Str, R)], false),
+    sc(libc::SYS_truncate, &[Ptr(0, Str, R)], false),
+    sc(libc::SYS_chmod, &[Ptr(0, Str, R)], false),
+    sc(libc::SYS_fchmodat, &[Ptr(1, Str, R)], false),
+    sc(libc::SYS_chown, &[Ptr(0, Str, R)], false),
+    sc(libc::SYS_lchown, &[Ptr(0, Str, R)], false),
+    sc(libc::SYS_fchownat, &[Ptr(1, Str, R)], false),
+    sc(
+        libc::SYS_utimensat,
+        &[Ptr(1, Str, R), Ptr(2, Fixed(2 * TIMESPEC), R)],
+        false,
+    ),
+    sc(libc::SYS_mknod, &[Ptr(0, Str, R)], false),
+    sc(libc::SYS_mknodat, &[Ptr(1, Str, R)], false),
+];
+
+/// Pointer arguments of `futex` (the word, the timeout, the second word):
+/// the word is the futex's identity, so it cannot be copied. The pages
+/// are brought in before the call, which fails with `EFAULT` before doing
+/// anything if one is evicted again meanwhile (every operation reads or
+/// changes the words before it queues or wakes), and is then made again.
+const FUTEX_PTRS: [(usize, usize, bool); 3] = [(0, 4, true), (3, TIMESPEC, false), (4, 4, true)];
+
+/// Tries of a `futex` whose words keep being evicted before the call.
+const FUTEX_TRIES: usize = 8;
 
 /// Whether the trap is active in this process (installed on first use).
 pub(crate) fn active(mode: KernelAccess) -> bool {
@@ -257,7 +497,13 @@ impl Drop for Placement {
 /// that `siglongjmp`s out of the call leaves no page pinned.
 fn on_trap(call: &mut TrappedSyscall<'_>) {
     let Some(rule) = RULES.iter().find(|r| r.nr == call.nr).copied() else {
-        let r = call.execute(call.nr, call.args, true);
+        let r = if call.nr == libc::SYS_futex {
+            futex(call)
+        } else if let Some(c) = STRUCT_CALLS.iter().find(|c| c.nr == call.nr) {
+            copied(call, c)
+        } else {
+            call.execute(call.nr, call.args, true)
+        };
         call.set_result(r);
         return;
     };
@@ -292,6 +538,57 @@ fn on_trap(call: &mut TrappedSyscall<'_>) {
         }
     };
     call.set_result(result);
+}
+
+/// A [`STRUCT_CALLS`] call with its pointer arguments copied.
+fn copied(call: &TrappedSyscall<'_>, c: &StructCall) -> i64 {
+    let args = call.args;
+    let mut bufs = [CopiedArg {
+        arg: 0,
+        len: 0,
+        kernel_writes: false,
+        c_string: false,
+    }; 6];
+    let mut n = 0;
+    for &Ptr(arg, len, kernel_writes) in c.ptrs {
+        let addr = args[arg] as usize;
+        if addr == 0 || n == bufs.len() {
+            continue;
+        }
+        let bytes = match len {
+            Fixed(b) => b,
+            Times(j, size) => (args[j] as usize).saturating_mul(size),
+            Arg(j) => args[j] as usize,
+            FdSet(j) => (args[j] as usize).div_ceil(64).saturating_mul(8),
+            // One longer than PATH_MAX fails in the kernel (ENAMETOOLONG).
+            Str => libc::PATH_MAX as usize,
+        };
+        bufs[n] = CopiedArg {
+            arg,
+            len: bytes,
+            kernel_writes,
+            c_string: matches!(len, Str),
+        };
+        n += 1;
+    }
+    call.execute_copied(call.nr, args, &bufs[..n], c.blocks, Some(hold_for_copy))
+}
+
+/// A `futex` call with its words brought in first ([`FUTEX_PTRS`]).
+fn futex(call: &TrappedSyscall<'_>) -> i64 {
+    let mut r = 0;
+    for _ in 0..FUTEX_TRIES {
+        for (arg, len, write) in FUTEX_PTRS {
+            // Arguments that are numbers (the timeout slot holds one for
+            // some operations) lie in no tiered range: nothing happens.
+            drop(crate::fault::pin_for_kernel(call.args[arg] as usize, len, write));
+        }
+        r = call.execute(call.nr, call.args, true);
+        if r != -(libc::EFAULT as i64) {
+            break;
+        }
+    }
+    r
 }
 
 /// Pins `[addr, addr + len)` for a bounce buffer's copy to or from it

@@ -2,11 +2,22 @@
 
 use super::*;
 
+/// Which offset of an instruction a fixup patches.
+#[derive(Clone, Copy)]
+enum Offset {
+    /// `jt` (8 bits).
+    True,
+    /// `jf` (8 bits).
+    False,
+    /// `k` of an unconditional jump (32 bits).
+    Always,
+}
+
 /// A BPF program under construction, with forward jumps to labels.
 struct Asm {
     code: Vec<SockFilter>,
-    /// (instruction, label, true-branch?) to patch.
-    fixups: Vec<(usize, usize, bool)>,
+    /// (instruction, label, which offset) to patch.
+    fixups: Vec<(usize, usize, Offset)>,
     labels: Vec<Option<usize>>,
 }
 
@@ -36,11 +47,16 @@ impl Asm {
             k,
         });
         if let Some(t) = t {
-            self.fixups.push((at, t, true));
+            self.fixups.push((at, t, Offset::True));
         }
         if let Some(f) = f {
-            self.fixups.push((at, f, false));
+            self.fixups.push((at, f, Offset::False));
         }
+    }
+    /// `goto l`, however far (conditional jumps reach 255 instructions).
+    fn ja(&mut self, l: usize) {
+        self.fixups.push((self.code.len(), l, Offset::Always));
+        self.stmt(uapi::BPF_JMP_JA, 0);
     }
     /// Resolves the jumps; None when one is farther than 255 instructions
     /// or the program longer than the kernel takes.
@@ -48,13 +64,13 @@ impl Asm {
         if self.code.len() > BPF_MAXINSNS {
             return None;
         }
-        for (at, l, t) in self.fixups {
+        for (at, l, which) in self.fixups {
             let target = self.labels[l]?;
-            let off = u8::try_from(target.checked_sub(at + 1)?).ok()?;
-            if t {
-                self.code[at].jt = off;
-            } else {
-                self.code[at].jf = off;
+            let off = target.checked_sub(at + 1)?;
+            match which {
+                Offset::True => self.code[at].jt = u8::try_from(off).ok()?,
+                Offset::False => self.code[at].jf = u8::try_from(off).ok()?,
+                Offset::Always => self.code[at].k = u32::try_from(off).ok()?,
             }
         }
         Some(self.code)
@@ -119,8 +135,9 @@ fn from_this_c_library(a: &mut Asm, ip: u64, sites: &[(u64, u64)], pass: usize) 
 /// image), so its calls are never trapped, whatever its buffers.
 ///
 /// One check block per buffer argument position the rules use (17 + 10 per
-/// site + 10 per range instructions each); an error, not a panic, when the
-/// program does not fit classic BPF.
+/// site + 10 per range instructions each; the any-argument block tests all
+/// six), reached through a stub of one unconditional jump each; an error,
+/// not a panic, when the program does not fit classic BPF.
 /// With `guard`, it also traps the signal calls of this image's C library
 /// that could take SIGBUS, SIGSEGV or SIGSYS away from tiermem
 /// ([`crate::sigguard`]): `rt_sigaction` that sets any action or asks for
@@ -137,7 +154,7 @@ pub(super) fn filter(
     rules: &[TrapRule],
     guard: bool,
 ) -> Result<Vec<SockFilter>, TrapError> {
-    if let Some(r) = rules.iter().find(|r| r.buffer_arg > 5) {
+    if let Some(r) = rules.iter().find(|r| r.buffer_arg > TrapRule::ANY_ARG) {
         return Err(TrapError::BadRule {
             nr: r.nr,
             arg: r.buffer_arg,
@@ -152,10 +169,14 @@ pub(super) fn filter(
     let mut used: Vec<usize> = rules.iter().map(|r| r.buffer_arg).collect();
     used.sort_unstable();
     used.dedup();
-    // Label of each used argument position's block.
-    let mut args = [usize::MAX; 6];
+    // Label of each used argument position's block (the last: any
+    // argument), and of the stub that jumps there: the dispatch's
+    // conditional jumps reach 255 instructions, the stubs' any distance.
+    let mut args = [usize::MAX; TrapRule::ANY_ARG + 1];
+    let mut stubs = [usize::MAX; TrapRule::ANY_ARG + 1];
     for &k in &used {
         args[k] = a.label();
+        stubs[k] = a.label();
     }
     // The system call number first, and nothing else for the calls not
     // trapped: the kernel then finds (by emulating the filter with the
@@ -166,7 +187,7 @@ pub(super) fn filter(
     a.jump(uapi::BPF_JMP_JEQ_K, uapi::AUDIT_ARCH_X86_64, None, Some(allow));
     a.stmt(uapi::BPF_LD_W_ABS, uapi::SECCOMP_DATA_NR);
     for r in rules {
-        a.jump(uapi::BPF_JMP_JEQ_K, r.nr as u32, Some(args[r.buffer_arg]), None);
+        a.jump(uapi::BPF_JMP_JEQ_K, r.nr as u32, Some(stubs[r.buffer_arg]), None);
     }
     let guards = [
         libc::SYS_rt_sigaction,
@@ -184,6 +205,10 @@ pub(super) fn filter(
     }
     a.here(allow);
     a.stmt(uapi::BPF_RET_K, uapi::SECCOMP_RET_ALLOW);
+    for &k in &used {
+        a.here(stubs[k]);
+        a.ja(args[k]);
+    }
     if guard {
         // Jumps go forward only: the guard has its own returns.
         let (pass, trap, enosys) = (a.label(), a.label(), a.label());
@@ -236,13 +261,24 @@ pub(super) fn filter(
     }
     // Classic BPF jumps only forward: each argument check ends in its own
     // returns.
+    let arg_off = |k: usize| uapi::SECCOMP_DATA_ARGS + 8 * k as u32;
     for &k in &used {
-        let l = args[k];
-        let arg_off = uapi::SECCOMP_DATA_ARGS + 8 * k as u32;
-        a.here(l);
+        a.here(args[k]);
         let (pass, trap) = (a.label(), a.label());
         from_this_c_library(&mut a, ip, sites, pass);
-        in_ranges(&mut a, arg_off, ranges, trap);
+        if k == TrapRule::ANY_ARG {
+            // Each argument's test ends in a trap of its own, within reach.
+            for j in 0..TrapRule::ANY_ARG {
+                let (hit, next) = (a.label(), a.label());
+                in_ranges(&mut a, arg_off(j), ranges, hit);
+                a.ja(next);
+                a.here(hit);
+                a.stmt(uapi::BPF_RET_K, uapi::SECCOMP_RET_TRAP | TRAP_DATA);
+                a.here(next);
+            }
+        } else {
+            in_ranges(&mut a, arg_off(k), ranges, trap);
+        }
         a.here(pass);
         a.stmt(uapi::BPF_RET_K, uapi::SECCOMP_RET_ALLOW);
         a.here(trap);

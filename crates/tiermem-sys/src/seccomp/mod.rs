@@ -71,8 +71,16 @@ pub struct Window {
 pub struct TrapRule {
     /// System call number.
     pub nr: i64,
-    /// Index (0-5) of the buffer argument.
+    /// Index (0-5) of the buffer argument, or [`TrapRule::ANY_ARG`].
     pub buffer_arg: usize,
+}
+
+impl TrapRule {
+    /// `buffer_arg` of a call that traps when any of its six arguments
+    /// lies in a trapped range: calls that take several pointers to small
+    /// structures (`poll`, `select`, `wait4`, paths). An argument that is
+    /// not a pointer never lies in one (the ranges are tens of TiB up).
+    pub const ANY_ARG: usize = 6;
 }
 
 /// `SECCOMP_RET_DATA` of tiermem's filter, seen as `si_errno`: tells its
@@ -239,6 +247,136 @@ impl TrappedSyscall<'_> {
             }
         }
     }
+}
+
+/// A small buffer argument of a call made through
+/// [`TrappedSyscall::execute_copied`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CopiedArg {
+    /// Index of the pointer argument.
+    pub arg: usize,
+    /// Bytes it points to.
+    pub len: usize,
+    /// The kernel may write them (they are copied back after the call).
+    pub kernel_writes: bool,
+    /// A C string (a path): `len` is its longest, its NUL ends it. One
+    /// with no NUL that soon is left to the kernel unchanged.
+    pub c_string: bool,
+}
+
+/// The most bytes [`TrappedSyscall::execute_copied`] copies for one call.
+pub const COPIED_MAX: usize = bounce::CHUNK;
+
+impl TrappedSyscall<'_> {
+    /// Runs `nr` with `args` as [`TrappedSyscall::execute`] does, each of
+    /// `bufs` (null or empty ones left alone) replaced by a copy in a bounce
+    /// buffer: every one is copied in before the call (so what the kernel
+    /// leaves alone goes back unchanged), those the kernel writes are
+    /// copied back after it whatever its result (`nanosleep` writes the
+    /// time left and fails with `EINTR`). The copies run in user mode,
+    /// each inside `hold`; nothing of the program's is held while the call
+    /// blocks. A call of more than [`COPIED_MAX`] bytes in all runs
+    /// unchanged.
+    pub fn execute_copied(
+        &self,
+        nr: i64,
+        args: [u64; 6],
+        bufs: &[CopiedArg],
+        interruptible: bool,
+        hold: Option<HoldForCopy>,
+    ) -> i64 {
+        let slot = |n: usize| n.next_multiple_of(64);
+        // Strings measured (in user mode, like the copies).
+        let mut sized = [None::<CopiedArg>; 6];
+        for (s, c) in sized.iter_mut().zip(bufs) {
+            if c.arg >= 6 || args[c.arg] == 0 || c.len == 0 {
+                continue;
+            }
+            let len = if c.c_string {
+                // SAFETY: the program passes the kernel a C string here.
+                match unsafe { c_string_len(args[c.arg] as usize, c.len, hold) } {
+                    Some(n) => n,
+                    None => continue,
+                }
+            } else {
+                c.len
+            };
+            *s = Some(CopiedArg { len, ..*c });
+        }
+        let live = || sized.iter().flatten();
+        let total: usize = live().map(|c| slot(c.len)).sum();
+        if total == 0 || total > COPIED_MAX {
+            return self.execute(nr, args, interruptible);
+        }
+        let Some(mut b) = bounce::Bounce::get(total) else {
+            return -(libc::ENOMEM as i64);
+        };
+        let held = |addr: usize, len: usize, write: bool, copy: &mut dyn FnMut()| match hold {
+            Some(hold) => hold(addr, len, write, copy),
+            None => copy(),
+        };
+        // (program's address, offset in the bounce buffer, length, copied back)
+        let mut placed = [(0usize, 0usize, 0usize, false); 6];
+        let mut n = 0;
+        let mut a = args;
+        let mut at = 0;
+        for c in live() {
+            let user = args[c.arg] as usize;
+            if a[c.arg] != args[c.arg] || n == placed.len() {
+                continue; // named twice
+            }
+            // SAFETY: memory the program handed the kernel to read or
+            // write, `c.len` bytes by the call's definition; tiered pages
+            // fault in as the program's own accesses would.
+            held(user, c.len, false, &mut || unsafe { b.load_at(at, user, c.len) });
+            a[c.arg] = b.addr() + at as u64;
+            placed[n] = (user, at, c.len, c.kernel_writes);
+            n += 1;
+            at += slot(c.len);
+        }
+        let r = self.execute(nr, a, interruptible);
+        for &(user, at, len, writes) in &placed[..n] {
+            if writes {
+                // SAFETY: as above; the program gave the kernel these bytes
+                // to write.
+                held(user, len, true, &mut || unsafe { b.store_at(at, user, len) });
+            }
+        }
+        r
+    }
+}
+
+/// The length, NUL included, of the C string at `addr` (a path), read in
+/// user mode a page at a time (never past its NUL's page), each piece
+/// inside `hold`; None when no NUL comes within `max` bytes.
+///
+/// # Safety
+/// `addr` points to a NUL-terminated string, or to at least `max`
+/// readable bytes.
+unsafe fn c_string_len(addr: usize, max: usize, hold: Option<HoldForCopy>) -> Option<usize> {
+    let page = crate::mm::base_page_size();
+    let mut at = addr;
+    while at - addr < max {
+        let end = (at / page + 1) * page;
+        let n = (end - at).min(max - (at - addr));
+        let mut found = None;
+        let mut scan = || {
+            // SAFETY: within the page holding `at`, which is readable
+            // (the string or the caller's `max` bytes reach it), and no
+            // further than `max`.
+            let bytes = unsafe { std::slice::from_raw_parts(at as *const u8, n) };
+            found = bytes.iter().position(|&c| c == 0);
+        };
+        match hold {
+            Some(hold) => hold(at, n, false, &mut scan),
+            None => scan(),
+        }
+        if let Some(k) = found {
+            return Some(at + k + 1 - addr);
+        }
+        at += n;
+    }
+    None
 }
 
 /// What to do with a trapped call: typically prepare the buffer, run

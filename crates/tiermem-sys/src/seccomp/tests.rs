@@ -46,6 +46,7 @@ fn run(prog: &[SockFilter], nr: i64, ip: u64, args: [u64; 6]) -> u32 {
             uapi::BPF_JMP_JGE_K => pc += jump(acc >= i.k),
             uapi::BPF_JMP_JGT_K => pc += jump(acc > i.k),
             uapi::BPF_JMP_JSET_K => pc += jump(acc & i.k != 0),
+            uapi::BPF_JMP_JA => pc += i.k as usize,
             c => panic!("opcode {c:#x}"),
         }
     }
@@ -238,11 +239,11 @@ fn oversized_filters_are_errors_not_panics() {
     }
     let bad = [TrapRule {
         nr: libc::SYS_read,
-        buffer_arg: 6,
+        buffer_arg: 7,
     }];
     assert!(matches!(
         filter(&window, ip, &[], &bad, false),
-        Err(TrapError::BadRule { arg: 6, .. })
+        Err(TrapError::BadRule { arg: 7, .. })
     ));
 }
 
@@ -379,4 +380,54 @@ fn filter_jumps_resolve() {
         install(Window { lo: 5, hi: 1 << 33 }, 0, &[], |_| {}),
         Err(TrapError::BadWindow(..))
     ));
+}
+
+#[test]
+fn any_argument_rules_trap_on_any_pointer_in_range() {
+    let mut rules: Vec<TrapRule> = read_and_getrandom().to_vec();
+    // Enough calls (and sites) that the blocks lie beyond a conditional
+    // jump's reach from the dispatch: its stubs' long jumps get there.
+    for nr in 0..120 {
+        rules.push(TrapRule {
+            nr: 1000 + nr,
+            buffer_arg: TrapRule::ANY_ARG,
+        });
+    }
+    rules.push(TrapRule {
+        nr: libc::SYS_poll,
+        buffer_arg: TrapRule::ANY_ARG,
+    });
+    let ranges = [(0x1100_0000_0000, 0x5100_0000_0000)];
+    let prog = filter(&ranges, 0x1234, &[], &rules, false).unwrap();
+    let inside = 0x1100_0000_1000u64;
+    for k in 0..6 {
+        let mut args = [3u64, 4096, 0, 0, 0, 0];
+        assert_eq!(
+            run(&prog, libc::SYS_poll, 0x9999, args),
+            uapi::SECCOMP_RET_ALLOW,
+            "poll, argument {k} outside"
+        );
+        args[k] = inside;
+        assert_eq!(
+            run(&prog, libc::SYS_poll, 0x9999, args),
+            uapi::SECCOMP_RET_TRAP | TRAP_DATA,
+            "poll, argument {k} inside"
+        );
+        // The trampoline's own calls pass.
+        assert_eq!(run(&prog, libc::SYS_poll, 0x1234, args), uapi::SECCOMP_RET_ALLOW);
+        assert_eq!(
+            run(&prog, 1119, 0x9999, args),
+            uapi::SECCOMP_RET_TRAP | TRAP_DATA,
+            "the last rule"
+        );
+    }
+    // The one-argument rules still see their argument only.
+    assert_eq!(
+        run(&prog, libc::SYS_read, 0x9999, [inside, 0, 0, 0, 0, 0]),
+        uapi::SECCOMP_RET_ALLOW
+    );
+    assert_eq!(
+        run(&prog, libc::SYS_read, 0x9999, [0, inside, 0, 0, 0, 0]),
+        uapi::SECCOMP_RET_TRAP | TRAP_DATA
+    );
 }

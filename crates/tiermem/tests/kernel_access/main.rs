@@ -421,3 +421,136 @@ fn tiermem_sys_gettid() -> i32 {
     // SAFETY: gettid has no preconditions.
     unsafe { libc::gettid() }
 }
+
+/// Calls that take small structures or paths (`poll`'s array, `select`'s
+/// sets, `nanosleep`'s times, `wait4`'s status, `pipe2`'s descriptors,
+/// `fstatat`'s path and result, `futex`'s word), each with every pointer
+/// argument in a page evicted just before: the call succeeds, reads what
+/// the program wrote and its results reach the program (the corpus's
+/// python-mp got `EFAULT` from `poll` on a pool thread's array).
+#[test]
+fn calls_with_structures_and_paths_in_evicted_pages() {
+    for (fp, dt, store) in variants() {
+        let what = format!("{} {} {store}", fp.name(), dt.name());
+        let r = evicted_region(fp, dt, store);
+        let base = r.as_ptr() as usize;
+        let at = |p: usize| base + p * PAGE;
+        // SAFETY: every pointer is into our region, at the start of a page
+        // of its own (the path across a boundary: 5 bytes before one),
+        // large enough for the structure; the child only exits.
+        unsafe {
+            // pipe2 writes two descriptors.
+            let fds = at(40) as *mut [libc::c_int; 2];
+            r.evict_all().unwrap();
+            assert_eq!(
+                libc::pipe2(fds.cast(), 0),
+                0,
+                "{what} pipe2: {}",
+                std::io::Error::last_os_error()
+            );
+            let [rd, wr] = *fds;
+            assert!(rd > 2 && wr > 2 && rd != wr, "{what}: pipe2 gave {rd} {wr}");
+            assert_eq!(libc::write(wr, c"x".as_ptr().cast(), 1), 1);
+            // poll reads the array and writes revents at its end.
+            let pfd = at(41) as *mut libc::pollfd;
+            *pfd = libc::pollfd {
+                fd: rd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            r.evict_all().unwrap();
+            assert_eq!(
+                libc::poll(pfd, 1, 1000),
+                1,
+                "{what} poll: {}",
+                std::io::Error::last_os_error()
+            );
+            assert_eq!(
+                (*pfd).revents & libc::POLLIN,
+                libc::POLLIN,
+                "{what}: poll's revents"
+            );
+            // select reads and rewrites its set; the timeout is updated.
+            let set = at(42) as *mut libc::fd_set;
+            let tv = at(43) as *mut libc::timeval;
+            libc::FD_ZERO(set);
+            libc::FD_SET(rd, set);
+            *tv = libc::timeval {
+                tv_sec: 1,
+                tv_usec: 0,
+            };
+            r.evict_all().unwrap();
+            let n = libc::select(rd + 1, set, std::ptr::null_mut(), std::ptr::null_mut(), tv);
+            assert_eq!(n, 1, "{what} select: {}", std::io::Error::last_os_error());
+            assert!(libc::FD_ISSET(rd, set), "{what}: select's set");
+            // nanosleep reads its time.
+            let ts = at(44) as *mut libc::timespec;
+            *ts = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 1000,
+            };
+            r.evict_all().unwrap();
+            assert_eq!(
+                libc::nanosleep(ts, ts.add(1)),
+                0,
+                "{what} nanosleep: {}",
+                std::io::Error::last_os_error()
+            );
+            // fstatat: the path and the result in evicted pages.
+            let path = at(45) as *mut u8;
+            let name = b"/proc/self/exe\0";
+            std::ptr::copy_nonoverlapping(name.as_ptr(), path, name.len());
+            let st = at(46) as *mut libc::stat;
+            (*st).st_size = -1;
+            r.evict_all().unwrap();
+            assert_eq!(
+                libc::stat(path.cast(), st),
+                0,
+                "{what} stat: {}",
+                std::io::Error::last_os_error()
+            );
+            assert!((*st).st_size > 0, "{what}: stat's result");
+            // A path across a page boundary.
+            let split = (at(48) - 5) as *mut u8;
+            std::ptr::copy_nonoverlapping(name.as_ptr(), split, name.len());
+            r.evict_all().unwrap();
+            let fd = libc::open(split.cast(), libc::O_RDONLY | libc::O_CLOEXEC);
+            assert!(fd >= 0, "{what} open: {}", std::io::Error::last_os_error());
+            libc::close(fd);
+            // wait4 writes the child's status.
+            let status = at(49) as *mut libc::c_int;
+            *status = -1;
+            let child = libc::fork();
+            if child == 0 {
+                libc::_exit(7);
+            }
+            r.evict_all().unwrap();
+            assert_eq!(
+                libc::waitpid(child, status, 0),
+                child,
+                "{what} waitpid: {}",
+                std::io::Error::last_os_error()
+            );
+            assert!(
+                libc::WIFEXITED(*status) && libc::WEXITSTATUS(*status) == 7,
+                "{what}: status {:#x}",
+                *status
+            );
+            // futex: the word is read in kernel mode (EAGAIN: it differs).
+            let word = at(50) as *mut u32;
+            *word = 5;
+            r.evict_all().unwrap();
+            let f = libc::syscall(
+                libc::SYS_futex,
+                word,
+                libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+                4u32,
+                0usize,
+            );
+            let e = std::io::Error::last_os_error().raw_os_error();
+            assert_eq!((f, e), (-1, Some(libc::EAGAIN)), "{what} futex");
+            libc::close(rd);
+            libc::close(wr);
+        }
+    }
+}
