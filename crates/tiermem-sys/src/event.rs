@@ -47,7 +47,15 @@ impl Pipe {
     pub fn new_cloexec() -> Result<Pipe, Errno> {
         let mut fds = [0; 2];
         // SAFETY: pipe2 writes two descriptors into `fds`.
-        check(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
+        // Untrapped (as all of tiermem's calls with pointers): `fds` may lie on
+        // a tiered stack, and a trapped call in fork handlers (fault gate
+        // closed) or in the trap's own handler could never be served.
+        check(unsafe {
+            crate::trampoline::untrapped_syscall(
+                libc::SYS_pipe2,
+                [fds.as_mut_ptr() as u64, libc::O_CLOEXEC as u64, 0, 0, 0, 0],
+            ) as libc::c_int
+        })?;
         // SAFETY: fresh descriptors owned by us.
         let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
         Ok(Pipe {
@@ -107,7 +115,20 @@ pub fn poll_readable(fds: &[BorrowedFd<'_>], timeout_ms: i32) -> Result<u64, Err
         slot.events = libc::POLLIN;
     }
     // SAFETY: p holds fds.len() initialised pollfds.
-    let r = unsafe { libc::poll(p.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+    // Untrapped: see `Pipe::new_cloexec`.
+    let r = unsafe {
+        crate::trampoline::untrapped_syscall(
+            libc::SYS_poll,
+            [
+                p.as_mut_ptr() as u64,
+                fds.len() as u64,
+                timeout_ms as i64 as u64,
+                0,
+                0,
+                0,
+            ],
+        ) as libc::c_int
+    };
     match check(r) {
         Ok(_) => Ok(p[..fds.len()]
             .iter()

@@ -36,7 +36,15 @@ impl Pipe {
     pub fn new(capacity: usize) -> Result<Pipe, Errno> {
         let mut fds = [0; 2];
         // SAFETY: fds is a valid 2-element out array.
-        check(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
+        // Untrapped (as all of tiermem's calls with pointers): `fds` may lie on
+        // a tiered stack, and a trapped call in fork handlers (fault gate
+        // closed) or in the trap's own handler could never be served.
+        check(unsafe {
+            crate::trampoline::untrapped_syscall(
+                libc::SYS_pipe2,
+                [fds.as_mut_ptr() as u64, libc::O_CLOEXEC as u64, 0, 0, 0, 0],
+            ) as libc::c_int
+        })?;
         // SAFETY: both descriptors are new and owned by us alone.
         let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
         // SAFETY: fcntl on our own descriptor with an integer argument.
