@@ -45,19 +45,7 @@ pub struct Pipe {
 impl Pipe {
     /// A new pipe.
     pub fn new_cloexec() -> Result<Pipe, Errno> {
-        let mut fds = [0; 2];
-        // SAFETY: pipe2 writes two descriptors into `fds`.
-        // Untrapped (as all of tiermem's calls with pointers): `fds` may lie on
-        // a tiered stack, and a trapped call in fork handlers (fault gate
-        // closed) or in the trap's own handler could never be served.
-        check(unsafe {
-            crate::trampoline::untrapped_syscall(
-                libc::SYS_pipe2,
-                [fds.as_mut_ptr() as u64, libc::O_CLOEXEC as u64, 0, 0, 0, 0],
-            ) as libc::c_int
-        })?;
-        // SAFETY: fresh descriptors owned by us.
-        let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let (r, w) = crate::splice::pipe_fds()?;
         Ok(Pipe {
             read: Some(r),
             write: Some(w),
@@ -115,7 +103,7 @@ pub fn poll_readable(fds: &[BorrowedFd<'_>], timeout_ms: i32) -> Result<u64, Err
         slot.events = libc::POLLIN;
     }
     // SAFETY: p holds fds.len() initialised pollfds.
-    // Untrapped: see `Pipe::new_cloexec`.
+    // Untrapped: see `crate::splice::pipe_fds`.
     let r = unsafe {
         crate::trampoline::untrapped_syscall(
             libc::SYS_poll,

@@ -30,23 +30,30 @@ pub struct Pipe {
     capacity: usize,
 }
 
+/// A new close-on-exec pipe: (read end, write end).
+///
+/// Untrapped (as all of tiermem's calls with pointers): the descriptors'
+/// array may lie on a tiered stack, and a trapped call in fork handlers
+/// (fault gate closed) or in the kernel-access trap's own handler could
+/// never be served.
+pub(crate) fn pipe_fds() -> Result<(OwnedFd, OwnedFd), Errno> {
+    let mut fds = [0; 2];
+    // SAFETY: fds is a valid 2-element out array.
+    check(unsafe {
+        crate::trampoline::untrapped_syscall(
+            libc::SYS_pipe2,
+            [fds.as_mut_ptr() as u64, libc::O_CLOEXEC as u64, 0, 0, 0, 0],
+        ) as libc::c_int
+    })?;
+    // SAFETY: both descriptors are new and owned by us alone.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
 impl Pipe {
     /// Creates a pipe holding at least `capacity` bytes (`F_SETPIPE_SZ`;
     /// an unprivileged process is limited by /proc/sys/fs/pipe-max-size).
     pub fn new(capacity: usize) -> Result<Pipe, Errno> {
-        let mut fds = [0; 2];
-        // SAFETY: fds is a valid 2-element out array.
-        // Untrapped (as all of tiermem's calls with pointers): `fds` may lie on
-        // a tiered stack, and a trapped call in fork handlers (fault gate
-        // closed) or in the trap's own handler could never be served.
-        check(unsafe {
-            crate::trampoline::untrapped_syscall(
-                libc::SYS_pipe2,
-                [fds.as_mut_ptr() as u64, libc::O_CLOEXEC as u64, 0, 0, 0, 0],
-            ) as libc::c_int
-        })?;
-        // SAFETY: both descriptors are new and owned by us alone.
-        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let (read, write) = pipe_fds()?;
         // SAFETY: fcntl on our own descriptor with an integer argument.
         let got =
             check(unsafe { libc::fcntl(write.as_raw_fd(), libc::F_SETPIPE_SZ, capacity as libc::c_int) })?;
