@@ -82,9 +82,12 @@ const RULES: [Rule; 7] = [
 
 /// The filter's view of the rules.
 fn trap_rules() -> Vec<TrapRule> {
-    let any = |nr| TrapRule {
+    // Only the pointer arguments: the registers of arguments a call does
+    // not take hold leftovers, which may point into the window (a trap
+    // then, in a thread with SIGSYS blocked, ends the process).
+    let pointers = |nr, args: &mut dyn Iterator<Item = usize>| TrapRule {
         nr,
-        buffer_arg: TrapRule::ANY_ARG,
+        buffer_arg: TrapRule::pointer_args(args.fold(0u8, |m, a| m | 1 << a)),
     };
     RULES
         .iter()
@@ -94,8 +97,12 @@ fn trap_rules() -> Vec<TrapRule> {
         })
         // The filter compares numbers in this order: the hottest first
         // (every futex of a threaded program runs it now).
-        .chain([any(libc::SYS_futex)])
-        .chain(STRUCT_CALLS.iter().map(|c| any(c.nr)))
+        .chain([pointers(libc::SYS_futex, &mut FUTEX_PTRS.iter().map(|p| p.0))])
+        .chain(
+            STRUCT_CALLS
+                .iter()
+                .map(|c| pointers(c.nr, &mut c.ptrs.iter().map(|p| p.0))),
+        )
         .collect()
 }
 

@@ -154,7 +154,7 @@ pub(super) fn filter(
     rules: &[TrapRule],
     guard: bool,
 ) -> Result<Vec<SockFilter>, TrapError> {
-    if let Some(r) = rules.iter().find(|r| r.buffer_arg > TrapRule::ANY_ARG) {
+    if let Some(r) = rules.iter().find(|r| TrapRule::arg_mask(r.buffer_arg).is_none()) {
         return Err(TrapError::BadRule {
             nr: r.nr,
             arg: r.buffer_arg,
@@ -172,12 +172,9 @@ pub(super) fn filter(
     // Label of each used argument position's block (the last: any
     // argument), and of the stub that jumps there: the dispatch's
     // conditional jumps reach 255 instructions, the stubs' any distance.
-    let mut args = [usize::MAX; TrapRule::ANY_ARG + 1];
-    let mut stubs = [usize::MAX; TrapRule::ANY_ARG + 1];
-    for &k in &used {
-        args[k] = a.label();
-        stubs[k] = a.label();
-    }
+    let args: Vec<usize> = used.iter().map(|_| a.label()).collect();
+    let stubs: Vec<usize> = used.iter().map(|_| a.label()).collect();
+    let at = |k: usize| used.iter().position(|&u| u == k).expect("a used key");
     // The system call number first, and nothing else for the calls not
     // trapped: the kernel then finds (by emulating the filter with the
     // number alone) that they are always allowed and skips the filter for
@@ -187,7 +184,12 @@ pub(super) fn filter(
     a.jump(uapi::BPF_JMP_JEQ_K, uapi::AUDIT_ARCH_X86_64, None, Some(allow));
     a.stmt(uapi::BPF_LD_W_ABS, uapi::SECCOMP_DATA_NR);
     for r in rules {
-        a.jump(uapi::BPF_JMP_JEQ_K, r.nr as u32, Some(stubs[r.buffer_arg]), None);
+        a.jump(
+            uapi::BPF_JMP_JEQ_K,
+            r.nr as u32,
+            Some(stubs[at(r.buffer_arg)]),
+            None,
+        );
     }
     let guards = [
         libc::SYS_rt_sigaction,
@@ -206,8 +208,8 @@ pub(super) fn filter(
     a.here(allow);
     a.stmt(uapi::BPF_RET_K, uapi::SECCOMP_RET_ALLOW);
     for &k in &used {
-        a.here(stubs[k]);
-        a.ja(args[k]);
+        a.here(stubs[at(k)]);
+        a.ja(args[at(k)]);
     }
     if guard {
         // Jumps go forward only: the guard has its own returns.
@@ -263,12 +265,13 @@ pub(super) fn filter(
     // returns.
     let arg_off = |k: usize| uapi::SECCOMP_DATA_ARGS + 8 * k as u32;
     for &k in &used {
-        a.here(args[k]);
+        a.here(args[at(k)]);
         let (pass, trap) = (a.label(), a.label());
         from_this_c_library(&mut a, ip, sites, pass);
-        if k == TrapRule::ANY_ARG {
+        let mask = TrapRule::arg_mask(k).expect("checked above");
+        if mask.count_ones() > 1 {
             // Each argument's test ends in a trap of its own, within reach.
-            for j in 0..TrapRule::ANY_ARG {
+            for j in (0..6).filter(|j| mask & (1 << j) != 0) {
                 let (hit, next) = (a.label(), a.label());
                 in_ranges(&mut a, arg_off(j), ranges, hit);
                 a.ja(next);
@@ -277,7 +280,7 @@ pub(super) fn filter(
                 a.here(next);
             }
         } else {
-            in_ranges(&mut a, arg_off(k), ranges, trap);
+            in_ranges(&mut a, arg_off(mask.trailing_zeros() as usize), ranges, trap);
         }
         a.here(pass);
         a.stmt(uapi::BPF_RET_K, uapi::SECCOMP_RET_ALLOW);

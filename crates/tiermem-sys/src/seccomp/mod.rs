@@ -77,10 +77,29 @@ pub struct TrapRule {
 
 impl TrapRule {
     /// `buffer_arg` of a call that traps when any of its six arguments
-    /// lies in a trapped range: calls that take several pointers to small
-    /// structures (`poll`, `select`, `wait4`, paths). An argument that is
-    /// not a pointer never lies in one (the ranges are tens of TiB up).
+    /// lies in a trapped range. Only for calls that take all six: the
+    /// registers of arguments a call does not take hold leftovers, which
+    /// may point anywhere ([`TrapRule::pointer_args`]).
     pub const ANY_ARG: usize = 6;
+
+    /// `buffer_arg` of a call that traps when any of the arguments in
+    /// `mask` (bit k: argument k) lies in a trapped range: calls that take
+    /// several pointers to small structures (`poll`, `select`, `wait4`,
+    /// paths).
+    pub const fn pointer_args(mask: u8) -> usize {
+        64 + (mask & 0x3f) as usize
+    }
+
+    /// The arguments a `buffer_arg` value tests, as a mask; None when it
+    /// is not one of the forms above.
+    pub(crate) fn arg_mask(buffer_arg: usize) -> Option<u8> {
+        match buffer_arg {
+            0..=5 => Some(1 << buffer_arg),
+            Self::ANY_ARG => Some(0x3f),
+            65..=127 => Some((buffer_arg - 64) as u8),
+            _ => None,
+        }
+    }
 }
 
 /// `SECCOMP_RET_DATA` of tiermem's filter, seen as `si_errno`: tells its
