@@ -28,7 +28,7 @@
 //! their calls on tiered buffers are served like any other.
 //!
 //! Calls that take pointers to small structures or paths (`poll`, `select`,
-//! `wait4`, `fstat`, `open`, ... [`STRUCT_CALLS`]) trap when any argument
+//! `wait4`, `fstat`, `open`, ... [`STRUCT_CALLS`]) trap when a pointer argument
 //! lies in the window, and run on copies of them (`futex` on its words,
 //! brought in first).
 //!
@@ -138,8 +138,8 @@ struct Ptr(usize, Len, bool);
 /// Calls that take pointers to small structures or paths, any of which
 /// may lie in tiered memory (a Python object lives in a 1 MiB arena that
 /// tiermem serves): `poll`'s array, `select`'s sets, `wait4`'s status, a
-/// path. They trap when any argument lies in the window
-/// ([`TrapRule::ANY_ARG`]), and run with every pointer argument copied
+/// path. They trap when a pointer argument lies in the window
+/// ([`TrapRule::pointer_args`]), and run with every pointer argument copied
 /// through a bounce buffer (`TrappedSyscall::execute_copied`): a call that
 /// blocks (`blocks`) holds nothing of the program's while it waits, and
 /// what the kernel writes at its end (`poll`'s `revents`) cannot meet an
