@@ -97,7 +97,9 @@ fn trap_rules() -> Vec<TrapRule> {
         })
         // The filter compares numbers in this order: the hottest first
         // (every futex of a threaded program runs it now).
-        .chain([pointers(libc::SYS_futex, &mut FUTEX_PTRS.iter().map(|p| p.0))])
+        // futex on its word only: what its fourth and fifth registers hold
+        // depends on the operation (a number, or nothing the C library set).
+        .chain([pointers(libc::SYS_futex, &mut std::iter::once(0))])
         .chain(
             STRUCT_CALLS
                 .iter()
@@ -340,6 +342,8 @@ const STRUCT_CALLS: &[StructCall] = &[
 /// are brought in before the call, which fails with `EFAULT` before doing
 /// anything if one is evicted again meanwhile (every operation reads or
 /// changes the words before it queues or wakes), and is then made again.
+/// The call traps on its word only (see `trap_rules`); a timeout or a
+/// second word in tiered memory is brought in when it does.
 const FUTEX_PTRS: [(usize, usize, bool); 3] = [(0, 4, true), (3, TIMESPEC, false), (4, 4, true)];
 
 /// Tries of a `futex` whose words keep being evicted before the call.

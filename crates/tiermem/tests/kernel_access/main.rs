@@ -554,3 +554,55 @@ fn calls_with_structures_and_paths_in_evicted_pages() {
         }
     }
 }
+
+/// The trap looks at the pointer arguments of a call only: the registers
+/// of arguments a call does not take hold leftovers, which may point into
+/// tiered memory. A trap on one in a thread with SIGSYS blocked ends the
+/// process (the workloads' tests died of SIGSYS when the rules looked at
+/// all six registers; futex's timeout and second-word slots hold numbers,
+/// or nothing, for most operations). A child blocks SIGSYS and makes calls
+/// whose unused registers point into a region: it must exit normally.
+#[test]
+fn leftovers_in_unused_argument_registers_do_not_trap() {
+    let (fp, dt, store) = (FaultPath::InContext, DirtyTracking::WpFault, "memory");
+    let r = evicted_region(fp, dt, store);
+    let inside = r.as_ptr() as usize + 3 * PAGE;
+    // SAFETY: the child only blocks a signal, makes two system calls on
+    // its own stack's memory and exits.
+    unsafe {
+        let child = libc::fork();
+        if child == 0 {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGSYS);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+            let word = 0u32;
+            let woke = libc::syscall(
+                libc::SYS_futex,
+                &word as *const u32,
+                libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+                1,
+                inside,
+                inside,
+                inside,
+            );
+            let mut fds = [0; 2];
+            let piped = libc::syscall(
+                libc::SYS_pipe2,
+                fds.as_mut_ptr(),
+                0,
+                inside,
+                inside,
+                inside,
+                inside,
+            );
+            libc::_exit(if woke == 0 && piped == 0 { 0 } else { 1 });
+        }
+        let mut status = 0;
+        assert_eq!(libc::waitpid(child, &mut status, 0), child);
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "the child ended with status {status:#x} (signal 31: killed by a trap on a leftover register)"
+        );
+    }
+}
