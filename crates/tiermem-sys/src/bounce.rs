@@ -157,18 +157,8 @@ impl Bounce {
         false
     }
 
-    /// Copies `n` bytes from `src` into the buffer's start, in user mode
+    /// Copies `n` bytes from `src` into the buffer at `at`, in user mode
     /// (faults on tiered pages are served as the program's own would be).
-    ///
-    /// # Safety
-    /// `src..src + n` readable memory; `n` at most [`Bounce::len`].
-    pub unsafe fn load(&mut self, src: usize, n: usize) {
-        debug_assert!(n <= self.len);
-        // SAFETY: by the caller's promise; the buffer is ours and disjoint.
-        unsafe { std::ptr::copy_nonoverlapping(src as *const u8, self.addr as *mut u8, n) };
-    }
-
-    /// Copies `n` bytes from `src` into the buffer at `at`, in user mode.
     ///
     /// # Safety
     /// `src..src + n` readable memory; `at + n` at most [`Bounce::len`].
@@ -187,16 +177,6 @@ impl Bounce {
         assert!(at.checked_add(n).is_some_and(|e| e <= self.len));
         // SAFETY: by the caller's promise; in the buffer (checked).
         unsafe { std::ptr::copy_nonoverlapping((self.addr + at) as *const u8, dst as *mut u8, n) };
-    }
-
-    /// Copies the buffer's first `n` bytes to `dst`, in user mode.
-    ///
-    /// # Safety
-    /// `dst..dst + n` writable memory; `n` at most [`Bounce::len`].
-    pub unsafe fn store(&self, dst: usize, n: usize) {
-        debug_assert!(n <= self.len);
-        // SAFETY: by the caller's promise; the buffer is ours and disjoint.
-        unsafe { std::ptr::copy_nonoverlapping(self.addr as *const u8, dst as *mut u8, n) };
     }
 }
 
@@ -307,8 +287,8 @@ mod tests {
             let mut dst = [0u8; 8];
             // SAFETY: both arrays are 8 bytes.
             unsafe {
-                c.load(src.as_ptr() as usize, 8);
-                c.store(dst.as_mut_ptr() as usize, 8);
+                c.load_at(0, src.as_ptr() as usize, 8);
+                c.store_at(0, dst.as_mut_ptr() as usize, 8);
             }
             assert_eq!(dst, src);
         })

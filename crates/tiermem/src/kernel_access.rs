@@ -82,29 +82,19 @@ const RULES: [Rule; 7] = [
 
 /// The filter's view of the rules.
 fn trap_rules() -> Vec<TrapRule> {
-    // Only the pointer arguments: the registers of arguments a call does
-    // not take hold leftovers, which may point into the window (a trap
-    // then, in a thread with SIGSYS blocked, ends the process).
-    let pointers = |nr, args: &mut dyn Iterator<Item = usize>| TrapRule {
+    let pointers = |nr, ptrs: &[Ptr]| TrapRule {
         nr,
-        buffer_arg: TrapRule::pointer_args(args.fold(0u8, |m, a| m | 1 << a)),
+        pointer_args: ptrs.iter().fold(0, |m, p| m | 1 << p.0),
     };
     RULES
         .iter()
-        .map(|r| TrapRule {
-            nr: r.nr,
-            buffer_arg: r.buf,
-        })
+        .map(|r| TrapRule::buffer(r.nr, r.buf))
         // The filter compares numbers in this order: the hottest first
-        // (every futex of a threaded program runs it now).
-        // futex on its word only: what its fourth and fifth registers hold
-        // depends on the operation (a number, or nothing the C library set).
-        .chain([pointers(libc::SYS_futex, &mut std::iter::once(0))])
-        .chain(
-            STRUCT_CALLS
-                .iter()
-                .map(|c| pointers(c.nr, &mut c.ptrs.iter().map(|p| p.0))),
-        )
+        // (every futex of a threaded program runs it now). futex on its
+        // word only: what its fourth and fifth registers hold depends on
+        // the operation (a number, or nothing the C library set).
+        .chain([TrapRule::buffer(libc::SYS_futex, 0)])
+        .chain(STRUCT_CALLS.iter().map(|c| pointers(c.nr, c.ptrs)))
         .collect()
 }
 
@@ -141,7 +131,7 @@ struct Ptr(usize, Len, bool);
 /// may lie in tiered memory (a Python object lives in a 1 MiB arena that
 /// tiermem serves): `poll`'s array, `select`'s sets, `wait4`'s status, a
 /// path. They trap when a pointer argument lies in the window
-/// ([`TrapRule::pointer_args`]), and run with every pointer argument copied
+/// (`TrapRule::pointer_args`), and run with every pointer argument copied
 /// through a bounce buffer (`TrappedSyscall::execute_copied`): a call that
 /// blocks (`blocks`) holds nothing of the program's while it waits, and
 /// what the kernel writes at its end (`poll`'s `revents`) cannot meet an
@@ -562,12 +552,8 @@ fn copied(call: &TrappedSyscall<'_>, c: &StructCall) -> i64 {
         kernel_writes: false,
         c_string: false,
     }; 6];
-    let mut n = 0;
-    for &Ptr(arg, len, kernel_writes) in c.ptrs {
-        let addr = args[arg] as usize;
-        if addr == 0 || n == bufs.len() {
-            continue;
-        }
+    // Null pointers are left alone by `execute_copied`.
+    for (b, &Ptr(arg, len, kernel_writes)) in bufs.iter_mut().zip(c.ptrs) {
         let bytes = match len {
             Fixed(b) => b,
             Times(j, size) => (args[j] as usize).saturating_mul(size),
@@ -576,14 +562,14 @@ fn copied(call: &TrappedSyscall<'_>, c: &StructCall) -> i64 {
             // One longer than PATH_MAX fails in the kernel (ENAMETOOLONG).
             Str => libc::PATH_MAX as usize,
         };
-        bufs[n] = CopiedArg {
+        *b = CopiedArg {
             arg,
             len: bytes,
             kernel_writes,
             c_string: matches!(len, Str),
         };
-        n += 1;
     }
+    let n = c.ptrs.len().min(bufs.len());
     call.execute_copied(call.nr, args, &bufs[..n], c.blocks, Some(hold_for_copy))
 }
 

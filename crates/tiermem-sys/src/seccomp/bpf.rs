@@ -134,10 +134,10 @@ fn from_this_c_library(a: &mut Asm, ip: u64, sites: &[(u64, u64)], pass: usize) 
 /// Its own C library sits elsewhere (the addresses are randomised per
 /// image), so its calls are never trapped, whatever its buffers.
 ///
-/// One check block per buffer argument position the rules use (17 + 10 per
-/// site + 10 per range instructions each; the any-argument block tests all
-/// six), reached through a stub of one unconditional jump each; an error,
-/// not a panic, when the program does not fit classic BPF.
+/// One check block per set of tested arguments the rules use (17 + 10 per
+/// site, then 12 + 10 per range instructions per argument), reached through
+/// a stub of one unconditional jump each; an error, not a panic, when the
+/// program does not fit classic BPF.
 /// With `guard`, it also traps the signal calls of this image's C library
 /// that could take SIGBUS, SIGSEGV or SIGSYS away from tiermem
 /// ([`crate::sigguard`]): `rt_sigaction` that sets any action or asks for
@@ -154,10 +154,13 @@ pub(super) fn filter(
     rules: &[TrapRule],
     guard: bool,
 ) -> Result<Vec<SockFilter>, TrapError> {
-    if let Some(r) = rules.iter().find(|r| TrapRule::arg_mask(r.buffer_arg).is_none()) {
+    if let Some(r) = rules
+        .iter()
+        .find(|r| r.pointer_args == 0 || r.pointer_args >= 1 << 6)
+    {
         return Err(TrapError::BadRule {
             nr: r.nr,
-            arg: r.buffer_arg,
+            args: r.pointer_args,
         });
     }
     let mut a = Asm {
@@ -166,15 +169,15 @@ pub(super) fn filter(
         labels: Vec::new(),
     };
     let allow = a.label();
-    let mut used: Vec<usize> = rules.iter().map(|r| r.buffer_arg).collect();
+    let mut used: Vec<u8> = rules.iter().map(|r| r.pointer_args).collect();
     used.sort_unstable();
     used.dedup();
-    // Label of each used argument position's block (the last: any
-    // argument), and of the stub that jumps there: the dispatch's
-    // conditional jumps reach 255 instructions, the stubs' any distance.
+    // Label of the block of each set of tested arguments the rules use,
+    // and of the stub that jumps there: the dispatch's conditional jumps
+    // reach 255 instructions, the stubs' any distance.
     let args: Vec<usize> = used.iter().map(|_| a.label()).collect();
     let stubs: Vec<usize> = used.iter().map(|_| a.label()).collect();
-    let at = |k: usize| used.iter().position(|&u| u == k).expect("a used key");
+    let at = |k: u8| used.iter().position(|&u| u == k).expect("a used set");
     // The system call number first, and nothing else for the calls not
     // trapped: the kernel then finds (by emulating the filter with the
     // number alone) that they are always allowed and skips the filter for
@@ -187,7 +190,7 @@ pub(super) fn filter(
         a.jump(
             uapi::BPF_JMP_JEQ_K,
             r.nr as u32,
-            Some(stubs[at(r.buffer_arg)]),
+            Some(stubs[at(r.pointer_args)]),
             None,
         );
     }
@@ -266,26 +269,19 @@ pub(super) fn filter(
     let arg_off = |k: usize| uapi::SECCOMP_DATA_ARGS + 8 * k as u32;
     for &k in &used {
         a.here(args[at(k)]);
-        let (pass, trap) = (a.label(), a.label());
+        let pass = a.label();
         from_this_c_library(&mut a, ip, sites, pass);
-        let mask = TrapRule::arg_mask(k).expect("checked above");
-        if mask.count_ones() > 1 {
-            // Each argument's test ends in a trap of its own, within reach.
-            for j in (0..6).filter(|j| mask & (1 << j) != 0) {
-                let (hit, next) = (a.label(), a.label());
-                in_ranges(&mut a, arg_off(j), ranges, hit);
-                a.ja(next);
-                a.here(hit);
-                a.stmt(uapi::BPF_RET_K, uapi::SECCOMP_RET_TRAP | TRAP_DATA);
-                a.here(next);
-            }
-        } else {
-            in_ranges(&mut a, arg_off(mask.trailing_zeros() as usize), ranges, trap);
+        // Each argument's test ends in a trap of its own, within reach.
+        for j in (0..6).filter(|j| k & (1 << j) != 0) {
+            let (hit, next) = (a.label(), a.label());
+            in_ranges(&mut a, arg_off(j), ranges, hit);
+            a.ja(next);
+            a.here(hit);
+            a.stmt(uapi::BPF_RET_K, uapi::SECCOMP_RET_TRAP | TRAP_DATA);
+            a.here(next);
         }
         a.here(pass);
         a.stmt(uapi::BPF_RET_K, uapi::SECCOMP_RET_ALLOW);
-        a.here(trap);
-        a.stmt(uapi::BPF_RET_K, uapi::SECCOMP_RET_TRAP | TRAP_DATA);
     }
     a.finish().ok_or(TrapError::FilterTooLarge {
         sites: sites.len(),

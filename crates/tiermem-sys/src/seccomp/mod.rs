@@ -66,38 +66,25 @@ pub struct Window {
     pub hi: u64,
 }
 
-/// A system call to trap, and which argument holds its buffer.
+/// A system call to trap, and which of its arguments are pointers to test.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TrapRule {
     /// System call number.
     pub nr: i64,
-    /// Index (0-5) of the buffer argument, or [`TrapRule::ANY_ARG`].
-    pub buffer_arg: usize,
+    /// The arguments tested, bit k for argument k (0-5): the call traps
+    /// when one of them lies in a trapped range. Only arguments the call
+    /// takes as pointers: the registers of arguments it does not take hold
+    /// leftovers, which may point anywhere (a trap where SIGSYS is blocked
+    /// ends the process).
+    pub pointer_args: u8,
 }
 
 impl TrapRule {
-    /// `buffer_arg` of a call that traps when any of its six arguments
-    /// lies in a trapped range. Only for calls that take all six: the
-    /// registers of arguments a call does not take hold leftovers, which
-    /// may point anywhere ([`TrapRule::pointer_args`]).
-    pub const ANY_ARG: usize = 6;
-
-    /// `buffer_arg` of a call that traps when any of the arguments in
-    /// `mask` (bit k: argument k) lies in a trapped range: calls that take
-    /// several pointers to small structures (`poll`, `select`, `wait4`,
-    /// paths).
-    pub const fn pointer_args(mask: u8) -> usize {
-        64 + (mask & 0x3f) as usize
-    }
-
-    /// The arguments a `buffer_arg` value tests, as a mask; None when it
-    /// is not one of the forms above.
-    pub(crate) fn arg_mask(buffer_arg: usize) -> Option<u8> {
-        match buffer_arg {
-            0..=5 => Some(1 << buffer_arg),
-            Self::ANY_ARG => Some(0x3f),
-            65..=127 => Some((buffer_arg - 64) as u8),
-            _ => None,
+    /// A call with one buffer, argument `arg` (`read`: 1).
+    pub const fn buffer(nr: i64, arg: usize) -> TrapRule {
+        TrapRule {
+            nr,
+            pointer_args: 1 << arg,
         }
     }
 }
@@ -215,6 +202,14 @@ pub struct Bounced {
 /// See [`Bounced::hold`]: `(addr, len, write, copy)`.
 pub type HoldForCopy = fn(usize, usize, bool, &mut dyn FnMut());
 
+/// Runs `copy` inside `hold` for `[addr, addr + len)`, or as it is.
+fn held(hold: Option<HoldForCopy>, addr: usize, len: usize, write: bool, copy: &mut dyn FnMut()) {
+    match hold {
+        Some(hold) => hold(addr, len, write, copy),
+        None => copy(),
+    }
+}
+
 impl TrappedSyscall<'_> {
     /// Runs `nr` with `args` as [`TrappedSyscall::execute`] does, but with
     /// its buffer replaced by a bounce buffer ([`bounce`]): what the call
@@ -241,14 +236,12 @@ impl TrappedSyscall<'_> {
             if let Some(o) = how.offset {
                 a[o] += done as u64;
             }
-            let held = |addr: usize, len: usize, write: bool, copy: &mut dyn FnMut()| match how.hold {
-                Some(hold) => hold(addr, len, write, copy),
-                None => copy(),
-            };
             if !how.kernel_writes {
                 // SAFETY: the program's buffer, which it handed the kernel
                 // to read: tiered memory, whose faults are served here.
-                held(user + done, n, false, &mut || unsafe { b.load(user + done, n) });
+                held(how.hold, user + done, n, false, &mut || unsafe {
+                    b.load_at(0, user + done, n)
+                });
             }
             let r = self.execute(nr, a, how.interruptible);
             if r < 0 {
@@ -258,7 +251,9 @@ impl TrappedSyscall<'_> {
             if how.kernel_writes {
                 // SAFETY: the program's buffer, which it handed the kernel
                 // to write, `r <= n` bytes of it.
-                held(user + done, r, true, &mut || unsafe { b.store(user + done, r) });
+                held(how.hold, user + done, r, true, &mut || unsafe {
+                    b.store_at(0, user + done, r)
+                });
             }
             done += r;
             if how.split != Split::Pieces || r != n || done >= total {
@@ -330,10 +325,6 @@ impl TrappedSyscall<'_> {
         let Some(mut b) = bounce::Bounce::get(total) else {
             return -(libc::ENOMEM as i64);
         };
-        let held = |addr: usize, len: usize, write: bool, copy: &mut dyn FnMut()| match hold {
-            Some(hold) => hold(addr, len, write, copy),
-            None => copy(),
-        };
         // (program's address, offset in the bounce buffer, length, copied back)
         let mut placed = [(0usize, 0usize, 0usize, false); 6];
         let mut n = 0;
@@ -347,7 +338,9 @@ impl TrappedSyscall<'_> {
             // SAFETY: memory the program handed the kernel to read or
             // write, `c.len` bytes by the call's definition; tiered pages
             // fault in as the program's own accesses would.
-            held(user, c.len, false, &mut || unsafe { b.load_at(at, user, c.len) });
+            held(hold, user, c.len, false, &mut || unsafe {
+                b.load_at(at, user, c.len)
+            });
             a[c.arg] = b.addr() + at as u64;
             placed[n] = (user, at, c.len, c.kernel_writes);
             n += 1;
@@ -358,7 +351,9 @@ impl TrappedSyscall<'_> {
             if writes {
                 // SAFETY: as above; the program gave the kernel these bytes
                 // to write.
-                held(user, len, true, &mut || unsafe { b.store_at(at, user, len) });
+                held(hold, user, len, true, &mut || unsafe {
+                    b.store_at(at, user, len)
+                });
             }
         }
         r
@@ -386,10 +381,7 @@ unsafe fn c_string_len(addr: usize, max: usize, hold: Option<HoldForCopy>) -> Op
             let bytes = unsafe { std::slice::from_raw_parts(at as *const u8, n) };
             found = bytes.iter().position(|&c| c == 0);
         };
-        match hold {
-            Some(hold) => hold(at, n, false, &mut scan),
-            None => scan(),
-        }
+        held(hold, at, n, false, &mut scan);
         if let Some(k) = found {
             return Some(at + k + 1 - addr);
         }
@@ -483,13 +475,13 @@ pub enum TrapError {
     /// The window is not 4 GiB aligned or empty.
     #[error("trap window {0:#x}..{1:#x} must be non-empty and 4 GiB aligned")]
     BadWindow(u64, u64),
-    /// A rule names an argument past the sixth.
-    #[error("trap rule for system call {nr} names argument {arg}; there are 6 (0-5)")]
+    /// A rule names no argument, or one past the sixth.
+    #[error("trap rule for system call {nr} names arguments {args:#b}; there are 6 (0-5)")]
     BadRule {
         /// The system call.
         nr: i64,
-        /// The argument index.
-        arg: usize,
+        /// The arguments it names, bit k for argument k.
+        args: u8,
     },
     /// The filter does not fit classic BPF's limits (jumps of at most 255
     /// instructions, programs of at most 4096).

@@ -5,14 +5,8 @@ use super::*;
 /// per argument position the filter checks.
 fn read_and_getrandom() -> [TrapRule; 2] {
     [
-        TrapRule {
-            nr: libc::SYS_read,
-            buffer_arg: 1,
-        },
-        TrapRule {
-            nr: libc::SYS_getrandom,
-            buffer_arg: 0,
-        },
+        TrapRule::buffer(libc::SYS_read, 1),
+        TrapRule::buffer(libc::SYS_getrandom, 0),
     ]
 }
 
@@ -54,10 +48,7 @@ fn run(prog: &[SockFilter], nr: i64, ip: u64, args: [u64; 6]) -> u32 {
 
 #[test]
 fn exact_ranges_trap_only_inside() {
-    let rules = [TrapRule {
-        nr: libc::SYS_read,
-        buffer_arg: 1,
-    }];
+    let rules = [TrapRule::buffer(libc::SYS_read, 1)];
     let ranges = [
         (0x5555_5555_8000, 0x5555_9555_8000),
         (0x7_ffff_f000, 0x8_0000_1000),
@@ -237,14 +228,16 @@ fn oversized_filters_are_errors_not_panics() {
             ),
         }
     }
-    let bad = [TrapRule {
-        nr: libc::SYS_read,
-        buffer_arg: 7,
-    }];
-    assert!(matches!(
-        filter(&window, ip, &[], &bad, false),
-        Err(TrapError::BadRule { arg: 7, .. })
-    ));
+    for args in [0, 1 << 6] {
+        let bad = [TrapRule {
+            nr: libc::SYS_read,
+            pointer_args: args,
+        }];
+        assert!(matches!(
+            filter(&window, ip, &[], &bad, false),
+            Err(TrapError::BadRule { args: a, .. }) if a == args
+        ));
+    }
 }
 
 #[test]
@@ -383,19 +376,19 @@ fn filter_jumps_resolve() {
 }
 
 #[test]
-fn any_argument_rules_trap_on_any_pointer_in_range() {
+fn rules_with_several_pointers_trap_on_any_of_them() {
     let mut rules: Vec<TrapRule> = read_and_getrandom().to_vec();
     // Enough calls (and sites) that the blocks lie beyond a conditional
     // jump's reach from the dispatch: its stubs' long jumps get there.
     for nr in 0..120 {
         rules.push(TrapRule {
             nr: 1000 + nr,
-            buffer_arg: TrapRule::ANY_ARG,
+            pointer_args: 0x3f,
         });
     }
     rules.push(TrapRule {
         nr: libc::SYS_poll,
-        buffer_arg: TrapRule::ANY_ARG,
+        pointer_args: 0x3f,
     });
     let ranges = [(0x1100_0000_0000, 0x5100_0000_0000)];
     let prog = filter(&ranges, 0x1234, &[], &rules, false).unwrap();
@@ -421,6 +414,16 @@ fn any_argument_rules_trap_on_any_pointer_in_range() {
             "the last rule"
         );
     }
+    // A rule tests the arguments it names, no others: poll's first only
+    // (the others may hold leftovers).
+    let poll = [TrapRule::buffer(libc::SYS_poll, 0)];
+    let prog = filter(&ranges, 0x1234, &[], &poll, false).unwrap();
+    let leftovers = [0x7fff_0000_0000, 1, 0, inside, inside, inside];
+    assert_eq!(
+        run(&prog, libc::SYS_poll, 0x9999, leftovers),
+        uapi::SECCOMP_RET_ALLOW
+    );
+    let prog = filter(&ranges, 0x1234, &[], &rules, false).unwrap();
     // The one-argument rules still see their argument only.
     assert_eq!(
         run(&prog, libc::SYS_read, 0x9999, [inside, 0, 0, 0, 0, 0]),
