@@ -198,6 +198,17 @@ if [[ " ${built[*]} " == *" test_transparent "* ]]; then
     report "test_transparent $case (preloaded, handler-thread)" "$status"
   done
 fi
+if [[ " ${built[*]} " == *" test_transparent "* ]]; then
+  # The documented smallest budget, 4 pages shared by the heap and the
+  # static arrays, one instruction reading one and writing the other.
+  for path in in-context handler-thread; do
+    echo "== tiermem run --near 16K -- test_transparent min-budget ($path)"
+    status=0
+    TIERMEM_FAULT_PATH=$path timeout -k 10 300 "$lib/tiermem" run --near 16K --threshold 256K --quiet -- \
+      "$out/test_transparent" min-budget || status=$?
+    report "test_transparent min-budget (tiermem run --near 16K, $path)" "$status"
+  done
+fi
 if [[ " ${built[*]} " == *" test_transparent-nopie "* ]]; then
   for case in kernel-access exec; do
     echo "== test_transparent-nopie $case under LD_PRELOAD=libtiermem_preload.so"

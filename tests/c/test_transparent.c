@@ -348,6 +348,46 @@ static void test_statics(void) {
   free(spare);
 }
 
+/* ---- the smallest budget across two regions ----
+ *
+ * The heap and the static arrays share one near budget. A move from a
+ * page-crossing static source to a page-crossing heap destination needs
+ * two pages of each at once: on the 4-page minimum (tiermem run --near
+ * 16K) every one of them must stay while the last comes in (it died of
+ * SIGBUS when each region spared the thread's last fills of its own). */
+
+static void move8(void *dst, const void *src) {
+#if defined(__x86_64__)
+  /* One instruction, so all four pages must be resident together. */
+  __asm__ volatile("movsq" : "+D"(dst), "+S"(src) : : "memory");
+#else
+  memcpy(dst, src, 8);
+#endif
+}
+
+static void test_min_budget(void) {
+  const size_t span = MIB, words = span / 8, pages = span / 4096;
+  fill(static_data, words, 61);
+  uint64_t *heap = malloc(span);
+  fill(heap, words, 62);
+  unsigned char *st = (unsigned char *)static_data, *hp = (unsigned char *)heap;
+  unsigned char *out = (unsigned char *)static_array;
+  size_t bad = 0;
+  uint64_t x = 7;
+  for (int i = 0; i < 4000; i++) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    size_t s = ((x >> 20) % (pages - 1) + 1) * 4096 - 1 - (x >> 8) % 7;
+    size_t d = ((x >> 40) % (pages - 1) + 1) * 4096 - 1 - (x >> 12) % 7;
+    /* Static to heap, then heap to another static array. */
+    unsigned char *from = i % 2 ? hp : st, *to = i % 2 ? out : hp;
+    move8(to + d, from + s);
+    bad += memcmp(to + d, from + s, 8) != 0;
+  }
+  CHECK(bad == 0, "min budget: %zu moves across regions lost data", bad);
+  CHECK(bad_words(static_data, words, 61) == 0, "min budget: the static source changed");
+  free(heap);
+}
+
 /* ---- memory locks ----
  *
  * MPI libraries and real-time codes lock all their memory at start. The
@@ -753,7 +793,7 @@ static const struct test_case cases[] = {
     {"statics", test_statics},           {"fork", test_fork},   {"threads", test_threads_and_dlopen},
     {"exit", test_exit_with_live_memory}, {"exec", test_exec},
     {"mremap", test_mremap},             {"mlockall", test_mlockall}, {"mlock", test_mlock},
-    {"mlockall-raw", test_mlockall_raw},
+    {"mlockall-raw", test_mlockall_raw}, {"min-budget", test_min_budget},
 };
 
 /* test_transparent: every case, each in a fresh process (the environment,

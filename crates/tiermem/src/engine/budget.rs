@@ -7,8 +7,10 @@
 //! When a shared budget is full and the faulting region has nothing it can
 //! evict, it evicts a batch of another member's pages, in its own thread:
 //! eviction is thread-safe, and a page being filled is never a victim, so
-//! two regions evicting each other cannot wait on each other.
+//! two regions evicting each other cannot wait on each other. Which pages
+//! those evictions spare (`progress`) is the budget's too.
 
+use super::progress::Progress;
 use super::RegionCore;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -19,8 +21,13 @@ pub(crate) struct Budget {
     used_bytes: AtomicU64,
     /// Of `used_bytes`, what members keep for good (frame rings).
     kept_bytes: AtomicU64,
+    /// Of `used_bytes`, what kernel-mode accesses hold pinned now.
+    pinned_bytes: AtomicU64,
     /// Regions sharing it (empty for a region's own budget).
     members: Mutex<Vec<Weak<RegionCore>>>,
+    /// Which pages evictions spare so that every fault makes progress:
+    /// one state for all members (an instruction may need pages of two).
+    pub(crate) progress: Progress,
 }
 
 impl Budget {
@@ -29,7 +36,9 @@ impl Budget {
             limit_bytes,
             used_bytes: AtomicU64::new(0),
             kept_bytes: AtomicU64::new(0),
+            pinned_bytes: AtomicU64::new(0),
             members: Mutex::new(Vec::new()),
+            progress: Progress::new(),
         })
     }
 
@@ -92,6 +101,30 @@ impl Budget {
         self.used_bytes.fetch_sub((n * page) as u64, Ordering::Relaxed);
     }
 
+    /// Counts a page of `page` bytes pinned for a kernel-mode access, if
+    /// the pins of all members stay within half the limit (at least one
+    /// page): faults must always find victims. A limit per region let the
+    /// members of a small shared budget pin all of it between them.
+    pub(crate) fn try_pin(&self, page: usize) -> bool {
+        let allowance = (self.limit_bytes / 2).max(page as u64);
+        let was = self.pinned_bytes.fetch_add(page as u64, Ordering::Relaxed);
+        if was + page as u64 > allowance {
+            self.pinned_bytes.fetch_sub(page as u64, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+
+    /// Whether any page is pinned now.
+    pub(crate) fn has_pins(&self) -> bool {
+        self.pinned_bytes.load(Ordering::Relaxed) > 0
+    }
+
+    /// Ends what [`Budget::try_pin`] counted.
+    pub(crate) fn unpin(&self, page: usize) {
+        self.pinned_bytes.fetch_sub(page as u64, Ordering::Relaxed);
+    }
+
     /// Slots of `page` bytes free now.
     pub(crate) fn free(&self, page: usize) -> usize {
         (self
@@ -131,6 +164,18 @@ mod tests {
         assert_eq!(b.free(4096), 3);
         assert_eq!(b.take(1, 2 << 20), 0, "a 2 MiB page does not fit in 12 KiB");
         assert_eq!(b.limit_bytes(), 40960);
+    }
+
+    #[test]
+    fn pins_of_all_members_stay_within_half() {
+        let b = Budget::new(4 * 4096);
+        assert!(b.try_pin(4096) && b.try_pin(4096));
+        assert!(!b.try_pin(4096), "half of four pages pinned");
+        b.unpin(4096);
+        assert!(b.try_pin(4096));
+        let small = Budget::new(4096);
+        assert!(small.try_pin(4096), "one page at least");
+        assert!(!small.try_pin(4096));
     }
 
     #[test]

@@ -249,7 +249,7 @@ impl RegionCore {
             let mut kept = n;
             for j in n..n + got {
                 let v = out[j];
-                if s < SPARED && self.progress.spares(keep, v) {
+                if s < SPARED && self.spares(keep, v) {
                     spared[s] = v;
                     s += 1;
                 } else {
@@ -352,7 +352,7 @@ impl RegionCore {
                     let w = self.pages.load(p);
                     if matches!(w.state(), PageState::Clean | PageState::Dirty)
                         && policy.evictable(p)
-                        && !self.progress.spares(keep, p)
+                        && !self.spares(keep, p)
                         && self.pages.try_lock(p, w)
                     {
                         extra[e] = (p, w);

@@ -42,6 +42,9 @@ impl Moved {
 /// How long a fault keeps trying to free a near slot while every resident
 /// page is busy before it gives up and fails the access.
 const STUCK_LIMIT: Duration = Duration::from_secs(10);
+/// How long it waits for pinned pages (a system call in progress) before
+/// it stops sparing pages (see `reserve_slot`).
+const PINNED_PATIENCE: Duration = Duration::from_millis(10);
 
 /// Why no near slot could be made free.
 #[derive(Debug)]
@@ -466,15 +469,28 @@ impl RegionCore {
                     self.stats.inline_evictions.fetch_add(n as u64, Ordering::Relaxed);
                 }
                 Ok(_) if self.evict_elsewhere(keep, timer) > 0 => stuck_since = None,
-                Ok(_) if server == Server::HandlerThread && self.progress.turn_of_other(tid) => {
+                Ok(_) if server == Server::HandlerThread && self.budget.progress.turn_of_other(tid) => {
                     return Err(NoRoom::Later);
                 }
                 Ok(_) => {
                     // Every resident page is being filled by another thread
                     // right now, or spared for another thread's turn: let
                     // them finish (a turn held too long ends here).
-                    self.progress.stuck(keep);
+                    self.budget.progress.stuck(keep);
                     let t0 = *stuck_since.get_or_insert_with(Instant::now);
+                    if t0.elapsed() > PINNED_PATIENCE && self.budget.has_pins() {
+                        // Or pinned for system calls (half the budget at
+                        // most) while the rest is spared: with four pages,
+                        // two pinned and this thread's last fills leave
+                        // none, and the calls may be this thread's own.
+                        // Sparing is for progress, not correctness: take
+                        // one page, spared or not.
+                        match self.evict_batch(1, Keep::Nothing, timer) {
+                            Ok(0) if self.evict_elsewhere(Keep::Nothing, timer) == 0 => {}
+                            Ok(_) => stuck_since = None,
+                            Err(e) => return Err(NoRoom::Store(e)),
+                        }
+                    }
                     if t0.elapsed() > STUCK_LIMIT {
                         return Err(NoRoom::Stuck);
                     }
@@ -498,7 +514,6 @@ impl RegionCore {
                     return n;
                 }
             }
-            other.progress.stuck(keep);
         }
         0
     }

@@ -148,16 +148,15 @@ pub(crate) struct RegionCore {
     /// Which pages the program can reach (see `access`).
     pub(crate) access: access::Access,
     /// This region's share of the budget in its own pages (all of it when
-    /// the budget is shared): sizes mover batches and the pin allowance.
+    /// the budget is shared): sizes mover batches.
     budget_pages: usize,
-    /// The near budget shared with other regions (or this region's own,
-    /// unused: its resident count is its budget).
+    /// The near budget shared with other regions, or this region's own
+    /// (whose slots it does not use: its resident count is its budget).
+    /// Either way it keeps the forward-progress state and the pin count.
     pub(crate) budget: Arc<budget::Budget>,
     shared_budget: bool,
     /// Pages of this region resident (or reserved for a fill).
     resident: AtomicUsize,
-    /// Pages pinned by kernel-mode accesses (at most half the budget).
-    pinned: AtomicUsize,
     policy: Mutex<Box<dyn Policy>>,
     store: Box<dyn FarStore>,
     /// `store.describe()`, made at creation: the fault path names the
@@ -180,8 +179,6 @@ pub(crate) struct RegionCore {
     pub(crate) prefetcher: Option<Prefetcher>,
     /// Fault-around for demand faults outside prefetch streams.
     pub(crate) around: Option<around::FaultAround>,
-    /// Which pages evictions spare so that every fault makes progress.
-    progress: progress::Progress,
     /// Frames for zero-copy installs by the movers (`install = move`).
     ring: Option<FrameRing>,
     /// Which threads fault now: `install = auto` recycles frames through
@@ -434,7 +431,6 @@ impl RegionCore {
             pages: PageTable::try_new(pages)?,
             access: access::Access::new(pages, page_bytes)?,
             resident: AtomicUsize::new(0),
-            pinned: AtomicUsize::new(0),
             policy: Mutex::new(parts.policy),
             store_name: parts.store.describe().into(),
             said_full: AtomicBool::new(false),
@@ -454,7 +450,6 @@ impl RegionCore {
             movers,
             prefetcher,
             around,
-            progress: progress::Progress::new(),
             scanner,
             stats: Stats::new(),
             errors: ErrorLog::new(),
@@ -484,6 +479,16 @@ impl RegionCore {
 
     pub(crate) fn page_of(&self, addr: usize) -> usize {
         (addr - self.mapping.addr()) >> self.page_shift
+    }
+
+    /// Page `i` as the budget's forward-progress state names it.
+    fn page_key(&self, i: usize) -> progress::PageKey {
+        progress::PageKey(self.mapping.addr() + (i << self.page_shift))
+    }
+
+    /// Whether an eviction that spares `keep` must leave page `i` alone.
+    fn spares(&self, keep: progress::Keep, i: usize) -> bool {
+        self.budget.progress.spares(keep, self.page_key(i))
     }
 
     /// What the `auto` policy did, if the region has it.
@@ -544,7 +549,7 @@ impl RegionCore {
                     timer.lap(Cost::LockList);
                     let outcome = self.fill(i, w, write, tid, server, timer);
                     if outcome == Outcome::Resolved {
-                        self.progress.filled(tid, i);
+                        self.budget.progress.filled(tid, self.page_key(i));
                         self.stride_ahead(tid, i, write);
                         self.after_demand_fault(tid, i, write);
                     }

@@ -5,14 +5,14 @@
 use super::{Outcome, RegionCore, Server};
 use crate::config::DirtyTracking;
 use crate::page::PageState;
-use std::sync::atomic::Ordering;
 
 impl RegionCore {
     /// Pins the pages of `[addr, addr + len)` (inside the region) for a
     /// kernel access that writes them (`write`) or only reads them, in
     /// order, and returns how many bytes from `addr` are pinned: all of
     /// them, or fewer when a page cannot be brought in (poisoned) or the
-    /// region's pin allowance (half its budget) is used up. Unpin exactly
+    /// pin allowance (half the budget, shared with the other regions of a
+    /// shared one) is used up. Unpin exactly
     /// that with [`RegionCore::unpin`].
     pub(crate) fn pin(&self, addr: usize, len: usize, write: bool, tid: u32) -> usize {
         if len == 0 {
@@ -39,7 +39,7 @@ impl RegionCore {
         }
         for i in self.page_of(addr)..=self.page_of(addr + len - 1) {
             self.pages.unpin(i);
-            self.pinned.fetch_sub(1, Ordering::Relaxed);
+            self.budget.unpin(self.page_bytes);
         }
     }
 
@@ -49,9 +49,9 @@ impl RegionCore {
         if !self.access.reachable(i) {
             return false;
         }
-        // At most half the budget pinned: faults must always find victims.
-        if self.pinned.fetch_add(1, Ordering::Relaxed) >= (self.budget_pages / 2).max(1) {
-            self.pinned.fetch_sub(1, Ordering::Relaxed);
+        // At most half the budget pinned (with the other regions of a
+        // shared one): faults must always find victims.
+        if !self.budget.try_pin(self.page_bytes) {
             return false;
         }
         let addr = self.mapping.addr() + i * self.page_bytes;
@@ -82,7 +82,7 @@ impl RegionCore {
                 }
             };
             if !ok {
-                self.pinned.fetch_sub(1, Ordering::Relaxed);
+                self.budget.unpin(self.page_bytes);
                 return false;
             }
         }

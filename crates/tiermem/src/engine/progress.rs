@@ -17,7 +17,7 @@
 //! - **A turn.** Threads do not spare each other's pages, so two threads
 //!   that each need four pages of a budget of four can still take them
 //!   from each other forever. A thread that faults again on a page it
-//!   filled itself a moment ago (the sign of that) takes the region's one
+//!   filled itself a moment ago (the sign of that) takes the budget's one
 //!   turn if nobody holds it: while it holds it, every other evictor
 //!   (threads, movers) spares its last [`TURN`] fills as well. The turn
 //!   ends at its holder's next fill after those (its instruction got what
@@ -29,7 +29,18 @@
 //!
 //! Explicit evictions (`evict_all`, `evict_range`, advice) spare nothing:
 //! the caller asked for them. Pages pinned by a kernel-mode access are a
-//! separate matter (the pin allowance, `pin`).
+//! separate matter (the budget's pin allowance, half of it, `pin`); a
+//! fault that finds the rest all spared while pins are held stops sparing
+//! after a moment (`reserve_slot`): the calls may be its own thread's.
+//!
+//! The state belongs to the near budget, not to a region: regions that
+//! share a budget (the transparent heap and the static arrays `tiermem run`
+//! takes over) are one pool of four pages to an instruction that reads one
+//! and writes the other, so a thread's last fills, and the turn, count
+//! across all of them. Pages are named by their address (a key unique
+//! across the regions of a process). With a state per region, each region
+//! spared the thread's last three fills of its own: six of four pages, and
+//! the fault found nothing to evict.
 //!
 //! Per-thread state lives in [`SLOTS`] cache-line slots hashed by thread
 //! id, plain atomics and no lock (the fault path may run in a signal
@@ -49,7 +60,7 @@ const SLOTS: usize = 64;
 /// a few fills take tens of microseconds, a time slice a few milliseconds.
 const HOLD: Duration = Duration::from_millis(10);
 
-/// One thread's recent demand fills (page + 1; 0: empty).
+/// One thread's recent demand fills (page addresses; 0: empty).
 #[repr(align(64))]
 #[derive(Default)]
 struct Slot {
@@ -60,11 +71,15 @@ struct Slot {
 
 impl Slot {
     /// Whether `page` is among the last `n` fills recorded.
-    fn has(&self, page: usize, n: usize) -> bool {
+    fn has(&self, page: PageKey, n: usize) -> bool {
         let next = self.next.load(Ordering::Relaxed) as usize;
-        (1..=n).any(|back| self.fills[(next + TURN - back) % TURN].load(Ordering::Relaxed) == page + 1)
+        (1..=n).any(|back| self.fills[(next + TURN - back) % TURN].load(Ordering::Relaxed) == page.0)
     }
 }
+
+/// A page of any region of a budget: its address (never 0).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PageKey(pub(crate) usize);
 
 /// Which pages an eviction must spare.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,7 +93,7 @@ pub(crate) enum Keep {
     Thread(u32),
 }
 
-/// Forward-progress state of one region.
+/// Forward-progress state of one near budget (its regions' pages).
 pub(crate) struct Progress {
     slots: [Slot; SLOTS],
     /// Thread holding the turn (0: nobody).
@@ -116,7 +131,7 @@ impl Progress {
 
     /// Records a demand fill of `page` for thread `tid`; a fill of a page
     /// the thread filled among its last ones asks for the turn.
-    pub(crate) fn filled(&self, tid: u32, page: usize) {
+    pub(crate) fn filled(&self, tid: u32, page: PageKey) {
         let s = &self.slots[tid as usize % SLOTS];
         let owner = s.tid.load(Ordering::Relaxed);
         if owner != tid {
@@ -131,7 +146,7 @@ impl Progress {
         let again = s.has(page, TURN);
         // Load and store: a slot is one thread's (sharers only blur it).
         let k = s.next.load(Ordering::Relaxed);
-        s.fills[k as usize % TURN].store(page + 1, Ordering::Relaxed);
+        s.fills[k as usize % TURN].store(page.0, Ordering::Relaxed);
         s.next.store(k.wrapping_add(1), Ordering::Relaxed);
         let holder = self.holder.load(Ordering::Relaxed);
         if holder == tid {
@@ -167,7 +182,7 @@ impl Progress {
     }
 
     /// Whether an eviction that spares `keep` must leave `page` alone.
-    pub(crate) fn spares(&self, keep: Keep, page: usize) -> bool {
+    pub(crate) fn spares(&self, keep: Keep, page: PageKey) -> bool {
         let me = match keep {
             Keep::Nothing => return false,
             Keep::Turn => 0,
@@ -205,50 +220,54 @@ impl Progress {
 mod tests {
     use super::*;
 
+    fn key(page: usize) -> PageKey {
+        PageKey(0x7000_0000 + page * 4096)
+    }
+
     #[test]
     fn a_thread_spares_its_last_three_fills() {
         let p = Progress::new();
         for page in [10, 11, 12, 13] {
-            p.filled(7, page);
+            p.filled(7, key(page));
         }
         let me = Keep::Thread(7);
-        assert!(!p.spares(me, 10), "the fourth fill back is fair game");
-        assert!([11, 12, 13].iter().all(|&x| p.spares(me, x)));
-        assert!(!p.spares(Keep::Thread(8), 13), "others do not spare them");
-        assert!(!p.spares(Keep::Turn, 13));
-        assert!(!p.spares(Keep::Nothing, 13));
+        assert!(!p.spares(me, key(10)), "the fourth fill back is fair game");
+        assert!([11, 12, 13].iter().all(|&x| p.spares(me, key(x))));
+        assert!(!p.spares(Keep::Thread(8), key(13)), "others do not spare them");
+        assert!(!p.spares(Keep::Turn, key(13)));
+        assert!(!p.spares(Keep::Nothing, key(13)));
     }
 
     #[test]
     fn a_repeated_fill_takes_the_turn_until_four_more() {
         let p = Progress::new();
         for page in [1, 2, 3, 1] {
-            p.filled(5, page);
+            p.filled(5, key(page));
         }
         assert_eq!(p.holder.load(Ordering::Relaxed), 5, "page 1 again: the turn");
         // Others (and movers) spare the holder's last four fills.
-        assert!([2, 3, 1].iter().all(|&x| p.spares(Keep::Thread(6), x)));
-        assert!(p.spares(Keep::Turn, 3));
-        assert!(!p.spares(Keep::Nothing, 3));
+        assert!([2, 3, 1].iter().all(|&x| p.spares(Keep::Thread(6), key(x))));
+        assert!(p.spares(Keep::Turn, key(3)));
+        assert!(!p.spares(Keep::Nothing, key(3)));
         // Another thread repeating itself waits for the turn.
         for page in [40, 41, 40] {
-            p.filled(6, page);
+            p.filled(6, key(page));
         }
         assert_eq!(p.holder.load(Ordering::Relaxed), 5);
         for page in [4, 8, 9] {
-            p.filled(5, page);
+            p.filled(5, key(page));
         }
         assert_eq!(p.holder.load(Ordering::Relaxed), 5, "four fills in the turn");
-        p.filled(5, 20);
+        p.filled(5, key(20));
         assert_eq!(p.holder.load(Ordering::Relaxed), 0, "the fifth ends it");
-        assert!(!p.spares(Keep::Thread(6), 20));
+        assert!(!p.spares(Keep::Thread(6), key(20)));
     }
 
     #[test]
     fn a_stuck_evictor_ends_an_old_turn() {
         let p = Progress::new();
         for page in [1, 1] {
-            p.filled(5, page);
+            p.filled(5, key(page));
         }
         assert_eq!(p.holder.load(Ordering::Relaxed), 5);
         p.stuck(Keep::Thread(6));

@@ -310,3 +310,125 @@ fn child_shared_budget_of_move_regions() {
 fn frame_rings_leave_a_shared_budget_room_for_pages() {
     per_fault_path("child_shared_budget_of_move_regions");
 }
+
+/// `n` moves of 8 bytes from a page-crossing source in one region to a
+/// page-crossing destination in another (`a` to `b` or back, at random),
+/// mirrored in the shadows: two pages of each region at once.
+fn moves_between(a: (usize, &mut [u8]), b: (usize, &mut [u8]), seed: u64, n: usize) {
+    let mut rng = Rng(seed);
+    let (mut a, mut b) = (a, b);
+    for _ in 0..n {
+        let s = (rng.below(PAGES - 1) + 1) * PAGE - 1 - rng.below(7);
+        let d = (rng.below(PAGES - 1) + 1) * PAGE - 1 - rng.below(7);
+        let ((sb, src), (db, dst)) = if rng.below(2) == 0 {
+            (&mut a, &mut b)
+        } else {
+            (&mut b, &mut a)
+        };
+        movsq(*db + d, *sb + s);
+        dst[d..d + 8].copy_from_slice(&src[s..s + 8]);
+    }
+}
+
+#[test]
+fn child_two_regions_share_the_minimum_budget() {
+    let Some(fp) = child_path("child_two_regions_share_the_minimum_budget") else {
+        return;
+    };
+    for near in [4, 5, 8] {
+        for &install in InstallMethod::ALL {
+            for &policy in PolicyKind::ALL {
+                let what = format!("{fp:?} two regions sharing {near} pages {install:?} {policy:?}");
+                eprintln!("case {what}");
+                let budget = tiermem::region::NearBudget::new((near * PAGE) as u64);
+                let mut regions: Vec<Region> = (0..2)
+                    .map(|_| {
+                        let mut c = region(near, fp, install);
+                        c.policy = policy;
+                        Region::with_budget(c, &budget).unwrap()
+                    })
+                    .collect();
+                let mut shadows: Vec<Vec<u8>> = regions.iter_mut().map(fill).collect();
+                for r in &mut regions {
+                    r.evict_all().unwrap();
+                }
+                let (sa, sb) = shadows.split_at_mut(1);
+                moves_between(
+                    (regions[0].base(), &mut sa[0]),
+                    (regions[1].base(), &mut sb[0]),
+                    near as u64,
+                    400,
+                );
+                for (k, (r, s)) in regions.iter_mut().zip(&shadows).enumerate() {
+                    check(r, s, &format!("{what}: region {k}"));
+                }
+            }
+        }
+    }
+    eprintln!("min budget: ok");
+}
+
+/// One instruction across two regions of one shared budget (the
+/// transparent heap and the static arrays `tiermem run` takes over): a
+/// `movsq` from a page-crossing source in one to a page-crossing
+/// destination in the other needs four pages of a four-page budget, two
+/// in each. Before the budget kept the progress state, each region spared
+/// the thread's last three fills of its own, six pages of four, and the
+/// fault failed after the stuck limit (SIGBUS under `tiermem run --near
+/// 16K`).
+#[test]
+fn one_instruction_across_two_regions_of_a_shared_budget() {
+    per_fault_path("child_two_regions_share_the_minimum_budget");
+}
+
+#[test]
+fn child_pins_of_a_shared_budget() {
+    let Some(fp) = child_path("child_pins_of_a_shared_budget") else {
+        return;
+    };
+    for &install in InstallMethod::ALL {
+        let what = format!("{fp:?} pins over three regions sharing 4 pages {install:?}");
+        eprintln!("case {what}");
+        let budget = tiermem::region::NearBudget::new(4 * PAGE as u64);
+        let mut regions: Vec<Region> = (0..3)
+            .map(|_| Region::with_budget(region(4, fp, install), &budget).unwrap())
+            .collect();
+        let mut shadows: Vec<Vec<u8>> = regions.iter_mut().map(fill).collect();
+        for r in &mut regions {
+            r.evict_all().unwrap();
+        }
+        // System calls into each region at once (as three threads' reads
+        // into the heap and the static arrays would): together they may
+        // pin half the budget, not half each.
+        let held: Vec<_> = regions
+            .iter()
+            .map(|r| tiermem::pin_buffer(r.base(), 4 * PAGE, true))
+            .collect();
+        let ready: Vec<usize> = held.iter().map(|p| p.ready() / PAGE).collect();
+        assert_eq!(ready.iter().sum::<usize>(), 2, "{what}: pages pinned {ready:?}");
+        // With those held, faults still find room, in every region, though
+        // this thread's last fills and the pins are all four pages.
+        for (k, (r, s)) in regions.iter_mut().zip(&mut shadows).enumerate() {
+            let at = 40 * PAGE + k;
+            let b = r.as_mut_slice::<u8>();
+            assert_eq!(b[at], s[at], "{what}: region {k}");
+            b[at] ^= 0x5a;
+            s[at] ^= 0x5a;
+        }
+        drop(held);
+        for (k, (r, s)) in regions.iter_mut().zip(&shadows).enumerate() {
+            check(r, s, &format!("{what}: region {k}"));
+        }
+    }
+    eprintln!("min budget: ok");
+}
+
+/// Kernel-mode accesses pin pages for the call; at most half the budget,
+/// so that faults always find victims. That half is the budget's, across
+/// the regions that share it: a half per region let three regions of a
+/// four-page budget pin all of it, and the next fault found nothing to
+/// evict (stuck, then SIGBUS).
+#[test]
+fn pins_of_a_shared_budget_leave_room_for_faults() {
+    per_fault_path("child_pins_of_a_shared_budget");
+}
