@@ -176,6 +176,14 @@ pub(crate) fn registered_by_parent(addr: usize) -> bool {
     TABLE.read(addr, |e| e.is_some_and(|e| e.value.generation != generation))
 }
 
+/// Whether `[addr, addr + len)` meets a registered range (this process's,
+/// or after a fork its parent's: the child's copy may be tiered memory
+/// too, and treating it as such costs only a copy).
+pub(crate) fn overlaps_registered(addr: usize, len: usize) -> bool {
+    let end = addr.saturating_add(len.max(1));
+    TABLE.read_from(addr, |e| e.is_some_and(|e| e.start < end))
+}
+
 /// Pages held for one kernel-mode access: up to a few registered ranges
 /// the buffer crosses (no allocation: this runs in the SIGSYS handler).
 pub(crate) struct KernelPins {

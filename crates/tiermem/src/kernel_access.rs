@@ -552,8 +552,12 @@ fn copied(call: &TrappedSyscall<'_>, c: &StructCall) -> i64 {
         kernel_writes: false,
         c_string: false,
     }; 6];
-    // Null pointers are left alone by `execute_copied`.
-    for (b, &Ptr(arg, len, kernel_writes)) in bufs.iter_mut().zip(c.ptrs) {
+    // Null pointers are left alone by `execute_copied`; so are pointers to
+    // memory that is not tiered (the call trapped on another argument):
+    // the kernel checks those itself, and fails with EFAULT where a copy
+    // in user mode would crash (an unmapped pointer, a read-only result).
+    let mut n = 0;
+    for &Ptr(arg, len, kernel_writes) in c.ptrs {
         let bytes = match len {
             Fixed(b) => b,
             Times(j, size) => (args[j] as usize).saturating_mul(size),
@@ -562,14 +566,17 @@ fn copied(call: &TrappedSyscall<'_>, c: &StructCall) -> i64 {
             // One longer than PATH_MAX fails in the kernel (ENAMETOOLONG).
             Str => libc::PATH_MAX as usize,
         };
-        *b = CopiedArg {
+        if n == bufs.len() || !crate::fault::overlaps_registered(args[arg] as usize, bytes) {
+            continue;
+        }
+        bufs[n] = CopiedArg {
             arg,
             len: bytes,
             kernel_writes,
             c_string: matches!(len, Str),
         };
+        n += 1;
     }
-    let n = c.ptrs.len().min(bufs.len());
     call.execute_copied(call.nr, args, &bufs[..n], c.blocks, Some(hold_for_copy))
 }
 

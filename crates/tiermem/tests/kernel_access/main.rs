@@ -606,3 +606,91 @@ fn leftovers_in_unused_argument_registers_do_not_trap() {
         );
     }
 }
+
+#[test]
+fn child_untiered_pointers_of_a_trapped_call() {
+    if !common::is_child("child_untiered_pointers_of_a_trapped_call") {
+        return;
+    }
+    for (fp, dt, store) in variants() {
+        let what = format!("{} {} {store}", fp.name(), dt.name());
+        let r = evicted_region(fp, dt, store);
+        let at = |p: usize| r.as_ptr() as usize + p * PAGE;
+        // SAFETY: the region pointers are into our region, a page each;
+        // the others are into mappings made here, unmapped or read-only
+        // on purpose: the kernel must see them as the program passed them.
+        unsafe {
+            let none = libc::mmap(
+                std::ptr::null_mut(),
+                PAGE,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            let read_only = libc::mmap(
+                std::ptr::null_mut(),
+                PAGE,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert!(none != libc::MAP_FAILED && read_only != libc::MAP_FAILED);
+            // select: the read set tiered, the write set unreadable:
+            // EFAULT from the kernel (a copy in the handler crashed).
+            let set = at(60) as *mut libc::fd_set;
+            libc::FD_ZERO(set);
+            libc::FD_SET(0, set);
+            let mut tv = libc::timeval {
+                tv_sec: 0,
+                tv_usec: 0,
+            };
+            r.evict_all().unwrap();
+            let n = libc::select(1, set, none.cast(), std::ptr::null_mut(), &mut tv);
+            let e = std::io::Error::last_os_error().raw_os_error();
+            assert_eq!((n, e), (-1, Some(libc::EFAULT)), "{what} select");
+            // nanosleep: the time tiered, the time left in read-only
+            // memory, which the kernel writes only when interrupted (the
+            // copy back wrote it always, and crashed).
+            let ts = at(61) as *mut libc::timespec;
+            *ts = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 1000,
+            };
+            r.evict_all().unwrap();
+            assert_eq!(libc::nanosleep(ts, read_only.cast()), 0, "{what} nanosleep");
+            // stat: the path tiered, the result unmapped: EFAULT.
+            let path = at(62) as *mut u8;
+            let name = b"/proc/self/exe\0";
+            std::ptr::copy_nonoverlapping(name.as_ptr(), path, name.len());
+            r.evict_all().unwrap();
+            let s = libc::stat(path.cast(), none.cast());
+            let e = std::io::Error::last_os_error().raw_os_error();
+            assert_eq!((s, e), (-1, Some(libc::EFAULT)), "{what} stat");
+            libc::munmap(none, PAGE);
+            libc::munmap(read_only, PAGE);
+        }
+    }
+    eprintln!("untiered pointers: ok");
+}
+
+/// A call that traps on a tiered pointer argument runs on copies of its
+/// tiered arguments only: another argument that points to plain memory
+/// reaches the kernel as given, so an unmapped or read-only pointer gets
+/// the kernel's EFAULT (or is never written) as without tiermem, where the
+/// copy in the trap's handler crashed the program.
+#[test]
+fn untiered_pointers_of_a_trapped_call_reach_the_kernel_as_given() {
+    let run = common::run_child_within(
+        "child_untiered_pointers_of_a_trapped_call",
+        &[],
+        std::time::Duration::from_secs(120),
+    );
+    assert!(
+        run.status.is_some_and(|s| s.success()) && run.stderr.contains("untiered pointers: ok"),
+        "{:?}\n{}",
+        run.status,
+        run.stderr
+    );
+}
