@@ -277,7 +277,7 @@ pub const STRIDE: Opt = Opt {
     kind: Kind::OnOff,
     unit: "on or off",
     default: DefaultValue::Value("on"),
-    doc: "Stride detection, part of fault-around (off with TIERMEM_FAULT_AROUND=off): a thread whose faults fall at a regular stride beyond fault-around's window (any distance, e.g. 1 MiB) gets up to 32 next points of the stride, each with its aligned window of up to 16 pages, installed with each fault, into free near slots only (4 KiB pages).",
+    doc: "Stride detection, part of fault-around (off with TIERMEM_FAULT_AROUND=off): a thread whose faults fall at a regular stride beyond fault-around's window (any distance, e.g. 1 MiB) gets up to 32 next points of the stride, each with its aligned window of up to 16 pages while nearly all points are used, installed with each fault, into free near slots only (4 KiB pages); fewer points as more go unused.",
     apply: Some(|c, _, v| {
             c.stride = parse_on_off(v)?;
             Ok(())

@@ -750,6 +750,7 @@ impl RegionCore {
 
     /// wp-async: marks pages of `[first, first+n)` that were written since
     /// they were installed (excluding zero-page mappings).
+    #[inline(never)] // its 1.5 KiB of results stay off the frame of every eviction (signal stacks)
     fn scan_written(&self, first: usize, n: usize, dirty: &mut [bool]) {
         let scanner = self.scanner.as_ref().expect("wp-async has a pagemap scanner");
         let start = self.mapping.addr() + first * self.page_bytes;
