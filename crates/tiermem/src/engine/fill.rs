@@ -468,7 +468,7 @@ impl RegionCore {
                     stuck_since = None;
                     self.stats.inline_evictions.fetch_add(n as u64, Ordering::Relaxed);
                 }
-                Ok(_) if self.evict_elsewhere(keep, timer) > 0 => stuck_since = None,
+                Ok(_) if self.evict_elsewhere(keep, None, timer) > 0 => stuck_since = None,
                 Ok(_) if server == Server::HandlerThread && self.budget.progress.turn_of_other(tid) => {
                     return Err(NoRoom::Later);
                 }
@@ -486,7 +486,7 @@ impl RegionCore {
                         // Sparing is for progress, not correctness: take
                         // one page, spared or not.
                         match self.evict_batch(1, Keep::Nothing, timer) {
-                            Ok(0) if self.evict_elsewhere(Keep::Nothing, timer) == 0 => {}
+                            Ok(0) if self.evict_elsewhere(Keep::Nothing, Some(1), timer) == 0 => {}
                             Ok(_) => stuck_since = None,
                             Err(e) => return Err(NoRoom::Store(e)),
                         }
@@ -501,11 +501,13 @@ impl RegionCore {
         }
     }
 
-    /// With a shared budget, evicts a batch of another region's pages when
-    /// this one has none to give. Returns pages evicted.
-    fn evict_elsewhere(&self, keep: Keep, timer: &mut FaultTimer) -> usize {
+    /// With a shared budget, evicts a batch of another region's pages (or
+    /// `pages` of them) when this one has none to give. Returns pages
+    /// evicted.
+    fn evict_elsewhere(&self, keep: Keep, pages: Option<usize>, timer: &mut FaultTimer) -> usize {
         for other in self.budget.others(self) {
-            if let Ok(n) = other.evict_batch(other.config.evict_batch_pages, keep, timer) {
+            let want = pages.unwrap_or(other.config.evict_batch_pages);
+            if let Ok(n) = other.evict_batch(want, keep, timer) {
                 if n > 0 {
                     other
                         .stats
@@ -766,7 +768,7 @@ impl RegionCore {
                 Ok(n) if n > 0 => {
                     self.stats.mover_evictions.fetch_add(n as u64, Ordering::Relaxed);
                 }
-                _ if self.evict_elsewhere(Keep::Turn, timer) > 0 => {}
+                _ if self.evict_elsewhere(Keep::Turn, None, timer) > 0 => {}
                 _ => return got,
             }
         }
