@@ -131,8 +131,8 @@ struct Ptr(usize, Len, bool);
 /// may lie in tiered memory (a Python object lives in a 1 MiB arena that
 /// tiermem serves): `poll`'s array, `select`'s sets, `wait4`'s status, a
 /// path. They trap when a pointer argument lies in the window
-/// (`TrapRule::pointer_args`), and run with every pointer argument copied
-/// through a bounce buffer (`TrappedSyscall::execute_copied`): a call that
+/// (`TrapRule::pointer_args`), and run with every pointer argument that
+/// lies in tiered memory copied through a bounce buffer (`TrappedSyscall::execute_copied`): a call that
 /// blocks (`blocks`) holds nothing of the program's while it waits, and
 /// what the kernel writes at its end (`poll`'s `revents`) cannot meet an
 /// evicted page. x86-64 sizes.

@@ -485,10 +485,12 @@ impl RegionCore {
                         // none, and the calls may be this thread's own.
                         // Sparing is for progress, not correctness: take
                         // one page, spared or not.
-                        match self.evict_batch(1, Keep::Nothing, timer) {
-                            Ok(0) if self.evict_elsewhere(Keep::Nothing, Some(1), timer) == 0 => {}
-                            Ok(_) => stuck_since = None,
-                            Err(e) => return Err(NoRoom::Store(e)),
+                        let own = self.evict_batch(1, Keep::Nothing, timer).map_err(NoRoom::Store)?;
+                        self.stats
+                            .inline_evictions
+                            .fetch_add(own as u64, Ordering::Relaxed);
+                        if own > 0 || self.evict_elsewhere(Keep::Nothing, Some(1), timer) > 0 {
+                            stuck_since = None;
                         }
                     }
                     if t0.elapsed() > STUCK_LIMIT {

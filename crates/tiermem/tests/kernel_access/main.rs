@@ -620,22 +620,17 @@ fn child_untiered_pointers_of_a_trapped_call() {
         // the others are into mappings made here, unmapped or read-only
         // on purpose: the kernel must see them as the program passed them.
         unsafe {
-            let none = libc::mmap(
-                std::ptr::null_mut(),
-                PAGE,
-                libc::PROT_NONE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            );
-            let read_only = libc::mmap(
-                std::ptr::null_mut(),
-                PAGE,
-                libc::PROT_READ,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            );
+            let map = |prot| {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    PAGE,
+                    prot,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            };
+            let (none, read_only) = (map(libc::PROT_NONE), map(libc::PROT_READ));
             assert!(none != libc::MAP_FAILED && read_only != libc::MAP_FAILED);
             // select: the read set tiered, the write set unreadable:
             // EFAULT from the kernel (a copy in the handler crashed).

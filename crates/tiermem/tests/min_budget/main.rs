@@ -330,6 +330,26 @@ fn moves_between(a: (usize, &mut [u8]), b: (usize, &mut [u8]), seed: u64, n: usi
     }
 }
 
+/// `n` regions configured as `c` sharing a budget of `near` pages, each
+/// filled (with its shadow) and evicted.
+fn sharing(n: usize, near: usize, c: &Config) -> (Vec<Region>, Vec<Vec<u8>>) {
+    let budget = tiermem::region::NearBudget::new((near * PAGE) as u64);
+    let mut regions: Vec<Region> = (0..n)
+        .map(|_| Region::with_budget(c.clone(), &budget).unwrap())
+        .collect();
+    let shadows = regions.iter_mut().map(fill).collect();
+    for r in &mut regions {
+        r.evict_all().unwrap();
+    }
+    (regions, shadows)
+}
+
+fn check_all(regions: &mut [Region], shadows: &[Vec<u8>], what: &str) {
+    for (k, (r, s)) in regions.iter_mut().zip(shadows).enumerate() {
+        check(r, s, &format!("{what}: region {k}"));
+    }
+}
+
 #[test]
 fn child_two_regions_share_the_minimum_budget() {
     let Some(fp) = child_path("child_two_regions_share_the_minimum_budget") else {
@@ -340,18 +360,9 @@ fn child_two_regions_share_the_minimum_budget() {
             for &policy in PolicyKind::ALL {
                 let what = format!("{fp:?} two regions sharing {near} pages {install:?} {policy:?}");
                 eprintln!("case {what}");
-                let budget = tiermem::region::NearBudget::new((near * PAGE) as u64);
-                let mut regions: Vec<Region> = (0..2)
-                    .map(|_| {
-                        let mut c = region(near, fp, install);
-                        c.policy = policy;
-                        Region::with_budget(c, &budget).unwrap()
-                    })
-                    .collect();
-                let mut shadows: Vec<Vec<u8>> = regions.iter_mut().map(fill).collect();
-                for r in &mut regions {
-                    r.evict_all().unwrap();
-                }
+                let mut c = region(near, fp, install);
+                c.policy = policy;
+                let (mut regions, mut shadows) = sharing(2, near, &c);
                 let (sa, sb) = shadows.split_at_mut(1);
                 moves_between(
                     (regions[0].base(), &mut sa[0]),
@@ -359,9 +370,7 @@ fn child_two_regions_share_the_minimum_budget() {
                     near as u64,
                     400,
                 );
-                for (k, (r, s)) in regions.iter_mut().zip(&shadows).enumerate() {
-                    check(r, s, &format!("{what}: region {k}"));
-                }
+                check_all(&mut regions, &shadows, &what);
             }
         }
     }
@@ -389,14 +398,7 @@ fn child_pins_of_a_shared_budget() {
     for &install in InstallMethod::ALL {
         let what = format!("{fp:?} pins over three regions sharing 4 pages {install:?}");
         eprintln!("case {what}");
-        let budget = tiermem::region::NearBudget::new(4 * PAGE as u64);
-        let mut regions: Vec<Region> = (0..3)
-            .map(|_| Region::with_budget(region(4, fp, install), &budget).unwrap())
-            .collect();
-        let mut shadows: Vec<Vec<u8>> = regions.iter_mut().map(fill).collect();
-        for r in &mut regions {
-            r.evict_all().unwrap();
-        }
+        let (mut regions, mut shadows) = sharing(3, 4, &region(4, fp, install));
         // System calls into each region at once (as three threads' reads
         // into the heap and the static arrays would): together they may
         // pin half the budget, not half each.
@@ -416,9 +418,7 @@ fn child_pins_of_a_shared_budget() {
             s[at] ^= 0x5a;
         }
         drop(held);
-        for (k, (r, s)) in regions.iter_mut().zip(&shadows).enumerate() {
-            check(r, s, &format!("{what}: region {k}"));
-        }
+        check_all(&mut regions, &shadows, &what);
     }
     eprintln!("min budget: ok");
 }
