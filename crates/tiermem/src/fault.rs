@@ -176,12 +176,13 @@ pub(crate) fn registered_by_parent(addr: usize) -> bool {
     TABLE.read(addr, |e| e.is_some_and(|e| e.value.generation != generation))
 }
 
-/// Whether `[addr, addr + len)` meets a registered range (this process's,
-/// or after a fork its parent's: the child's copy may be tiered memory
-/// too, and treating it as such costs only a copy).
-pub(crate) fn overlaps_registered(addr: usize, len: usize) -> bool {
+/// Where the first registered range that meets `[addr, addr + len)`
+/// starts (at or below `addr` when `addr` lies in it): this process's, or
+/// after a fork its parent's (the child's copy may be tiered memory too,
+/// and treating it as such costs only a copy).
+pub(crate) fn first_registered_in(addr: usize, len: usize) -> Option<usize> {
     let end = addr.saturating_add(len.max(1));
-    TABLE.read_from(addr, |e| e.is_some_and(|e| e.start < end))
+    TABLE.read_from(addr, |e| e.filter(|e| e.start < end).map(|e| e.start))
 }
 
 /// Pages held for one kernel-mode access: up to a few registered ranges

@@ -566,7 +566,7 @@ fn copied(call: &TrappedSyscall<'_>, c: &StructCall) -> i64 {
             // One longer than PATH_MAX fails in the kernel (ENAMETOOLONG).
             Str => libc::PATH_MAX as usize,
         };
-        if n == bufs.len() || !crate::fault::overlaps_registered(args[arg] as usize, bytes) {
+        if n == bufs.len() || !tiered(args[arg] as usize, bytes, matches!(len, Str)) {
             continue;
         }
         bufs[n] = CopiedArg {
@@ -578,6 +578,19 @@ fn copied(call: &TrappedSyscall<'_>, c: &StructCall) -> i64 {
         n += 1;
     }
     call.execute_copied(call.nr, args, &bufs[..n], c.blocks, Some(hold_for_copy))
+}
+
+/// Whether an argument of `bytes` at `addr` reaches tiered memory. A C
+/// string (`bytes` its longest) that starts below a tiered range reaches
+/// it only if every byte up to the range is readable and none ends the
+/// string: an unmapped pointer just below a region is the kernel's to
+/// refuse, not a copy's to crash on.
+fn tiered(addr: usize, bytes: usize, c_string: bool) -> bool {
+    match crate::fault::first_registered_in(addr, bytes) {
+        None => false,
+        Some(start) if start <= addr || !c_string => true,
+        Some(start) => seccomp::c_string_runs_to(addr, start),
+    }
 }
 
 /// A `futex` call with its words brought in first ([`FUTEX_PTRS`]).

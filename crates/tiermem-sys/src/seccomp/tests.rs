@@ -434,3 +434,39 @@ fn rules_with_several_pointers_trap_on_any_of_them() {
         uapi::SECCOMP_RET_TRAP | TRAP_DATA
     );
 }
+
+#[test]
+fn a_string_runs_on_only_through_readable_bytes_without_a_nul() {
+    let page = crate::mm::base_page_size();
+    // SAFETY: a fresh private mapping of three pages, the middle one made
+    // unreadable; freed at the end.
+    unsafe {
+        let m = libc::mmap(
+            std::ptr::null_mut(),
+            3 * page,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        assert_ne!(m, libc::MAP_FAILED);
+        let base = m as usize;
+        std::ptr::write_bytes(m.cast::<u8>(), b'a', 3 * page);
+        assert_eq!(
+            libc::mprotect((base + page) as *mut libc::c_void, page, libc::PROT_NONE),
+            0
+        );
+        // Readable, no NUL, across more than one of the probe's chunks.
+        assert!(c_string_runs_to(base + 10, base + page));
+        // An empty range: nothing stops it.
+        assert!(c_string_runs_to(base, base));
+        // A NUL on the way ends the string.
+        *((base + 700) as *mut u8) = 0;
+        assert!(!c_string_runs_to(base + 10, base + page));
+        assert!(c_string_runs_to(base + 701, base + page));
+        // An unreadable byte on the way: the kernel's to refuse.
+        assert!(!c_string_runs_to(base + page - 8, base + page + 8));
+        assert!(!c_string_runs_to(base + page + 1, base + 2 * page + 8));
+        libc::munmap(m, 3 * page);
+    }
+}

@@ -616,9 +616,11 @@ fn child_untiered_pointers_of_a_trapped_call() {
         let what = format!("{} {} {store}", fp.name(), dt.name());
         let r = evicted_region(fp, dt, store);
         let at = |p: usize| r.as_ptr() as usize + p * PAGE;
-        // SAFETY: the region pointers are into our region, a page each;
+        // SAFETY: the region pointers are into our regions, a page each;
         // the others are into mappings made here, unmapped or read-only
         // on purpose: the kernel must see them as the program passed them.
+        // The page taken over for the second region is ours, unused
+        // elsewhere, and is unmapped only after that region is dropped.
         unsafe {
             let map = |prot| {
                 libc::mmap(
@@ -663,6 +665,52 @@ fn child_untiered_pointers_of_a_trapped_call() {
             let s = libc::stat(path.cast(), none.cast());
             let e = std::io::Error::last_os_error().raw_os_error();
             assert_eq!((s, e), (-1, Some(libc::EFAULT)), "{what} stat");
+            // stat: the result tiered, the path in the page just below
+            // another region: unreadable, EFAULT (a copy measured the path
+            // as if it ran into the region, and crashed); then readable,
+            // running into that region's evicted page: the copy serves it.
+            let two = libc::mmap(
+                std::ptr::null_mut(),
+                2 * PAGE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert!(two != libc::MAP_FAILED);
+            let (below, above) = (two, two as usize + PAGE);
+            let (mapping, user) = tiermem_sys::mm::Mapping::take_over(above, PAGE).unwrap();
+            let next = Region::adopt(
+                config(PAGE as u64, PAGE as u64, fp, dt, store),
+                mapping,
+                user,
+                None,
+            )
+            .unwrap();
+            let path = (above - 7) as *mut u8;
+            assert_eq!(libc::mprotect(below, PAGE, libc::PROT_NONE), 0);
+            next.evict_all().unwrap();
+            r.evict_all().unwrap();
+            let s = libc::stat(path.cast(), at(1) as *mut libc::stat);
+            let e = std::io::Error::last_os_error().raw_os_error();
+            assert_eq!(
+                (s, e),
+                (-1, Some(libc::EFAULT)),
+                "{what} stat, path below a region"
+            );
+            assert_eq!(libc::mprotect(below, PAGE, libc::PROT_READ | libc::PROT_WRITE), 0);
+            std::ptr::copy_nonoverlapping(name.as_ptr(), path, name.len());
+            next.evict_all().unwrap();
+            r.evict_all().unwrap();
+            let s = libc::stat(path.cast(), at(1) as *mut libc::stat);
+            assert_eq!(
+                s,
+                0,
+                "{what} stat, path into a region: {}",
+                std::io::Error::last_os_error()
+            );
+            drop(next);
+            libc::munmap(below, PAGE);
             libc::munmap(none, PAGE);
             libc::munmap(read_only, PAGE);
         }
