@@ -45,6 +45,12 @@ const STUCK_LIMIT: Duration = Duration::from_secs(10);
 /// How long it waits for pinned pages (a system call in progress) before
 /// it stops sparing pages (see `reserve_slot`).
 const PINNED_PATIENCE: Duration = Duration::from_millis(10);
+/// Evictions tried again after every write-back of a batch failed (a
+/// sequential batch is one write): a transient store error (EIO from a
+/// network file system, fault injection) costs a short wait, not the
+/// program. The waits grow fourfold from the first.
+const STORE_RETRIES: u32 = 4;
+const STORE_RETRY_WAIT: Duration = Duration::from_millis(1);
 
 /// Why no near slot could be made free.
 #[derive(Debug)]
@@ -56,6 +62,18 @@ pub(crate) enum NoRoom {
     /// A handler thread found every page it may evict spared for another
     /// thread's turn: the fault is served later (see `fill`).
     Later,
+}
+
+/// After an eviction whose write-backs all failed with `e`: waits before
+/// the next try, or gives up with `e` (a full store at once: waiting
+/// frees no space).
+fn store_retry(failures: &mut u32, e: StoreError) -> Result<(), NoRoom> {
+    if e.is_full() || *failures == STORE_RETRIES {
+        return Err(NoRoom::Store(e));
+    }
+    tiermem_sys::thread::sleep(STORE_RETRY_WAIT * 4u32.pow(*failures));
+    *failures += 1;
+    Ok(())
 }
 
 impl RegionCore {
@@ -451,6 +469,7 @@ impl RegionCore {
         // the instruction that faults (see `progress`).
         let keep = Keep::Thread(tid);
         let mut stuck_since: Option<Instant> = None;
+        let mut store_failures = 0;
         loop {
             if self.take_slots(1) == 1 {
                 if let Some(m) = &self.movers {
@@ -485,7 +504,13 @@ impl RegionCore {
                         // none, and the calls may be this thread's own.
                         // Sparing is for progress, not correctness: take
                         // one page, spared or not.
-                        let own = self.evict_batch(1, Keep::Nothing, timer).map_err(NoRoom::Store)?;
+                        let own = match self.evict_batch(1, Keep::Nothing, timer) {
+                            Ok(n) => n,
+                            Err(e) => {
+                                store_retry(&mut store_failures, e)?;
+                                continue;
+                            }
+                        };
                         self.stats
                             .inline_evictions
                             .fetch_add(own as u64, Ordering::Relaxed);
@@ -498,7 +523,7 @@ impl RegionCore {
                     }
                     std::thread::yield_now();
                 }
-                Err(e) => return Err(NoRoom::Store(e)),
+                Err(e) => store_retry(&mut store_failures, e)?,
             }
         }
     }

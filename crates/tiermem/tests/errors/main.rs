@@ -486,3 +486,60 @@ fn thread_limit_is_a_resource_error() {
     );
     assert!(!dir.exists(), "the test cgroup was left behind");
 }
+
+/// Child: passes of sequential writes over a store whose writes fail one
+/// time in ten (an EIO that goes away when tried again). A sequential
+/// eviction batch is one run written in one call, so a failure fails the
+/// whole batch: the fault retries the eviction instead of dying of SIGBUS.
+#[test]
+fn child_transient_write_errors_are_retried() {
+    if !is_child("child_transient_write_errors_are_retried") {
+        return;
+    }
+    let mut c = Config::new(4 * MIB, MIB);
+    c.fault_path = test_path();
+    c.fault_inject = Some("write:0.1,seed:11".into());
+    let mut r = Region::new(c).unwrap();
+    for pass in 0..4u64 {
+        let w: &mut [u64] = r.as_mut_slice();
+        for (i, x) in w.iter_mut().enumerate() {
+            *x = i as u64 ^ (pass << 40);
+        }
+    }
+    let w: &[u64] = r.as_mut_slice();
+    let wrong = w
+        .iter()
+        .enumerate()
+        .filter(|&(i, &x)| x != i as u64 ^ (3 << 40))
+        .count();
+    let failed = r.errors().iter().filter(|e| e.message.contains("write")).count();
+    eprintln!("transient write errors: {failed} failed writes, {wrong} wrong words");
+}
+
+#[test]
+fn transient_write_errors_are_retried() {
+    for fp in FaultPath::ALL {
+        let env = [("TIERMEM_TEST_PATH", fp.name().to_owned())];
+        let run = common::run_child_within(
+            "child_transient_write_errors_are_retried",
+            &env,
+            std::time::Duration::from_secs(120),
+        );
+        let line = run
+            .stderr
+            .lines()
+            .find(|l| l.starts_with("transient write errors:"));
+        assert!(
+            run.status.is_some_and(|s| s.success()) && line.is_some_and(|l| l.ends_with(" 0 wrong words")),
+            "{fp:?}: {:?}\n{}",
+            run.status,
+            run.stderr
+        );
+        let failed: usize = line.unwrap().split(' ').nth(3).unwrap().parse().unwrap();
+        assert!(
+            failed > 0,
+            "{fp:?}: the injection failed no write: {}",
+            line.unwrap()
+        );
+    }
+}
