@@ -642,16 +642,32 @@ impl RegionCore {
     /// `mover_fill`; `prefetch` marks the pages prefetched (a catch-up
     /// fill by a faulting thread does not: see `Requests::inline`).
     fn fill_request(&self, r: &Request, staging: Option<&StagingSlot<'_>>, prefetch: bool) -> usize {
-        let mut timer = FaultTimer::start();
-        let mut filled = 0;
         // The arrays come from the region's scratch sets, or from a small
         // set on the stack (shorter runs) when all are taken.
+        match self.scratch.claim_fill().as_deref_mut() {
+            Some(set) => self.fill_request_in(&mut set.owned, &mut set.ok, r, staging, prefetch),
+            None => self.fill_request_small(r, staging, prefetch),
+        }
+    }
+
+    /// `fill_request` with the small on-stack set: a frame of its own, so
+    /// that the common case does not carry it (signal stacks).
+    #[inline(never)]
+    fn fill_request_small(&self, r: &Request, staging: Option<&StagingSlot<'_>>, prefetch: bool) -> usize {
         let mut small = SmallFill::new();
-        let mut claimed = self.scratch.claim_fill();
-        let (owned, ok): (&mut [(usize, PageWord)], &mut [bool]) = match claimed.as_deref_mut() {
-            Some(set) => (&mut set.owned, &mut set.ok),
-            None => (&mut small.owned, &mut small.ok),
-        };
+        self.fill_request_in(&mut small.owned, &mut small.ok, r, staging, prefetch)
+    }
+
+    fn fill_request_in(
+        &self,
+        owned: &mut [(usize, PageWord)],
+        ok: &mut [bool],
+        r: &Request,
+        staging: Option<&StagingSlot<'_>>,
+        prefetch: bool,
+    ) -> usize {
+        let mut timer = FaultTimer::start();
+        let mut filled = 0;
         let max_run = self.max_run.min(owned.len());
         // With frame recycling a mover fills in short runs, so that a
         // thread that catches up with it waits for one short run at most
