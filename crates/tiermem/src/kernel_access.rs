@@ -121,6 +121,9 @@ enum Len {
     FdSet(usize),
     /// A C string (a path, at most `PATH_MAX` bytes).
     Str,
+    /// The `socklen_t` that argument `.0` points to (a socket address's
+    /// or option's length, which the kernel reads and then writes).
+    Behind(usize),
 }
 
 /// A pointer argument: which, how long, whether the kernel writes it.
@@ -146,7 +149,7 @@ const fn sc(nr: i64, ptrs: &'static [Ptr], blocks: bool) -> StructCall {
     StructCall { nr, ptrs, blocks }
 }
 
-use Len::{Arg, FdSet, Fixed, Str, Times};
+use Len::{Arg, Behind, FdSet, Fixed, Str, Times};
 const R: bool = false;
 const W: bool = true;
 const TIMESPEC: usize = 16;
@@ -234,9 +237,34 @@ const STRUCT_CALLS: &[StructCall] = &[
         true,
     ),
     sc(libc::SYS_connect, &[Ptr(1, Arg(2), R)], true),
+    sc(
+        libc::SYS_accept,
+        &[Ptr(1, Behind(2), W), Ptr(2, Fixed(4), W)],
+        true,
+    ),
+    sc(
+        libc::SYS_accept4,
+        &[Ptr(1, Behind(2), W), Ptr(2, Fixed(4), W)],
+        true,
+    ),
     // Descriptors, times, limits.
     sc(libc::SYS_bind, &[Ptr(1, Arg(2), R)], false),
     sc(libc::SYS_setsockopt, &[Ptr(3, Arg(4), R)], false),
+    sc(
+        libc::SYS_getsockopt,
+        &[Ptr(3, Behind(4), W), Ptr(4, Fixed(4), W)],
+        false,
+    ),
+    sc(
+        libc::SYS_getsockname,
+        &[Ptr(1, Behind(2), W), Ptr(2, Fixed(4), W)],
+        false,
+    ),
+    sc(
+        libc::SYS_getpeername,
+        &[Ptr(1, Behind(2), W), Ptr(2, Fixed(4), W)],
+        false,
+    ),
     sc(libc::SYS_pipe, &[Ptr(0, Fixed(8), W)], false),
     sc(libc::SYS_pipe2, &[Ptr(0, Fixed(8), W)], false),
     sc(libc::SYS_socketpair, &[Ptr(3, Fixed(8), W)], false),
@@ -565,6 +593,7 @@ fn copied(call: &TrappedSyscall<'_>, c: &StructCall) -> i64 {
             FdSet(j) => (args[j] as usize).div_ceil(64).saturating_mul(8),
             // One longer than PATH_MAX fails in the kernel (ENAMETOOLONG).
             Str => libc::PATH_MAX as usize,
+            Behind(j) => length_behind(args[j] as usize),
         };
         if n == bufs.len() || !tiered(args[arg] as usize, bytes, matches!(len, Str)) {
             continue;
@@ -578,6 +607,22 @@ fn copied(call: &TrappedSyscall<'_>, c: &StructCall) -> i64 {
         n += 1;
     }
     call.execute_copied(call.nr, args, &bufs[..n], c.blocks, Some(hold_for_copy))
+}
+
+/// The `socklen_t` at `at`, read through the kernel (`read_untiered`)
+/// with its page brought in and pinned first where it is tiered; 0 where
+/// it cannot be read (null, unmapped: the argument it sizes then reaches
+/// the kernel as given, which fails with `EFAULT` as without tiermem).
+fn length_behind(at: usize) -> usize {
+    let mut len = [0u8; 4];
+    if at == 0 {
+        return 0;
+    }
+    let _pin = crate::fault::pin_for_kernel(at, len.len(), false);
+    if seccomp::read_untiered(at, &mut len) < len.len() {
+        return 0;
+    }
+    u32::from_ne_bytes(len) as usize
 }
 
 /// Whether an argument of `bytes` at `addr` reaches tiered memory. A C

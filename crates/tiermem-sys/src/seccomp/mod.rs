@@ -391,45 +391,51 @@ unsafe fn c_string_len(addr: usize, max: usize, hold: Option<HoldForCopy>) -> Op
 }
 
 /// Whether the bytes `[addr, end)` are all readable and none is NUL: a C
-/// string at `addr` then runs on to `end` (or beyond). Read through
-/// `process_vm_readv` of this very process, which reports an unmapped or
-/// unreadable byte as an error instead of a fault signal, so a caller can
-/// tell a string that runs into tiered memory from a pointer the kernel
-/// itself would refuse with `EFAULT`. Meant for untiered memory (a read
-/// of a tiered page here would not be served as a fault).
+/// string at `addr` then runs on to `end` (or beyond). Read with
+/// [`read_untiered`], so a caller can tell a string that runs into tiered
+/// memory from a pointer the kernel itself would refuse with `EFAULT`.
 pub fn c_string_runs_to(addr: usize, end: usize) -> bool {
     let mut chunk = [0u8; 256];
     let mut at = addr;
     while at < end {
         let n = (end - at).min(chunk.len());
-        let local = libc::iovec {
-            iov_base: chunk.as_mut_ptr().cast(),
-            iov_len: n,
-        };
-        let remote = libc::iovec {
-            iov_base: at as *mut libc::c_void,
-            iov_len: n,
-        };
-        let args = [
-            // SAFETY: getpid takes no arguments and cannot fail.
-            unsafe { call_trampoline(libc::SYS_getpid, [0; 6]) } as u64,
-            &local as *const libc::iovec as u64,
-            1,
-            &remote as *const libc::iovec as u64,
-            1,
-            0,
-        ];
-        // SAFETY: the kernel writes at most `n` bytes into `chunk` (ours,
-        // on this stack) and reads the program's memory on its own terms:
-        // an unreadable byte is a short count or an error, never a signal.
-        let got = unsafe { call_trampoline(libc::SYS_process_vm_readv, args) };
-        let got = usize::try_from(got).unwrap_or(0).min(n);
+        let got = read_untiered(at, &mut chunk[..n]);
         if got == 0 || chunk[..got].contains(&0) {
             return false;
         }
         at += got;
     }
     true
+}
+
+/// Reads the bytes at `addr` into `buf` through `process_vm_readv` of this
+/// very process, which reports an unmapped or unreadable byte as a short
+/// count or an error instead of a fault signal. Returns the bytes read
+/// (from the start). Meant for untiered memory: a read of a tiered page
+/// here is not served as a fault would be.
+pub fn read_untiered(addr: usize, buf: &mut [u8]) -> usize {
+    let local = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    let args = [
+        // SAFETY: getpid takes no arguments and cannot fail.
+        unsafe { call_trampoline(libc::SYS_getpid, [0; 6]) } as u64,
+        &local as *const libc::iovec as u64,
+        1,
+        &remote as *const libc::iovec as u64,
+        1,
+        0,
+    ];
+    // SAFETY: the kernel writes at most `buf.len()` bytes into `buf` (ours)
+    // and reads the program's memory on its own terms: an unreadable byte
+    // is a short count or an error, never a signal.
+    let got = unsafe { call_trampoline(libc::SYS_process_vm_readv, args) };
+    usize::try_from(got).unwrap_or(0).min(buf.len())
 }
 
 /// What to do with a trapped call: typically prepare the buffer, run

@@ -551,7 +551,70 @@ fn calls_with_structures_and_paths_in_evicted_pages() {
             assert_eq!((f, e), (-1, Some(libc::EAGAIN)), "{what} futex");
             libc::close(rd);
             libc::close(wr);
+            sockets_with_addresses_in(&r, &what, at(51), at(52));
         }
+    }
+}
+
+/// `getsockname`, `accept`, `getpeername` and `getsockopt` on a loopback
+/// TCP connection, each result and its length (read, then written by the
+/// kernel) in the region's evicted pages `addr` and `len`.
+///
+/// # Safety
+/// `addr` and `len` are pages of `r`, unused by anything else.
+unsafe fn sockets_with_addresses_in(r: &Region, what: &str, addr: usize, len: usize) {
+    use std::net::{TcpListener, TcpStream};
+    use std::os::fd::AsRawFd;
+    let sa = addr as *mut libc::sockaddr_in;
+    let sl = len as *mut libc::socklen_t;
+    let errno = || std::io::Error::last_os_error();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    // SAFETY: the caller's pages, large enough for a sockaddr_in and a
+    // socklen_t, and descriptors of our own.
+    unsafe {
+        *sl = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        r.evict_all().unwrap();
+        let g = libc::getsockname(listener.as_raw_fd(), sa.cast(), sl);
+        assert_eq!(g, 0, "{what} getsockname: {}", errno());
+        assert_eq!(u16::from_be((*sa).sin_port), port, "{what} getsockname's port");
+        let client = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        *sa = std::mem::zeroed();
+        *sl = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        r.evict_all().unwrap();
+        let fd = libc::accept(listener.as_raw_fd(), sa.cast(), sl);
+        assert!(fd >= 0, "{what} accept: {}", errno());
+        let client_port = client.local_addr().unwrap().port();
+        assert_eq!(
+            ((*sa).sin_family as i32, u16::from_be((*sa).sin_port)),
+            (libc::AF_INET, client_port),
+            "{what} accept's address"
+        );
+        *sl = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        r.evict_all().unwrap();
+        assert_eq!(
+            libc::getpeername(fd, sa.cast(), sl),
+            0,
+            "{what} getpeername: {}",
+            errno()
+        );
+        assert_eq!(
+            u16::from_be((*sa).sin_port),
+            client_port,
+            "{what} getpeername's port"
+        );
+        let ty = addr as *mut libc::c_int;
+        *ty = -1;
+        *sl = 4;
+        r.evict_all().unwrap();
+        let o = libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_TYPE, ty.cast(), sl);
+        assert_eq!(
+            (o, *ty, *sl),
+            (0, libc::SOCK_STREAM, 4),
+            "{what} getsockopt: {}",
+            errno()
+        );
+        libc::close(fd);
     }
 }
 
