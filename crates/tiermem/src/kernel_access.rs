@@ -88,7 +88,10 @@ fn trap_rules() -> Vec<TrapRule> {
     };
     RULES
         .iter()
-        .map(|r| TrapRule::buffer(r.nr, r.buf))
+        .map(|r| match ADDRESSED_CALLS.iter().find(|c| c.nr == r.nr) {
+            Some(c) => pointers(c.nr, c.ptrs),
+            None => TrapRule::buffer(r.nr, r.buf),
+        })
         // The filter compares numbers in this order: the hottest first
         // (every futex of a threaded program runs it now). futex on its
         // word only: what its fourth and fifth registers hold depends on
@@ -124,6 +127,9 @@ enum Len {
     /// The `socklen_t` that argument `.0` points to (a socket address's
     /// or option's length, which the kernel reads and then writes).
     Behind(usize),
+    /// Argument `.0` bytes, of which the kernel writes as many as the call
+    /// returns (a received message).
+    Received(usize),
 }
 
 /// A pointer argument: which, how long, whether the kernel writes it.
@@ -149,7 +155,7 @@ const fn sc(nr: i64, ptrs: &'static [Ptr], blocks: bool) -> StructCall {
     StructCall { nr, ptrs, blocks }
 }
 
-use Len::{Arg, Behind, FdSet, Fixed, Str, Times};
+use Len::{Arg, Behind, FdSet, Fixed, Received, Str, Times};
 const R: bool = false;
 const W: bool = true;
 const TIMESPEC: usize = 16;
@@ -355,6 +361,19 @@ const STRUCT_CALLS: &[StructCall] = &[
     sc(libc::SYS_mknodat, &[Ptr(1, Str, R)], false),
 ];
 
+/// `recvfrom` and `sendto` as [`STRUCT_CALLS`]: the way they go when their
+/// socket address lies in tiered memory (usually only the data buffer
+/// does, and they go through [`RULES`]). The message is copied with the
+/// address, so a datagram of up to [`seccomp::COPIED_MAX`] bytes in all.
+const ADDRESSED_CALLS: [StructCall; 2] = [
+    sc(
+        libc::SYS_recvfrom,
+        &[Ptr(1, Received(2), W), Ptr(4, Behind(5), W), Ptr(5, Fixed(4), W)],
+        true,
+    ),
+    sc(libc::SYS_sendto, &[Ptr(1, Arg(2), R), Ptr(4, Arg(5), R)], true),
+];
+
 /// Pointer arguments of `futex` (the word, the timeout, the second word):
 /// the word is the futex's identity, so it cannot be copied. The pages
 /// are brought in before the call, which fails with `EFAULT` before doing
@@ -527,6 +546,16 @@ impl Drop for Placement {
 /// another thread's `send` would wait for (issue 30.3), and a handler
 /// that `siglongjmp`s out of the call leaves no page pinned.
 fn on_trap(call: &mut TrappedSyscall<'_>) {
+    if let Some(c) = ADDRESSED_CALLS.iter().find(|c| c.nr == call.nr) {
+        let a = call.args;
+        let address =
+            (a[4] != 0 && tiered(a[4] as usize, 1, false)) || (a[5] != 0 && tiered(a[5] as usize, 4, false));
+        if address && (a[2] as usize) < seccomp::COPIED_MAX - 512 {
+            let r = copied(call, c);
+            call.set_result(r);
+            return;
+        }
+    }
     let Some(rule) = RULES.iter().find(|r| r.nr == call.nr).copied() else {
         let r = if call.nr == libc::SYS_futex {
             futex(call)
@@ -579,6 +608,7 @@ fn copied(call: &TrappedSyscall<'_>, c: &StructCall) -> i64 {
         len: 0,
         kernel_writes: false,
         c_string: false,
+        result_len: false,
     }; 6];
     // Null pointers are left alone by `execute_copied`; so are pointers to
     // memory that is not tiered (the call trapped on another argument):
@@ -594,6 +624,7 @@ fn copied(call: &TrappedSyscall<'_>, c: &StructCall) -> i64 {
             // One longer than PATH_MAX fails in the kernel (ENAMETOOLONG).
             Str => libc::PATH_MAX as usize,
             Behind(j) => length_behind(args[j] as usize),
+            Received(j) => args[j] as usize,
         };
         if n == bufs.len() || !tiered(args[arg] as usize, bytes, matches!(len, Str)) {
             continue;
@@ -603,6 +634,7 @@ fn copied(call: &TrappedSyscall<'_>, c: &StructCall) -> i64 {
             len: bytes,
             kernel_writes,
             c_string: matches!(len, Str),
+            result_len: matches!(len, Received(_)),
         };
         n += 1;
     }

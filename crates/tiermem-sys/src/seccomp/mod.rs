@@ -273,6 +273,10 @@ pub struct CopiedArg {
     pub len: usize,
     /// The kernel may write them (they are copied back after the call).
     pub kernel_writes: bool,
+    /// Only the call's result, in bytes, is copied back (a received
+    /// message), and nothing when it fails: the rest of a buffer the
+    /// program may be writing meanwhile is left alone.
+    pub result_len: bool,
     /// A C string (a path): `len` is its longest, its NUL ends it. One
     /// with no NUL that soon is left to the kernel unchanged.
     pub c_string: bool,
@@ -325,8 +329,9 @@ impl TrappedSyscall<'_> {
         let Some(mut b) = bounce::Bounce::get(total) else {
             return -(libc::ENOMEM as i64);
         };
-        // (program's address, offset in the bounce buffer, length, copied back)
-        let mut placed = [(0usize, 0usize, 0usize, false); 6];
+        // (program's address, offset in the bounce buffer, length, (copied
+        // back, only as much as the result))
+        let mut placed = [(0usize, 0usize, 0usize, (false, false)); 6];
         let mut n = 0;
         let mut a = args;
         let mut at = 0;
@@ -342,13 +347,18 @@ impl TrappedSyscall<'_> {
                 b.load_at(at, user, c.len)
             });
             a[c.arg] = b.addr() + at as u64;
-            placed[n] = (user, at, c.len, c.kernel_writes);
+            placed[n] = (user, at, c.len, (c.kernel_writes, c.result_len));
             n += 1;
             at += slot(c.len);
         }
         let r = self.execute(nr, a, interruptible);
         for &(user, at, len, writes) in &placed[..n] {
-            if writes {
+            let len = if writes.1 {
+                usize::try_from(r).unwrap_or(0).min(len)
+            } else {
+                len
+            };
+            if writes.0 && len > 0 {
                 // SAFETY: as above; the program gave the kernel these bytes
                 // to write.
                 held(hold, user, len, true, &mut || unsafe {

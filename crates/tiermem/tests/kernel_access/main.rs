@@ -558,7 +558,8 @@ fn calls_with_structures_and_paths_in_evicted_pages() {
 
 /// `getsockname`, `accept`, `getpeername` and `getsockopt` on a loopback
 /// TCP connection, each result and its length (read, then written by the
-/// kernel) in the region's evicted pages `addr` and `len`.
+/// kernel) in the region's evicted pages `addr` and `len`; `sendto` and
+/// `recvfrom` of a datagram with their addresses there.
 ///
 /// # Safety
 /// `addr` and `len` are pages of `r`, unused by anything else.
@@ -615,6 +616,58 @@ unsafe fn sockets_with_addresses_in(r: &Region, what: &str, addr: usize, len: us
             errno()
         );
         libc::close(fd);
+        // Datagrams: sendto's destination, recvfrom's source and its
+        // length in the evicted pages; the message in plain memory, then
+        // in the region too (after the address, in its page).
+        let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let (rx_port, tx_port) = (rx.local_addr().unwrap().port(), tx.local_addr().unwrap().port());
+        let in_region = (addr + 1024) as *mut u8;
+        for (k, msg) in [std::ptr::null_mut(), in_region].into_iter().enumerate() {
+            let mut plain = [0u8; 64];
+            let msg = if msg.is_null() { plain.as_mut_ptr() } else { msg };
+            let text = format!("datagram {k}");
+            *sa = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: rx_port.to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_be_bytes([127, 0, 0, 1]).to_be(),
+                },
+                sin_zero: [0; 8],
+            };
+            std::ptr::copy_nonoverlapping(text.as_ptr(), msg, text.len());
+            r.evict_all().unwrap();
+            let sent = libc::sendto(
+                tx.as_raw_fd(),
+                msg.cast(),
+                text.len(),
+                0,
+                sa.cast(),
+                std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+            );
+            assert_eq!(sent, text.len() as isize, "{what} sendto {k}: {}", errno());
+            *sa = std::mem::zeroed();
+            std::ptr::write_bytes(msg, b'.', 64);
+            *sl = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            r.evict_all().unwrap();
+            let got = libc::recvfrom(rx.as_raw_fd(), msg.cast(), 64, 0, sa.cast(), sl);
+            assert_eq!(got, text.len() as isize, "{what} recvfrom {k}: {}", errno());
+            assert_eq!(
+                std::slice::from_raw_parts(msg, text.len()),
+                text.as_bytes(),
+                "{what} {k}"
+            );
+            assert_eq!(
+                *msg.add(text.len()),
+                b'.',
+                "{what} {k}: only the message is written"
+            );
+            assert_eq!(
+                u16::from_be((*sa).sin_port),
+                tx_port,
+                "{what} recvfrom {k}'s source"
+            );
+        }
     }
 }
 
