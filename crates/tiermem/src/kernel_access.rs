@@ -547,11 +547,7 @@ impl Drop for Placement {
 /// that `siglongjmp`s out of the call leaves no page pinned.
 fn on_trap(call: &mut TrappedSyscall<'_>) {
     if let Some(c) = ADDRESSED_CALLS.iter().find(|c| c.nr == call.nr) {
-        let a = call.args;
-        let address =
-            (a[4] != 0 && tiered(a[4] as usize, 1, false)) || (a[5] != 0 && tiered(a[5] as usize, 4, false));
-        if address && (a[2] as usize) < seccomp::COPIED_MAX - 512 {
-            let r = copied(call, c);
+        if let Some(r) = addressed(call, c) {
             call.set_result(r);
             return;
         }
@@ -567,6 +563,13 @@ fn on_trap(call: &mut TrappedSyscall<'_>) {
         call.set_result(r);
         return;
     };
+    // Trapped on another argument (`recvfrom`'s or `sendto`'s address,
+    // not tiered after all): the buffer is the kernel's to check.
+    if !tiered(call.args[rule.buf] as usize, call.args[rule.len] as usize, false) {
+        let r = call.execute(call.nr, call.args, true);
+        call.set_result(r);
+        return;
+    }
     let kind = match rule.nr {
         libc::SYS_getrandom => FdKind::File,
         _ => tiermem_sys::bounce::fd_kind(call.args[0] as i32),
@@ -599,6 +602,29 @@ fn on_trap(call: &mut TrappedSyscall<'_>) {
     };
     call.set_result(result);
 }
+
+/// An [`ADDRESSED_CALLS`] call whose socket address lies in tiered
+/// memory, copied with its message; None where it goes the buffer way: no
+/// tiered address, or more than the copies take (a message near
+/// [`seccomp::COPIED_MAX`], an address length beyond any socket address's,
+/// which the kernel refuses or clamps anyway).
+fn addressed(call: &TrappedSyscall<'_>, c: &StructCall) -> Option<i64> {
+    let a = call.args;
+    let (address, address_len) = if c.nr == libc::SYS_recvfrom {
+        let tiered_len = a[5] != 0 && tiered(a[5] as usize, 4, false);
+        (
+            a[4] != 0 && tiered(a[4] as usize, 1, false) || tiered_len,
+            length_behind(a[5] as usize),
+        )
+    } else {
+        (a[4] != 0 && tiered(a[4] as usize, 1, false), a[5] as usize)
+    };
+    let fits = address_len <= SOCKADDR_MAX && (a[2] as usize) <= seccomp::COPIED_MAX - 4 * SOCKADDR_MAX;
+    (address && fits).then(|| copied(call, c))
+}
+
+/// `sizeof(struct sockaddr_storage)`.
+const SOCKADDR_MAX: usize = 128;
 
 /// A [`STRUCT_CALLS`] call with its pointer arguments copied.
 fn copied(call: &TrappedSyscall<'_>, c: &StructCall) -> i64 {

@@ -195,8 +195,8 @@ impl FaultAround {
     /// Every [`ADAPT_EVERY`] neighbours installed: halves the cluster cap
     /// (down to 2: one neighbour, so that the waste is still measured)
     /// when more than a third of those evicted or refilled since the last
-    /// look went unused, or more than half once several threads fault in
-    /// the region (`many_threads`), doubles it (up to [`MAX_CLUSTER`]) when under an
+    /// look went unused, or more than half while several threads take
+    /// turns at faulting in the region (`many_threads`), doubles it (up to [`MAX_CLUSTER`]) when under an
     /// eighth did. One thread wins the look; the others go on.
     ///
     /// The bounds: ImageMagick's column passes (one faulting thread) wasted
@@ -359,7 +359,7 @@ impl RegionCore {
             return c;
         };
         fa.refilled(i);
-        fa.adapt(self.faulting_threads.ever_many());
+        fa.adapt(self.faulting_threads.many());
         let n = fa.window(tid, i).min(fa.cap());
         let far = w.state() == PageState::Far;
         if n < 2 || (far && self.staging.is_some()) {

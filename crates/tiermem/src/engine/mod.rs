@@ -268,7 +268,7 @@ impl FaultingThreads {
     }
 
     /// Whether two threads ever faulted in the region.
-    pub(super) fn ever_many(&self) -> bool {
+    fn ever_many(&self) -> bool {
         self.switched_ms.load(Ordering::Relaxed) != 0
     }
 

@@ -826,6 +826,29 @@ fn child_untiered_pointers_of_a_trapped_call() {
                 std::io::Error::last_os_error()
             );
             drop(next);
+            // recvfrom trapped on its source address, with a message too
+            // large to copy and its buffer read-only: the buffer is the
+            // kernel's to refuse (it was bounced, and the copy back
+            // crashed).
+            let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            udp.send_to(b"hello", udp.local_addr().unwrap()).unwrap();
+            let (sa, sl) = (at(63) as *mut libc::sockaddr_in, at(64) as *mut libc::socklen_t);
+            *sl = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            r.evict_all().unwrap();
+            let n = libc::recvfrom(
+                std::os::fd::AsRawFd::as_raw_fd(&udp),
+                read_only,
+                300 << 10,
+                libc::MSG_DONTWAIT,
+                sa.cast(),
+                sl,
+            );
+            let e = std::io::Error::last_os_error().raw_os_error();
+            assert_eq!(
+                (n, e),
+                (-1, Some(libc::EFAULT)),
+                "{what} recvfrom into read-only memory"
+            );
             libc::munmap(below, PAGE);
             libc::munmap(none, PAGE);
             libc::munmap(read_only, PAGE);
