@@ -141,8 +141,9 @@ struct Ptr(usize, Len, bool);
 /// tiermem serves): `poll`'s array, `select`'s sets, `wait4`'s status, a
 /// path. They trap when a pointer argument lies in the window
 /// (`TrapRule::pointer_args`), and run with every pointer argument that
-/// lies in tiered memory copied through a bounce buffer (`TrappedSyscall::execute_copied`): a call that
-/// blocks (`blocks`) holds nothing of the program's while it waits, and
+/// lies in tiered memory copied through a bounce buffer
+/// (`TrappedSyscall::execute_copied`): a call that blocks (`blocks`)
+/// holds nothing of the program's while it waits, and
 /// what the kernel writes at its end (`poll`'s `revents`) cannot meet an
 /// evicted page. x86-64 sizes.
 struct StructCall {
@@ -610,17 +611,20 @@ fn on_trap(call: &mut TrappedSyscall<'_>) {
 /// which the kernel refuses or clamps anyway).
 fn addressed(call: &TrappedSyscall<'_>, c: &StructCall) -> Option<i64> {
     let a = call.args;
-    let (address, address_len) = if c.nr == libc::SYS_recvfrom {
-        let tiered_len = a[5] != 0 && tiered(a[5] as usize, 4, false);
-        (
-            a[4] != 0 && tiered(a[4] as usize, 1, false) || tiered_len,
-            length_behind(a[5] as usize),
-        )
+    let recv = c.nr == libc::SYS_recvfrom;
+    let tiered_arg = |k: usize| tiered(a[k] as usize, 1, false);
+    // Most of these traps are on the message alone: decided before any
+    // length is read.
+    if !(tiered_arg(4) || recv && tiered_arg(5)) {
+        return None;
+    }
+    let address_len = if recv {
+        length_behind(a[5] as usize)
     } else {
-        (a[4] != 0 && tiered(a[4] as usize, 1, false), a[5] as usize)
+        a[5] as usize
     };
     let fits = address_len <= SOCKADDR_MAX && (a[2] as usize) <= seccomp::COPIED_MAX - 4 * SOCKADDR_MAX;
-    (address && fits).then(|| copied(call, c))
+    fits.then(|| copied(call, c))
 }
 
 /// `sizeof(struct sockaddr_storage)`.
@@ -672,10 +676,10 @@ fn copied(call: &TrappedSyscall<'_>, c: &StructCall) -> i64 {
 /// it cannot be read (null, unmapped: the argument it sizes then reaches
 /// the kernel as given, which fails with `EFAULT` as without tiermem).
 fn length_behind(at: usize) -> usize {
-    let mut len = [0u8; 4];
     if at == 0 {
         return 0;
     }
+    let mut len = [0u8; 4];
     let _pin = crate::fault::pin_for_kernel(at, len.len(), false);
     if seccomp::read_untiered(at, &mut len) < len.len() {
         return 0;

@@ -329,9 +329,8 @@ impl TrappedSyscall<'_> {
         let Some(mut b) = bounce::Bounce::get(total) else {
             return -(libc::ENOMEM as i64);
         };
-        // (program's address, offset in the bounce buffer, length, (copied
-        // back, only as much as the result))
-        let mut placed = [(0usize, 0usize, 0usize, (false, false)); 6];
+        // (program's address, offset in the bounce buffer, the argument)
+        let mut placed = [(0usize, 0usize, None::<CopiedArg>); 6];
         let mut n = 0;
         let mut a = args;
         let mut at = 0;
@@ -347,18 +346,21 @@ impl TrappedSyscall<'_> {
                 b.load_at(at, user, c.len)
             });
             a[c.arg] = b.addr() + at as u64;
-            placed[n] = (user, at, c.len, (c.kernel_writes, c.result_len));
+            placed[n] = (user, at, Some(*c));
             n += 1;
             at += slot(c.len);
         }
         let r = self.execute(nr, a, interruptible);
-        for &(user, at, len, writes) in &placed[..n] {
-            let len = if writes.1 {
-                usize::try_from(r).unwrap_or(0).min(len)
-            } else {
-                len
+        for &(user, at, c) in &placed[..n] {
+            let Some(c) = c.filter(|c| c.kernel_writes) else {
+                continue;
             };
-            if writes.0 && len > 0 {
+            let len = if c.result_len {
+                usize::try_from(r).unwrap_or(0).min(c.len)
+            } else {
+                c.len
+            };
+            if len > 0 {
                 // SAFETY: as above; the program gave the kernel these bytes
                 // to write.
                 held(hold, user, len, true, &mut || unsafe {

@@ -196,8 +196,9 @@ impl FaultAround {
     /// (down to 2: one neighbour, so that the waste is still measured)
     /// when more than a third of those evicted or refilled since the last
     /// look went unused, or more than half while several threads take
-    /// turns at faulting in the region (`many_threads`), doubles it (up to [`MAX_CLUSTER`]) when under an
-    /// eighth did. One thread wins the look; the others go on.
+    /// turns at faulting in the region (`many_threads`), doubles it (up to
+    /// [`MAX_CLUSTER`]) when under an eighth did. One thread wins the look;
+    /// the others go on.
     ///
     /// The bounds: ImageMagick's column passes (one faulting thread) wasted
     /// about a third, under the old bound of a half, and took 25x their
@@ -623,9 +624,14 @@ mod tests {
     /// Adds `n` installed neighbours of which `unused` were evicted unused,
     /// then lets the cap adapt.
     fn round(fa: &FaultAround, n: u64, unused: u64) -> usize {
+        round_of(fa, n, unused, false)
+    }
+
+    /// `round`, with several threads taking turns at faulting or not.
+    fn round_of(fa: &FaultAround, n: u64, unused: u64, many_threads: bool) -> usize {
         fa.installed.fetch_add(n, Ordering::Relaxed);
         fa.evicted_unused.fetch_add(unused, Ordering::Relaxed);
-        fa.adapt(false);
+        fa.adapt(many_threads);
         fa.cap()
     }
 
@@ -656,11 +662,10 @@ mod tests {
         // they use, not the clusters).
         assert_eq!(round(&fa, ADAPT_EVERY, ADAPT_EVERY * 3 / 8), MAX_CLUSTER / 2);
         // With several threads faulting, a half as before.
-        fa.installed.fetch_add(ADAPT_EVERY, Ordering::Relaxed);
-        fa.evicted_unused
-            .fetch_add(ADAPT_EVERY * 3 / 8, Ordering::Relaxed);
-        fa.adapt(true);
-        assert_eq!(fa.cap(), MAX_CLUSTER / 2);
+        assert_eq!(
+            round_of(&fa, ADAPT_EVERY, ADAPT_EVERY * 3 / 8, true),
+            MAX_CLUSTER / 2
+        );
         assert!(fa.shrinks.load(Ordering::Relaxed) >= 6);
         // A statistics reset starts afresh without a change.
         fa.reset_counters();

@@ -55,6 +55,7 @@ mod pin;
 mod piped;
 pub(crate) mod prefetch;
 mod progress;
+mod request_fill;
 mod rewrite;
 pub(crate) mod ring;
 mod ring_evict;
