@@ -22,24 +22,29 @@
 #   ONLY_VS_LOCAL=1 skips everything else.
 #
 # ArgoDSM runs in the configuration of docs/svm.md ("ArgoDSM's
-# configuration"), found on this machine (issue 34): ARGO_WRITE_BUFFER_SIZE=
-# 16384 (its default of 512 blocks made bucket sort take 108 s at 2 ranks:
-# the write buffer thrashes), ARGO_ALLOCATION_POLICY=1 (cyclic, 16-page
-# blocks: the default "naive" policy homes every allocation of this bench on
-# rank 0, so every other rank's writes go remote; first-touch did not finish
-# across the two nodes), ARGO_PRINT_STATISTICS=0; Open MPI's osc/ucx for
-# bucket, Malstone and BFS (the transport ArgoDSM's documentation names, and
-# the only one-sided component that runs its MPI_THREAD_MULTIPLE windows over
-# TCP here), and for the lock workload on one node the default osc/rdma
-# (under osc/ucx ArgoDSM's lock workload does not finish; across nodes it is
-# run with osc/ucx and a timeout; one rank: osc/ucx). ARGO_TUNED=0:
-# ArgoDSM's defaults, all under osc/ucx. Both systems: the same CPUs (no
-# binding on one node; the same namespace nodes across two),
+# configuration"), found on this machine (issue 34): in the shape its
+# documentation prescribes, one ArgoDSM node (process) per machine with the
+# workers as threads inside it (svm_argo --threads: N workers on K nodes are
+# K processes of N/K threads; the lock workload then takes ArgoDSM's
+# cohort lock), ARGO_WRITE_BUFFER_SIZE=16384 (its default of 512 blocks
+# made bucket sort take 108 s at 2 ranks: the write buffer thrashes),
+# ARGO_ALLOCATION_POLICY=1 (cyclic, 16-page blocks: the default "naive"
+# policy homes every allocation of this bench on rank 0, so every other
+# rank's writes go remote; first-touch did not finish across the two
+# nodes), ARGO_PRINT_STATISTICS=0, Open MPI's osc/ucx (the transport
+# ArgoDSM's documentation names, and the only one-sided component that runs
+# its MPI_THREAD_MULTIPLE windows over TCP here). ARGO_SHAPE=ranks runs it
+# the way earlier rounds did instead, one process per worker (for the lock
+# workload on one node then osc/rdma: under osc/ucx it does not finish),
+# recorded as mode "argo-ranks" where a node has more than one process.
+# ARGO_TUNED=0: ArgoDSM's defaults, all under osc/ucx. Both systems: the
+# same CPUs (no binding on one node; the same namespace nodes across two),
 # mpi_yield_when_idle=1 (Open MPI yields when idle), locks waiting with the
-# same backoff. ARGO_TIMEOUT (default 300 s) bounds each ArgoDSM run,
-# ARGO_LOCK_TIMEOUT (120 s) its lock runs. ARGO_PROGRESS=1 adds runs of
-# ArgoDSM with an MPI progress thread preloaded
-# (benches/argodsm/progress_shim.c), as tiermem has one.
+# same backoff (one thread per process; the cohort lock waits its own way).
+# ARGO_TIMEOUT (default 300 s) bounds each ArgoDSM run, ARGO_LOCK_TIMEOUT
+# (60 s) its lock runs (across nodes they do not finish under osc/ucx).
+# ARGO_PROGRESS=1 adds runs of ArgoDSM with an MPI progress thread
+# preloaded (benches/argodsm/progress_shim.c), as tiermem has one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -68,7 +73,8 @@ if [ "${ARGO_TUNED:-1}" = 1 ]; then
   export ARGO_WRITE_BUFFER_SIZE=16384 ARGO_ALLOCATION_POLICY=1
 fi
 ARGO_TIMEOUT=${ARGO_TIMEOUT:-300}
-ARGO_LOCK_TIMEOUT=${ARGO_LOCK_TIMEOUT:-120}
+ARGO_LOCK_TIMEOUT=${ARGO_LOCK_TIMEOUT:-60}
+ARGO_SHAPE=${ARGO_SHAPE:-threads}
 argo_mode=argo
 [ "${ARGO_TUNED:-1}" = 1 ] || argo_mode=argo-defaults
 
@@ -120,16 +126,25 @@ for rep in $(seq 1 "$REPS"); do
     nodes=${cfg%%:*} np=${cfg##*:}
     if [ "$nodes" = 1 ]; then place=(--bind-to none); else place=($nodes_opts); fi
     tm=(mpirun -np "$np" "${common[@]}" --mca osc ucx "${place[@]}" "$T" bench svm --mpi --record-file "$records")
-    ar=(mpirun -np "$np" "${common[@]}" --mca osc ucx "${place[@]}" "$argo" --graph "$graph" --records "$records"
-      --mode "$argo_mode" --workloads bucket,malstone,bfs)
-    lock_osc=ucx
-    # osc/rdma needs a second rank on the node (btl/vader) to make windows.
-    [ "${ARGO_TUNED:-1}" = 1 ] && [ "$nodes" = 1 ] && [ "$np" -gt 1 ] && lock_osc=rdma
-    al=(mpirun -np "$np" "${common[@]}" --mca osc "$lock_osc" "${place[@]}" "$argo" --records "$records"
-      --mode "$argo_mode" --workloads locks)
+    # ArgoDSM's shape: one process per node, the workers its threads
+    # (ARGO_SHAPE=threads), or one process per worker (ranks).
+    aprocs=$np threads=1 lock_osc=ucx amode=$argo_mode
+    if [ "$ARGO_SHAPE" = threads ]; then
+      aprocs=$nodes threads=$((np / nodes))
+    else
+      [ "$np" -gt "$nodes" ] && amode=$argo_mode-ranks
+    fi
+    if [ "$ARGO_SHAPE" != threads ] && [ "${ARGO_TUNED:-1}" = 1 ] && [ "$nodes" = 1 ] && [ "$np" -gt 1 ]; then
+      # osc/rdma needs a second rank on the node (btl/vader) to make windows.
+      lock_osc=rdma
+    fi
+    ar=(mpirun -np "$aprocs" "${common[@]}" --mca osc ucx "${place[@]}" "$argo" --graph "$graph" --records "$records"
+      --mode "$amode" --threads "$threads" --workloads bucket,malstone,bfs)
+    al=(mpirun -np "$aprocs" "${common[@]}" --mca osc "$lock_osc" "${place[@]}" "$argo" --records "$records"
+      --mode "$amode" --threads "$threads" --workloads locks)
     argo_runs() {
-      RUN_TIMEOUT="timeout $ARGO_TIMEOUT" run "argodsm $nodes node(s) $np ranks" "${ar[@]}"
-      RUN_TIMEOUT="timeout $ARGO_LOCK_TIMEOUT" run "argodsm locks (osc $lock_osc) $nodes node(s) $np ranks" "${al[@]}"
+      RUN_TIMEOUT="timeout $ARGO_TIMEOUT" run "argodsm $nodes node(s) $np workers ($aprocs x $threads)" "${ar[@]}"
+      RUN_TIMEOUT="timeout $ARGO_LOCK_TIMEOUT" run "argodsm locks (osc $lock_osc) $nodes node(s) $np workers ($aprocs x $threads)" "${al[@]}"
     }
     if [ $((rep % 2)) = 1 ]; then
       RUN_TIMEOUT="timeout 1200" run "tiermem $nodes node(s) $np ranks" "${tm[@]}"
@@ -171,6 +186,6 @@ if [ "$vs" -gt 0 ]; then
 fi
 {
   echo "command: $0 $*"
-  echo "REPS=$REPS RANKS1=$RANKS1 RANKS2=$RANKS2 ARGO_WRITE_BUFFER_SIZE=${ARGO_WRITE_BUFFER_SIZE:-default} ARGO_ALLOCATION_POLICY=${ARGO_ALLOCATION_POLICY:-default}"
+  echo "REPS=$REPS RANKS1=$RANKS1 RANKS2=$RANKS2 ARGO_SHAPE=$ARGO_SHAPE ARGO_WRITE_BUFFER_SIZE=${ARGO_WRITE_BUFFER_SIZE:-default} ARGO_ALLOCATION_POLICY=${ARGO_ALLOCATION_POLICY:-default}"
   echo "machine: $(nproc) CPUs, $(uname -r), load before the run: see log"
 } >"$out/README.txt"

@@ -6,7 +6,8 @@
 # (default ../shared/external/argodsm from the repository root); BUILD_DIR:
 # where ArgoDSM is built (default target/argodsm). Prints the binary's path;
 # also builds BUILD_DIR/libprogress_shim.so (an MPI progress thread to
-# LD_PRELOAD, for the "argodsm+progress" runs).
+# LD_PRELOAD, for the "argodsm+progress" runs) and BUILD_DIR/libcount_shim.so
+# (counts of one-sided MPI calls and their time, printed per rank at exit).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 src=${1:-$root/../shared/external/argodsm}
@@ -28,4 +29,10 @@ shim=$build/libprogress_shim.so
 if [ ! -e "$shim" ] || [ "$root/benches/argodsm/progress_shim.c" -nt "$shim" ]; then
   mpicc -std=c11 -O2 -shared -fPIC "$root/benches/argodsm/progress_shim.c" -o "$shim" -lpthread >&2
 fi
+for name in count_shim; do
+  lib=$build/lib$name.so
+  if [ ! -e "$lib" ] || [ "$root/benches/argodsm/$name.c" -nt "$lib" ]; then
+    mpicc -std=c11 -O2 -shared -fPIC "$root/benches/argodsm/$name.c" -o "$lib" >&2
+  fi
+done
 echo "$out"
