@@ -75,6 +75,7 @@ build test_transparent-nopie "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -g -fno-
 build test_signal_paths "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -g tests/c/test_signal_paths.c \
   -lpthread -o "$out/test_signal_paths"
 # Kernel I/O on tiered buffers from several threads (issue 30.3, 30.4).
+build test_spawn "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -g tests/c/test_spawn.c -o "$out/test_spawn"
 build test_kernel_io "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -g tests/c/test_kernel_io.c \
   -lpthread -o "$out/test_kernel_io"
 # fork() at depths 1-3 (issue 30.1), built the same way.
@@ -207,6 +208,17 @@ if [[ " ${built[*]} " == *" test_transparent "* ]]; then
     TIERMEM_FAULT_PATH=$path timeout -k 10 300 "$lib/tiermem" run --near 16K --threshold 256K --quiet -- \
       "$out/test_transparent" min-budget || status=$?
     report "test_transparent min-budget (tiermem run --near 16K, $path)" "$status"
+  done
+fi
+if [[ " ${built[*]} " == *" test_spawn "* ]]; then
+  # Programs started with their strings in evicted tiered pages, at the
+  # smallest budget, on both fault paths.
+  for path in in-context handler-thread; do
+    echo "== tiermem run --near 16K -- test_spawn ($path)"
+    status=0
+    TIERMEM_FAULT_PATH=$path timeout -k 10 300 "$lib/tiermem" run --near 16K --threshold 256K --quiet -- \
+      "$out/test_spawn" || status=$?
+    report "test_spawn (tiermem run --near 16K, $path)" "$status"
   done
 fi
 if [[ " ${built[*]} " == *" test_transparent-nopie "* ]]; then

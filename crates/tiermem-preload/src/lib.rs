@@ -40,6 +40,7 @@
 #![allow(clippy::missing_safety_doc)]
 
 mod children;
+mod exec;
 mod fork;
 mod iov;
 mod libc_alloc;

@@ -268,8 +268,29 @@ mod tests {
 static FORK_GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 static ATFORK: std::sync::Once = std::sync::Once::new();
 
+/// The process whose memory this is (0: not recorded yet).
+static OWNER_PID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
 extern "C" fn after_fork_in_child() {
     FORK_GENERATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    OWNER_PID.store(getpid(), std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Records the calling process as the owner of its memory (for
+/// [`owns_memory`]); a `fork()`ed child becomes the owner of its copy.
+pub fn claim_memory() {
+    ATFORK.call_once(|| at_fork(None, None, Some(after_fork_in_child)));
+    OWNER_PID.store(getpid(), std::sync::atomic::Ordering::Relaxed);
+}
+
+/// False in a `vfork` child (or any `CLONE_VM` child without
+/// `CLONE_FILES`) of the process that called [`claim_memory`]: it shares
+/// the memory but has a descriptor table of its own, so a descriptor it
+/// makes and stores in shared state is gone, or another file, for the
+/// owner. True where nothing was recorded.
+pub fn owns_memory() -> bool {
+    let owner = OWNER_PID.load(std::sync::atomic::Ordering::Relaxed);
+    owner == 0 || owner == getpid()
 }
 
 /// A number that changes in a `fork()`ed child (and only there), so that

@@ -159,6 +159,9 @@ impl Region {
         adopted: Option<(Mapping, UserAccess)>,
     ) -> Result<Region, Error> {
         config.validate()?;
+        // Which process makes descriptors for the engine's shared state
+        // (a `vfork` child faulting on it must not).
+        tiermem_sys::thread::claim_memory();
         if let Err(e) = crate::hugepages::reserve_static(&config.reserve_huge_pages) {
             eprintln!("tiermem: warning: {e}");
         }

@@ -109,7 +109,10 @@ pub(super) enum LazySplice {
 impl LazySplice {
     fn get(&mut self, want: bool) -> Option<&Splice> {
         if let LazySplice::Later(pages) = *self {
-            if !want {
+            // A `vfork` child (a program's `execve` copying its arguments
+            // out of tiered memory) evicts the write-protect way: a pipe it
+            // made would be gone for the process that goes on.
+            if !want || !tiermem_sys::thread::owns_memory() {
                 return None;
             }
             *self = LazySplice::Made(Splice::new(pages));

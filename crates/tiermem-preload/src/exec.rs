@@ -1,0 +1,503 @@
+//! Starting programs: `execve`, `execv`, `execvp`, `execvpe`, `execl`,
+//! `execle`, `execlp`, `fexecve`, `execveat`, `posix_spawn`,
+//! `posix_spawnp`, `system` and `popen`.
+//!
+//! The kernel reads a new program's path, its argument and environment
+//! strings and their pointer arrays in kernel mode. Where they lie in
+//! tiered memory (a Python `subprocess.run` builds them in its object
+//! arenas, which `tiermem run` tiers) an evicted page fails the call with
+//! `EFAULT` on the in-context fault path ("OSError: [Errno 14] Bad
+//! address"), and the kernel-access trap cannot serve it: `execve` is what
+//! a `vfork` child and a `posix_spawn` child call, with every handler
+//! reset in the latter (docs/design.md). So these functions copy all of it
+//! into a plain anonymous mapping (never tiered) in user mode, where the
+//! pages fault in as anywhere else, and run the C library's function on
+//! the copies. glibc's `execv`, `execvp`, `posix_spawn`, `system`, ...
+//! reach `execve` inside the C library, where no interposer sees them, so
+//! each is interposed itself.
+//!
+//! The copy is unmapped when the call returns (it failed, or
+//! `posix_spawn`'s child has started). A `vfork` child (`CLONE_VM` without
+//! the owner's descriptors) makes no copy: its faults would run the
+//! engine there, and a child that closed its descriptors before `execve`
+//! (Python's `subprocess` closes every one above 2) cannot serve them. Its
+//! `execve` still fails with `EFAULT` on an evicted page, as before.
+
+use libc::{c_char, c_int, pid_t};
+use std::ffi::CStr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+extern "C" {
+    static environ: *const *const c_char;
+}
+
+/// The C library's function `name`, looked up once; 0 when missing.
+fn next(cache: &AtomicUsize, name: &CStr) -> usize {
+    let mut f = cache.load(Ordering::Acquire);
+    if f == 0 {
+        // SAFETY: RTLD_NEXT with a NUL-terminated name.
+        f = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
+        cache.store(f, Ordering::Release);
+    }
+    f
+}
+
+/// The path, argument and environment vectors of an exec, copied into one
+/// anonymous mapping.
+struct Copies {
+    map: usize,
+    len: usize,
+    path: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+}
+
+impl Copies {
+    /// Copies `path` (may be null) and the null-terminated vectors `argv`
+    /// and `envp` (each may be null); None in a `vfork` child (module doc)
+    /// or where no mapping can be made (the call then runs on the
+    /// originals).
+    ///
+    /// # Safety
+    /// The arguments are what the C functions take: a NUL-terminated
+    /// string, null-terminated arrays of them.
+    unsafe fn new(
+        path: *const c_char,
+        argv: *const *const c_char,
+        envp: *const *const c_char,
+    ) -> Option<Copies> {
+        if !tiermem_sys::thread::owns_memory() {
+            return None;
+        }
+        // SAFETY: the caller's vectors.
+        let (argc, envc) = unsafe { (count(argv), count(envp)) };
+        let mut strings = 0usize;
+        // SAFETY: the caller's strings.
+        let len_of = |s: *const c_char| {
+            if s.is_null() {
+                0
+            } else {
+                // SAFETY: the caller's NUL-terminated string.
+                (unsafe { libc::strlen(s) }) + 1
+            }
+        };
+        strings += len_of(path);
+        for v in [argv, envp] {
+            for i in 0..count_or_zero(v) {
+                // SAFETY: i is below the vector's count.
+                strings += len_of(unsafe { *v.add(i) });
+            }
+        }
+        let slots = (argc + 1) + (envc + 1);
+        let len = (slots * 8 + strings).next_multiple_of(4096);
+        // A raw mmap: the preload library's own mmap would tier it.
+        // SAFETY: an anonymous private mapping of len bytes.
+        let map = unsafe {
+            libc::syscall(
+                libc::SYS_mmap,
+                0usize,
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1i32,
+                0usize,
+            )
+        };
+        if map < 0 {
+            return None;
+        }
+        let map = map as usize;
+        let slot_at = |k: usize| (map + k * 8) as *mut *const c_char;
+        let mut text = map + slots * 8;
+        let mut put = |s: *const c_char| -> *const c_char {
+            if s.is_null() {
+                return s;
+            }
+            let n = len_of(s);
+            // SAFETY: n bytes of the caller's string (its NUL included)
+            // into the mapping, which has room for every string.
+            unsafe { std::ptr::copy_nonoverlapping(s, text as *mut c_char, n) };
+            let at = text as *const c_char;
+            text += n;
+            at
+        };
+        let path = put(path);
+        let mut vector = |v: *const *const c_char, first: usize, n: usize| -> *const *const c_char {
+            if v.is_null() {
+                return v;
+            }
+            for i in 0..n {
+                // SAFETY: slot first + i of the mapping's pointer slots; i
+                // is below the vector's count.
+                unsafe { *slot_at(first + i) = put(*v.add(i)) };
+            }
+            // SAFETY: the terminating slot.
+            unsafe { *slot_at(first + n) = std::ptr::null() };
+            slot_at(first) as *const *const c_char
+        };
+        let argv = vector(argv, 0, argc);
+        let envp = vector(envp, argc + 1, envc);
+        Some(Copies {
+            map,
+            len,
+            path,
+            argv,
+            envp,
+        })
+    }
+}
+
+impl Drop for Copies {
+    /// The call returned: the copy is unused (errno is kept).
+    fn drop(&mut self) {
+        unmap(self.map, self.len);
+    }
+}
+
+fn unmap(map: usize, len: usize) {
+    // SAFETY: errno is thread-local; the mapping is this module's.
+    unsafe {
+        let e = *libc::__errno_location();
+        libc::syscall(libc::SYS_munmap, map, len);
+        *libc::__errno_location() = e;
+    }
+}
+
+/// Entries of a null-terminated vector before its null.
+///
+/// # Safety
+/// `v` is null or a null-terminated array.
+unsafe fn count(v: *const *const c_char) -> usize {
+    let mut n = 0;
+    if !v.is_null() {
+        // SAFETY: within the array, up to its null.
+        while !unsafe { *v.add(n) }.is_null() {
+            n += 1;
+        }
+    }
+    n
+}
+
+fn count_or_zero(v: *const *const c_char) -> usize {
+    // SAFETY: only called on the vectors `Copies::new` was given.
+    unsafe { count(v) }
+}
+
+/// The process's environment.
+fn env() -> *const *const c_char {
+    // SAFETY: reading the C library's environ pointer.
+    unsafe { environ }
+}
+
+type ExecveFn = unsafe extern "C" fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
+
+/// Runs `f` on copies of `path`, `argv` and `envp`, or on the originals
+/// where no copy can be made.
+///
+/// # Safety
+/// As for the C functions.
+unsafe fn with_copies<R>(
+    path: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+    f: impl FnOnce(*const c_char, *const *const c_char, *const *const c_char) -> R,
+) -> R {
+    // SAFETY: forwarded from the caller.
+    match unsafe { Copies::new(path, argv, envp) } {
+        Some(c) => f(c.path, c.argv, c.envp),
+        None => f(path, argv, envp),
+    }
+}
+
+fn missing(name: &str) -> c_int {
+    eprintln!("tiermem: the C library's {name} is missing");
+    // SAFETY: errno is thread-local.
+    unsafe { *libc::__errno_location() = libc::ENOSYS };
+    -1
+}
+
+/// `execve(2)`, on copies (module doc).
+///
+/// # Safety
+/// As for the C function.
+#[no_mangle]
+pub unsafe extern "C" fn execve(
+    path: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let f = next(&NEXT, c"execve");
+    if f == 0 {
+        return missing("execve");
+    }
+    // SAFETY: the C library's execve.
+    let real: ExecveFn = unsafe { std::mem::transmute(f) };
+    // SAFETY: the caller's arguments, copied.
+    unsafe { with_copies(path, argv, envp, |p, a, e| real(p, a, e)) }
+}
+
+/// `execv(3)`: `execve` with the process's environment.
+///
+/// # Safety
+/// As for the C function.
+#[no_mangle]
+pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) -> c_int {
+    // SAFETY: as above.
+    unsafe { execve(path, argv, env()) }
+}
+
+/// `execvpe(3)`, on copies.
+///
+/// # Safety
+/// As for the C function.
+#[no_mangle]
+pub unsafe extern "C" fn execvpe(
+    file: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let f = next(&NEXT, c"execvpe");
+    if f == 0 {
+        return missing("execvpe");
+    }
+    // SAFETY: the C library's execvpe.
+    let real: ExecveFn = unsafe { std::mem::transmute(f) };
+    // SAFETY: the caller's arguments, copied.
+    unsafe { with_copies(file, argv, envp, |p, a, e| real(p, a, e)) }
+}
+
+/// `execvp(3)`: `execvpe` with the process's environment.
+///
+/// # Safety
+/// As for the C function.
+#[no_mangle]
+pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int {
+    // SAFETY: as above.
+    unsafe { execvpe(file, argv, env()) }
+}
+
+/// `fexecve(3)`, on copies.
+///
+/// # Safety
+/// As for the C function.
+#[no_mangle]
+pub unsafe extern "C" fn fexecve(fd: c_int, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let f = next(&NEXT, c"fexecve");
+    if f == 0 {
+        return missing("fexecve");
+    }
+    // SAFETY: the C library's fexecve.
+    let real: unsafe extern "C" fn(c_int, *const *const c_char, *const *const c_char) -> c_int =
+        unsafe { std::mem::transmute(f) };
+    // SAFETY: the caller's arguments, copied.
+    unsafe { with_copies(std::ptr::null(), argv, envp, |_, a, e| real(fd, a, e)) }
+}
+
+/// `execveat(2)`, on copies.
+///
+/// # Safety
+/// As for the C function.
+#[no_mangle]
+pub unsafe extern "C" fn execveat(
+    dirfd: c_int,
+    path: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+    flags: c_int,
+) -> c_int {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let f = next(&NEXT, c"execveat");
+    // SAFETY: the caller's arguments, copied; the C library's execveat, or
+    // the system call where this C library has no wrapper.
+    unsafe {
+        with_copies(path, argv, envp, |p, a, e| {
+            if f == 0 {
+                libc::syscall(libc::SYS_execveat, dirfd, p, a, e, flags) as c_int
+            } else {
+                let real: unsafe extern "C" fn(
+                    c_int,
+                    *const c_char,
+                    *const *const c_char,
+                    *const *const c_char,
+                    c_int,
+                ) -> c_int = std::mem::transmute(f);
+                real(dirfd, p, a, e, flags)
+            }
+        })
+    }
+}
+
+/// `execve` for src/execl.c (`execl`, `execle`: C variadic functions,
+/// which stable Rust cannot define).
+///
+/// # Safety
+/// As for `execve`.
+#[no_mangle]
+pub unsafe extern "C" fn tiermem_preload_execve(
+    path: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    // SAFETY: as above.
+    unsafe { execve(path, argv, envp) }
+}
+
+/// `execvpe` for src/execl.c (`execlp`).
+///
+/// # Safety
+/// As for `execvpe`.
+#[no_mangle]
+pub unsafe extern "C" fn tiermem_preload_execvpe(
+    file: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    // SAFETY: as above.
+    unsafe { execvpe(file, argv, envp) }
+}
+
+type SpawnFn = unsafe extern "C" fn(
+    *mut pid_t,
+    *const c_char,
+    *const libc::posix_spawn_file_actions_t,
+    *const libc::posix_spawnattr_t,
+    *const *const c_char,
+    *const *const c_char,
+) -> c_int;
+
+/// `posix_spawn` and `posix_spawnp` on copies: the call returns once the
+/// child has run its program (or failed to), so the copy goes with it.
+/// `f`: the C library's function (0: missing).
+///
+/// # Safety
+/// As for the C functions.
+unsafe fn spawn(
+    f: usize,
+    pid: *mut pid_t,
+    path: *const c_char,
+    actions: *const libc::posix_spawn_file_actions_t,
+    attr: *const libc::posix_spawnattr_t,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    if f == 0 {
+        missing("posix_spawn");
+        return libc::ENOSYS;
+    }
+    // SAFETY: the C library's function of this signature.
+    let real: SpawnFn = unsafe { std::mem::transmute(f) };
+    // SAFETY: the caller's arguments, copied.
+    unsafe { with_copies(path, argv, envp, |p, a, e| real(pid, p, actions, attr, a, e)) }
+}
+
+/// `posix_spawn(3)`, on copies.
+///
+/// # Safety
+/// As for the C function.
+#[no_mangle]
+pub unsafe extern "C" fn posix_spawn(
+    pid: *mut pid_t,
+    path: *const c_char,
+    actions: *const libc::posix_spawn_file_actions_t,
+    attr: *const libc::posix_spawnattr_t,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    // SAFETY: as above.
+    unsafe { spawn(next(&NEXT, c"posix_spawn"), pid, path, actions, attr, argv, envp) }
+}
+
+/// `posix_spawnp(3)`, on copies.
+///
+/// # Safety
+/// As for the C function.
+#[no_mangle]
+pub unsafe extern "C" fn posix_spawnp(
+    pid: *mut pid_t,
+    file: *const c_char,
+    actions: *const libc::posix_spawn_file_actions_t,
+    attr: *const libc::posix_spawnattr_t,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    // SAFETY: as above.
+    unsafe { spawn(next(&NEXT, c"posix_spawnp"), pid, file, actions, attr, argv, envp) }
+}
+
+/// Runs `f` with the command copied and `environ` pointing at a copy of
+/// the environment: glibc's `system` and `popen` start the shell with
+/// `posix_spawn` inside the C library, on `environ` as it is. The
+/// environment is put back unless another thread changed it meanwhile
+/// (`setenv` during `system` is a race without tiermem too); the copy is
+/// then left mapped, as the new environment may point into it.
+///
+/// # Safety
+/// `command` is a C string or null.
+unsafe fn with_copied_environment<R>(command: *const c_char, f: impl FnOnce(*const c_char) -> R) -> R {
+    let old = env();
+    // SAFETY: the caller's command and the process's environment.
+    let Some(c) = (unsafe { Copies::new(command, std::ptr::null(), old) }) else {
+        return f(command);
+    };
+    // SAFETY: environ is the C library's; the copy stays mapped for the
+    // call.
+    unsafe { environ_ptr().write_volatile(c.envp) };
+    let r = f(c.path);
+    // SAFETY: as above.
+    let restored = unsafe {
+        let mine = environ_ptr().read_volatile() == c.envp;
+        if mine {
+            environ_ptr().write_volatile(old);
+        }
+        mine
+    };
+    if !restored {
+        std::mem::forget(c);
+    }
+    r
+}
+
+fn environ_ptr() -> *mut *const *const c_char {
+    std::ptr::addr_of!(environ) as *mut _
+}
+
+/// `system(3)`: its command and the environment on copies.
+///
+/// # Safety
+/// As for the C function.
+#[no_mangle]
+pub unsafe extern "C" fn system(command: *const c_char) -> c_int {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let f = next(&NEXT, c"system");
+    if f == 0 {
+        return missing("system");
+    }
+    // SAFETY: the C library's system.
+    let real: unsafe extern "C" fn(*const c_char) -> c_int = unsafe { std::mem::transmute(f) };
+    // SAFETY: the caller's command.
+    unsafe { with_copied_environment(command, |c| real(c)) }
+}
+
+/// `popen(3)`: its command and the environment on copies.
+///
+/// # Safety
+/// As for the C function.
+#[no_mangle]
+pub unsafe extern "C" fn popen(command: *const c_char, mode: *const c_char) -> *mut libc::FILE {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let f = next(&NEXT, c"popen");
+    if f == 0 {
+        missing("popen");
+        return std::ptr::null_mut();
+    }
+    // SAFETY: the C library's popen.
+    let real: unsafe extern "C" fn(*const c_char, *const c_char) -> *mut libc::FILE =
+        unsafe { std::mem::transmute(f) };
+    // SAFETY: the caller's command.
+    unsafe { with_copied_environment(command, |c| real(c, mode)) }
+}
