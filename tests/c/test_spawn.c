@@ -1,7 +1,9 @@
 /* Programs started with their path, arguments, environment and command
  * strings (and the pointer arrays) in tiered memory, evicted between
  * calls: fork+execv, fork+execve, fork+execvp, fork+execl, posix_spawn,
- * posix_spawnp, system, popen, 10 times each. Every child is a shell that
+ * posix_spawnp, system, popen, vfork+execve, and vfork+execve after the
+ * child closed every descriptor above 2 (as Python's subprocess does), 10
+ * times each. Every child is a shell that
  * exits 0 only if it got its arguments and the environment variable. Run
  * by scripts/ctest.sh plainly and under `tiermem run --near 16K` on both
  * fault paths (the kernel reads these strings in kernel mode: on the
@@ -13,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 extern char **environ;
 static char *big;
@@ -20,6 +23,16 @@ static char *big;
  * budget the strings' pages are evicted before the next call. */
 static void churn(int i) {
     for (size_t k = 0; k < (8u << 20); k += 4096) big[k + 4000] = (char)i;
+}
+/* In a function of its own: vfork's child shares this frame. */
+static __attribute__((noinline)) pid_t vfork_exec(int close_fds, char *path, char **av, char **ev) {
+    pid_t p = vfork();
+    if (p == 0) {
+        if (close_fds) syscall(SYS_close_range, 3u, ~0u, 0u);
+        execve(path, av, ev);
+        _exit(98);
+    }
+    return p;
 }
 static int status_ok(int st) { return WIFEXITED(st) && WEXITSTATUS(st) == 0; }
 int main(void) {
@@ -34,9 +47,10 @@ int main(void) {
     av[0] = file; av[1] = a1; av[2] = a2; av[3] = NULL;
     ev[0] = envs; ev[1] = NULL;
     putenv(envs); /* environ now holds a tiered string */
-    const char *names[] = {"execv", "execve", "execvp", "execl", "posix_spawn", "posix_spawnp", "system", "popen"};
+    const char *names[] = {"execv",  "execve", "execvp", "execl",         "posix_spawn",
+                           "posix_spawnp", "system", "popen",  "vfork+execve", "vfork+close+execve"};
     int fails = 0;
-    for (int w = 0; w < 8; w++) {
+    for (int w = 0; w < 10; w++) {
         int ok = 0;
         for (int i = 0; i < 10; i++) {
             churn(i);
@@ -57,9 +71,12 @@ int main(void) {
                 if (r == 0) waitpid(p, &st, 0);
             } else if (w == 6) {
                 st = system(cmd);
-            } else {
+            } else if (w == 7) {
                 FILE *f = popen(cmd, "r");
                 st = f ? pclose(f) : -1;
+            } else {
+                p = vfork_exec(w == 9, path, av, ev);
+                if (p > 0) waitpid(p, &st, 0);
             }
             ok += status_ok(st);
         }

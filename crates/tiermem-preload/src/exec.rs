@@ -18,10 +18,14 @@
 //!
 //! The copy is unmapped when the call returns (it failed, or
 //! `posix_spawn`'s child has started). A `vfork` child (`CLONE_VM` without
-//! the owner's descriptors) makes no copy: its faults would run the
-//! engine there, and a child that closed its descriptors before `execve`
-//! (Python's `subprocess` closes every one above 2) cannot serve them. Its
-//! `execve` still fails with `EFAULT` on an evicted page, as before.
+//! the owner's descriptors: Python's `subprocess` starts every program
+//! that way) cannot serve a fault itself: the engine's descriptors are the
+//! owner's, and the child may have closed its copies (`subprocess` closes
+//! every one above 2 before `execve`). It copies through the owner's
+//! helper thread instead ([`start_helper`]): the helper pins a piece of
+//! the strings (brings its pages in, keeps them from eviction), the child
+//! copies that piece in user mode, the helper unpins; the two meet in
+//! shared memory with futexes, which need no descriptor.
 
 use libc::{c_char, c_int, pid_t};
 use std::ffi::CStr;
@@ -66,26 +70,29 @@ impl Copies {
         argv: *const *const c_char,
         envp: *const *const c_char,
     ) -> Option<Copies> {
-        if !tiermem_sys::thread::owns_memory() {
+        let lend = !tiermem_sys::thread::owns_memory();
+        if lend && !helper_running() {
             return None;
         }
         // SAFETY: the caller's vectors.
-        let (argc, envc) = unsafe { (count(argv), count(envp)) };
+        let (argc, envc) = unsafe { (count(argv, lend), count(envp, lend)) };
         let mut strings = 0usize;
         // SAFETY: the caller's strings.
         let len_of = |s: *const c_char| {
             if s.is_null() {
                 0
+            } else if lend {
+                borrowed_len(s as usize)
             } else {
                 // SAFETY: the caller's NUL-terminated string.
                 (unsafe { libc::strlen(s) }) + 1
             }
         };
         strings += len_of(path);
-        for v in [argv, envp] {
-            for i in 0..count_or_zero(v) {
+        for (v, n) in [(argv, argc), (envp, envc)] {
+            for i in 0..n {
                 // SAFETY: i is below the vector's count.
-                strings += len_of(unsafe { *v.add(i) });
+                strings += len_of(unsafe { entry(v, i, lend) });
             }
         }
         let slots = (argc + 1) + (envc + 1);
@@ -116,7 +123,7 @@ impl Copies {
             let n = len_of(s);
             // SAFETY: n bytes of the caller's string (its NUL included)
             // into the mapping, which has room for every string.
-            unsafe { std::ptr::copy_nonoverlapping(s, text as *mut c_char, n) };
+            unsafe { copy_in(s as usize, text, n, lend) };
             let at = text as *const c_char;
             text += n;
             at
@@ -129,7 +136,7 @@ impl Copies {
             for i in 0..n {
                 // SAFETY: slot first + i of the mapping's pointer slots; i
                 // is below the vector's count.
-                unsafe { *slot_at(first + i) = put(*v.add(i)) };
+                unsafe { *slot_at(first + i) = put(entry(v, i, lend)) };
             }
             // SAFETY: the terminating slot.
             unsafe { *slot_at(first + n) = std::ptr::null() };
@@ -163,24 +170,83 @@ fn unmap(map: usize, len: usize) {
     }
 }
 
-/// Entries of a null-terminated vector before its null.
+/// Entries of a null-terminated vector before its null (read through the
+/// helper where `lend`).
 ///
 /// # Safety
 /// `v` is null or a null-terminated array.
-unsafe fn count(v: *const *const c_char) -> usize {
+unsafe fn count(v: *const *const c_char, lend: bool) -> usize {
     let mut n = 0;
     if !v.is_null() {
         // SAFETY: within the array, up to its null.
-        while !unsafe { *v.add(n) }.is_null() {
+        while !unsafe { entry(v, n, lend) }.is_null() {
             n += 1;
         }
     }
     n
 }
 
-fn count_or_zero(v: *const *const c_char) -> usize {
-    // SAFETY: only called on the vectors `Copies::new` was given.
-    unsafe { count(v) }
+/// Entry `i` of a vector (read through the helper where `lend`).
+///
+/// # Safety
+/// `v[i]` exists.
+unsafe fn entry(v: *const *const c_char, i: usize, lend: bool) -> *const c_char {
+    // SAFETY: the caller's entry.
+    let at = unsafe { v.add(i) };
+    if !lend {
+        // SAFETY: as above.
+        return unsafe { *at };
+    }
+    let mut word = [0u8; 8];
+    // SAFETY: 8 bytes of the caller's vector into `word`.
+    unsafe { copy_in(at as usize, word.as_mut_ptr() as usize, 8, true) };
+    usize::from_ne_bytes(word) as *const c_char
+}
+
+/// Copies `n` bytes from `from` to `to`: directly, or where `lend` piece
+/// by piece as the helper pins them.
+///
+/// # Safety
+/// Both ranges are valid for `n` bytes.
+unsafe fn copy_in(from: usize, to: usize, n: usize, lend: bool) {
+    if !lend {
+        // SAFETY: the caller's ranges.
+        unsafe { std::ptr::copy_nonoverlapping(from as *const u8, to as *mut u8, n) };
+        return;
+    }
+    let mut done = 0;
+    while done < n {
+        let piece = borrow(from + done, n - done, |at, len| {
+            // SAFETY: pinned bytes of the caller's range.
+            unsafe { std::ptr::copy_nonoverlapping(at as *const u8, (to + done) as *mut u8, len) };
+            len
+        });
+        done += piece.max(1).min(n - done);
+    }
+}
+
+/// The length of the C string at `s`, its NUL included, read piece by
+/// piece as the helper pins it.
+fn borrowed_len(s: usize) -> usize {
+    let mut len = 0;
+    loop {
+        let mut end = false;
+        let piece = borrow(s + len, 4096 - (s + len) % 4096, |at, n| {
+            // SAFETY: pinned bytes of the caller's string.
+            let bytes = unsafe { std::slice::from_raw_parts(at as *const u8, n) };
+            match bytes.iter().position(|&b| b == 0) {
+                Some(k) => {
+                    end = true;
+                    k + 1
+                }
+                None => n,
+            }
+        });
+        len += piece.max(1);
+        if end {
+            return len;
+        }
+    }
 }
 
 /// The process's environment.
@@ -500,4 +566,104 @@ pub unsafe extern "C" fn popen(command: *const c_char, mode: *const c_char) -> *
         unsafe { std::mem::transmute(f) };
     // SAFETY: the caller's command.
     unsafe { with_copied_environment(command, |c| real(c, mode)) }
+}
+
+/// The helper's mailbox: a `vfork` child asks for `[ADDR, ADDR + LEN)`
+/// to be pinned, the helper answers with how much is (`READY`).
+static STATE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(IDLE);
+static ADDR: AtomicUsize = AtomicUsize::new(0);
+static LEN: AtomicUsize = AtomicUsize::new(0);
+static READY: AtomicUsize = AtomicUsize::new(0);
+/// The process whose helper thread runs (0: none).
+static HELPER_OF: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+/// One child at a time uses the mailbox.
+static TAKEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+const IDLE: u32 = 0;
+const ASKED: u32 = 1;
+const PINNED: u32 = 2;
+const DONE: u32 = 3;
+
+/// Starts the thread that pins tiered memory for this process's `vfork`
+/// children (module doc). Once per process; a `fork`ed child has none
+/// (its tiered memory is its own copy, which its `vfork` children cannot
+/// borrow: they run on the originals, as before).
+pub(crate) fn start_helper() {
+    let me = tiermem_sys::thread::getpid();
+    if HELPER_OF.load(Ordering::Acquire) == me {
+        return;
+    }
+    let spawned = std::thread::Builder::new()
+        .name("tiermem-exec".into())
+        .stack_size(64 << 10)
+        .spawn(helper);
+    if spawned.is_ok() {
+        HELPER_OF.store(me, Ordering::Release);
+    }
+}
+
+fn helper_running() -> bool {
+    let of = HELPER_OF.load(Ordering::Acquire);
+    of != 0 && tiermem_sys::thread::owner_pid() == of
+}
+
+fn helper() {
+    loop {
+        wait_while(&STATE, |s| s != ASKED);
+        let pins = tiermem::pin_buffer(ADDR.load(Ordering::Relaxed), LEN.load(Ordering::Relaxed), false);
+        READY.store(pins.ready(), Ordering::Relaxed);
+        set(&STATE, PINNED);
+        wait_while(&STATE, |s| s != DONE);
+        drop(pins);
+        set(&STATE, IDLE);
+    }
+}
+
+/// In a `vfork` child: has the helper pin up to `len` bytes at `addr`,
+/// runs `f` on what it pinned (address, length), lets go. Returns `f`'s
+/// result.
+fn borrow(addr: usize, len: usize, f: impl FnOnce(usize, usize) -> usize) -> usize {
+    while TAKEN
+        .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
+        std::thread::yield_now();
+    }
+    ADDR.store(addr, Ordering::Relaxed);
+    LEN.store(len, Ordering::Relaxed);
+    set(&STATE, ASKED);
+    wait_while(&STATE, |s| s != PINNED);
+    // Memory the helper could not pin (not tiered, or the allowance is
+    // taken) is read as it is: a fault there is the child's own, as
+    // without the helper.
+    let ready = READY.load(Ordering::Relaxed);
+    let r = f(
+        addr,
+        if ready == 0 {
+            len.min(4096 - addr % 4096)
+        } else {
+            ready
+        },
+    );
+    set(&STATE, DONE);
+    wait_while(&STATE, |s| s != IDLE);
+    TAKEN.store(false, Ordering::Release);
+    r
+}
+
+fn set(state: &std::sync::atomic::AtomicU32, value: u32) {
+    state.store(value, Ordering::Release);
+    // A private futex serves: the child shares the memory (the futex's
+    // key is the address space and the address).
+    tiermem_sys::thread::futex_wake(state, i32::MAX);
+}
+
+fn wait_while(state: &std::sync::atomic::AtomicU32, busy: impl Fn(u32) -> bool) {
+    loop {
+        let s = state.load(Ordering::Acquire);
+        if !busy(s) {
+            return;
+        }
+        tiermem_sys::thread::futex_wait(state, s, None);
+    }
 }

@@ -157,6 +157,9 @@ extern "C" fn init() {
     if s.statics {
         statics::take_over(&s, budget.as_ref());
     }
+    if s.region.fault_path == tiermem::FaultPath::InContext {
+        exec::start_helper();
+    }
     if root {
         children::start_root();
     }

@@ -199,6 +199,29 @@ mod tests {
     use std::sync::Arc;
 
     #[test]
+    fn the_memory_belongs_to_the_claimer_and_to_a_forked_child() {
+        claim_memory();
+        assert!(owns_memory());
+        assert_eq!(owner_pid(), getpid());
+        // SAFETY: the child only makes system calls and exits.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            let ok = owns_memory() && owner_pid() == getpid();
+            // SAFETY: leaves the child at once.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        assert!(pid > 0);
+        let mut status = 0;
+        // SAFETY: waits for the child just made.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "{status:#x}"
+        );
+        assert_eq!(owner_pid(), getpid());
+    }
+
+    #[test]
     fn ids_and_cpus() {
         assert_ne!(gettid(), 0);
         assert!(online_cpus() >= 1);
@@ -281,6 +304,11 @@ extern "C" fn after_fork_in_child() {
 pub fn claim_memory() {
     ATFORK.call_once(|| at_fork(None, None, Some(after_fork_in_child)));
     OWNER_PID.store(getpid(), std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The process recorded by [`claim_memory`] (0: none).
+pub fn owner_pid() -> u32 {
+    OWNER_PID.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// False in a `vfork` child (or any `CLONE_VM` child without
