@@ -74,6 +74,7 @@ impl Copies {
         if lend && !helper_running() {
             return None;
         }
+        GAVE_UP.with(|g| g.set(false));
         // SAFETY: the caller's vectors.
         let (argc, envc) = unsafe { (count(argv, lend), count(envp, lend)) };
         let mut strings = 0usize;
@@ -94,6 +95,9 @@ impl Copies {
                 // SAFETY: i is below the vector's count.
                 strings += len_of(unsafe { entry(v, i, lend) });
             }
+        }
+        if GAVE_UP.with(|g| g.get()) {
+            return None;
         }
         let slots = (argc + 1) + (envc + 1);
         let len = (slots * 8 + strings).next_multiple_of(4096);
@@ -120,10 +124,18 @@ impl Copies {
             if s.is_null() {
                 return s;
             }
-            let n = len_of(s);
-            // SAFETY: n bytes of the caller's string (its NUL included)
-            // into the mapping, which has room for every string.
-            unsafe { copy_in(s as usize, text, n, lend) };
+            // A string another thread lengthened since it was measured is
+            // cut to the room left (and still ends in a NUL).
+            let n = len_of(s).min(map + len - text);
+            if n == 0 {
+                return std::ptr::null();
+            }
+            // SAFETY: n bytes of the caller's string into the mapping,
+            // which has room for them; its last byte made a NUL.
+            unsafe {
+                copy_in(s as usize, text, n, lend);
+                *((text + n - 1) as *mut c_char) = 0;
+            }
             let at = text as *const c_char;
             text += n;
             at
@@ -144,13 +156,15 @@ impl Copies {
         };
         let argv = vector(argv, 0, argc);
         let envp = vector(envp, argc + 1, envc);
-        Some(Copies {
+        let copies = Copies {
             map,
             len,
             path,
             argv,
             envp,
-        })
+        };
+        // Given up half way: the originals (dropping the copy unmaps it).
+        (!GAVE_UP.with(|g| g.get())).then_some(copies)
     }
 }
 
@@ -243,7 +257,7 @@ fn borrowed_len(s: usize) -> usize {
             }
         });
         len += piece.max(1);
-        if end {
+        if end || GAVE_UP.with(|g| g.get()) {
             return len;
         }
     }
@@ -579,6 +593,11 @@ static HELPER_OF: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::n
 /// One child at a time uses the mailbox.
 static TAKEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
+thread_local! {
+    /// This `vfork` child could not get the mailbox: its copy is given up.
+    static GAVE_UP: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 const IDLE: u32 = 0;
 const ASKED: u32 = 1;
 const PINNED: u32 = 2;
@@ -623,10 +642,21 @@ fn helper() {
 /// runs `f` on what it pinned (address, length), lets go. Returns `f`'s
 /// result.
 fn borrow(addr: usize, len: usize, f: impl FnOnce(usize, usize) -> usize) -> usize {
+    if GAVE_UP.with(|g| g.get()) {
+        return 0;
+    }
+    // Another child holds the mailbox for a few microseconds; one killed
+    // while it held it never lets go: after a second this child gives up
+    // and runs on the originals (EFAULT at worst), never waits for ever.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
     while TAKEN
         .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
         .is_err()
     {
+        if std::time::Instant::now() > deadline {
+            GAVE_UP.with(|g| g.set(true));
+            return 0;
+        }
         std::thread::yield_now();
     }
     ADDR.store(addr, Ordering::Relaxed);
