@@ -58,9 +58,10 @@ struct Copies {
 
 impl Copies {
     /// Copies `path` (may be null) and the null-terminated vectors `argv`
-    /// and `envp` (each may be null); None in a `vfork` child (module doc)
-    /// or where no mapping can be made (the call then runs on the
-    /// originals).
+    /// and `envp` (each may be null), in a `vfork` child through the
+    /// owner's helper (module doc); None where that child has no helper or
+    /// gave up on it, or where no mapping can be made (the call then runs
+    /// on the originals).
     ///
     /// # Safety
     /// The arguments are what the C functions take: a NUL-terminated
