@@ -181,7 +181,7 @@ pub unsafe extern "C" fn malloc_usable_size(p: *mut c_void) -> size_t {
 /// `out` is valid for a write.
 #[no_mangle]
 pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: size_t, size: size_t) -> c_int {
-    if !align.is_power_of_two() || align % std::mem::size_of::<*mut c_void>() != 0 {
+    if !align.is_power_of_two() || !align.is_multiple_of(std::mem::size_of::<*mut c_void>()) {
         return libc::EINVAL;
     }
     let p = aligned(align, size);

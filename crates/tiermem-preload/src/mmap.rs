@@ -130,7 +130,7 @@ fn fixed_over_heap(h: &Heap, addr: *mut c_void, len: size_t, prot: c_int, flags:
     // The kernel's checks first.
     let Some(len) = len
         .checked_next_multiple_of(PAGE)
-        .filter(|&l| l > 0 && a % PAGE == 0)
+        .filter(|&l| l > 0 && a.is_multiple_of(PAGE))
     else {
         set_errno(libc::EINVAL);
         return libc::MAP_FAILED;
@@ -177,7 +177,7 @@ pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
         // The kernel unmaps whole pages.
         let Some(len) = len
             .checked_next_multiple_of(PAGE)
-            .filter(|&l| l > 0 && a % PAGE == 0)
+            .filter(|&l| l > 0 && a.is_multiple_of(PAGE))
         else {
             set_errno(libc::EINVAL);
             return -1;
@@ -234,7 +234,7 @@ pub unsafe extern "C" fn mremap(
             let d = new_addr as usize;
             // An invalid call keeps the kernel's error (a misaligned
             // address, no MREMAP_MAYMOVE, no length).
-            let valid = d % PAGE == 0 && flags & libc::MREMAP_MAYMOVE != 0 && new_len > 0;
+            let valid = d.is_multiple_of(PAGE) && flags & libc::MREMAP_MAYMOVE != 0 && new_len > 0;
             if valid && heap_overlapping(d, new_len).is_some() {
                 set_errno(refuse("mremap(MREMAP_FIXED)", &SAID, d, new_len));
                 return libc::MAP_FAILED;
@@ -280,13 +280,13 @@ fn remap_heap(
     let dont_unmap = flags & libc::MREMAP_DONTUNMAP != 0;
     let page_up = |n: usize| n.checked_next_multiple_of(PAGE);
     // The kernel's checks, in its order (mm/mremap.c).
-    if a % PAGE != 0 {
+    if !a.is_multiple_of(PAGE) {
         return Err(libc::EINVAL);
     }
     let new_len = page_up(new_len).filter(|&n| n > 0).ok_or(libc::EINVAL)?;
     let old_len = page_up(old_len).ok_or(libc::EINVAL)?;
     if fixed || dont_unmap {
-        if d % PAGE != 0 || !may_move || (dont_unmap && old_len != new_len) {
+        if !d.is_multiple_of(PAGE) || !may_move || (dont_unmap && old_len != new_len) {
             return Err(libc::EINVAL);
         }
         let disjoint = d.checked_add(new_len).is_some_and(|e| e <= a) || a + old_len <= d;
@@ -399,7 +399,7 @@ pub unsafe extern "C" fn madvise(addr: *mut c_void, len: size_t, advice: c_int) 
         // The kernel advises whole pages.
         let Some(len) = len
             .checked_next_multiple_of(PAGE)
-            .filter(|&l| a % PAGE == 0 && a.checked_add(l).is_some())
+            .filter(|&l| a.is_multiple_of(PAGE) && a.checked_add(l).is_some())
         else {
             set_errno(libc::EINVAL);
             return -1;

@@ -79,7 +79,7 @@ pub fn make_matrix(
 ) {
     let n = diag.len();
     assert!(
-        nonzeros % 2 == 0 && nonzeros > 0 && nonzeros < n / 2,
+        nonzeros.is_multiple_of(2) && nonzeros > 0 && nonzeros < n / 2,
         "nonzeros must be even and below n/2"
     );
     let mut rng = Rng::new(seed);

@@ -554,7 +554,7 @@ mod tests {
             .count();
         assert_eq!(bad, 0);
         let s = a.memory.tier_stats().unwrap();
-        assert!(s.evictions > 0 && s.bytes_moved % (2 << 20) == 0, "{s:?}");
+        assert!(s.evictions > 0 && s.bytes_moved.is_multiple_of(2 << 20), "{s:?}");
     }
 
     #[test]

@@ -424,9 +424,9 @@ pub fn run(p: &Params, mut progress: impl FnMut(&str)) -> Result<OvershadowResul
 
 /// `1MiB`, `1GiB`, `64MiB`.
 pub fn size_name(b: u64) -> String {
-    if b >= 1 << 30 && b % (1 << 30) == 0 {
+    if b >= 1 << 30 && b.is_multiple_of(1 << 30) {
         format!("{}GiB", b >> 30)
-    } else if b >= 1 << 20 && b % (1 << 20) == 0 {
+    } else if b >= 1 << 20 && b.is_multiple_of(1 << 20) {
         format!("{}MiB", b >> 20)
     } else {
         format!("{}KiB", b >> 10)

@@ -362,7 +362,7 @@ pub fn iterate(
 
 /// Checksum of the grid the last iteration wrote.
 pub fn checksum(grid: &[f64], n: usize, iters: usize) -> String {
-    let g = if iters % 2 == 0 {
+    let g = if iters.is_multiple_of(2) {
         &grid[..n * n]
     } else {
         &grid[n * n..2 * n * n]

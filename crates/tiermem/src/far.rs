@@ -164,7 +164,7 @@ impl FarMemory {
     /// the allocation and every overshadow of it are gone).
     pub fn map_fd(fd: OwnedFd, offset: u64, len: usize, writable: bool) -> Result<FarMemory, Error> {
         let page = base_page_size();
-        if len == 0 || len % page != 0 || offset % page as u64 != 0 {
+        if len == 0 || !len.is_multiple_of(page) || !offset.is_multiple_of(page as u64) {
             return Err(Error::Usage(format!(
                 "far file range {offset}+{len}: length must be non-zero and offset and length multiples of {page}"
             )));

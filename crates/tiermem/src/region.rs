@@ -487,7 +487,10 @@ impl Region {
     pub fn discard(&self, offset: usize, len: usize) -> Result<(), Error> {
         self.here("discard")?;
         let ps = self.page_bytes();
-        if offset % ps != 0 || len % ps != 0 || offset.checked_add(len).is_none_or(|e| e > self.len()) {
+        if !offset.is_multiple_of(ps)
+            || !len.is_multiple_of(ps)
+            || offset.checked_add(len).is_none_or(|e| e > self.len())
+        {
             return Err(Error::Usage(format!(
                 "discard({offset}, {len}): range must be page aligned ({ps} bytes) and inside the region of {} bytes",
                 self.len()

@@ -64,7 +64,11 @@ pub fn run(a: OvershadowArgs) -> Result<(), String> {
     if methods.is_empty() || fars.is_empty() || sizes.is_empty() {
         return Err("nothing to run".into());
     }
-    if a.chunk_min == 0 || a.chunk_min % 4096 != 0 || a.chunk_max < a.chunk_min || a.chunk_max % 4096 != 0 {
+    if a.chunk_min == 0
+        || !a.chunk_min.is_multiple_of(4096)
+        || a.chunk_max < a.chunk_min
+        || !a.chunk_max.is_multiple_of(4096)
+    {
         return Err("--chunk-min and --chunk-max: multiples of 4K with min <= max".into());
     }
     if a.link_bandwidth == 0 || !(a.link_latency_us >= 0.0 && a.link_latency_us.is_finite()) {

@@ -41,7 +41,7 @@ pub struct RandomArgs {
 }
 
 pub fn run(a: RandomArgs) -> Result<(), String> {
-    if !a.virt.is_power_of_two() || a.virt % 4096 != 0 {
+    if !a.virt.is_power_of_two() || !a.virt.is_multiple_of(4096) {
         return Err("--virt must be a power of two of at least 4K".into());
     }
     Config::new(a.virt, a.near)

@@ -238,7 +238,7 @@ pub fn bench_bfs(a: BfsArgs) -> Result<(), String> {
 }
 
 pub fn bench_cg(a: CgArgs) -> Result<(), String> {
-    if a.nonzeros == 0 || a.nonzeros % 2 != 0 {
+    if a.nonzeros == 0 || !a.nonzeros.is_multiple_of(2) {
         return Err("--nonzeros must be even and positive".into());
     }
     let sizes = list(&a.sizes, "size", |x| parse_size(x).ok())?;

@@ -145,7 +145,7 @@ impl Mapping {
     /// `MREMAP_MAYMOVE`). The user token follows the mapping.
     pub fn remap(&mut self, user: &mut UserAccess, new_len: usize) -> Result<(), MmError> {
         assert_eq!(user.addr, self.addr(), "UserAccess of another mapping");
-        if new_len == 0 || new_len % self.page_size != 0 {
+        if new_len == 0 || !new_len.is_multiple_of(self.page_size) {
             return Err(MmError::BadLength {
                 len: new_len,
                 unit: self.page_size,

@@ -74,7 +74,8 @@ impl Mapping {
     pub fn user_slice_mut<'a, T: bytemuck::Pod>(&'a self, user: &'a mut UserAccess) -> &'a mut [T] {
         assert_eq!(user.addr, self.addr(), "UserAccess of another mapping");
         assert!(
-            std::mem::align_of::<T>() <= self.page_size && self.len % std::mem::size_of::<T>().max(1) == 0,
+            std::mem::align_of::<T>() <= self.page_size
+                && self.len.is_multiple_of(std::mem::size_of::<T>().max(1)),
             "type does not tile the mapping"
         );
         // SAFETY: the range is mapped read-write for the lifetime of &self,
@@ -118,7 +119,7 @@ impl Mapping {
         #[cfg(target_arch = "x86_64")]
         {
             let dst = self.addr() + offset;
-            if (src.len | src.addr | dst) % 64 == 0 {
+            if (src.len | src.addr | dst).is_multiple_of(64) {
                 // SAFETY: both ranges are mapped (checked bounds, live
                 // borrows) and 64-byte aligned, whole lines; aligned 16-byte
                 // loads and streaming stores stay inside them. SSE2 is part

@@ -26,7 +26,7 @@ impl Mapping {
     /// a program's `.bss` taken over before its code runs.
     pub unsafe fn take_over(addr: usize, len: usize) -> Result<(Mapping, UserAccess), MmError> {
         let page = base_page_size();
-        if addr % page != 0 || len % page != 0 || len == 0 {
+        if !addr.is_multiple_of(page) || !len.is_multiple_of(page) || len == 0 {
             return Err(MmError::BadLength { len, unit: page });
         }
         // SAFETY: the caller gives up the old contents of the range.
@@ -106,7 +106,7 @@ impl Mapping {
         page_size: usize,
         addr: usize,
     ) -> Result<(Mapping, UserAccess), MmError> {
-        if len == 0 || len % page_size != 0 || addr == 0 {
+        if len == 0 || !len.is_multiple_of(page_size) || addr == 0 {
             return Err(MmError::BadLength { len, unit: page_size });
         }
         let p = Self::map_at(
@@ -138,7 +138,7 @@ impl Mapping {
         offset: u64,
         opts: &MapOptions,
     ) -> Result<Mapping, MmError> {
-        if len == 0 || len % page_size != 0 {
+        if len == 0 || !len.is_multiple_of(page_size) {
             return Err(MmError::BadLength { len, unit: page_size });
         }
         if opts.noreserve {
@@ -225,7 +225,7 @@ impl Mapping {
         raw_fd: libc::c_int,
         offset: u64,
     ) -> Result<*mut u8, MmError> {
-        if at % page_size != 0 {
+        if !at.is_multiple_of(page_size) {
             return Err(MmError::BadLength {
                 len: at,
                 unit: page_size,

@@ -17,7 +17,7 @@ impl Mapping {
         file_offset: u64,
     ) -> Result<(), MmError> {
         self.check_range(offset, len);
-        if len == 0 || len % self.page_size != 0 || offset % self.page_size != 0 {
+        if len == 0 || !len.is_multiple_of(self.page_size) || !offset.is_multiple_of(self.page_size) {
             return Err(MmError::BadLength {
                 len,
                 unit: self.page_size,
@@ -72,7 +72,9 @@ impl Mapping {
     /// with SIGBUS at a fault. `offset` and `len` must be multiples of the
     /// huge page size.
     pub fn replace_huge(&self, offset: usize, len: usize, size: HugePageSize) -> Result<(), MmError> {
-        if offset % size.bytes() != 0 || len % size.bytes() != 0 || (self.addr() + offset) % size.bytes() != 0
+        if !offset.is_multiple_of(size.bytes())
+            || !len.is_multiple_of(size.bytes())
+            || !(self.addr() + offset).is_multiple_of(size.bytes())
         {
             return Err(MmError::BadLength {
                 len,

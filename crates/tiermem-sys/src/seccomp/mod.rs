@@ -571,7 +571,7 @@ pub fn install(
     rules: &[TrapRule],
     callback: TrapCallback,
 ) -> Result<(), TrapError> {
-    if window.lo >= window.hi || window.lo % (1 << 32) != 0 || window.hi % (1 << 32) != 0 {
+    if window.lo >= window.hi || !window.lo.is_multiple_of(1 << 32) || !window.hi.is_multiple_of(1 << 32) {
         return Err(TrapError::BadWindow(window.lo, window.hi));
     }
     let mut g = INSTALLED.lock().unwrap_or_else(|p| p.into_inner());

@@ -258,7 +258,7 @@ impl Registration {
             "range {offset}+{len} outside the registration of {} bytes",
             self.len
         );
-        debug_assert!(offset % self.page_size == 0 && len % self.page_size == 0);
+        debug_assert!(offset.is_multiple_of(self.page_size) && len.is_multiple_of(self.page_size));
         self.start + offset
     }
 }

@@ -182,7 +182,7 @@ pub(super) fn malstone(p: &SvmProc<'_>, prm: &SvmBenchParams, mode: BenchMode) -
         // Skewed sites (a few popular ones), visitors, ~1/8 compromised.
         let site = (h % s as u64) * ((h >> 20) % s as u64) / s as u64;
         let visitor = (h >> 32) & 0x7fff_ffff;
-        let bad = (mix(visitor) % 8 == 0) as u64;
+        let bad = mix(visitor).is_multiple_of(8) as u64;
         r.store(site | visitor << 32 | bad << 63, Relaxed);
     }
     ph.lap()?;

@@ -172,7 +172,7 @@ impl Config {
         if self.virt_bytes == 0 {
             return Err(ConfigError::Zero { what: "virt_bytes" });
         }
-        if self.virt_bytes % ps != 0 {
+        if !self.virt_bytes.is_multiple_of(ps) {
             return Err(ConfigError::Unaligned {
                 what: "virt_bytes",
                 value: self.virt_bytes,

@@ -128,7 +128,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 pub fn format_size(b: u64) -> String {
     for (unit, m) in [("T", 1u64 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)] {
         if b >= m {
-            return if b % m == 0 {
+            return if b.is_multiple_of(m) {
                 format!("{}{unit}", b / m)
             } else {
                 format!("{:.2}{unit}", b as f64 / m as f64)

@@ -298,7 +298,13 @@ impl Prefetcher {
         // no requests sleeps, and its CPU stops taking the TLB shootdowns
         // of the application's own evictions.
         let muted = self.muted.load(Ordering::Relaxed);
-        let skip = |pf: &Prefetcher| muted && pf.skipped.fetch_add(1, Ordering::Relaxed) % PROBE_EVERY != 0;
+        let skip = |pf: &Prefetcher| {
+            muted
+                && !pf
+                    .skipped
+                    .fetch_add(1, Ordering::Relaxed)
+                    .is_multiple_of(PROBE_EVERY)
+        };
         let (tk, fresh) = thread_slot(&mut d.threads, tid, tick);
         if fresh {
             for j in 0..STREAMS {

@@ -28,7 +28,7 @@ impl Extents {
     /// All of `[start, start + len)` free; `unit` a power of two dividing
     /// both.
     pub(crate) fn new(start: usize, len: usize, unit: usize) -> Extents {
-        debug_assert!(unit.is_power_of_two() && start % unit == 0 && len % unit == 0);
+        debug_assert!(unit.is_power_of_two() && start.is_multiple_of(unit) && len.is_multiple_of(unit));
         let mut e = Extents {
             unit,
             free_by_addr: BTreeMap::new(),
@@ -174,7 +174,7 @@ impl Extents {
             return false;
         };
         let end = start + len;
-        if !(start <= a && a < b && b <= end) || a % self.unit != 0 || b % self.unit != 0 {
+        if !(start <= a && a < b && b <= end && a.is_multiple_of(self.unit) && b.is_multiple_of(self.unit)) {
             return false;
         }
         // The pieces as allocations (their lengths add up to the old one,

@@ -147,7 +147,7 @@ impl Retained {
     fn take(&mut self, len: usize, align: usize) -> Option<usize> {
         let i = (0..self.n)
             .rev()
-            .find(|&i| self.ranges[i].1 == len && self.ranges[i].0 % align == 0)?;
+            .find(|&i| self.ranges[i].1 == len && self.ranges[i].0.is_multiple_of(align))?;
         let (addr, len) = self.ranges[i];
         self.ranges.copy_within(i + 1..self.n, i);
         self.n -= 1;

@@ -9,14 +9,14 @@ impl Job {
         if size == 0 {
             return Err(Error::Usage("overshadow of 0 bytes".into()));
         }
-        if from % page != 0 || size % page != 0 {
+        if !from.is_multiple_of(page) || !size.is_multiple_of(page) {
             return Err(Error::Usage(format!(
                 "overshadow of {size} bytes at {from:#x}: address and size must be multiples of {page}"
             )));
         }
         let min = opts.chunk_min_bytes;
         let max = opts.chunk_max_bytes;
-        if min < page || min % page != 0 || max < min || max % page != 0 {
+        if min < page || !min.is_multiple_of(page) || max < min || !max.is_multiple_of(page) {
             return Err(Error::Usage(format!(
                 "overshadow chunks {min}..{max} bytes: must be page multiples with min <= max"
             )));

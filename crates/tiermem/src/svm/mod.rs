@@ -293,7 +293,7 @@ impl Svm {
     /// job (see [`SvmTransport`]), joins the other ranks (collective).
     pub fn new(config: SvmConfig) -> Result<Svm, Error> {
         let ps = tiermem_sys::mm::base_page_size();
-        if config.heap_bytes == 0 || config.heap_bytes % ps != 0 {
+        if config.heap_bytes == 0 || !config.heap_bytes.is_multiple_of(ps) {
             return Err(Error::Usage(format!(
                 "SVM heap of {} bytes is not a positive multiple of the {ps}-byte page",
                 config.heap_bytes
@@ -786,7 +786,7 @@ impl SvmProc<'_> {
     fn pages(&self, ptr: usize, len: usize) -> Result<(usize, usize), Error> {
         let ps = self.ps();
         let off = offset_in(self.shared(), ptr, len)?;
-        if len == 0 || off % ps != 0 || len % ps != 0 {
+        if len == 0 || off % ps != 0 || !len.is_multiple_of(ps) {
             return Err(Error::Usage(format!(
                 "mode change of {ptr:#x}+{len}: the range must be whole pages of {ps} bytes"
             )));

@@ -415,7 +415,7 @@ impl Member {
             if self.evict_some(ctl, rank, want.max(batch), timer) == 0 {
                 // Every candidate is busy in another member's hands.
                 backoff(&mut spins);
-                if spins % 8192 == 0 && ctl.get(H_ABORT) != 0 {
+                if spins.is_multiple_of(8192) && ctl.get(H_ABORT) != 0 {
                     if !self.host {
                         process::exit_now(EXIT_ABORTED);
                     }
@@ -448,7 +448,7 @@ impl Member {
                 return;
             }
             backoff(&mut spins);
-            if spins % 8192 == 0 && cur != 0 && self.owner_dead(ctl, cur as usize - 1) {
+            if spins.is_multiple_of(8192) && cur != 0 && self.owner_dead(ctl, cur as usize - 1) {
                 // The holder died inside the list: the team is over; take
                 // the lock so that the host can still read what is left.
                 if !self.host {
@@ -475,7 +475,7 @@ impl Member {
     /// Waits for a busy page; false if its owner died (the page is lost).
     fn wait_busy(&self, ctl: &Ctl<'_>, i: usize, w: u64, spins: &mut u32) -> bool {
         backoff(spins);
-        if *spins % 8192 == 0 {
+        if (*spins).is_multiple_of(8192) {
             if ctl.get(H_ABORT) != 0 && !self.host {
                 process::exit_now(EXIT_ABORTED);
             }

@@ -140,7 +140,7 @@ impl TeamConfig {
     fn validate(&self) -> Result<(), Error> {
         let ps = tiermem_sys::mm::base_page_size();
         let bad = |m: String| Err(Error::Usage(m));
-        if self.virt_bytes == 0 || self.virt_bytes % ps != 0 {
+        if self.virt_bytes == 0 || !self.virt_bytes.is_multiple_of(ps) {
             return bad(format!(
                 "team region size {} is not a positive multiple of the {ps}-byte page",
                 self.virt_bytes

@@ -37,7 +37,7 @@ impl Kind {
             Kind::SpmCoherent | Kind::SpmNoncoherent => SvmMode::Spm,
             Kind::Dsm => SvmMode::Dsm,
             Kind::Mixed | Kind::MixedNc => {
-                if rank % 2 == 0 {
+                if rank.is_multiple_of(2) {
                     SvmMode::Dsm
                 } else {
                     SvmMode::Spm
@@ -274,7 +274,7 @@ pub fn mode_switches(p: &SvmProc<'_>, mode: SvmMode) -> Result<(), Error> {
     let w = p.u64s(a, pages * PAGE / 8)?;
     let (me, n) = (p.rank(), p.procs());
     let pick = |round: usize, pg: usize| {
-        if mix((round * 131 + pg * 7 + me) as u64) % 2 == 0 {
+        if mix((round * 131 + pg * 7 + me) as u64).is_multiple_of(2) {
             SvmMode::Dsm
         } else {
             SvmMode::Spm

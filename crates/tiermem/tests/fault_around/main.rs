@@ -15,7 +15,7 @@ const WORDS: usize = PAGE / 8;
 /// The word a test writes at `word` of page `p` (pages with `p % 3 == 0`
 /// are left zero: installed writable by a cluster, never written).
 fn want(p: usize, word: usize) -> u64 {
-    if p % 3 == 0 {
+    if p.is_multiple_of(3) {
         0
     } else {
         mix((p * WORDS + word) as u64)

@@ -21,7 +21,7 @@ const PAGES: usize = PLANE * PLANES;
 /// The word `w` of page `p` after the write pass (pages with `p % 5 == 0`
 /// are never written: installed ahead writable, they must stay zero).
 fn want(p: usize, w: usize) -> u64 {
-    if p % 5 == 0 {
+    if p.is_multiple_of(5) {
         0
     } else {
         mix((p * WORDS + w) as u64)

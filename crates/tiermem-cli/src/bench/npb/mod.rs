@@ -672,10 +672,10 @@ mod tests {
         };
         let o = backing_options("2m", &b);
         let mb: u64 = o[3].trim_end_matches('M').parse().unwrap();
-        assert!(mb << 20 >= 380 << 20 && mb % 2 == 0, "{o:?}");
+        assert!(mb << 20 >= 380 << 20 && mb.is_multiple_of(2), "{o:?}");
         let o = backing_options("1g", &b);
         let mb: u64 = o[3].trim_end_matches('M').parse().unwrap();
-        assert!(mb % 1024 == 0 && mb >= 1024, "{o:?}");
+        assert!(mb.is_multiple_of(1024) && mb >= 1024, "{o:?}");
         assert_eq!(
             tiering_options("auto", 10 << 20, "256K", 1),
             ["--near", "10240K", "--threshold", "256K", "--policy", "auto"]
