@@ -76,6 +76,9 @@ build test_signal_paths "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -g tests/c/te
   -lpthread -o "$out/test_signal_paths"
 # Kernel I/O on tiered buffers from several threads (issue 30.3, 30.4).
 build test_spawn "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -g tests/c/test_spawn.c -o "$out/test_spawn"
+# vfork children reading and writing tiered memory from 4 threads.
+build test_vfork_touch "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -g tests/c/test_vfork_touch.c -lpthread \
+  -o "$out/test_vfork_touch"
 build test_kernel_io "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -g tests/c/test_kernel_io.c \
   -lpthread -o "$out/test_kernel_io"
 # fork() at depths 1-3 (issue 30.1), built the same way.
@@ -210,17 +213,35 @@ if [[ " ${built[*]} " == *" test_transparent "* ]]; then
     report "test_transparent min-budget (tiermem run --near 16K, $path)" "$status"
   done
 fi
-if [[ " ${built[*]} " == *" test_spawn "* ]]; then
-  # Programs started with their strings in evicted tiered pages, at the
-  # smallest budget, on both fault paths.
+# Programs started with their strings in evicted tiered pages, and vfork
+# children touching tiered memory, at the smallest budget, on both fault
+# paths.
+for prog in test_spawn test_vfork_touch; do
+  [[ " ${built[*]} " == *" $prog "* ]] || continue
   for path in in-context handler-thread; do
-    echo "== tiermem run --near 16K -- test_spawn ($path)"
+    echo "== tiermem run --near 16K -- $prog ($path)"
     status=0
     TIERMEM_FAULT_PATH=$path timeout -k 10 300 "$lib/tiermem" run --near 16K --threshold 256K --quiet -- \
-      "$out/test_spawn" || status=$?
-    report "test_spawn (tiermem run --near 16K, $path)" "$status"
+      "$out/$prog" || status=$?
+    report "$prog (tiermem run --near 16K, $path)" "$status"
   done
-fi
+done
+# The preload library exports every function it interposes (execl, execle
+# and execlp were once built but not exported, and the tests above passed
+# through paths that did not need them).
+echo "== interposed functions exported by libtiermem_preload.so"
+status=0
+exported=$(nm -D "$lib/libtiermem_preload.so" | awk '$2 ~ /^[TWi]$/ {print $3}')
+for f in malloc free mmap munmap fork vfork execve execv execvp execvpe execl execle execlp fexecve execveat \
+  posix_spawn posix_spawnp system popen sigaction mlockall readv; do
+  grep -qx "$f" <<<"$exported" || { echo "not exported: $f"; status=1; }
+done
+# libtiermem.so (the C API) interposes vfork and the signal functions too.
+exported=$(nm -D "$lib/libtiermem.so" | awk '$2 ~ /^[TWi]$/ {print $3}')
+for f in vfork sigaction pthread_sigmask; do
+  grep -qx "$f" <<<"$exported" || { echo "not exported by libtiermem.so: $f"; status=1; }
+done
+report "interposed functions exported" "$status"
 if [[ " ${built[*]} " == *" test_transparent-nopie "* ]]; then
   for case in kernel-access exec; do
     echo "== test_transparent-nopie $case under LD_PRELOAD=libtiermem_preload.so"

@@ -1,9 +1,9 @@
 /* Programs started with their path, arguments, environment and command
  * strings (and the pointer arrays) in tiered memory, evicted between
  * calls: fork+execv, fork+execve, fork+execvp, fork+execl, posix_spawn,
- * posix_spawnp, system, popen, vfork+execve, and vfork+execve after the
- * child closed every descriptor above 2 (as Python's subprocess does), 10
- * times each. Every child is a shell that
+ * posix_spawnp, system, popen, vfork+execve, and vfork+execve, execl,
+ * execle and execlp after the child closed every descriptor above 2 (as
+ * Python's subprocess does), 10 times each. Every child is a shell that
  * exits 0 only if it got its arguments and the environment variable. Run
  * by scripts/ctest.sh plainly and under `tiermem run --near 16K` on both
  * fault paths (the kernel reads these strings in kernel mode: on the
@@ -24,12 +24,18 @@ static char *big;
 static void churn(int i) {
     for (size_t k = 0; k < (8u << 20); k += 4096) big[k + 4000] = (char)i;
 }
-/* In a function of its own: vfork's child shares this frame. */
-static __attribute__((noinline)) pid_t vfork_exec(int close_fds, char *path, char **av, char **ev) {
+/* In a function of its own: vfork's child shares this frame. `how`: 0
+ * execve, 1 execve after closing every descriptor above 2, 2-4 the same
+ * with execl, execle, execlp (C variadic functions the preload library
+ * must export: it did not, and a vfork child's execl read evicted strings). */
+static __attribute__((noinline)) pid_t vfork_exec(int how, char *path, char **av, char **ev) {
     pid_t p = vfork();
     if (p == 0) {
-        if (close_fds) syscall(SYS_close_range, 3u, ~0u, 0u);
-        execve(path, av, ev);
+        if (how > 0) syscall(SYS_close_range, 3u, ~0u, 0u);
+        if (how <= 1) execve(path, av, ev);
+        if (how == 2) execl(path, av[0], av[1], av[2], (char *)NULL);
+        if (how == 3) execle(path, av[0], av[1], av[2], (char *)NULL, ev);
+        if (how == 4) execlp(av[0], av[0], av[1], av[2], (char *)NULL);
         _exit(98);
     }
     return p;
@@ -48,9 +54,10 @@ int main(void) {
     ev[0] = envs; ev[1] = NULL;
     putenv(envs); /* environ now holds a tiered string */
     const char *names[] = {"execv",  "execve", "execvp", "execl",         "posix_spawn",
-                           "posix_spawnp", "system", "popen",  "vfork+execve", "vfork+close+execve"};
+                           "posix_spawnp", "system", "popen",  "vfork+execve", "vfork+close+execve",
+                           "vfork+close+execl", "vfork+close+execle", "vfork+close+execlp"};
     int fails = 0;
-    for (int w = 0; w < 10; w++) {
+    for (int w = 0; w < 13; w++) {
         int ok = 0;
         for (int i = 0; i < 10; i++) {
             churn(i);
@@ -75,7 +82,7 @@ int main(void) {
                 FILE *f = popen(cmd, "r");
                 st = f ? pclose(f) : -1;
             } else {
-                p = vfork_exec(w == 9, path, av, ev);
+                p = vfork_exec(w - 8, path, av, ev);
                 if (p > 0) waitpid(p, &st, 0);
             }
             ok += status_ok(st);

@@ -33,10 +33,17 @@
 //! tiermem chains to runs on tiermem's stack, without its own `sa_mask`,
 //! `SA_RESETHAND` or `SA_ONSTACK`. docs/design.md, "Signals", says more.
 //!
+//! `vfork` is interposed too ([`vfork`]): the core serves a `vfork`
+//! child's faults on tiered memory through a thread of the owner, and must
+//! know when one is in flight.
+//!
 //! A crate that links this one must reference it (call [`link`]), or the
 //! linker may leave the interposers out.
 
 use libc::{c_int, c_void, sigset_t};
+
+#[cfg(target_arch = "x86_64")]
+pub mod vfork;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use tiermem_sys::seccomp;
 use tiermem_sys::signal::{self, FaultSignalKind};
@@ -46,6 +53,8 @@ use tiermem_sys::signal::{self, FaultSignalKind};
 #[inline(never)]
 pub fn link() {
     std::hint::black_box(pthread_sigmask as *const ());
+    #[cfg(target_arch = "x86_64")]
+    std::hint::black_box(vfork::vfork as *const ());
 }
 
 extern "C" {
@@ -198,10 +207,15 @@ pub unsafe extern "C" fn sigaction(
     // Tiermem's handlers stay first while they are the kernel's; one that
     // was replaced behind the interposers' back (the handler-thread path
     // does without them) leaves the signal to the program.
+    // A vfork child shares the record of the program's actions with its
+    // parent: what it sets before exec (Python's subprocess resets every
+    // handler to the default) must not become the parent's. Tiermem's
+    // handlers stay in it (its faults are served through the parent).
+    let record = !tiermem_sys::thread::in_vfork_child();
     if sig == libc::SIGSYS && seccomp::owns_sigsys() {
         // The kernel-access trap's handler stays; the program's action is
         // chained to for the SIGSYS that are not tiermem's traps.
-        let old = if act.is_null() {
+        let old = if act.is_null() || !record {
             seccomp::chained()
         } else {
             // SAFETY: non-null and valid by the caller's promise.
@@ -216,7 +230,7 @@ pub unsafe extern "C" fn sigaction(
         }
     }
     if let Some(kind) = fault_kind(sig).filter(|&k| signal::owns(k)) {
-        let old = if act.is_null() {
+        let old = if act.is_null() || !record {
             signal::chained(kind)
         } else {
             // SAFETY: non-null and valid by the caller's promise.

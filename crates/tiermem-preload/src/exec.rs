@@ -22,10 +22,10 @@
 //! that way) cannot serve a fault itself: the engine's descriptors are the
 //! owner's, and the child may have closed its copies (`subprocess` closes
 //! every one above 2 before `execve`). It copies through the owner's
-//! helper thread instead ([`start_helper`]): the helper pins a piece of
+//! lender thread instead: the lender pins a piece of
 //! the strings (brings its pages in, keeps them from eviction), the child
-//! copies that piece in user mode, the helper unpins; the two meet in
-//! shared memory with futexes, which need no descriptor.
+//! copies that piece in user mode, the lender unpins ([`tiermem::vfork`]:
+//! the same thread serves the child's faults).
 
 use libc::{c_char, c_int, pid_t};
 use std::ffi::CStr;
@@ -59,7 +59,7 @@ struct Copies {
 impl Copies {
     /// Copies `path` (may be null) and the null-terminated vectors `argv`
     /// and `envp` (each may be null), in a `vfork` child through the
-    /// owner's helper (module doc); None where that child has no helper or
+    /// owner's lender (module doc); None where that child has no lender or
     /// gave up on it, or where no mapping can be made (the call then runs
     /// on the originals).
     ///
@@ -72,7 +72,7 @@ impl Copies {
         envp: *const *const c_char,
     ) -> Option<Copies> {
         let lend = !tiermem_sys::thread::owns_memory();
-        if lend && !helper_running() {
+        if lend && !tiermem::vfork::lends_to_caller() {
             return None;
         }
         GAVE_UP.with(|g| g.set(false));
@@ -186,7 +186,7 @@ fn unmap(map: usize, len: usize) {
 }
 
 /// Entries of a null-terminated vector before its null (read through the
-/// helper where `lend`).
+/// lender where `lend`).
 ///
 /// # Safety
 /// `v` is null or a null-terminated array.
@@ -201,7 +201,7 @@ unsafe fn count(v: *const *const c_char, lend: bool) -> usize {
     n
 }
 
-/// Entry `i` of a vector (read through the helper where `lend`).
+/// Entry `i` of a vector (read through the lender where `lend`).
 ///
 /// # Safety
 /// `v[i]` exists.
@@ -219,7 +219,7 @@ unsafe fn entry(v: *const *const c_char, i: usize, lend: bool) -> *const c_char 
 }
 
 /// Copies `n` bytes from `from` to `to`: directly, or where `lend` piece
-/// by piece as the helper pins them.
+/// by piece as the lender pins them.
 ///
 /// # Safety
 /// Both ranges are valid for `n` bytes.
@@ -241,7 +241,7 @@ unsafe fn copy_in(from: usize, to: usize, n: usize, lend: bool) {
 }
 
 /// The length of the C string at `s`, its NUL included, read piece by
-/// piece as the helper pins it.
+/// piece as the lender pins it.
 fn borrowed_len(s: usize) -> usize {
     let mut len = 0;
     loop {
@@ -583,118 +583,24 @@ pub unsafe extern "C" fn popen(command: *const c_char, mode: *const c_char) -> *
     unsafe { with_copied_environment(command, |c| real(c, mode)) }
 }
 
-/// The helper's mailbox: a `vfork` child asks for `[ADDR, ADDR + LEN)`
-/// to be pinned, the helper answers with how much is (`READY`).
-static STATE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(IDLE);
-static ADDR: AtomicUsize = AtomicUsize::new(0);
-static LEN: AtomicUsize = AtomicUsize::new(0);
-static READY: AtomicUsize = AtomicUsize::new(0);
-/// The process whose helper thread runs (0: none).
-static HELPER_OF: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-/// One child at a time uses the mailbox.
-static TAKEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
 thread_local! {
-    /// This `vfork` child could not get the mailbox: its copy is given up.
+    /// This `vfork` child could not borrow from the lender: its copy is
+    /// given up.
     static GAVE_UP: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-const IDLE: u32 = 0;
-const ASKED: u32 = 1;
-const PINNED: u32 = 2;
-const DONE: u32 = 3;
-
-/// Starts the thread that pins tiered memory for this process's `vfork`
-/// children (module doc). Once per process; a `fork`ed child has none
-/// (its tiered memory is its own copy, which its `vfork` children cannot
-/// borrow: they run on the originals, as before).
-pub(crate) fn start_helper() {
-    let me = tiermem_sys::thread::getpid();
-    if HELPER_OF.load(Ordering::Acquire) == me {
-        return;
-    }
-    let spawned = std::thread::Builder::new()
-        .name("tiermem-exec".into())
-        .stack_size(64 << 10)
-        .spawn(helper);
-    if spawned.is_ok() {
-        HELPER_OF.store(me, Ordering::Release);
-    }
-}
-
-fn helper_running() -> bool {
-    let of = HELPER_OF.load(Ordering::Acquire);
-    of != 0 && tiermem_sys::thread::owner_pid() == of
-}
-
-fn helper() {
-    loop {
-        wait_while(&STATE, |s| s != ASKED);
-        let pins = tiermem::pin_buffer(ADDR.load(Ordering::Relaxed), LEN.load(Ordering::Relaxed), false);
-        READY.store(pins.ready(), Ordering::Relaxed);
-        set(&STATE, PINNED);
-        wait_while(&STATE, |s| s != DONE);
-        drop(pins);
-        set(&STATE, IDLE);
-    }
-}
-
-/// In a `vfork` child: has the helper pin up to `len` bytes at `addr`,
-/// runs `f` on what it pinned (address, length), lets go. Returns `f`'s
-/// result.
+/// In a `vfork` child: has the owner's lender pin up to `len` bytes at
+/// `addr`, runs `f` on what it pinned (address, length), lets go. Returns
+/// `f`'s result; 0 once the child gave up (no lender slot came free
+/// within a second: one killed while holding slots never lets go), after
+/// which it runs on the originals (`EFAULT` at worst), never waits for
+/// ever.
 fn borrow(addr: usize, len: usize, f: impl FnOnce(usize, usize) -> usize) -> usize {
     if GAVE_UP.with(|g| g.get()) {
         return 0;
     }
-    // Another child holds the mailbox for a few microseconds; one killed
-    // while it held it never lets go: after a second this child gives up
-    // and runs on the originals (EFAULT at worst), never waits for ever.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
-    while TAKEN
-        .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-        .is_err()
-    {
-        if std::time::Instant::now() > deadline {
-            GAVE_UP.with(|g| g.set(true));
-            return 0;
-        }
-        std::thread::yield_now();
-    }
-    ADDR.store(addr, Ordering::Relaxed);
-    LEN.store(len, Ordering::Relaxed);
-    set(&STATE, ASKED);
-    wait_while(&STATE, |s| s != PINNED);
-    // Memory the helper could not pin (not tiered, or the allowance is
-    // taken) is read as it is: a fault there is the child's own, as
-    // without the helper.
-    let ready = READY.load(Ordering::Relaxed);
-    let r = f(
-        addr,
-        if ready == 0 {
-            len.min(4096 - addr % 4096)
-        } else {
-            ready
-        },
-    );
-    set(&STATE, DONE);
-    wait_while(&STATE, |s| s != IDLE);
-    TAKEN.store(false, Ordering::Release);
-    r
-}
-
-fn set(state: &std::sync::atomic::AtomicU32, value: u32) {
-    state.store(value, Ordering::Release);
-    // A private futex serves: the child shares the memory (the futex's
-    // key is the address space and the address).
-    tiermem_sys::thread::futex_wake(state, i32::MAX);
-}
-
-fn wait_while(state: &std::sync::atomic::AtomicU32, busy: impl Fn(u32) -> bool) {
-    loop {
-        let s = state.load(Ordering::Acquire);
-        if !busy(s) {
-            return;
-        }
-        tiermem_sys::thread::futex_wait(state, s, None);
-    }
+    tiermem::vfork::with_borrowed(addr, len, f).unwrap_or_else(|| {
+        GAVE_UP.with(|g| g.set(true));
+        0
+    })
 }

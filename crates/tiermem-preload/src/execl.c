@@ -2,7 +2,9 @@
  * variadic functions, which stable Rust cannot define. Each gathers its
  * arguments into a vector and calls the Rust interposer of execve or
  * execvpe, which copies the strings out of tiered memory. The vector lives
- * on this stack, which is never tiered. */
+ * on this stack, which is never tiered. The exported execl, execle and
+ * execlp are Rust trampolines that jump here (src/execl.rs): symbols of
+ * a C object are not exported from the Rust cdylib. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <errno.h>
@@ -15,21 +17,6 @@ int tiermem_preload_execvpe(const char *file, char *const argv[], char *const en
  * ARG_MAX / sizeof(char *) of them anyway. */
 #define MAX_ARGS 65536
 
-#define GATHER(first, ap, argv, n)                       \
-    do {                                                 \
-        argv[0] = (char *)(first);                       \
-        n = 1;                                           \
-        while (argv[n - 1] != NULL) {                    \
-            if (n == MAX_ARGS) {                         \
-                va_end(ap);                              \
-                errno = E2BIG;                           \
-                return -1;                               \
-            }                                            \
-            argv[n] = va_arg(ap, char *);                \
-            n++;                                         \
-        }                                                \
-    } while (0)
-
 static int count_args(const char *first, va_list ap) {
     int n = 1;
     if (first != NULL)
@@ -37,45 +24,49 @@ static int count_args(const char *first, va_list ap) {
     return n + 1;
 }
 
-int execl(const char *path, const char *arg, ...) {
-    va_list ap;
-    va_start(ap, arg);
-    int size = count_args(arg, ap);
-    va_end(ap);
+/* Gathers `arg` and the arguments after it, up to the null, then (with_env)
+ * the environment vector, and execs `path` (searched on PATH where
+ * `search`). */
+static int gather_and_exec(int search, int with_env, const char *path, const char *arg, va_list ap) {
+    va_list counting;
+    va_copy(counting, ap);
+    int size = count_args(arg, counting);
+    va_end(counting);
     char *argv[size];
-    int n;
-    va_start(ap, arg);
-    GATHER(arg, ap, argv, n);
-    va_end(ap);
-    (void)n;
-    return tiermem_preload_execve(path, argv, environ);
+    argv[0] = (char *)arg;
+    int n = 1;
+    while (argv[n - 1] != NULL) {
+        if (n == MAX_ARGS) {
+            errno = E2BIG;
+            return -1;
+        }
+        argv[n] = va_arg(ap, char *);
+        n++;
+    }
+    char *const *envp = with_env ? va_arg(ap, char *const *) : environ;
+    return search ? tiermem_preload_execvpe(path, argv, envp) : tiermem_preload_execve(path, argv, envp);
 }
 
-int execle(const char *path, const char *arg, ...) {
+int tiermem_c_execl(const char *path, const char *arg, ...) {
     va_list ap;
     va_start(ap, arg);
-    int size = count_args(arg, ap);
+    int r = gather_and_exec(0, 0, path, arg, ap);
     va_end(ap);
-    char *argv[size];
-    int n;
-    va_start(ap, arg);
-    GATHER(arg, ap, argv, n);
-    char *const *envp = va_arg(ap, char *const *);
-    va_end(ap);
-    (void)n;
-    return tiermem_preload_execve(path, argv, envp);
+    return r;
 }
 
-int execlp(const char *file, const char *arg, ...) {
+int tiermem_c_execle(const char *path, const char *arg, ...) {
     va_list ap;
     va_start(ap, arg);
-    int size = count_args(arg, ap);
+    int r = gather_and_exec(0, 1, path, arg, ap);
     va_end(ap);
-    char *argv[size];
-    int n;
+    return r;
+}
+
+int tiermem_c_execlp(const char *file, const char *arg, ...) {
+    va_list ap;
     va_start(ap, arg);
-    GATHER(arg, ap, argv, n);
+    int r = gather_and_exec(1, 0, file, arg, ap);
     va_end(ap);
-    (void)n;
-    return tiermem_preload_execvpe(file, argv, environ);
+    return r;
 }

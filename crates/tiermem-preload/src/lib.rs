@@ -41,6 +41,8 @@
 
 mod children;
 mod exec;
+#[cfg(target_arch = "x86_64")]
+mod execl;
 mod fork;
 mod iov;
 mod libc_alloc;
@@ -156,9 +158,6 @@ extern "C" fn init() {
     }
     if s.statics {
         statics::take_over(&s, budget.as_ref());
-    }
-    if s.region.fault_path == tiermem::FaultPath::InContext {
-        exec::start_helper();
     }
     if root {
         children::start_root();

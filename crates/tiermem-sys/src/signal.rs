@@ -214,6 +214,22 @@ pub fn async_signals() -> libc::sigset_t {
     }
 }
 
+/// Unblocks SIGBUS, SIGSEGV and SIGSYS in the calling thread (one that
+/// may have started with every signal blocked and will touch tiered
+/// memory).
+pub fn unblock_fault_signals() {
+    // SAFETY: plain data, initialised by sigemptyset.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid set; unblocking changes no memory of ours.
+    unsafe {
+        libc::sigemptyset(&mut set);
+        for s in [libc::SIGBUS, libc::SIGSEGV, libc::SIGSYS] {
+            libc::sigaddset(&mut set, s);
+        }
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+    }
+}
+
 /// Removes SIGBUS, SIGSEGV and SIGSYS from `set`: a thread (or a handler)
 /// that blocks them is killed by the first fault tiermem must serve for it,
 /// or by the first system call on tiered memory that the kernel-access

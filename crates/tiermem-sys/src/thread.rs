@@ -321,6 +321,53 @@ pub fn owns_memory() -> bool {
     owner == 0 || owner == getpid()
 }
 
+/// `vfork`s in flight in this process (see [`vfork_started`]).
+static VFORKS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+/// What [`on_vfork`] registered: fn() and fn(i32), or 0.
+static VFORK_HOOKS: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
+
+/// Registers what runs in the parent around a `vfork` (the core's lender
+/// for `vfork` children): `started` before the system call, `returned`
+/// with its result once the child has `exec`ed or ended. The last
+/// registration stays.
+pub fn on_vfork(started: fn(), returned: fn(i32)) {
+    VFORK_HOOKS[0].store(started as usize, std::sync::atomic::Ordering::Release);
+    VFORK_HOOKS[1].store(returned as usize, std::sync::atomic::Ordering::Release);
+}
+
+/// Says that the calling thread is about to `vfork`: until
+/// [`vfork_returned`], [`in_vfork_child`] asks the kernel who is running.
+/// The interposed `vfork` (tiermem-interpose) calls both around the system
+/// call.
+pub fn vfork_started() {
+    VFORKS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let f = VFORK_HOOKS[0].load(std::sync::atomic::Ordering::Acquire);
+    if f != 0 {
+        // SAFETY: only `on_vfork` stores here, always a fn().
+        let f: fn() = unsafe { std::mem::transmute::<usize, fn()>(f) };
+        f();
+    }
+}
+
+/// The `vfork` of [`vfork_started`] returned `result` in the parent (the
+/// child has `exec`ed or ended, or there was none: `result` < 0).
+pub fn vfork_returned(result: i32) {
+    let f = VFORK_HOOKS[1].load(std::sync::atomic::Ordering::Acquire);
+    if f != 0 {
+        // SAFETY: only `on_vfork` stores here, always a fn(i32).
+        let f: fn(i32) = unsafe { std::mem::transmute::<usize, fn(i32)>(f) };
+        f(result);
+    }
+    VFORKS.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Whether the caller is a `vfork` child of the owner of this memory
+/// (started between [`vfork_started`] and [`vfork_returned`]). One load
+/// while no `vfork` is in flight; a `getpid` while one is.
+pub fn in_vfork_child() -> bool {
+    VFORKS.load(std::sync::atomic::Ordering::SeqCst) != 0 && !owns_memory()
+}
+
 /// A number that changes in a `fork()`ed child (and only there), so that
 /// state copied from the parent can be recognised without a `getpid()`
 /// system call. Installs the `pthread_atfork` hook on first use.

@@ -189,6 +189,8 @@ pub(crate) fn first_registered_in(addr: usize, len: usize) -> Option<usize> {
 /// the buffer crosses (no allocation: this runs in the SIGSYS handler).
 pub(crate) struct KernelPins {
     segments: [(usize, usize, Option<Arc<Slot>>); 4],
+    /// Pins the owner's lender holds for a `vfork` child (crate::vfork).
+    loan: Option<crate::vfork::Loan>,
     /// Bytes from the buffer's start that are ready for the kernel.
     pub(crate) ready: usize,
 }
@@ -212,8 +214,17 @@ pub(crate) fn pin_for_kernel(addr: usize, len: usize, write: bool) -> KernelPins
     const NONE: (usize, usize, Option<Arc<Slot>>) = (0, 0, None);
     let mut pins = KernelPins {
         segments: [NONE, NONE, NONE, NONE],
+        loan: None,
         ready: 0,
     };
+    // A vfork child borrows the pins from the owner's lender.
+    if crate::vfork::lending() && first_registered_in(addr, len).is_some() {
+        if let Some(loan) = crate::vfork::borrow(addr, len, write) {
+            pins.ready = loan.ready;
+            pins.loan = Some(loan);
+            return pins;
+        }
+    }
     let end = addr.saturating_add(len);
     let generation = fork_generation();
     let mut at = addr;
@@ -241,6 +252,23 @@ pub(crate) fn pin_for_kernel(addr: usize, len: usize, write: bool) -> KernelPins
     }
     pins.ready = at.min(end) - addr;
     pins
+}
+
+/// Serves a fault at `addr` on the calling thread's behalf, as if it had
+/// taken it: the lender's way in for a `vfork` child's fault where nothing
+/// could be pinned (crate::vfork).
+pub(crate) fn serve_here(addr: usize, write: bool) {
+    let fault = Fault {
+        signal: Signal::Bus,
+        addr,
+        write,
+        tid: tid(),
+    };
+    let generation = fork_generation();
+    TABLE.read(addr, |e| {
+        e.filter(|e| e.value.generation == generation)
+            .map(|e| e.value.handler.on_fault(&fault))
+    });
 }
 
 /// A number that changes in a `fork()`ed child: state stamped with another
@@ -338,7 +366,11 @@ pub fn set_last_words(f: fn()) {
 /// Runs the last words if a SIGBUS is about to end the process.
 fn before_death(kind: FaultSignalKind) {
     let Some(f) = LAST_WORDS.get() else { return };
-    if kind != FaultSignalKind::Bus || !signal::chained_is_default(kind) {
+    // A vfork child's death is not the process's.
+    if kind != FaultSignalKind::Bus
+        || !signal::chained_is_default(kind)
+        || tiermem_sys::thread::in_vfork_child()
+    {
         return;
     }
     if LAST_WORDS_STATE
@@ -372,6 +404,15 @@ fn dispatch(f: &SignalFault) -> Disposition {
             before_death(f.kind);
         }
         return Disposition::Forward;
+    }
+    // A vfork child has the owner's lender serve it (crate::vfork): its
+    // descriptors are not the engine's.
+    if f.kind == FaultSignalKind::Bus
+        && crate::vfork::lending()
+        && ours(f.addr)
+        && crate::vfork::serve_fault(f.addr, f.write)
+    {
+        return Disposition::Retry;
     }
     let fault = Fault {
         signal: f.kind,

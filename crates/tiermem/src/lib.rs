@@ -45,6 +45,8 @@
 //!   (seccomp) and run with their pages pinned;
 //! - `fault` (private): the fault router, the one owner of SIGBUS and
 //!   SIGSEGV: every feature above registers its address ranges with it;
+//! - [`vfork`]: a thread of the owner serves the faults and pins of its
+//!   `vfork` children (whose descriptors are not the engine's);
 //! - `engine` (private): fault resolution, fill and eviction, in-context
 //!   (SIGBUS) and handler-thread designs; `page` (private): page states.
 //!
@@ -76,6 +78,7 @@ pub mod stats;
 pub mod store;
 pub mod svm;
 pub mod team;
+pub mod vfork;
 
 pub use config::{
     Config, DirtyTracking, FarStoreConfig, FaultPath, InstallMethod, KernelAccess, OnFork, PageSize,

@@ -162,6 +162,7 @@ impl Region {
         // Which process makes descriptors for the engine's shared state
         // (a `vfork` child faulting on it must not).
         tiermem_sys::thread::claim_memory();
+        crate::vfork::register();
         if let Err(e) = crate::hugepages::reserve_static(&config.reserve_huge_pages) {
             eprintln!("tiermem: warning: {e}");
         }

@@ -140,3 +140,103 @@ fn fork_with_a_live_region() {
         );
     }
 }
+
+/// A `vfork` child that closes every descriptor and then reads and writes
+/// evicted pages (Python 3.11's `subprocess` child does): its faults are
+/// served by the owner's lender thread (`tiermem::vfork`), never by the
+/// child with the far store's descriptor closed (which poisoned the page
+/// for the parent). The interposed `vfork` (tiermem-interpose) calls the
+/// hooks around the system call; this test calls them by hand.
+fn vfork_scenario() {
+    const PAGES: usize = 256;
+    let mut c = Config::new((PAGES * 4096) as u64, 4 * 4096);
+    c.fault_path = FaultPath::InContext;
+    let mut region = Region::new(c).unwrap();
+    let words = region.as_mut_slice::<u64>();
+    let per_page = 4096 / 8;
+    for p in 0..PAGES {
+        words[p * per_page] = mix(p as u64);
+    }
+    let base = region.as_ptr() as usize;
+    for round in 0..40 {
+        // Other pages in, so that the child's are evicted.
+        let w: &mut [u64] = region.as_mut_slice();
+        for p in (round % 2..PAGES).step_by(7) {
+            std::hint::black_box(w[p * per_page]);
+        }
+        tiermem_sys::thread::vfork_started();
+        // vfork's flags, with a stack of the child's own (libc::vfork is
+        // deprecated in Rust: the compiler does not know it returns twice).
+        let mut stack = vec![0u8; 256 << 10];
+        let top = (stack.as_mut_ptr() as usize + stack.len()) & !15;
+        let mut job = (base, round);
+        // SAFETY: test code; the child runs `vfork_child` on its own stack
+        // and leaves with _exit; `job` outlives it (the parent waits in
+        // clone until the child has ended).
+        let pid = unsafe {
+            libc::clone(
+                vfork_child,
+                top as *mut libc::c_void,
+                libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+                (&mut job as *mut (usize, usize)).cast(),
+            )
+        };
+        tiermem_sys::thread::vfork_returned(pid);
+        assert!(pid > 0, "vfork failed");
+        let mut status = 0;
+        // SAFETY: waiting for our own child.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "round {round}: child status {status:#x}"
+        );
+        let stamp = region.as_mut_slice::<u64>()[(round * 5 % PAGES) * per_page + 1];
+        assert_eq!(
+            stamp,
+            0x5a5a_0000 + round as u64,
+            "round {round}: the child's write is lost"
+        );
+    }
+    let w: &mut [u64] = region.as_mut_slice();
+    assert!((0..PAGES).all(|p| w[p * per_page] == mix(p as u64)));
+    assert!(region.stats().evictions > 0);
+}
+
+/// The child's side: closes every descriptor above 2, checks 32 pages,
+/// writes a stamp, leaves.
+extern "C" fn vfork_child(job: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: test code in a vfork child: `job` is the parent's (base,
+    // round); raw system calls, reads and one write of the parent's region
+    // (mapped, 8-aligned words), _exit.
+    unsafe {
+        let (base, round) = *(job as *const (usize, usize));
+        libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
+        let mut bad = false;
+        for k in 0..32 {
+            let p = (k * 37 + round * 11) % 256;
+            bad |= std::ptr::read_volatile((base + p * 4096) as *const u64) != mix(p as u64);
+        }
+        std::ptr::write_volatile(
+            (base + (round * 5 % 256) * 4096 + 8) as *mut u64,
+            0x5a5a_0000 + round as u64,
+        );
+        libc::_exit(if bad { 3 } else { 0 })
+    }
+}
+
+#[test]
+fn child_vfork_in_context() {
+    if is_child("child_vfork_in_context") {
+        vfork_scenario();
+    }
+}
+
+#[test]
+fn vfork_children_touch_evicted_pages() {
+    let (status, err) = run_child("child_vfork_in_context");
+    assert!(
+        status.success(),
+        "{status:?} (signal {:?})\n{err}",
+        status.signal()
+    );
+}
