@@ -28,7 +28,7 @@
 //! helpers start with every signal blocked; `sigvec`, `setcontext`,
 //! `siglongjmp`) and `syscall(SYS_rt_sigaction, ...)`, the kernel-access
 //! filter traps and redoes the same way where it is installed (the
-//! in-context fault path; `tiermem_sys::sigguard`); a `syscall` instruction
+//! in-context fault path; `tiermem_sys::seccomp::guard`); a `syscall` instruction
 //! of the program's own code is not covered. A handler for SIGBUS/SIGSEGV/SIGSYS that
 //! tiermem chains to runs on tiermem's stack, without its own `sa_mask`,
 //! `SA_RESETHAND` or `SA_ONSTACK`. docs/design.md, "Signals", says more.

@@ -18,7 +18,7 @@
 //! - [`pagemap`]: the `PAGEMAP_SCAN` ioctl;
 //! - [`cache`]: cache-line write-back and invalidation (clwb, clflushopt);
 //! - [`signal`]: in-context SIGBUS/SIGSEGV fault callbacks;
-//! - `sigguard`: the program's own signal system calls, kept from
+//! - `seccomp::guard` (private): the program's own signal system calls, kept from
 //!   taking the fault signals away (trapped by the seccomp filter);
 //! - [`process`]: worker processes (fork, wait, kill, `_exit`);
 //! - [`ranges`]: a table of address ranges searchable from signal handlers;
@@ -54,7 +54,6 @@ pub mod process;
 pub mod ranges;
 pub mod raw;
 pub mod seccomp;
-mod sigguard;
 pub mod signal;
 pub mod splice;
 pub mod thread;

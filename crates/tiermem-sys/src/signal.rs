@@ -33,13 +33,12 @@
 //! installed.
 
 use crate::errno::Errno;
-use crate::sigguard::KernelSigaction;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 /// `sigaction(2)` made by tiermem itself, straight to the kernel through
 /// the kernel-access trap's trampoline: neither an interposer nor a filter
-/// of tiermem's ever sees it (the signal guard, [`crate::sigguard`], traps
+/// of tiermem's ever sees it (the signal guard, [`crate::seccomp`]'s guard, traps
 /// the program's own calls). Checks the signal number as the C library
 /// does; an action without a restorer gets tiermem's.
 ///
@@ -644,6 +643,45 @@ fn one_signal(signo: libc::c_int) -> libc::sigset_t {
         libc::sigaddset(&mut set, signo);
         set
     }
+}
+
+/// The kernel's `struct sigaction` on x86-64 (`rt_sigaction` takes this,
+/// with an 8-byte mask, not the C library's).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct KernelSigaction {
+    pub(crate) handler: usize,
+    pub(crate) flags: u64,
+    pub(crate) restorer: usize,
+    pub(crate) mask: u64,
+}
+
+impl KernelSigaction {
+    pub(crate) fn from_libc(a: &libc::sigaction) -> KernelSigaction {
+        KernelSigaction {
+            handler: a.sa_sigaction,
+            flags: a.sa_flags as u32 as u64,
+            restorer: a.sa_restorer.map_or(0, |f| f as usize),
+            mask: mask_word(&a.sa_mask),
+        }
+    }
+
+    pub(crate) fn to_libc(self) -> libc::sigaction {
+        // SAFETY: a zeroed sigaction is valid plain data.
+        let mut a: libc::sigaction = unsafe { std::mem::zeroed() };
+        a.sa_sigaction = self.handler;
+        a.sa_flags = self.flags as u32 as libc::c_int;
+        // SAFETY: a restorer is a function address or 0 (None).
+        a.sa_restorer = unsafe { std::mem::transmute::<usize, Option<extern "C" fn()>>(self.restorer) };
+        // SAFETY: the first 64 bits of glibc's sigset_t are the kernel mask.
+        unsafe { *(&mut a.sa_mask as *mut libc::sigset_t).cast::<u64>() = self.mask };
+        a
+    }
+}
+
+fn mask_word(set: &libc::sigset_t) -> u64 {
+    // SAFETY: the first 64 bits of glibc's sigset_t are the kernel mask.
+    unsafe { *(set as *const libc::sigset_t).cast::<u64>() }
 }
 
 #[cfg(test)]

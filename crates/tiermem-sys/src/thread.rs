@@ -378,7 +378,7 @@ pub fn fork_generation() -> u64 {
 
 /// The handlers [`at_fork`] registered, also for the forks that run no
 /// `pthread_atfork` handlers, which the signal guard runs them around
-/// (`crate::sigguard`). Written under `HOOKS_LOCK`, read lock-free.
+/// (`crate::seccomp`'s guard). Written under `HOOKS_LOCK`, read lock-free.
 const MAX_HOOKS: usize = 16;
 #[allow(clippy::declare_interior_mutable_const)]
 const NO_HOOK: [AtomicUsize; 3] = [AtomicUsize::new(0), AtomicUsize::new(0), AtomicUsize::new(0)];

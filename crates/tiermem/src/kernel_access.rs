@@ -24,7 +24,7 @@
 //! glibc's POSIX asynchronous I/O (`aio_read`, `aio_write`, `lio_listio`)
 //! and `getaddrinfo_a` run their calls in helper threads that block every
 //! signal with a raw `rt_sigprocmask`; the same filter traps that call
-//! (`tiermem_sys::sigguard`) and keeps SIGBUS, SIGSEGV and SIGSYS open, so
+//! (`tiermem_sys::seccomp::guard`) and keeps SIGBUS, SIGSEGV and SIGSYS open, so
 //! their calls on tiered buffers are served like any other.
 //!
 //! Calls that take pointers to small structures or paths (`poll`, `select`,
@@ -408,7 +408,7 @@ pub(crate) fn active(mode: KernelAccess) -> bool {
     )
 }
 
-/// Loads the signal guard alone (`tiermem_sys::sigguard`), for a region
+/// Loads the signal guard alone (`tiermem_sys::seccomp::guard`), for a region
 /// whose data a `fork()`ed child copies (the transparent heap) on a path
 /// that traps no kernel access (the handler-thread path): forks that run
 /// no fork handlers then still copy it. Nothing with `mode` off.

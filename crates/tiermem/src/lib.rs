@@ -78,14 +78,13 @@ pub mod stats;
 pub mod store;
 pub mod svm;
 pub mod team;
-pub mod vfork;
 
 pub use config::{
     Config, DirtyTracking, FarStoreConfig, FaultPath, InstallMethod, KernelAccess, OnFork, PageSize,
 };
 pub use engine::IoErrorRecord;
 pub use error::{Error, ErrorCode};
-pub use fault::set_last_words;
+pub use fault::{set_last_words, vfork};
 pub use kernel_access::{pin_buffer, serve_inherited_traps, PinnedBuffer};
 pub use page::PageState;
 pub use policy::PolicyKind;

@@ -162,7 +162,7 @@ impl Region {
         // Which process makes descriptors for the engine's shared state
         // (a `vfork` child faulting on it must not).
         tiermem_sys::thread::claim_memory();
-        crate::vfork::register();
+        crate::fault::vfork::register();
         if let Err(e) = crate::hugepages::reserve_static(&config.reserve_huge_pages) {
             eprintln!("tiermem: warning: {e}");
         }
@@ -730,9 +730,9 @@ fn refuse_a_full_store(store: &FileStore, config: &Config, shared_budget: bool) 
          eviction batch ({}). Give the far store a directory with room, or the region a near \
          budget as large as it",
         store.describe(),
-        crate::engine::Bytes(space.total),
-        crate::engine::Bytes(space.free),
-        crate::engine::Bytes(batch)
+        crate::stats::Bytes(space.total),
+        crate::stats::Bytes(space.free),
+        crate::stats::Bytes(batch)
     )))
 }
 

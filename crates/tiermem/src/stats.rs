@@ -681,6 +681,21 @@ impl RegionStats {
     }
 }
 
+/// A byte count for people (`24.0 MiB`), formatted without allocating.
+pub(crate) struct Bytes(pub(crate) u64);
+
+impl std::fmt::Display for Bytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let b = self.0 as f64;
+        match self.0 {
+            n if n >= 1 << 30 => write!(f, "{:.1} GiB", b / (1u64 << 30) as f64),
+            n if n >= 1 << 20 => write!(f, "{:.1} MiB", b / (1u64 << 20) as f64),
+            n if n >= 1 << 10 => write!(f, "{:.1} KiB", b / (1u64 << 10) as f64),
+            n => write!(f, "{n} B"),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

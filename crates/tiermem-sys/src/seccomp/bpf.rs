@@ -140,7 +140,7 @@ fn from_this_c_library(a: &mut Asm, ip: u64, sites: &[(u64, u64)], pass: usize) 
 /// program does not fit classic BPF.
 /// With `guard`, it also traps the signal calls of this image's C library
 /// that could take SIGBUS, SIGSEGV or SIGSYS away from tiermem
-/// ([`crate::sigguard`]): `rt_sigaction` that sets any action or asks for
+/// ([`super::guard`]): `rt_sigaction` that sets any action or asks for
 /// one of those three, `rt_sigprocmask` that may block (how is not
 /// `SIG_UNBLOCK`, a set is given), and every `rt_sigsuspend`; and the
 /// forks that run no fork handlers: `fork` and a `clone` that shares

@@ -49,6 +49,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 mod bpf;
+mod guard;
 mod sites;
 #[cfg(test)]
 mod tests;
@@ -93,7 +94,7 @@ impl TrapRule {
 /// traps from other filters'.
 const TRAP_DATA: u32 = 0x7134;
 
-/// `SECCOMP_RET_DATA` of the signal guard's traps ([`crate::sigguard`]):
+/// `SECCOMP_RET_DATA` of the signal guard's traps ([`guard`]):
 /// the program's own `rt_sigaction`, `rt_sigprocmask` and `rt_sigsuspend`.
 const GUARD_DATA: u32 = 0x7135;
 
@@ -597,10 +598,10 @@ pub fn install(
 }
 
 /// Whether the signal guard's filter has been considered (loaded, or left
-/// out because [`crate::sigguard`] did not want it).
+/// out because [`guard`] did not want it).
 static GUARD: Mutex<bool> = Mutex::new(false);
 
-/// Loads the signal guard ([`crate::sigguard`]) on its own, once per
+/// Loads the signal guard ([`guard`]) on its own, once per
 /// process image, where it is wanted: what a process whose kernel accesses
 /// need no trap (the handler-thread path) still needs for forks that run
 /// no fork handlers. [`install`] loads it too.
@@ -616,11 +617,11 @@ fn guard_with(ip: u64) -> Result<(), TrapError> {
         return Ok(());
     }
     *done = true;
-    if !crate::sigguard::wanted(call_sites()) {
+    if !guard::wanted(call_sites()) {
         return Ok(());
     }
     let prog = filter(&[], ip, call_sites(), &[], true)?;
-    crate::sigguard::arm();
+    guard::arm();
     load(&prog)
 }
 
@@ -786,7 +787,7 @@ extern "C" fn on_sigsys(signo: libc::c_int, info: *mut libc::siginfo_t, ctx: *mu
         let mut call = TrappedSyscall { nr, args, ctx: uc };
         let cb = CALLBACK.load(Ordering::Acquire);
         if data == GUARD_DATA {
-            crate::sigguard::emulate(&mut call);
+            guard::emulate(&mut call);
         } else if cb == 0 {
             // A filter inherited from the image that ran this one trapped
             // it (serve_inherited): nothing of this image is tiered yet.

@@ -25,7 +25,9 @@ pub mod options;
 pub mod parse;
 mod table;
 
-pub use modes::{DirtyTracking, FarStoreConfig, FaultPath, InstallMethod, KernelAccess, OnFork, PageSize};
+pub use modes::{
+    DirtyTracking, FarStoreConfig, FaultPath, HugeKind, InstallMethod, KernelAccess, OnFork, PageSize,
+};
 pub use parse::{
     footprint_in_report, format_size, parse_count, parse_cpu_list, parse_near, parse_on_off, parse_page_size,
     parse_share, parse_size, NearSpec,

@@ -1,7 +1,6 @@
 //! The settings of a region that take one of a few named values.
 
 use super::parse::parse_page_size;
-use crate::heap::HugeKind;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -236,5 +235,65 @@ impl InstallMethod {
     /// Looks a method up by name.
     pub fn from_name(s: &str) -> Option<InstallMethod> {
         Self::ALL.iter().copied().find(|m| m.name() == s)
+    }
+}
+
+/// Page sizes of the huge heap, in fallback order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum HugeKind {
+    /// 1 GiB hugetlb pages.
+    Huge1G,
+    /// 2 MiB hugetlb pages.
+    Huge2M,
+    /// Transparent huge pages (`MADV_HUGEPAGE`).
+    Thp,
+    /// Base pages.
+    Base4K,
+}
+
+impl HugeKind {
+    /// From the most to the least preferred.
+    pub const ORDER: [HugeKind; 4] = [
+        HugeKind::Huge1G,
+        HugeKind::Huge2M,
+        HugeKind::Thp,
+        HugeKind::Base4K,
+    ];
+
+    /// The name (`1g`, `2m`, `thp`, `4k`).
+    pub fn name(self) -> &'static str {
+        match self {
+            HugeKind::Huge1G => "1g",
+            HugeKind::Huge2M => "2m",
+            HugeKind::Thp => "thp",
+            HugeKind::Base4K => "4k",
+        }
+    }
+
+    /// From a name.
+    pub fn from_name(s: &str) -> Option<HugeKind> {
+        Self::ORDER
+            .iter()
+            .copied()
+            .find(|k| k.name() == s.to_ascii_lowercase())
+    }
+
+    /// The page size, in the region configuration's terms (1g maps to the
+    /// 2 MiB hugetlb size for regions, which have no 1 GiB pages).
+    pub fn page_size(self) -> PageSize {
+        match self {
+            HugeKind::Huge1G | HugeKind::Huge2M => PageSize::Huge2M,
+            HugeKind::Thp => PageSize::Thp2M,
+            HugeKind::Base4K => PageSize::Base4K,
+        }
+    }
+
+    /// Bytes per page (THP counts as its 2 MiB block).
+    pub fn page_bytes(self) -> usize {
+        match self {
+            HugeKind::Huge1G => 1 << 30,
+            HugeKind::Huge2M | HugeKind::Thp => 2 << 20,
+            HugeKind::Base4K => 4096,
+        }
     }
 }

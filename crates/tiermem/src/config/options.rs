@@ -13,7 +13,7 @@ use super::modes::{DirtyTracking, FaultPath, InstallMethod, KernelAccess};
 use super::parse::{parse_count, parse_cpu_list, parse_on_off, parse_page_size, parse_share, parse_size};
 pub use super::table::*;
 use super::Config;
-use crate::heap::HugeKind;
+use super::HugeKind;
 use crate::policy::PolicyKind;
 
 /// The form of an option's value; [`Kind::check`] is its parser.

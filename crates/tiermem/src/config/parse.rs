@@ -2,7 +2,7 @@
 //! one per form of value, shared by the library, the preload and the
 //! command (`super::options`).
 
-use crate::heap::HugeKind;
+use super::HugeKind;
 
 /// A near budget as `tiermem run --near` and `TIERMEM_NEAR` take it: a
 /// size (`8G`), a share of physical memory (`50%`), or a share of the

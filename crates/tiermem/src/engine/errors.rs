@@ -1,6 +1,7 @@
 //! The error log: a region's latest I/O and install failures, recorded without allocating.
 
 use super::RegionCore;
+use crate::stats::Bytes;
 use crate::store::StoreError;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -73,21 +74,6 @@ pub(super) const OP_EVICT: u8 = 2;
 pub(super) const OP_INSTALL: u8 = 3;
 
 pub(super) use tiermem_sys::process::LineBuf;
-
-/// A byte count for people (`24.0 MiB`), formatted without allocating.
-pub(crate) struct Bytes(pub(crate) u64);
-
-impl std::fmt::Display for Bytes {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let b = self.0 as f64;
-        match self.0 {
-            n if n >= 1 << 30 => write!(f, "{:.1} GiB", b / (1u64 << 30) as f64),
-            n if n >= 1 << 20 => write!(f, "{:.1} MiB", b / (1u64 << 20) as f64),
-            n if n >= 1 << 10 => write!(f, "{:.1} KiB", b / (1u64 << 10) as f64),
-            n => write!(f, "{n} B"),
-        }
-    }
-}
 
 /// What to do about a full far store (the option and variable names are
 /// checked by crates/tiermem-cli/tests/names.rs).

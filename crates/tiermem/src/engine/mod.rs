@@ -62,7 +62,6 @@ mod ring_evict;
 mod scratch;
 mod stride;
 
-pub(crate) use errors::Bytes;
 pub use errors::IoErrorRecord;
 pub(crate) use evict::Evicted;
 

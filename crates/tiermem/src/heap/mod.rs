@@ -33,12 +33,13 @@
 mod extent;
 mod huge;
 
+pub use crate::config::HugeKind;
 use crate::config::{Config, PageSize};
 use crate::region::{NearBudget, Region};
 use crate::stats::RegionStats;
 use crate::Error;
 use extent::Extents;
-pub use huge::{HugeKind, HugeStats};
+pub use huge::HugeStats;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use tiermem_sys::zeroed::ZeroedArray;

@@ -126,7 +126,7 @@ impl FarStore for FileStore {
         };
         format!(
             "{place} (sparse, up to {}{})",
-            crate::engine::Bytes(self.capacity),
+            crate::stats::Bytes(self.capacity),
             if self.file.direct() { ", O_DIRECT" } else { "" }
         )
     }

@@ -24,6 +24,8 @@
 //! published RCU-style, so a faulting thread never takes a lock that the
 //! code it interrupted (or a registering thread) could hold.
 
+pub mod vfork;
+
 use crate::Error;
 use std::any::Any;
 use std::cell::Cell;
@@ -189,8 +191,8 @@ pub(crate) fn first_registered_in(addr: usize, len: usize) -> Option<usize> {
 /// the buffer crosses (no allocation: this runs in the SIGSYS handler).
 pub(crate) struct KernelPins {
     segments: [(usize, usize, Option<Arc<Slot>>); 4],
-    /// Pins the owner's lender holds for a `vfork` child (crate::vfork).
-    loan: Option<crate::vfork::Loan>,
+    /// Pins the owner's lender holds for a `vfork` child ([`vfork`]).
+    loan: Option<vfork::Loan>,
     /// Bytes from the buffer's start that are ready for the kernel.
     pub(crate) ready: usize,
 }
@@ -218,8 +220,8 @@ pub(crate) fn pin_for_kernel(addr: usize, len: usize, write: bool) -> KernelPins
         ready: 0,
     };
     // A vfork child borrows the pins from the owner's lender.
-    if crate::vfork::lending() && first_registered_in(addr, len).is_some() {
-        if let Some(loan) = crate::vfork::borrow(addr, len, write) {
+    if vfork::lending() && first_registered_in(addr, len).is_some() {
+        if let Some(loan) = vfork::borrow(addr, len, write) {
             pins.ready = loan.ready;
             pins.loan = Some(loan);
             return pins;
@@ -256,7 +258,7 @@ pub(crate) fn pin_for_kernel(addr: usize, len: usize, write: bool) -> KernelPins
 
 /// Serves a fault at `addr` on the calling thread's behalf, as if it had
 /// taken it: the lender's way in for a `vfork` child's fault where nothing
-/// could be pinned (crate::vfork).
+/// could be pinned ([`vfork`]).
 pub(crate) fn serve_here(addr: usize, write: bool) {
     let fault = Fault {
         signal: Signal::Bus,
@@ -405,12 +407,12 @@ fn dispatch(f: &SignalFault) -> Disposition {
         }
         return Disposition::Forward;
     }
-    // A vfork child has the owner's lender serve it (crate::vfork): its
+    // A vfork child has the owner's lender serve it ([`vfork`]): its
     // descriptors are not the engine's.
     if f.kind == FaultSignalKind::Bus
-        && crate::vfork::lending()
+        && vfork::lending()
         && ours(f.addr)
-        && crate::vfork::serve_fault(f.addr, f.write)
+        && vfork::serve_fault(f.addr, f.write)
     {
         return Disposition::Retry;
     }

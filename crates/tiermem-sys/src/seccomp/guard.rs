@@ -31,48 +31,9 @@
 //! have its C library at the same place and, with no handler for the trap,
 //! die at its first `sigprocmask`: the guard is left out then ([`wanted`]).
 
-use crate::seccomp::TrappedSyscall;
-use crate::signal::{self, FaultSignalKind};
+use super::TrappedSyscall;
+use crate::signal::{self, FaultSignalKind, KernelSigaction};
 use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
-
-/// The kernel's `struct sigaction` on x86-64 (`rt_sigaction` takes this,
-/// with an 8-byte mask, not the C library's).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct KernelSigaction {
-    pub(crate) handler: usize,
-    pub(crate) flags: u64,
-    pub(crate) restorer: usize,
-    pub(crate) mask: u64,
-}
-
-impl KernelSigaction {
-    pub(crate) fn from_libc(a: &libc::sigaction) -> KernelSigaction {
-        KernelSigaction {
-            handler: a.sa_sigaction,
-            flags: a.sa_flags as u32 as u64,
-            restorer: a.sa_restorer.map_or(0, |f| f as usize),
-            mask: mask_word(&a.sa_mask),
-        }
-    }
-
-    pub(crate) fn to_libc(self) -> libc::sigaction {
-        // SAFETY: a zeroed sigaction is valid plain data.
-        let mut a: libc::sigaction = unsafe { std::mem::zeroed() };
-        a.sa_sigaction = self.handler;
-        a.sa_flags = self.flags as u32 as libc::c_int;
-        // SAFETY: a restorer is a function address or 0 (None).
-        a.sa_restorer = unsafe { std::mem::transmute::<usize, Option<extern "C" fn()>>(self.restorer) };
-        // SAFETY: the first 64 bits of glibc's sigset_t are the kernel mask.
-        unsafe { *(&mut a.sa_mask as *mut libc::sigset_t).cast::<u64>() = self.mask };
-        a
-    }
-}
-
-fn mask_word(set: &libc::sigset_t) -> u64 {
-    // SAFETY: the first 64 bits of glibc's sigset_t are the kernel mask.
-    unsafe { *(set as *const libc::sigset_t).cast::<u64>() }
-}
 
 /// The bit of signal `sig` in a kernel mask.
 const fn bit(sig: libc::c_int) -> u64 {
@@ -245,9 +206,7 @@ fn chain_of(sig: libc::c_int) -> Option<Chain> {
             || signal::chained(FaultSignalKind::Segv),
             |a| signal::set_chained(FaultSignalKind::Segv, a),
         )),
-        libc::SIGSYS if crate::seccomp::owns_sigsys() => {
-            Some((crate::seccomp::chained, crate::seccomp::set_chained))
-        }
+        libc::SIGSYS if super::owns_sigsys() => Some((super::chained, super::set_chained)),
         _ => None,
     }
 }

@@ -299,7 +299,7 @@ fn lend() {
     // It may be started with every signal blocked (Python blocks them
     // around its vfork); a fault it takes must be served.
     tiermem_sys::signal::unblock_fault_signals();
-    let mut pins: [Option<crate::PinnedBuffer>; SLOTS] = std::array::from_fn(|_| None);
+    let mut pins: [Option<super::KernelPins>; SLOTS] = std::array::from_fn(|_| None);
     let mut since = [None::<Instant>; SLOTS];
     loop {
         let bell = BELL.load(Ordering::Acquire);
@@ -308,15 +308,15 @@ fn lend() {
             match s.state.load(Ordering::Acquire) {
                 ASKED => {
                     let (addr, write) = (s.addr.load(Ordering::Relaxed), s.write.load(Ordering::Relaxed));
-                    let pin = crate::pin_buffer(addr, s.len.load(Ordering::Relaxed), write);
-                    let ready = pin.ready();
+                    let pin = super::pin_for_kernel(addr, s.len.load(Ordering::Relaxed), write);
+                    let ready = pin.ready;
                     if ready == 0 {
                         // Not pinnable (memory of a feature without pins,
                         // or the allowance is taken): serve it as this
                         // thread's own fault; the child retries, and asks
                         // again if the page went meanwhile.
                         drop(pin);
-                        crate::fault::serve_here(addr, write);
+                        super::serve_here(addr, write);
                     } else {
                         pins[k] = Some(pin);
                         since[k] = Some(now);
@@ -343,7 +343,7 @@ fn lend() {
     }
 }
 
-fn free(k: usize, pins: &mut [Option<crate::PinnedBuffer>; SLOTS], since: &mut [Option<Instant>; SLOTS]) {
+fn free(k: usize, pins: &mut [Option<super::KernelPins>; SLOTS], since: &mut [Option<Instant>; SLOTS]) {
     pins[k] = None;
     since[k] = None;
     let s = &SLOT[k];
