@@ -308,14 +308,8 @@ pub unsafe extern "C" fn execve(
     envp: *const *const c_char,
 ) -> c_int {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let f = next(&NEXT, c"execve");
-    if f == 0 {
-        return missing("execve");
-    }
-    // SAFETY: the C library's execve.
-    let real: ExecveFn = unsafe { std::mem::transmute(f) };
-    // SAFETY: the caller's arguments, copied.
-    unsafe { with_copies(path, argv, envp, |p, a, e| real(p, a, e)) }
+    // SAFETY: as for the C function.
+    unsafe { exec_on_copies(&NEXT, c"execve", path, argv, envp) }
 }
 
 /// `execv(3)`: `execve` with the process's environment.
@@ -339,14 +333,30 @@ pub unsafe extern "C" fn execvpe(
     envp: *const *const c_char,
 ) -> c_int {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let f = next(&NEXT, c"execvpe");
+    // SAFETY: as for the C function.
+    unsafe { exec_on_copies(&NEXT, c"execvpe", file, argv, envp) }
+}
+
+/// Runs the C library's `name` (`execve` or `execvpe`, looked up into
+/// `cache`) on copies of its arguments.
+///
+/// # Safety
+/// As for `execve`.
+unsafe fn exec_on_copies(
+    cache: &AtomicUsize,
+    name: &CStr,
+    path: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    let f = next(cache, name);
     if f == 0 {
-        return missing("execvpe");
+        return missing(name.to_str().unwrap_or("exec"));
     }
-    // SAFETY: the C library's execvpe.
+    // SAFETY: the C library's function of that name and type.
     let real: ExecveFn = unsafe { std::mem::transmute(f) };
     // SAFETY: the caller's arguments, copied.
-    unsafe { with_copies(file, argv, envp, |p, a, e| real(p, a, e)) }
+    unsafe { with_copies(path, argv, envp, |p, a, e| real(p, a, e)) }
 }
 
 /// `execvp(3)`: `execvpe` with the process's environment.
