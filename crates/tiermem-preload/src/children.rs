@@ -89,6 +89,12 @@ pub struct Children {
     pub forked: u64,
     /// Programs the children `exec`ed, with how many times each ran.
     pub programs: Vec<(String, u64)>,
+    /// Faults of this process's `vfork` children on tiered memory, served
+    /// by its lender thread (`tiermem::vfork`).
+    pub vfork_faults: u64,
+    /// Buffers its `vfork` children handed to the kernel (system calls,
+    /// `exec` strings), pinned by the lender.
+    pub vfork_loans: u64,
 }
 
 impl Children {
@@ -128,10 +134,16 @@ fn parse(text: &str) -> Children {
 
 /// The summary's line, when there were children.
 pub fn line(c: &Children, follow_exec: bool) -> Option<String> {
-    if c.forked == 0 && c.programs.is_empty() {
+    if c.forked == 0 && c.programs.is_empty() && c.vfork_faults + c.vfork_loans == 0 {
         return None;
     }
     let mut parts = Vec::new();
+    if c.vfork_faults + c.vfork_loans > 0 {
+        parts.push(format!(
+            "vfork children's faults {} and buffers {} served by this process (they share its memory)",
+            c.vfork_faults, c.vfork_loans
+        ));
+    }
     if c.forked > 0 {
         parts.push(format!(
             "{} forked (each with a private copy of the heap, no summary of its own)",
@@ -180,5 +192,12 @@ mod tests {
             "{l}"
         );
         assert!(line(&Children::default(), false).is_none());
+        let v = Children {
+            vfork_faults: 5,
+            vfork_loans: 2,
+            ..Default::default()
+        };
+        let l = line(&v, false).unwrap();
+        assert!(l.contains("faults 5 and buffers 2"), "{l}");
     }
 }

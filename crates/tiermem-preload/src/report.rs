@@ -223,10 +223,14 @@ fn say(ended_by: Option<&'static str>) {
         errors: h.region().map(|r| r.errors()).unwrap_or_default(),
         ended_by,
         cost: Cost::default(),
-        children: if root {
-            crate::children::take()
-        } else {
-            Default::default()
+        children: {
+            let mut c = if root {
+                crate::children::take()
+            } else {
+                crate::children::Children::default()
+            };
+            (c.vfork_faults, c.vfork_loans) = tiermem::vfork::served();
+            c
         },
         follow_exec: s.follow_exec,
         timeline: tiermem::live::timeline(),

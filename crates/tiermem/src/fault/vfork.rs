@@ -81,6 +81,18 @@ static SLOT: [Slot; SLOTS] = [FREE_SLOT; SLOTS];
 /// Bumped by every request; the lender sleeps on it.
 static BELL: AtomicU32 = AtomicU32::new(0);
 static ASKS: AtomicU64 = AtomicU64::new(0);
+/// Faults and loans served (counted by the children, in shared memory).
+static FAULTS_SERVED: AtomicU64 = AtomicU64::new(0);
+static LOANS_SERVED: AtomicU64 = AtomicU64::new(0);
+
+/// Faults of this process's `vfork` children served by its lender, and
+/// buffers it pinned for their system calls and `exec` strings.
+pub fn served() -> (u64, u64) {
+    (
+        FAULTS_SERVED.load(Ordering::Relaxed),
+        LOANS_SERVED.load(Ordering::Relaxed),
+    )
+}
 /// The process whose lender runs (0: none).
 static LENDER_OF: AtomicU32 = AtomicU32::new(0);
 static STARTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -192,6 +204,7 @@ pub(crate) fn serve_fault(addr: usize, write: bool) -> bool {
     let Some(k) = ask(me, addr, 1, write, true) else {
         return false;
     };
+    FAULTS_SERVED.fetch_add(1, Ordering::Relaxed);
     if SLOT[k].ready.load(Ordering::Acquire) == 0 {
         // Nothing pinned (the lender touched the page instead): the slot
         // is not needed any more.
@@ -218,6 +231,7 @@ impl Drop for Loan {
 /// the loan drops. None when no slot came free.
 pub(crate) fn borrow(addr: usize, len: usize, write: bool) -> Option<Loan> {
     let slot = ask(getpid(), addr, len, write, false)?;
+    LOANS_SERVED.fetch_add(1, Ordering::Relaxed);
     Some(Loan {
         slot,
         ready: SLOT[slot].ready.load(Ordering::Acquire),
