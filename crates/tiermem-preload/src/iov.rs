@@ -71,10 +71,14 @@ enum Split {
 
 /// How a call on `fd` goes when a buffer of its vector is tiered: pinned
 /// (a regular file, `None`), or through a bounce buffer split so.
-fn bounce_split(fd: c_int, kernel_writes: bool, wait_all: bool) -> Option<Split> {
+/// `one_call`: the call must not be repeated (a message with ancillary
+/// data: a second `sendmsg` would pass its descriptors again, a second
+/// `recvmsg` could drop some).
+fn bounce_split(fd: c_int, kernel_writes: bool, wait_all: bool, one_call: bool) -> Option<Split> {
     match tiermem_sys::bounce::fd_kind(fd) {
         FdKind::File => None,
         FdKind::Messages => Some(Split::Whole),
+        _ if one_call => Some(Split::Whole),
         FdKind::Stream if kernel_writes && !wait_all => Some(Split::Once),
         FdKind::Stream | FdKind::Device => Some(Split::Pieces),
     }
@@ -180,6 +184,7 @@ unsafe fn vectored(
     cnt: c_int,
     kernel_writes: bool,
     wait_all: bool,
+    one_call: bool,
     mut call: impl FnMut(*const iovec, c_int, usize) -> ssize_t,
 ) -> ssize_t {
     // SAFETY: forwarded from the caller.
@@ -188,7 +193,7 @@ unsafe fn vectored(
     }
     // SAFETY: the caller's vector.
     let all = unsafe { std::slice::from_raw_parts(iov, cnt as usize) };
-    if let Some(split) = bounce_split(fd, kernel_writes, wait_all) {
+    if let Some(split) = bounce_split(fd, kernel_writes, wait_all, one_call) {
         // SAFETY: the caller's vector.
         return unsafe { bounced(all, kernel_writes, split, call) };
     }
@@ -273,7 +278,7 @@ macro_rules! iov_call {
             // SAFETY: the C library's function of this signature.
             let real: unsafe extern "C" fn(c_int, *const iovec, c_int) -> ssize_t = unsafe { std::mem::transmute(f) };
             // SAFETY: the caller's arguments.
-            unsafe { vectored(fd, iov, cnt, $w, false, |v, n, _| real(fd, v, n)) }
+            unsafe { vectored(fd, iov, cnt, $w, false, false, |v, n, _| real(fd, v, n)) }
         }
     };
     // The positional forms: the offset moves on by what earlier pieces did.
@@ -290,7 +295,7 @@ macro_rules! iov_call {
             // SAFETY: the C library's function of this signature.
             let real: Real = unsafe { std::mem::transmute(f) };
             // SAFETY: the caller's arguments.
-            unsafe { vectored(fd, iov, cnt, $w, false, |v, n, done| real(fd, v, n, off + done as libc::off_t $(, $arg)*)) }
+            unsafe { vectored(fd, iov, cnt, $w, false, false, |v, n, done| real(fd, v, n, off + done as libc::off_t $(, $arg)*)) }
         }
     };
 }
@@ -320,7 +325,18 @@ iov_call!(
     fn pwritev2(off, flags: c_int) = c"pwritev2", writes false
 );
 
-/// `recvmsg`/`sendmsg`: the message's data vector.
+/// Whether `addr` lies in tiered memory.
+fn tiered(addr: usize) -> bool {
+    addr != 0 && (crate::heap().is_some_and(|h| h.contains(addr)) || crate::statics::contains(addr))
+}
+
+/// `recvmsg`/`sendmsg`: the message's data vector as for `readv`/`writev`;
+/// where the header, the address or the ancillary data lie in tiered
+/// memory, the kernel gets copies of them in plain memory, copied in user
+/// mode (faults served) before a `sendmsg` and back after a `recvmsg`
+/// (the descriptors of an `SCM_RIGHTS` message were lost, with
+/// `MSG_CTRUNC`, or `sendmsg` failed with `EFAULT`). A message with
+/// ancillary data is sent or received in one call.
 ///
 /// # Safety
 /// `msg` valid (or null).
@@ -339,22 +355,85 @@ unsafe fn msg_call(
         // SAFETY: forwarded; the C library reports EFAULT.
         return unsafe { real(fd, msg, flags) };
     }
-    // SAFETY: a valid header by the caller's promise.
+    // SAFETY: a valid header by the caller's promise (a user-mode read:
+    // a tiered one faults in).
     let m = unsafe { &mut *msg };
     let (iov, len) = (m.msg_iov, m.msg_iovlen);
     let wait_all = flags & libc::MSG_WAITALL != 0;
-    // SAFETY: the header's vector; `call` swaps in the vector to pass and
-    // restores the caller's.
-    unsafe {
-        vectored(fd, iov, len as c_int, kernel_writes, wait_all, |v, n, _| {
-            m.msg_iov = v as *mut iovec;
-            m.msg_iovlen = n as _;
-            let r = real(fd, msg, flags);
-            m.msg_iov = iov;
-            m.msg_iovlen = len;
-            r
-        })
+    let has_control = !m.msg_control.is_null() && m.msg_controllen > 0;
+    let has_name = !m.msg_name.is_null() && m.msg_namelen > 0;
+    let side = tiered(msg as usize)
+        || (has_control && tiered(m.msg_control as usize))
+        || (has_name && tiered(m.msg_name as usize));
+    // The header the kernel gets: the caller's, or a copy on this stack.
+    let mut copy: msghdr = *m;
+    let mut name_buf = vec![
+        0u8;
+        if side && has_name {
+            m.msg_namelen as usize
+        } else {
+            0
+        }
+    ];
+    let mut control_buf = vec![0u8; if side && has_control { m.msg_controllen } else { 0 }];
+    if side {
+        if has_name {
+            // SAFETY: the caller's address buffer, msg_namelen bytes.
+            unsafe {
+                std::ptr::copy_nonoverlapping(m.msg_name as *const u8, name_buf.as_mut_ptr(), name_buf.len())
+            };
+            copy.msg_name = name_buf.as_mut_ptr().cast();
+        }
+        if has_control {
+            // SAFETY: the caller's control buffer, msg_controllen bytes.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    m.msg_control as *const u8,
+                    control_buf.as_mut_ptr(),
+                    control_buf.len(),
+                )
+            };
+            copy.msg_control = control_buf.as_mut_ptr().cast();
+        }
     }
+    let target: *mut msghdr = if side { &mut copy } else { msg };
+    // SAFETY: the header's vector; `call` swaps in the vector to pass and
+    // restores the caller's (or sets the copy's).
+    let r = unsafe {
+        vectored(
+            fd,
+            iov,
+            len as c_int,
+            kernel_writes,
+            wait_all,
+            has_control,
+            |v, n, _| {
+                (*target).msg_iov = v as *mut iovec;
+                (*target).msg_iovlen = n as _;
+                let r = real(fd, target, flags);
+                (*target).msg_iov = iov;
+                (*target).msg_iovlen = len;
+                r
+            },
+        )
+    };
+    if side && kernel_writes && r >= 0 {
+        // What the kernel wrote into the copies, back to the caller's.
+        if has_name {
+            let n = (copy.msg_namelen as usize).min(name_buf.len());
+            // SAFETY: the caller's address buffer holds msg_namelen >= n bytes.
+            unsafe { std::ptr::copy_nonoverlapping(name_buf.as_ptr(), m.msg_name as *mut u8, n) };
+        }
+        if has_control {
+            let n = copy.msg_controllen.min(control_buf.len());
+            // SAFETY: the caller's control buffer holds msg_controllen >= n bytes.
+            unsafe { std::ptr::copy_nonoverlapping(control_buf.as_ptr(), m.msg_control as *mut u8, n) };
+        }
+        m.msg_namelen = copy.msg_namelen;
+        m.msg_controllen = copy.msg_controllen;
+        m.msg_flags = copy.msg_flags;
+    }
+    r
 }
 
 /// `recvmsg(2)`.
