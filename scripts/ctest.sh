@@ -78,6 +78,8 @@ build test_signal_paths "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -g tests/c/te
 build test_spawn "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -g tests/c/test_spawn.c -o "$out/test_spawn"
 # Descriptors passed over a socket with header, ancillary data and data tiered.
 build test_scm "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -g tests/c/test_scm.c -o "$out/test_scm"
+# A program closing (or dup2ing onto) every descriptor above 2.
+build test_closefds "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -g tests/c/test_closefds.c -o "$out/test_closefds"
 # vfork children reading and writing tiered memory from 4 threads.
 build test_vfork_touch "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -g tests/c/test_vfork_touch.c -lpthread \
   -o "$out/test_vfork_touch"
@@ -218,7 +220,7 @@ fi
 # Programs started with their strings in evicted tiered pages, and vfork
 # children touching tiered memory, at the smallest budget, on both fault
 # paths.
-for prog in test_spawn test_vfork_touch test_scm; do
+for prog in test_spawn test_vfork_touch test_scm test_closefds; do
   [[ " ${built[*]} " == *" $prog "* ]] || continue
   for path in in-context handler-thread; do
     echo "== tiermem run --near 16K -- $prog ($path)"

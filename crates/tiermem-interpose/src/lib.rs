@@ -33,6 +33,9 @@
 //! tiermem chains to runs on tiermem's stack, without its own `sa_mask`,
 //! `SA_RESETHAND` or `SA_ONSTACK`. docs/design.md, "Signals", says more.
 //!
+//! `close`, `close_range`, `closefrom`, `dup2` and `dup3` keep tiermem's
+//! own descriptors open ([`fds`]).
+//!
 //! `vfork` is interposed too ([`vfork`]): the core serves a `vfork`
 //! child's faults on tiered memory through a thread of the owner, and must
 //! know when one is in flight.
@@ -42,6 +45,7 @@
 
 use libc::{c_int, c_void, sigset_t};
 
+pub mod fds;
 #[cfg(target_arch = "x86_64")]
 pub mod vfork;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -55,6 +59,7 @@ pub fn link() {
     std::hint::black_box(pthread_sigmask as *const ());
     #[cfg(target_arch = "x86_64")]
     std::hint::black_box(vfork::vfork as *const ());
+    std::hint::black_box(fds::close as *const ());
 }
 
 extern "C" {

@@ -2,12 +2,13 @@
 //! for one process to wait for a word from another (fork).
 
 use crate::errno::{check, check_size, Errno};
+use crate::fdguard::GuardedFd;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
 /// A non-blocking eventfd.
 #[derive(Debug)]
 pub struct EventFd {
-    fd: OwnedFd,
+    fd: GuardedFd,
 }
 
 impl EventFd {
@@ -17,7 +18,9 @@ impl EventFd {
         let fd = check(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) })?;
         // SAFETY: fresh descriptor owned by us.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        Ok(EventFd { fd })
+        Ok(EventFd {
+            fd: GuardedFd::new(fd),
+        })
     }
 
     /// Makes the descriptor readable.
@@ -38,8 +41,8 @@ impl AsFd for EventFd {
 /// telling its parent it is done), both ends close-on-exec.
 #[derive(Debug)]
 pub struct Pipe {
-    read: Option<OwnedFd>,
-    write: Option<OwnedFd>,
+    read: Option<GuardedFd>,
+    write: Option<GuardedFd>,
 }
 
 impl Pipe {
@@ -47,8 +50,8 @@ impl Pipe {
     pub fn new_cloexec() -> Result<Pipe, Errno> {
         let (r, w) = crate::splice::pipe_fds()?;
         Ok(Pipe {
-            read: Some(r),
-            write: Some(w),
+            read: Some(GuardedFd::new(r)),
+            write: Some(GuardedFd::new(w)),
         })
     }
 

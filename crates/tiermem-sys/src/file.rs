@@ -14,6 +14,7 @@
 //! it had made its heap: the image that made it is gone).
 
 use crate::errno::{check, Errno};
+use crate::fdguard::GuardedFd;
 use std::ffi::CString;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -69,7 +70,7 @@ pub enum FileError {
 /// An open far-store file.
 #[derive(Debug)]
 pub struct FarFile {
-    fd: OwnedFd,
+    fd: GuardedFd,
     /// The name to unlink on drop (None for an O_TMPFILE), and the
     /// (device, inode) it must still name then.
     created: Option<(PathBuf, (u64, u64))>,
@@ -313,7 +314,7 @@ impl FarFile {
             None => None,
         };
         Ok(FarFile {
-            fd,
+            fd: GuardedFd::new(fd),
             created,
             direct,
             owner_pid: std::process::id(),

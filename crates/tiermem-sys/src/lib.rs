@@ -40,6 +40,7 @@ pub mod bounce;
 pub mod cache;
 pub mod errno;
 pub mod event;
+pub mod fdguard;
 pub mod file;
 pub mod hugetlb;
 pub mod interrupts;

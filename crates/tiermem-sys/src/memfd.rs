@@ -8,13 +8,14 @@
 //! ```
 
 use crate::errno::{check, Errno};
+use crate::fdguard::GuardedFd;
 use std::ffi::CString;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
 /// An anonymous memory-backed file.
 #[derive(Debug)]
 pub struct Memfd {
-    fd: OwnedFd,
+    fd: GuardedFd,
 }
 
 impl Memfd {
@@ -30,7 +31,9 @@ impl Memfd {
         let fd = check(unsafe { libc::memfd_create(cname.as_ptr(), flags) })?;
         // SAFETY: fd was just returned by the kernel and is owned by nobody else.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        Ok(Memfd { fd })
+        Ok(Memfd {
+            fd: GuardedFd::new(fd),
+        })
     }
 
     /// Opens another process's memfd through `/proc/<pid>/fd/<fd>` (a new
@@ -43,7 +46,9 @@ impl Memfd {
         let fd = check(unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) })?;
         // SAFETY: fd was just returned by the kernel and is owned by nobody else.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        Ok(Memfd { fd })
+        Ok(Memfd {
+            fd: GuardedFd::new(fd),
+        })
     }
 
     /// The descriptor number (what [`Memfd::open_peer`] takes in another
@@ -65,7 +70,7 @@ impl Memfd {
 
 impl From<Memfd> for OwnedFd {
     fn from(m: Memfd) -> OwnedFd {
-        m.fd
+        m.fd.into_owned()
     }
 }
 

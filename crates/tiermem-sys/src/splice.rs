@@ -20,13 +20,14 @@
 //! ```
 
 use crate::errno::{check, check_size, Errno};
+use crate::fdguard::GuardedFd;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 
 /// An owned pipe (both ends, close-on-exec).
 #[derive(Debug)]
 pub struct Pipe {
-    read: OwnedFd,
-    write: OwnedFd,
+    read: GuardedFd,
+    write: GuardedFd,
     capacity: usize,
 }
 
@@ -58,8 +59,8 @@ impl Pipe {
         let got =
             check(unsafe { libc::fcntl(write.as_raw_fd(), libc::F_SETPIPE_SZ, capacity as libc::c_int) })?;
         Ok(Pipe {
-            read,
-            write,
+            read: GuardedFd::new(read),
+            write: GuardedFd::new(write),
             capacity: got as usize,
         })
     }

@@ -22,6 +22,7 @@
 //!   changing under a non-cooperative event; callers retry.
 
 use crate::errno::{check, check_size, Errno};
+use crate::fdguard::GuardedFd;
 use crate::mm::{Mapping, MemRange};
 use crate::uapi;
 use bitflags::bitflags;
@@ -216,7 +217,7 @@ pub struct UffdOptions {
 /// An open, initialised userfaultfd.
 #[derive(Debug)]
 pub struct Uffd {
-    fd: OwnedFd,
+    fd: GuardedFd,
     features: Features,
 }
 
@@ -359,7 +360,10 @@ impl Uffd {
         // UFFDIO_API answers with every feature the kernel has, not the
         // ones enabled: those are `want`.
         api(fd.as_fd(), want)?;
-        Ok(Uffd { fd, features: want })
+        Ok(Uffd {
+            fd: GuardedFd::new(fd),
+            features: want,
+        })
     }
 
     /// The features enabled on this descriptor.

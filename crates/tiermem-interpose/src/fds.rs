@@ -1,0 +1,128 @@
+//! `close`, `close_range`, `closefrom`, `dup2` and `dup3` leave tiermem's
+//! own descriptors alone (`tiermem_sys::fdguard`): a program that closes
+//! every descriptor above 2, or `dup2`s onto one of tiermem's, took away
+//! the userfaultfd or the far store, and every evicted page came back
+//! wrong. A close of one is reported as done; `dup2` onto one fails with
+//! `EBUSY` (and says why, once).
+
+use libc::{c_int, c_uint};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use tiermem_sys::fdguard::{first_guarded_in, is_guarded};
+
+/// The C library's function `name`, looked up once; 0 when missing.
+fn next(cache: &AtomicUsize, name: &std::ffi::CStr) -> usize {
+    let mut f = cache.load(Ordering::Acquire);
+    if f == 0 {
+        // SAFETY: RTLD_NEXT with a NUL-terminated name.
+        f = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
+        cache.store(f, Ordering::Release);
+    }
+    f
+}
+
+/// `close(2)`.
+#[no_mangle]
+pub extern "C" fn close(fd: c_int) -> c_int {
+    if is_guarded(fd) {
+        return 0;
+    }
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    match next(&NEXT, c"close") {
+        // SAFETY: a system call on a plain integer.
+        0 => unsafe { libc::syscall(libc::SYS_close, fd) as c_int },
+        f => {
+            // SAFETY: the C library's close.
+            let real: extern "C" fn(c_int) -> c_int = unsafe { std::mem::transmute(f) };
+            real(fd)
+        }
+    }
+}
+
+/// `close_range(lo, hi, flags)` through the system call, in pieces around
+/// tiermem's descriptors (`CLOSE_RANGE_CLOEXEC` alone changes nothing of
+/// theirs: they are close-on-exec already).
+fn close_range_around(lo: c_uint, hi: c_uint, flags: c_int) -> c_int {
+    let raw = |a: c_uint, b: c_uint| {
+        // SAFETY: a system call on plain integers.
+        unsafe { libc::syscall(libc::SYS_close_range, a, b, flags as c_uint) as c_int }
+    };
+    if flags & libc::CLOSE_RANGE_CLOEXEC as c_int != 0 || lo > hi {
+        return raw(lo, hi);
+    }
+    let mut at = lo;
+    while let Some(g) = first_guarded_in(at, hi) {
+        if g > at {
+            let r = raw(at, g - 1);
+            if r != 0 {
+                return r;
+            }
+        }
+        if g == hi {
+            return 0;
+        }
+        at = g + 1;
+    }
+    raw(at, hi)
+}
+
+/// `close_range(2)`.
+#[no_mangle]
+pub extern "C" fn close_range(lo: c_uint, hi: c_uint, flags: c_int) -> c_int {
+    close_range_around(lo, hi, flags)
+}
+
+/// `closefrom(3)`.
+#[no_mangle]
+pub extern "C" fn closefrom(lo: c_int) {
+    let lo = lo.max(0) as c_uint;
+    if close_range_around(lo, c_uint::MAX, 0) == 0 {
+        return;
+    }
+    // No close_range (kernels before 5.9): one by one, as glibc does.
+    // SAFETY: getdtablesize has no preconditions.
+    let top = unsafe { libc::getdtablesize() }.max(0) as c_uint;
+    for fd in lo..top {
+        close(fd as c_int);
+    }
+}
+
+fn refuse_dup_onto(fd: c_int) -> c_int {
+    static SAID: AtomicBool = AtomicBool::new(false);
+    if !SAID.swap(true, Ordering::Relaxed) {
+        eprintln!(
+            "tiermem: the program duplicated a descriptor onto {fd}, which tiermem uses for its \
+             tiered memory; refused with EBUSY"
+        );
+    }
+    // SAFETY: errno is thread-local.
+    unsafe { *libc::__errno_location() = libc::EBUSY };
+    -1
+}
+
+/// `dup2(2)`.
+#[no_mangle]
+pub extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
+    if old != new && is_guarded(new) {
+        return refuse_dup_onto(new);
+    }
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    match next(&NEXT, c"dup2") {
+        // SAFETY: a system call on plain integers.
+        0 => unsafe { libc::syscall(libc::SYS_dup3, old, new, 0) as c_int },
+        f => {
+            // SAFETY: the C library's dup2.
+            let real: extern "C" fn(c_int, c_int) -> c_int = unsafe { std::mem::transmute(f) };
+            real(old, new)
+        }
+    }
+}
+
+/// `dup3(2)`.
+#[no_mangle]
+pub extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
+    if old != new && is_guarded(new) {
+        return refuse_dup_onto(new);
+    }
+    // SAFETY: a system call on plain integers.
+    unsafe { libc::syscall(libc::SYS_dup3, old, new, flags) as c_int }
+}

@@ -1,0 +1,160 @@
+//! tiermem's own descriptors (the userfaultfd, the far store, pipes,
+//! eventfds), kept from the program's bulk closes.
+//!
+//! A program that closes "every descriptor above 2" (`close_range(3, ~0)`,
+//! `closefrom(3)`, a loop over `close`, Python's `os.closerange`: daemons,
+//! shells, test harnesses) or `dup2`s onto a number it believes free took
+//! them away, and every evicted page came back wrong, silently. So each is
+//! moved up to a high number when it is made (out of the way of `dup2` on
+//! small numbers and of the lowest-free rule that `open` follows), and
+//! marked here; the interposed `close`, `close_range` and `closefrom`
+//! (tiermem-interpose) leave marked descriptors open, and `dup2`/`dup3`
+//! onto one fail with `EBUSY`. The mark goes before tiermem closes its own.
+
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Descriptors below this can be marked (higher ones are left unmarked).
+const MARKABLE: usize = 1 << 16;
+static MARKED: [AtomicU64; MARKABLE / 64] = [const { AtomicU64::new(0) }; MARKABLE / 64];
+
+/// Whether `fd` is one of tiermem's (the interposed `close` leaves it
+/// open).
+pub fn is_guarded(fd: RawFd) -> bool {
+    let Ok(i) = usize::try_from(fd) else { return false };
+    i < MARKABLE && MARKED[i / 64].load(Ordering::Relaxed) & (1 << (i % 64)) != 0
+}
+
+/// The first guarded descriptor in `[lo, hi]`, if any.
+pub fn first_guarded_in(lo: u32, hi: u32) -> Option<u32> {
+    let hi = (hi as usize).min(MARKABLE - 1);
+    let mut i = lo as usize;
+    while i <= hi {
+        let word = MARKED[i / 64].load(Ordering::Relaxed) >> (i % 64);
+        if word == 0 {
+            i = (i / 64 + 1) * 64;
+            continue;
+        }
+        let at = i + word.trailing_zeros() as usize;
+        return (at <= hi).then_some(at as u32);
+    }
+    None
+}
+
+fn mark(fd: RawFd, on: bool) {
+    let Ok(i) = usize::try_from(fd) else { return };
+    if i >= MARKABLE {
+        return;
+    }
+    let bit = 1u64 << (i % 64);
+    if on {
+        MARKED[i / 64].fetch_or(bit, Ordering::Relaxed);
+    } else {
+        MARKED[i / 64].fetch_and(!bit, Ordering::Relaxed);
+    }
+}
+
+/// Where tiermem's descriptors go: the top 128 numbers below the
+/// descriptor limit, or below 1024 where the limit is higher (a larger
+/// table costs the kernel memory); 3 (no move) where the limit is small.
+fn high_floor() -> RawFd {
+    // SAFETY: a plain out-parameter.
+    let mut lim: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: getrlimit writes the struct.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return 3;
+    }
+    let top = lim.rlim_cur.min(1024) as RawFd;
+    if top < 256 {
+        3
+    } else {
+        top - 128
+    }
+}
+
+/// One of tiermem's descriptors: moved to a high number and guarded while
+/// it lives; closed (unguarded first) on drop.
+#[derive(Debug)]
+pub struct GuardedFd {
+    fd: OwnedFd,
+}
+
+impl GuardedFd {
+    /// Takes `fd` over: a close-on-exec copy at a high number replaces it
+    /// where one is free (else it stays where it is), and is guarded.
+    pub fn new(fd: OwnedFd) -> GuardedFd {
+        // SAFETY: F_DUPFD_CLOEXEC on a descriptor we own.
+        let high = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, high_floor()) };
+        let fd = if high >= 0 {
+            // SAFETY: a new descriptor we own; the old one closes on drop.
+            unsafe { OwnedFd::from_raw_fd(high) }
+        } else {
+            fd
+        };
+        mark(fd.as_raw_fd(), true);
+        GuardedFd { fd }
+    }
+}
+
+impl GuardedFd {
+    /// The descriptor, no longer guarded (for a caller that keeps it as a
+    /// plain file).
+    pub fn into_owned(self) -> OwnedFd {
+        mark(self.fd.as_raw_fd(), false);
+        let this = std::mem::ManuallyDrop::new(self);
+        // SAFETY: `this` is never dropped, so the descriptor is moved out
+        // exactly once.
+        unsafe { std::ptr::read(&this.fd) }
+    }
+}
+
+impl Drop for GuardedFd {
+    fn drop(&mut self) {
+        // Unguarded before the field's drop closes it.
+        mark(self.fd.as_raw_fd(), false);
+    }
+}
+
+impl AsRawFd for GuardedFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+impl AsFd for GuardedFd {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_guarded_descriptor_moves_high_and_is_unguarded_when_handed_out() {
+        // SAFETY: a new pipe's descriptors, owned here.
+        let (r, w) = unsafe {
+            let mut p = [0; 2];
+            assert_eq!(libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC), 0);
+            (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1]))
+        };
+        let low = r.as_raw_fd();
+        let g = GuardedFd::new(r);
+        let fd = g.as_raw_fd();
+        assert!(is_guarded(fd) && !is_guarded(low));
+        assert!(
+            fd >= high_floor() || high_floor() == 3,
+            "{fd} below {}",
+            high_floor()
+        );
+        assert_eq!(first_guarded_in(fd as u32, fd as u32), Some(fd as u32));
+        // Unguarded once handed out (checked while it is still open: a
+        // closed number may be another test's guarded one at once).
+        let plain = g.into_owned();
+        assert_eq!(plain.as_raw_fd(), fd);
+        assert!(!is_guarded(fd));
+        assert_eq!(first_guarded_in(fd as u32, fd as u32), None);
+        drop((plain, w));
+    }
+}
