@@ -236,13 +236,13 @@ done
 echo "== interposed functions exported by libtiermem_preload.so"
 status=0
 exported=$(nm -D "$lib/libtiermem_preload.so" | awk '$2 ~ /^[TWi]$/ {print $3}')
-for f in malloc free mmap munmap fork vfork execve execv execvp execvpe execl execle execlp fexecve execveat \
+for f in malloc free mmap munmap fork vfork execve execv execvp execvpe execl execle execlp fexecve execveat close close_range closefrom dup2 dup3 \
   posix_spawn posix_spawnp system popen sigaction mlockall readv; do
   grep -qx "$f" <<<"$exported" || { echo "not exported: $f"; status=1; }
 done
 # libtiermem.so (the C API) interposes vfork and the signal functions too.
 exported=$(nm -D "$lib/libtiermem.so" | awk '$2 ~ /^[TWi]$/ {print $3}')
-for f in vfork sigaction pthread_sigmask; do
+for f in vfork sigaction pthread_sigmask close close_range closefrom dup2 dup3; do
   grep -qx "$f" <<<"$exported" || { echo "not exported by libtiermem.so: $f"; status=1; }
 done
 report "interposed functions exported" "$status"
