@@ -72,7 +72,7 @@ impl Copies {
         envp: *const *const c_char,
     ) -> Option<Copies> {
         let lend = !tiermem_sys::thread::owns_memory();
-        if lend && !tiermem::vfork::lends_to_caller() {
+        if lend && !tiermem::vfork::lending() {
             return None;
         }
         GAVE_UP.with(|g| g.set(false));

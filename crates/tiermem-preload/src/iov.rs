@@ -367,15 +367,15 @@ unsafe fn msg_call(
         || (has_name && tiered(m.msg_name as usize));
     // The header the kernel gets: the caller's, or a copy on this stack.
     let mut copy: msghdr = *m;
-    let mut name_buf = vec![
-        0u8;
-        if side && has_name {
-            m.msg_namelen as usize
-        } else {
-            0
-        }
-    ];
-    let mut control_buf = vec![0u8; if side && has_control { m.msg_controllen } else { 0 }];
+    // The kernel's copies (empty where not needed).
+    let name_len = if side && has_name {
+        m.msg_namelen as usize
+    } else {
+        0
+    };
+    let control_len = if side && has_control { m.msg_controllen } else { 0 };
+    let mut name_buf = vec![0u8; name_len];
+    let mut control_buf = vec![0u8; control_len];
     if side {
         if has_name {
             // SAFETY: the caller's address buffer, msg_namelen bytes.

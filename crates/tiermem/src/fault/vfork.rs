@@ -85,6 +85,10 @@ static ASKS: AtomicU64 = AtomicU64::new(0);
 static FAULTS_SERVED: AtomicU64 = AtomicU64::new(0);
 static LOANS_SERVED: AtomicU64 = AtomicU64::new(0);
 
+/// The process whose lender runs (0: none).
+static LENDER_OF: AtomicU32 = AtomicU32::new(0);
+static STARTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Faults of this process's `vfork` children served by its lender, and
 /// buffers it pinned for their system calls and `exec` strings.
 pub fn served() -> (u64, u64) {
@@ -93,9 +97,6 @@ pub fn served() -> (u64, u64) {
         LOANS_SERVED.load(Ordering::Relaxed),
     )
 }
-/// The process whose lender runs (0: none).
-static LENDER_OF: AtomicU32 = AtomicU32::new(0);
-static STARTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Registers the lender's hooks with the interposed `vfork` (by the first
 /// region of a process).
@@ -120,12 +121,16 @@ fn started() {
         s.state.store(IDLE, Ordering::Relaxed);
         s.child.store(0, Ordering::Relaxed);
     }
+    FAULTS_SERVED.store(0, Ordering::Relaxed);
+    LOANS_SERVED.store(0, Ordering::Relaxed);
     let spawned = std::thread::Builder::new()
         .name("tiermem-vfork".into())
         .stack_size(128 << 10)
         .spawn(lend);
-    if spawned.is_ok() {
-        LENDER_OF.store(me, Ordering::Release);
+    match spawned {
+        Ok(_) => LENDER_OF.store(me, Ordering::Release),
+        // Its children then serve their own faults, as without a lender.
+        Err(e) => eprintln!("tiermem: cannot start the thread that serves vfork children: {e}"),
     }
 }
 
@@ -163,17 +168,11 @@ fn returned(pid: i32) {
     }
 }
 
-/// Whether the caller is a `vfork` child whose faults and pins go to the
-/// owner's lender.
-pub(crate) fn lending() -> bool {
+/// Whether the caller is a `vfork` child whose faults, pins and `exec`
+/// copies go to the owner's lender.
+pub fn lending() -> bool {
     tiermem_sys::thread::in_vfork_child()
         && LENDER_OF.load(Ordering::Acquire) == tiermem_sys::thread::owner_pid()
-}
-
-/// Whether the caller is a `vfork` child served by the owner's lender
-/// (the preload library's `exec` copies ask).
-pub fn lends_to_caller() -> bool {
-    lending()
 }
 
 /// In a `vfork` child ([`lending`]): has the lender bring in the page at
