@@ -36,7 +36,7 @@ extern "C" {
 }
 
 /// The C library's function `name`, looked up once; 0 when missing.
-fn next(cache: &AtomicUsize, name: &CStr) -> usize {
+pub(crate) fn next(cache: &AtomicUsize, name: &CStr) -> usize {
     let mut f = cache.load(Ordering::Acquire);
     if f == 0 {
         // SAFETY: RTLD_NEXT with a NUL-terminated name.

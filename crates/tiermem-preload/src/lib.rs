@@ -24,6 +24,9 @@
 //!   never be populated);
 //! - `fork`: a child gets a private copy of the tiered memory as of the
 //!   fork (evicted pages copied in before `fork` returns);
+//! - `stacks`: a stack the program makes in tiered memory (`sigaltstack`,
+//!   `pthread_attr_setstack`, `makecontext`, `clone`) is held resident
+//!   until freed: the kernel writes signal frames there;
 //! - [`statics`]: the executable's large `.bss`/`.data` (static arrays,
 //!   Fortran `COMMON` blocks) are taken over in place;
 //! - the signal interposers of `tiermem-interpose` keep SIGBUS/SIGSEGV
@@ -51,6 +54,7 @@ pub mod mlock;
 pub mod mmap;
 mod report;
 pub mod settings;
+mod stacks;
 mod statics;
 
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};

@@ -13,6 +13,11 @@ static SETTINGS: OnceLock<(Settings, Instant)> = OnceLock::new();
 static HEAP_FULL: AtomicU64 = AtomicU64::new(0);
 static BAD_FREES: AtomicU64 = AtomicU64::new(0);
 
+/// Whether the settings ask for no messages but errors.
+pub(crate) fn quiet() -> bool {
+    SETTINGS.get().is_some_and(|(s, _)| s.quiet)
+}
+
 /// A request the heap could not hold (served by the C library instead).
 pub(crate) fn note_heap_full(size: usize) {
     if HEAP_FULL.fetch_add(1, Ordering::Relaxed) == 0 {

@@ -88,7 +88,7 @@ pub use fault::{set_last_words, vfork};
 pub use kernel_access::{pin_buffer, serve_inherited_traps, PinnedBuffer};
 pub use page::PageState;
 pub use policy::PolicyKind;
-pub use region::{advise, clear_poison_at, prefetch, touch, Advice, PageCensus, Region};
+pub use region::{advise, clear_poison_at, hold_resident, prefetch, touch, Advice, Held, PageCensus, Region};
 pub use segment::{Segment, SegmentConfig};
 pub use stats::RegionStats;
 pub use tiermem_sys::probe::SystemInfo;

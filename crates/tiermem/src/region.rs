@@ -713,6 +713,70 @@ pub fn touch(addr: usize, len: usize) -> Result<usize, Error> {
         .count())
 }
 
+/// What [`hold_resident`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Held {
+    /// Bytes held now that were not held before.
+    pub new_bytes: usize,
+    /// Whether every page of the range (within the region) is held.
+    pub complete: bool,
+}
+
+/// Keeps the pages of `[addr, addr+len)` (within the region holding `addr`,
+/// or else its last byte)
+/// resident, writable and never evicted until they are discarded (freed,
+/// unmapped): for memory the kernel writes on its own, where no fault can
+/// be served, such as a signal stack or a stack the program made for a
+/// thread or a coroutine (engine `hold`). The near budget grows by what is
+/// held. `None` when `addr` is not in a tiermem region of this process (in
+/// a forked child the memory is plain already).
+///
+/// ```no_run
+/// # let stack_addr = 0usize;
+/// // A 1 MiB alternate signal stack allocated in tiered memory:
+/// if let Some(h) = tiermem::hold_resident(stack_addr, 1 << 20) {
+///     assert!(h.complete);
+/// }
+/// ```
+pub fn hold_resident(addr: usize, len: usize) -> Option<Held> {
+    let _blocked = owning_pages();
+    let end = addr.saturating_add(len);
+    // The range may start below the region (a stack known by its top).
+    let core = crate::fault::lookup::<RegionCore>(addr)
+        .or_else(|| crate::fault::lookup::<RegionCore>(end.checked_sub(1)?))?;
+    let base = core.mapping.addr();
+    let end = end.min(base + core.mapping.len());
+    let ps = core.page_bytes();
+    let first = (addr.max(base) - base) / ps;
+    let count = (end - base).div_ceil(ps).saturating_sub(first);
+    let (new, complete) = core.hold(first, count, tiermem_sys::thread::gettid());
+    Some(Held {
+        new_bytes: new * ps,
+        complete,
+    })
+}
+
+impl Region {
+    /// The held parts of `[offset, offset+len)`, as byte ranges.
+    pub(crate) fn held_in(&self, offset: usize, len: usize) -> Vec<(usize, usize)> {
+        let ps = self.page_bytes();
+        self.core
+            .held_in(offset / ps, (offset + len).div_ceil(ps))
+            .into_iter()
+            .map(|(a, b)| (a * ps, (b - a) * ps))
+            .collect()
+    }
+
+    /// Holds `[offset, offset+len)` (see [`hold_resident`]).
+    pub(crate) fn hold(&self, offset: usize, len: usize) {
+        let ps = self.page_bytes();
+        let first = offset / ps;
+        let count = (offset + len).div_ceil(ps) - first;
+        let _blocked = owning_pages();
+        self.core.hold(first, count, tiermem_sys::thread::gettid());
+    }
+}
+
 /// Refuses a file far store whose file system has no room for one
 /// eviction batch, when the region will evict: every fault past the budget
 /// would fail (SIGBUS). A clear error now instead, naming the store.

@@ -23,6 +23,9 @@ pub(crate) struct Budget {
     kept_bytes: AtomicU64,
     /// Of `used_bytes`, what kernel-mode accesses hold pinned now.
     pinned_bytes: AtomicU64,
+    /// Pages held resident for good outside the limit (stacks, see
+    /// `hold`): the limit grows by them.
+    held_bytes: AtomicU64,
     /// Regions sharing it (empty for a region's own budget).
     members: Mutex<Vec<Weak<RegionCore>>>,
     /// Which pages evictions spare so that every fault makes progress:
@@ -37,6 +40,7 @@ impl Budget {
             used_bytes: AtomicU64::new(0),
             kept_bytes: AtomicU64::new(0),
             pinned_bytes: AtomicU64::new(0),
+            held_bytes: AtomicU64::new(0),
             members: Mutex::new(Vec::new()),
             progress: Progress::new(),
         })
@@ -47,11 +51,27 @@ impl Budget {
         self.limit_bytes
     }
 
+    /// The limit plus what is held outside it.
+    fn room_bytes(&self) -> u64 {
+        self.limit_bytes + self.held_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Lets `bytes` more be resident, held outside the limit.
+    pub(crate) fn hold(&self, bytes: u64) {
+        self.held_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Ends what [`Budget::hold`] let in; the pages count against the limit
+    /// again (evictions bring the total back under it).
+    pub(crate) fn unhold(&self, bytes: u64) {
+        self.held_bytes.fetch_sub(bytes, Ordering::Relaxed);
+    }
+
     /// Takes up to `n` slots of `page` bytes; returns how many it got.
     pub(crate) fn take(&self, n: usize, page: usize) -> usize {
         let mut used = self.used_bytes.load(Ordering::Relaxed);
         loop {
-            let fit = (self.limit_bytes.saturating_sub(used) / page as u64) as usize;
+            let fit = (self.room_bytes().saturating_sub(used) / page as u64) as usize;
             let got = n.min(fit);
             if got == 0 {
                 return 0;
@@ -128,7 +148,7 @@ impl Budget {
     /// Slots of `page` bytes free now.
     pub(crate) fn free(&self, page: usize) -> usize {
         (self
-            .limit_bytes
+            .room_bytes()
             .saturating_sub(self.used_bytes.load(Ordering::Relaxed))
             / page as u64) as usize
     }
@@ -176,6 +196,19 @@ mod tests {
         let small = Budget::new(4096);
         assert!(small.try_pin(4096), "one page at least");
         assert!(!small.try_pin(4096));
+    }
+
+    #[test]
+    fn held_bytes_grow_the_room_until_released() {
+        let b = Budget::new(4 * 4096);
+        assert_eq!(b.take(4, 4096), 4);
+        b.hold(2 * 4096);
+        assert_eq!(b.take(4, 4096), 2, "two held pages fit beyond the limit");
+        b.unhold(2 * 4096);
+        assert_eq!(b.free(4096), 0);
+        assert_eq!(b.take(1, 4096), 0, "over the limit until evictions catch up");
+        b.give_back(3, 4096);
+        assert_eq!(b.free(4096), 1);
     }
 
     #[test]

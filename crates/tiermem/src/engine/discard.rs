@@ -45,6 +45,8 @@ impl RegionCore {
     pub(crate) fn discard(&self, offset: usize, len: usize) {
         let first = offset >> self.page_shift;
         let last = (offset + len).div_ceil(self.page_bytes);
+        // A held range that is discarded is no longer a stack.
+        self.unhold(first, last);
         for i in first..last.min(self.pages.len()) {
             loop {
                 let w = self.pages.load(i);

@@ -48,6 +48,7 @@ mod errors;
 mod evict;
 mod fill;
 pub(crate) mod handler_thread;
+mod hold;
 pub(crate) mod in_context;
 mod inherit;
 pub(crate) mod mover;
@@ -157,6 +158,8 @@ pub(crate) struct RegionCore {
     shared_budget: bool,
     /// Pages of this region resident (or reserved for a fill).
     resident: AtomicUsize,
+    /// Pages held resident for good outside the budget (stacks).
+    held: hold::Held,
     policy: Mutex<Box<dyn Policy>>,
     store: Box<dyn FarStore>,
     /// `store.describe()`, made at creation: the fault path names the
@@ -431,6 +434,7 @@ impl RegionCore {
             pages: PageTable::try_new(pages)?,
             access: access::Access::new(pages, page_bytes)?,
             resident: AtomicUsize::new(0),
+            held: hold::Held::new(),
             policy: Mutex::new(parts.policy),
             store_name: parts.store.describe().into(),
             said_full: AtomicBool::new(false),
@@ -649,8 +653,7 @@ impl RegionCore {
         if self.shared_budget {
             self.budget.free(self.page_bytes)
         } else {
-            self.budget_pages
-                .saturating_sub(self.resident.load(Ordering::Relaxed))
+            (self.budget_pages + self.held.pages()).saturating_sub(self.resident.load(Ordering::Relaxed))
         }
     }
 
@@ -663,7 +666,7 @@ impl RegionCore {
             // A region's own budget is its resident count: one CAS.
             let mut r = self.resident.load(Ordering::Relaxed);
             loop {
-                let got = n.min(self.budget_pages.saturating_sub(r));
+                let got = n.min((self.budget_pages + self.held.pages()).saturating_sub(r));
                 if got == 0 {
                     return 0;
                 }

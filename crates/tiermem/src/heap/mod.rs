@@ -558,7 +558,17 @@ impl Heap {
         let a = addr.next_multiple_of(self.unit);
         let b = (addr + len) / self.unit * self.unit;
         if b > a && self.contains(a) && self.contains(b - 1) {
+            // A held range (a stack) reads as zeros too, and stays held.
+            let held = match &self.backing {
+                Backing::Tiered(r) if !r.is_forked_copy() => r.held_in(a - self.base, b - a),
+                _ => Vec::new(),
+            };
             self.release(a, b - a);
+            if let Backing::Tiered(r) = &self.backing {
+                for (o, l) in held {
+                    r.hold(o, l);
+                }
+            }
         }
     }
 
