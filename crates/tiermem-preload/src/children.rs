@@ -22,7 +22,7 @@ pub(crate) fn start_root() {
     let path = tiermem::config::children_log_path(std::process::id());
     // An earlier image of this process (a wrapper script that exec'd the
     // program) made the file: its records stay.
-    if std::env::var_os(VAR).is_some_and(|v| v == path.as_os_str()) {
+    if tiermem_sys::env::var_os(VAR).is_some_and(|v| v == path.as_os_str()) {
         if let Some(c) = log() {
             let _ = tiermem_sys::file::append_record(c, b"");
         }
@@ -67,7 +67,7 @@ pub(crate) fn record_exec() {
 
 fn log() -> Option<&'static CString> {
     if LOG.get().is_none() {
-        let v = std::env::var_os(VAR)?;
+        let v = tiermem_sys::env::var_os(VAR)?;
         let _ = LOG.set(CString::new(v.into_encoded_bytes()).ok()?);
     }
     LOG.get()

@@ -81,8 +81,7 @@ pub struct Settings {
 }
 
 fn var(name: &str) -> Option<String> {
-    std::env::var(name)
-        .ok()
+    tiermem_sys::env::var(name)
         .map(|v| v.trim().to_owned())
         .filter(|v| !v.is_empty())
 }
@@ -357,7 +356,7 @@ impl Settings {
 /// forked and that `exec`ed a program of its own. The first process that
 /// loads the library records its pid in `TIERMEM_ROOT_PID`.
 pub fn is_root_process() -> bool {
-    if std::env::var_os(options::ROOT_PID.var).is_none() {
+    if tiermem_sys::env::var_os(options::ROOT_PID.var).is_none() {
         // SAFETY of the environment change: this runs in the library's
         // constructor, before the program's main and its threads.
         std::env::set_var(options::ROOT_PID.var, std::process::id().to_string());
@@ -369,5 +368,5 @@ pub fn is_root_process() -> bool {
 /// [`is_root_process`], which records it). `getpid` each time: the child of
 /// a `vfork` shares this memory.
 pub fn started_program() -> bool {
-    std::env::var(options::ROOT_PID.var).ok() == Some(std::process::id().to_string())
+    tiermem_sys::env::var(options::ROOT_PID.var) == Some(std::process::id().to_string())
 }

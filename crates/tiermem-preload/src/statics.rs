@@ -161,6 +161,7 @@ pub(crate) fn take_over(s: &Settings, budget: Option<&NearBudget>) {
         }
         let start = (sec.vaddr + bias).next_multiple_of(page) as usize;
         let end = ((sec.vaddr + bias + sec.size) / page * page) as usize;
+        let (start, end) = around_environ(start, end);
         if end <= start || end - start < s.threshold {
             continue;
         }
@@ -206,6 +207,27 @@ pub(crate) fn take_over(s: &Settings, budget: Option<&NearBudget>) {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push((report, region));
+    }
+}
+
+extern "C" {
+    static environ: *const *const libc::c_char;
+}
+
+/// `[start, end)` less the page holding the C library's `environ`, keeping
+/// the larger side. A program that names `environ` has it copied into its
+/// own `.bss` (a copy relocation, at the section's start), and tiermem
+/// reads it while it takes the range over, when no touch of it can be
+/// served.
+fn around_environ(start: usize, end: usize) -> (usize, usize) {
+    let at = (&raw const environ) as usize & !4095;
+    if at < start || at >= end {
+        return (start, end);
+    }
+    if at - start >= end - (at + 4096) {
+        (start, at)
+    } else {
+        (at + 4096, end)
     }
 }
 

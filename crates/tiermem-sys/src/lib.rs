@@ -38,6 +38,7 @@
 pub mod atomic;
 pub mod bounce;
 pub mod cache;
+pub mod env;
 pub mod errno;
 pub mod event;
 pub mod fdguard;

@@ -113,7 +113,7 @@ fn int(v: usize, what: &'static str) -> Result<c_int, MpiError> {
 pub fn launched() -> bool {
     ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK"]
         .iter()
-        .any(|v| std::env::var_os(v).is_some())
+        .any(|v| crate::env::var_os(v).is_some())
 }
 
 /// Proof that MPI is initialised with `MPI_THREAD_MULTIPLE`.

@@ -79,7 +79,7 @@ pub struct Launch {
 
 /// Reads the launcher's variables from the process's environment.
 pub fn from_env() -> Launch {
-    detect(&|v| std::env::var(v).ok())
+    detect(&|v| tiermem_sys::env::var(v))
 }
 
 /// Reads the launcher's variables through `lookup` (the environment, or a

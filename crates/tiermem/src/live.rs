@@ -263,7 +263,7 @@ pub struct Sample {
 /// The directory of the pages: `TIERMEM_LIVE_DIR`, else
 /// `/dev/shm/tiermem-<uid>`.
 pub fn dir() -> PathBuf {
-    match std::env::var_os(crate::config::options::LIVE_DIR.var).filter(|d| !d.is_empty()) {
+    match tiermem_sys::env::var_os(crate::config::options::LIVE_DIR.var).filter(|d| !d.is_empty()) {
         Some(d) => PathBuf::from(d),
         None => PathBuf::from(format!("/dev/shm/tiermem-{}", tiermem_sys::process::uid())),
     }
@@ -478,7 +478,7 @@ fn rank_from_env() -> i64 {
         "SLURM_PROCID",
     ]
     .iter()
-    .find_map(|v| std::env::var(v).ok()?.trim().parse::<i64>().ok())
+    .find_map(|v| tiermem_sys::env::var(v)?.trim().parse::<i64>().ok())
     .unwrap_or(-1)
 }
 

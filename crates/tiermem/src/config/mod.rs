@@ -248,7 +248,7 @@ impl Config {
     /// Applies the `TIERMEM_*` variables of the process environment on top
     /// of `self`, returning warnings for values that were not understood.
     pub fn apply_env(&mut self) -> Vec<String> {
-        self.apply_vars(|name| std::env::var(name).ok())
+        self.apply_vars(|name| tiermem_sys::env::var(name))
     }
 
     /// Same, from any lookup (for tests). An empty value is unset; a

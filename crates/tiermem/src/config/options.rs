@@ -272,7 +272,7 @@ impl Opt {
 
     /// The value of the variable in the process environment ([`Opt::value_in`]).
     pub fn value(&self) -> Option<String> {
-        self.value_in(&|n| std::env::var(n).ok())
+        self.value_in(&|n| tiermem_sys::env::var(n))
     }
 
     /// The default under `tiermem run` and the preload, as a value its

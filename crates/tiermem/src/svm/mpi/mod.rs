@@ -93,9 +93,9 @@ pub enum Distribution {
 }
 
 fn env_usize(name: &str, default: usize) -> usize {
-    match std::env::var(name) {
-        Err(_) => default,
-        Ok(v) => match v.trim().parse::<usize>() {
+    match tiermem_sys::env::var(name) {
+        None => default,
+        Some(v) => match v.trim().parse::<usize>() {
             Ok(n) if n > 0 => n,
             _ => {
                 eprintln!("tiermem: {name}={v:?} is not a positive integer; using {default}");
