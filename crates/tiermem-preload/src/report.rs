@@ -571,9 +571,14 @@ fn region_line(what: &str, s: &RegionStats) -> String {
         .collect();
     let policy = auto_policy_line(what, s);
     format!(
-        "tiermem:   {what}: near high-water {}, faults {} (zero {}, far {}, wp {}), in {}, out {}, evictions {}, \
+        "tiermem:   {what}: near high-water {}{}, faults {} (zero {}, far {}, wp {}), in {}, out {}, evictions {}, \
          time in faults {:.3} s, p50 {:.1} us; faults per thread [{}]{}{}\n{policy}",
         mib(s.resident_peak_bytes),
+        if s.held_peak_bytes > 0 {
+            format!(" (with stacks held outside the budget, at most {})", mib(s.held_peak_bytes))
+        } else {
+            String::new()
+        },
         s.faults(),
         s.faults_zero_fill,
         s.faults_far_fill,

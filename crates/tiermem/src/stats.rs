@@ -384,6 +384,7 @@ impl Stats {
             poisoned_pages: ld(&self.poisoned),
             resident_bytes: (resident_pages * page_bytes) as u64,
             resident_peak_bytes: ld(&self.resident_peak).max(resident_pages as u64) * page_bytes as u64,
+            held_peak_bytes: 0,
             fault_ns_total: ld(&self.fault_ns),
             fault_latency: Latency {
                 count,
@@ -584,6 +585,9 @@ pub struct RegionStats {
     /// Most bytes resident at once since creation (the near high-water
     /// mark; not reset with the other counters).
     pub resident_peak_bytes: u64,
+    /// Most bytes held resident outside the budget at once (stacks the
+    /// program made in the region: `tiermem::hold_resident`).
+    pub held_peak_bytes: u64,
     /// Total time inside the fault handler.
     pub fault_ns_total: u64,
     /// Fault service time percentiles.

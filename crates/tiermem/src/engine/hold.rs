@@ -26,6 +26,8 @@ pub(crate) struct Held {
     any: AtomicBool,
     /// Pages held now (the region's own budget grows by them).
     pages: AtomicUsize,
+    /// Most pages held at once.
+    peak: AtomicUsize,
 }
 
 impl Held {
@@ -34,6 +36,7 @@ impl Held {
             ranges: Mutex::new(Vec::new()),
             any: AtomicBool::new(false),
             pages: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
         }
     }
 
@@ -66,6 +69,11 @@ fn outside(a: usize, b: usize, held: &[(usize, usize)]) -> Vec<(usize, usize)> {
 }
 
 impl RegionCore {
+    /// Most pages held at once.
+    pub(crate) fn held_peak_pages(&self) -> usize {
+        self.held.peak.load(Ordering::Relaxed)
+    }
+
     /// Holds pages `[first, first + count)` resident, writable and out of
     /// eviction until they are discarded (see the module doc). Returns how
     /// many pages were held now (not before), and whether all of the range
@@ -179,7 +187,8 @@ impl RegionCore {
     fn change_held(&self, pages: isize) {
         let bytes = (pages.unsigned_abs() * self.page_bytes) as u64;
         if pages >= 0 {
-            self.held.pages.fetch_add(pages as usize, Ordering::Relaxed);
+            let now = self.held.pages.fetch_add(pages as usize, Ordering::Relaxed) + pages as usize;
+            self.held.peak.fetch_max(now, Ordering::Relaxed);
             if self.shared_budget {
                 self.budget.hold(bytes);
             }
