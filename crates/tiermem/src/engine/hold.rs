@@ -12,9 +12,7 @@
 //! not take a 16 KiB budget whole, and the program's other pages keep the
 //! room they had.
 
-use super::{Outcome, RegionCore, Server};
-use crate::config::DirtyTracking;
-use crate::page::PageState;
+use super::RegionCore;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
@@ -150,36 +148,14 @@ impl RegionCore {
         }
         // Room first: the fill below must not evict for it.
         self.change_held(1);
-        let addr = self.mapping.addr() + i * self.page_bytes;
-        let wp_fault = self.config.dirty_tracking == DirtyTracking::WpFault;
-        loop {
-            let w = self.pages.load(i);
-            let ok = match w.state() {
-                PageState::Busy => {
-                    self.wait_page(i);
-                    true
-                }
-                PageState::Poisoned => false,
-                // The kernel's writes must not meet write protection.
-                PageState::Clean if wp_fault => {
-                    self.resolve(addr, true, tid, Server::InContext) != Outcome::Poisoned
-                }
-                PageState::Clean | PageState::Dirty => {
-                    if self.pages.try_pin(i, w) {
-                        // Off the lists: victim scans need not pass it over.
-                        self.policy().on_remove(i, false);
-                        return true;
-                    }
-                    true // raced: look again
-                }
-                PageState::Untouched | PageState::Far => {
-                    self.resolve(addr, true, tid, Server::InContext) != Outcome::Poisoned
-                }
-            };
-            if !ok {
-                self.change_held(-1);
-                return false;
-            }
+        // Writable: the kernel's writes must not meet write protection.
+        if self.bring_in_pinned(i, true, tid) {
+            // Off the lists: victim scans need not pass it over.
+            self.policy().on_remove(i, false);
+            true
+        } else {
+            self.change_held(-1);
+            false
         }
     }
 

@@ -54,6 +54,17 @@ impl RegionCore {
         if !self.budget.try_pin(self.page_bytes) {
             return false;
         }
+        let pinned = self.bring_in_pinned(i, write, tid);
+        if !pinned {
+            self.budget.unpin(self.page_bytes);
+        }
+        pinned
+    }
+
+    /// Brings page `i` in (writable for `write`) and adds a pin to it;
+    /// false if it cannot be brought in (poisoned). Counting the pin
+    /// against an allowance is the caller's.
+    pub(super) fn bring_in_pinned(&self, i: usize, write: bool, tid: u32) -> bool {
         let addr = self.mapping.addr() + i * self.page_bytes;
         let wp_fault = self.config.dirty_tracking == DirtyTracking::WpFault;
         loop {
@@ -82,7 +93,6 @@ impl RegionCore {
                 }
             };
             if !ok {
-                self.budget.unpin(self.page_bytes);
                 return false;
             }
         }

@@ -84,7 +84,11 @@ fn exercise(r: &Region, what: &str) {
     }
     let s = r.stats();
     assert!(s.evictions > 0, "{what}: the churn evicted");
-    assert_eq!(s.held_peak_bytes, (HELD * PAGE) as u64, "{what}: held, in the statistics");
+    assert_eq!(
+        s.held_peak_bytes,
+        (HELD * PAGE) as u64,
+        "{what}: held, in the statistics"
+    );
     // The other pages keep the room they had (the frame ring, if any, is
     // inside the budget).
     assert!(
