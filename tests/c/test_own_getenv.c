@@ -7,9 +7,14 @@
  * could be served (`tiermem run --threshold 32K -- bash -c 'echo hi'`:
  * SIGBUS in-context, a hang on the handler-thread path).
  *
+ * It defines setenv too, keeping what it is given to itself (bash's,
+ * called before bash's main, lost TIERMEM_CHILDREN_LOG: bash's children
+ * did not report to their root).
+ *
  * Run under `tiermem run --near 16K --threshold 256K`: checks that the
  * static arrays keep their initial values and their data through churn,
- * and that getenv (its own) still answers. */
+ * that getenv (its own) still answers, and that the variables tiermem sets
+ * for the programs it runs are in the environment. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,7 +42,28 @@ char *getenv(const char *name) {
     return NULL;
 }
 
+static volatile unsigned long own_sets;
+
+/* Keeps nothing: the environment is not changed through it. */
+int setenv(const char *name, const char *value, int overwrite) {
+    (void)name;
+    (void)value;
+    (void)overwrite;
+    own_sets++;
+    return 0;
+}
+
+static int in_environ(const char *prefix) {
+    for (char **e = environ; e && *e; e++)
+        if (!strncmp(*e, prefix, strlen(prefix))) return 1;
+    return 0;
+}
+
 int main(void) {
+    if (in_environ("TIERMEM_NEAR=") && !in_environ("TIERMEM_CHILDREN_LOG=")) {
+        fprintf(stderr, "test_own_getenv: FAIL: TIERMEM_CHILDREN_LOG was set through the program's setenv\n");
+        return 1;
+    }
     if (data_table[0] != 7 || data_table[2] != 7 || data_table[3] != 0) {
         fprintf(stderr, "test_own_getenv: FAIL: .data lost its initial values\n");
         return 1;

@@ -7,7 +7,7 @@
 
 use libc::{c_int, c_uint};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use tiermem_sys::fdguard::{first_guarded_in, is_guarded};
+use tiermem_sys::fdguard::is_guarded;
 
 /// The C library's function `name`, looked up once; 0 when missing.
 fn next(cache: &AtomicUsize, name: &std::ffi::CStr) -> usize {
@@ -39,30 +39,12 @@ pub extern "C" fn close(fd: c_int) -> c_int {
 }
 
 /// `close_range(lo, hi, flags)` through the system call, in pieces around
-/// tiermem's descriptors (`CLOSE_RANGE_CLOEXEC` alone changes nothing of
-/// theirs: they are close-on-exec already).
+/// tiermem's descriptors.
 fn close_range_around(lo: c_uint, hi: c_uint, flags: c_int) -> c_int {
-    let raw = |a: c_uint, b: c_uint| {
+    tiermem_sys::fdguard::close_range_around(lo, hi, flags as c_uint, &mut |a, b| {
         // SAFETY: a system call on plain integers.
-        unsafe { libc::syscall(libc::SYS_close_range, a, b, flags as c_uint) as c_int }
-    };
-    if flags & libc::CLOSE_RANGE_CLOEXEC as c_int != 0 || lo > hi {
-        return raw(lo, hi);
-    }
-    let mut at = lo;
-    while let Some(g) = first_guarded_in(at, hi) {
-        if g > at {
-            let r = raw(at, g - 1);
-            if r != 0 {
-                return r;
-            }
-        }
-        if g == hi {
-            return 0;
-        }
-        at = g + 1;
-    }
-    raw(at, hi)
+        unsafe { libc::syscall(libc::SYS_close_range, a, b, flags as c_uint) }
+    }) as c_int
 }
 
 /// `close_range(2)`.

@@ -31,7 +31,7 @@ pub(crate) fn start_root() {
     let _ = std::fs::remove_file(&path);
     // SAFETY of the environment change: the library's constructor runs
     // before the program's main and its threads.
-    std::env::set_var(VAR, &path);
+    tiermem_sys::env::set_var(VAR, &path);
     if let Ok(c) = CString::new(path.into_os_string().into_encoded_bytes()) {
         // Made now, so that the file is there to be removed however the
         // run ends (an empty file: no children yet).

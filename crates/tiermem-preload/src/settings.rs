@@ -126,7 +126,7 @@ fn absolute_report(p: PathBuf) -> PathBuf {
             let abs = d.join(p);
             // SAFETY of the environment change: the library's constructor
             // runs before the program's main and its threads.
-            std::env::set_var(options::REPORT.var, &abs);
+            tiermem_sys::env::set_var(options::REPORT.var, &abs);
             abs
         }
         Err(_) => p,
@@ -359,7 +359,7 @@ pub fn is_root_process() -> bool {
     if tiermem_sys::env::var_os(options::ROOT_PID.var).is_none() {
         // SAFETY of the environment change: this runs in the library's
         // constructor, before the program's main and its threads.
-        std::env::set_var(options::ROOT_PID.var, std::process::id().to_string());
+        tiermem_sys::env::set_var(options::ROOT_PID.var, std::process::id().to_string());
     }
     started_program()
 }

@@ -72,11 +72,54 @@ fn high_floor() -> RawFd {
     }
 }
 
+/// The numbers tiermem's descriptors take, `[low, high)`: what the signal
+/// guard's filter (`seccomp`) traps `close`, `close_range`, `dup2` and
+/// `dup3` made through the C library's `syscall()` or its internals for.
+pub fn window() -> (u32, u32) {
+    (high_floor().max(0) as u32, MARKABLE as u32)
+}
+
+/// `close_range(lo, hi, flags)` in pieces around tiermem's descriptors,
+/// each made by `raw(lo, hi)` (which returns what the system call does).
+/// `CLOSE_RANGE_CLOEXEC` alone changes nothing of theirs (they are
+/// close-on-exec already).
+pub fn close_range_around(lo: u32, hi: u32, flags: u32, raw: &mut dyn FnMut(u32, u32) -> i64) -> i64 {
+    if flags & libc::CLOSE_RANGE_CLOEXEC != 0 || lo > hi {
+        return raw(lo, hi);
+    }
+    let mut at = lo;
+    while let Some(g) = first_guarded_in(at, hi) {
+        if g > at {
+            let r = raw(at, g - 1);
+            if r != 0 {
+                return r;
+            }
+        }
+        if g == hi {
+            return 0;
+        }
+        at = g + 1;
+    }
+    raw(at, hi)
+}
+
 /// One of tiermem's descriptors: moved to a high number and guarded while
 /// it lives; closed (unguarded first) on drop.
 #[derive(Debug)]
 pub struct GuardedFd {
-    fd: OwnedFd,
+    /// Closed by `drop`, through the trampoline.
+    fd: std::mem::ManuallyDrop<OwnedFd>,
+}
+
+/// Closes `fd` through the system-call trampoline: the signal guard traps a
+/// close from the C library of a number where tiermem's descriptors are,
+/// and a trap while SIGSYS is blocked (tiermem closing its own in a SIGSYS
+/// handler: the `fork` the guard runs) would end the process.
+fn close_untrapped(fd: OwnedFd) {
+    use std::os::fd::IntoRawFd;
+    let raw = fd.into_raw_fd();
+    // SAFETY: closes a descriptor this code owned (moved out of `fd`).
+    unsafe { crate::trampoline::untrapped_syscall(libc::SYS_close, [raw as u64, 0, 0, 0, 0, 0]) };
 }
 
 impl GuardedFd {
@@ -92,26 +135,41 @@ impl GuardedFd {
             fd
         };
         mark(fd.as_raw_fd(), true);
-        GuardedFd { fd }
+        GuardedFd {
+            fd: std::mem::ManuallyDrop::new(fd),
+        }
     }
-}
 
-impl GuardedFd {
     /// The descriptor, no longer guarded (for a caller that keeps it as a
-    /// plain file).
+    /// plain file), moved back below the high numbers where one is free
+    /// (its later close then meets no trap).
     pub fn into_owned(self) -> OwnedFd {
-        mark(self.fd.as_raw_fd(), false);
-        let this = std::mem::ManuallyDrop::new(self);
+        let mut this = std::mem::ManuallyDrop::new(self);
+        mark(this.fd.as_raw_fd(), false);
         // SAFETY: `this` is never dropped, so the descriptor is moved out
         // exactly once.
-        unsafe { std::ptr::read(&this.fd) }
+        let fd = unsafe { std::mem::ManuallyDrop::take(&mut this.fd) };
+        // SAFETY: F_DUPFD_CLOEXEC on a descriptor we own.
+        let low = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 3) };
+        if low < 0 || low >= fd.as_raw_fd() {
+            if low >= 0 {
+                // SAFETY: the copy just made, ours.
+                close_untrapped(unsafe { OwnedFd::from_raw_fd(low) });
+            }
+            return fd;
+        }
+        close_untrapped(fd);
+        // SAFETY: the copy just made, ours.
+        unsafe { OwnedFd::from_raw_fd(low) }
     }
 }
 
 impl Drop for GuardedFd {
     fn drop(&mut self) {
-        // Unguarded before the field's drop closes it.
+        // Unguarded before it closes.
         mark(self.fd.as_raw_fd(), false);
+        // SAFETY: dropped once: the field is not used again.
+        close_untrapped(unsafe { std::mem::ManuallyDrop::take(&mut self.fd) });
     }
 }
 
@@ -149,12 +207,24 @@ mod tests {
             high_floor()
         );
         assert_eq!(first_guarded_in(fd as u32, fd as u32), Some(fd as u32));
-        // Unguarded once handed out (checked while it is still open: a
-        // closed number may be another test's guarded one at once).
+        // Handed out: unguarded, and moved back down (its close is then
+        // never trapped), the same pipe.
         let plain = g.into_owned();
-        assert_eq!(plain.as_raw_fd(), fd);
-        assert!(!is_guarded(fd));
-        assert_eq!(first_guarded_in(fd as u32, fd as u32), None);
+        assert!(!is_guarded(plain.as_raw_fd()));
+        if high_floor() > 3 {
+            assert!(
+                plain.as_raw_fd() < high_floor(),
+                "{} moved down",
+                plain.as_raw_fd()
+            );
+        }
+        let mut byte = [0u8; 1];
+        // SAFETY: one byte through the pipe's two ends, both open.
+        unsafe {
+            assert_eq!(libc::write(w.as_raw_fd(), b"x".as_ptr().cast(), 1), 1);
+            assert_eq!(libc::read(plain.as_raw_fd(), byte.as_mut_ptr().cast(), 1), 1);
+        }
+        assert_eq!(&byte, b"x");
         drop((plain, w));
     }
 }

@@ -146,7 +146,10 @@ fn from_this_c_library(a: &mut Asm, ip: u64, sites: &[(u64, u64)], pass: usize) 
 /// forks that run no fork handlers: `fork` and a `clone` that shares
 /// nothing but starts the child on the caller's stack, as a fork does (a
 /// `clone3`, whose flags a filter cannot read, fails with ENOSYS: the C
-/// library then makes a `clone`).
+/// library then makes a `clone`); and `close`, `dup2`, `dup3` of a number
+/// where tiermem's descriptors are, and a `close_range` over them
+/// ([`crate::fdguard`]): `syscall(SYS_close_range, 3, ~0U, 0)` and the C
+/// library's internal closes do not pass through the interposers.
 pub(super) fn filter(
     ranges: &[(u64, u64)],
     ip: u64,
@@ -201,11 +204,16 @@ pub(super) fn filter(
         libc::SYS_clone,
         libc::SYS_fork,
         libc::SYS_clone3,
+        libc::SYS_close,
+        libc::SYS_close_range,
+        libc::SYS_dup2,
+        libc::SYS_dup3,
     ]
-    .map(|nr| (nr, a.label()));
+    .map(|nr| (nr, a.label(), a.label()));
+    let (fd_low, fd_high) = crate::fdguard::window();
     if guard {
-        for &(nr, l) in &guards {
-            a.jump(uapi::BPF_JMP_JEQ_K, nr as u32, Some(l), None);
+        for &(nr, _, stub) in &guards {
+            a.jump(uapi::BPF_JMP_JEQ_K, nr as u32, Some(stub), None);
         }
     }
     a.here(allow);
@@ -215,10 +223,17 @@ pub(super) fn filter(
         a.ja(args[at(k)]);
     }
     if guard {
-        // Jumps go forward only: the guard has its own returns.
-        let (pass, trap, enosys) = (a.label(), a.label(), a.label());
+        for &(_, l, stub) in &guards {
+            a.here(stub);
+            a.ja(l);
+        }
+    }
+    if guard {
+        // Jumps go forward only, and reach 255 instructions: each block of
+        // the guard ends in its own returns.
         let arg = |k: u32| uapi::SECCOMP_DATA_ARGS + 8 * k;
-        for &(nr, l) in &guards {
+        for &(nr, l, _) in &guards {
+            let (pass, trap, enosys) = (a.label(), a.label(), a.label());
             a.here(l);
             from_this_c_library(&mut a, ip, sites, pass);
             match nr {
@@ -254,15 +269,33 @@ pub(super) fn filter(
                     a.jump(uapi::BPF_JMP_JEQ_K, 0, Some(trap), Some(pass));
                 }
                 libc::SYS_clone3 => a.jump(uapi::BPF_JMP_JGE_K, 0, Some(enosys), None),
+                // A descriptor where tiermem's are (`fdguard`): trap, and
+                // the guard leaves tiermem's open. The kernel takes these
+                // arguments as unsigned int: the low half only.
+                libc::SYS_close | libc::SYS_dup2 | libc::SYS_dup3 => {
+                    a.stmt(uapi::BPF_LD_W_ABS, arg(if nr == libc::SYS_close { 0 } else { 1 }));
+                    a.jump(uapi::BPF_JMP_JGE_K, fd_low, None, Some(pass));
+                    a.jump(uapi::BPF_JMP_JGE_K, fd_high, Some(pass), Some(trap));
+                }
+                libc::SYS_close_range => {
+                    // Closing (not CLOSE_RANGE_CLOEXEC) a range that meets
+                    // the window: first < high and last >= low.
+                    a.stmt(uapi::BPF_LD_W_ABS, arg(2));
+                    a.jump(uapi::BPF_JMP_JSET_K, libc::CLOSE_RANGE_CLOEXEC, Some(pass), None);
+                    a.stmt(uapi::BPF_LD_W_ABS, arg(0));
+                    a.jump(uapi::BPF_JMP_JGE_K, fd_high, Some(pass), None);
+                    a.stmt(uapi::BPF_LD_W_ABS, arg(1));
+                    a.jump(uapi::BPF_JMP_JGE_K, fd_low, Some(trap), Some(pass));
+                }
                 _ => a.jump(uapi::BPF_JMP_JGE_K, 0, Some(trap), None),
             }
+            a.here(enosys);
+            a.stmt(uapi::BPF_RET_K, uapi::SECCOMP_RET_ERRNO | libc::ENOSYS as u32);
+            a.here(pass);
+            a.stmt(uapi::BPF_RET_K, uapi::SECCOMP_RET_ALLOW);
+            a.here(trap);
+            a.stmt(uapi::BPF_RET_K, uapi::SECCOMP_RET_TRAP | GUARD_DATA);
         }
-        a.here(enosys);
-        a.stmt(uapi::BPF_RET_K, uapi::SECCOMP_RET_ERRNO | libc::ENOSYS as u32);
-        a.here(pass);
-        a.stmt(uapi::BPF_RET_K, uapi::SECCOMP_RET_ALLOW);
-        a.here(trap);
-        a.stmt(uapi::BPF_RET_K, uapi::SECCOMP_RET_TRAP | GUARD_DATA);
     }
     // Classic BPF jumps only forward: each argument check ends in its own
     // returns.

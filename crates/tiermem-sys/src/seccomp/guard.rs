@@ -20,7 +20,9 @@
 //!   of `sa_mask`;
 //! - `rt_sigprocmask` changes the mask the interrupted code returns to
 //!   (the handler's frame), without SIGBUS, SIGSEGV and SIGSYS;
-//! - `rt_sigsuspend` waits under the mask asked for, less the three.
+//! - `rt_sigsuspend` waits under the mask asked for, less the three;
+//! - `close`, `close_range`, `dup2` and `dup3` on the numbers where
+//!   tiermem's descriptors are leave those open ([`crate::fdguard`]).
 //!
 //! In a child sharing the memory (`vfork`, `posix_spawn`) an action is set
 //! for the child, as asked: it is about to `exec`.
@@ -154,10 +156,34 @@ pub(crate) fn emulate(call: &mut TrappedSyscall<'_>) {
             libc::SYS_rt_sigprocmask => sigprocmask(call),
             libc::SYS_rt_sigsuspend => sigsuspend(call),
             libc::SYS_clone | libc::SYS_fork => fork(call),
+            libc::SYS_close | libc::SYS_close_range | libc::SYS_dup2 | libc::SYS_dup3 => descriptors(call),
             nr => call.execute(nr, call.args, true),
         }
     };
     call.set_result(r);
+}
+
+/// A `close`, `close_range`, `dup2` or `dup3` that met the numbers of
+/// tiermem's descriptors: what the interposers of `tiermem-interpose` do
+/// (a close of one of tiermem's is reported done and leaves it open; a
+/// duplicate onto one fails with EBUSY), for calls made around them.
+fn descriptors(call: &mut TrappedSyscall<'_>) -> i64 {
+    use crate::fdguard::{close_range_around, is_guarded};
+    let a = call.args;
+    // The kernel reads these arguments as unsigned int.
+    let (x, y) = (a[0] as u32, a[1] as u32);
+    match call.nr {
+        libc::SYS_close if is_guarded(x as i32) => 0,
+        libc::SYS_dup2 | libc::SYS_dup3 if x != y && is_guarded(y as i32) => -(libc::EBUSY as i64),
+        libc::SYS_close_range => close_range_around(x, y, a[2] as u32, &mut |lo, hi| {
+            call.execute(
+                libc::SYS_close_range,
+                [lo as u64, hi as u64, a[2], 0, 0, 0],
+                false,
+            )
+        }),
+        nr => call.execute(nr, a, false),
+    }
 }
 
 fn sigprocmask(call: &mut TrappedSyscall<'_>) -> i64 {
