@@ -82,6 +82,7 @@ build test_scm "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -g tests/c/test_scm.c 
 build test_closefds "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -g tests/c/test_closefds.c -o "$out/test_closefds"
 # vfork children reading and writing tiered memory from 4 threads.
 build test_own_getenv "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -g tests/c/test_own_getenv.c -o "$out/test_own_getenv"
+build test_protnone "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -g tests/c/test_protnone.c -o "$out/test_protnone"
 build test_stacks "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -g tests/c/test_stacks.c -lpthread -o "$out/test_stacks"
 build test_vfork_touch "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -g tests/c/test_vfork_touch.c -lpthread \
   -o "$out/test_vfork_touch"
@@ -220,10 +221,10 @@ if [[ " ${built[*]} " == *" test_transparent "* ]]; then
   done
 fi
 # Programs started with their strings in evicted tiered pages, vfork
-# children touching tiered memory, stacks in tiered memory, and a program
-# with its own getenv over its static arrays, at the smallest budget, on
-# both fault paths.
-for prog in test_spawn test_vfork_touch test_scm test_closefds test_stacks test_own_getenv; do
+# children touching tiered memory, stacks in tiered memory, a program
+# with its own getenv over its static arrays, and tiered memory made
+# PROT_NONE, at the smallest budget, on both fault paths.
+for prog in test_spawn test_vfork_touch test_scm test_closefds test_stacks test_own_getenv test_protnone; do
   [[ " ${built[*]} " == *" $prog "* ]] || continue
   for path in in-context handler-thread; do
     echo "== tiermem run --near 16K -- $prog ($path)"
@@ -241,7 +242,7 @@ status=0
 exported=$(nm -D "$lib/libtiermem_preload.so" | awk '$2 ~ /^[TWi]$/ {print $3}')
 for f in malloc free mmap munmap fork vfork execve execv execvp execvpe execl execle execlp fexecve execveat close close_range closefrom dup2 dup3 \
   posix_spawn posix_spawnp system popen sigaction mlockall readv \
-  sigaltstack pthread_attr_setstack pthread_attr_setstackaddr makecontext clone; do
+  sigaltstack pthread_attr_setstack pthread_attr_setstackaddr makecontext clone mprotect; do
   grep -qx "$f" <<<"$exported" || { echo "not exported: $f"; status=1; }
 done
 # libtiermem.so (the C API) interposes vfork and the signal functions too.

@@ -421,6 +421,29 @@ pub unsafe extern "C" fn madvise(addr: *mut c_void, len: size_t, advice: c_int) 
     unsafe { raw::madvise(addr, len, advice) }
 }
 
+/// `mprotect(2)`. Tiered memory made inaccessible (`PROT_NONE`: guard
+/// pages, a reserve, a collector's fence) is held resident first
+/// (`tiermem::hold_resident`): tiermem reads a page to evict it, and an
+/// eviction that met such a page killed the process (SIGSEGV); it stays
+/// held until freed. Other protections are the kernel's.
+///
+/// # Safety
+/// As for the C function.
+#[no_mangle]
+pub unsafe extern "C" fn mprotect(addr: *mut c_void, len: size_t, prot: c_int) -> c_int {
+    if prot & (libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC) == 0 {
+        crate::stacks::hold_for(
+            addr as usize,
+            len,
+            "mprotect(PROT_NONE)",
+            "memory",
+            "tiermem cannot move pages the program made inaccessible",
+        );
+    }
+    // SAFETY: forwarded as asked.
+    unsafe { raw::mprotect(addr, len, prot) }
+}
+
 /// `shmat(2)`: attaching with `SHM_REMAP` over the heap's range would
 /// replace tiered memory, and is refused; everything else is the kernel's.
 ///

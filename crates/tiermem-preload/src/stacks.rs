@@ -16,8 +16,21 @@ use crate::exec::next;
 use libc::{c_int, c_void, pthread_attr_t, size_t, stack_t, ucontext_t};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-/// Holds `[addr, addr + len)` if it is tiered; says so the first time.
+/// Holds `[addr, addr + len)`, a stack, if it is tiered; says so the first
+/// time.
 fn hold(addr: usize, len: usize, call: &str) {
+    hold_for(
+        addr,
+        len,
+        call,
+        "a stack",
+        "the kernel writes signal frames there, which no fault can serve",
+    );
+}
+
+/// Holds `[addr, addr + len)` (`what`) if it is tiered, for reason `why`;
+/// says so the first time, and always when part of it cannot be held.
+pub(crate) fn hold_for(addr: usize, len: usize, call: &str, what: &str, why: &str) {
     if addr == 0 || len == 0 {
         return;
     }
@@ -27,13 +40,13 @@ fn hold(addr: usize, len: usize, call: &str) {
     static SAID: AtomicBool = AtomicBool::new(false);
     if !held.complete {
         eprintln!(
-            "tiermem: {call}: part of the stack at {addr:#x} ({len} bytes) is in tiered memory that cannot be \
-             brought in (poisoned or not allocated); a signal delivered on it would kill the process"
+            "tiermem: {call}: part of {what} at {addr:#x} ({len} bytes) is in tiered memory that cannot be \
+             brought in (poisoned or not allocated): {why}"
         );
     } else if held.new_bytes > 0 && !crate::report::quiet() && !SAID.swap(true, Ordering::Relaxed) {
         eprintln!(
-            "tiermem: {call}: a stack of {:.2} MiB in tiered memory is held in near memory until it is freed, \
-             outside the near budget (the kernel writes signal frames there, which no fault can serve)",
+            "tiermem: {call}: {what} of {:.2} MiB in tiered memory is held in near memory until it is freed, \
+             outside the near budget ({why})",
             held.new_bytes as f64 / (1u64 << 20) as f64
         );
     }
