@@ -200,16 +200,26 @@ pub struct Bounced {
     pub hold: Option<HoldForCopy>,
 }
 
-/// See [`Bounced::hold`]: `(addr, len, write, copy)`.
-pub type HoldForCopy = fn(usize, usize, bool, &mut dyn FnMut());
+/// See [`Bounced::hold`]: `(addr, len, write, copy)`; false when the
+/// range holds a page that cannot be brought in (its far copy could not
+/// be read): the copy did not run, and the call fails with EFAULT, as the
+/// kernel's own access to such a page would (a copy in user mode would
+/// raise SIGBUS instead).
+pub type HoldForCopy = fn(usize, usize, bool, &mut dyn FnMut()) -> bool;
 
-/// Runs `copy` inside `hold` for `[addr, addr + len)`, or as it is.
-fn held(hold: Option<HoldForCopy>, addr: usize, len: usize, write: bool, copy: &mut dyn FnMut()) {
+/// Runs `copy` inside `hold` for `[addr, addr + len)`, or as it is;
+/// false when `hold` refused it.
+fn held(hold: Option<HoldForCopy>, addr: usize, len: usize, write: bool, copy: &mut dyn FnMut()) -> bool {
     match hold {
         Some(hold) => hold(addr, len, write, copy),
-        None => copy(),
+        None => {
+            copy();
+            true
+        }
     }
 }
+
+const EFAULT: i64 = -(libc::EFAULT as i64);
 
 impl TrappedSyscall<'_> {
     /// Runs `nr` with `args` as [`TrappedSyscall::execute`] does, but with
@@ -240,9 +250,12 @@ impl TrappedSyscall<'_> {
             if !how.kernel_writes {
                 // SAFETY: the program's buffer, which it handed the kernel
                 // to read: tiered memory, whose faults are served here.
-                held(how.hold, user + done, n, false, &mut || unsafe {
+                let loaded = held(how.hold, user + done, n, false, &mut || unsafe {
                     b.load_at(0, user + done, n)
                 });
+                if !loaded {
+                    return if done > 0 { done as i64 } else { EFAULT };
+                }
             }
             let r = self.execute(nr, a, how.interruptible);
             if r < 0 {
@@ -252,9 +265,12 @@ impl TrappedSyscall<'_> {
             if how.kernel_writes {
                 // SAFETY: the program's buffer, which it handed the kernel
                 // to write, `r <= n` bytes of it.
-                held(how.hold, user + done, r, true, &mut || unsafe {
+                let stored = held(how.hold, user + done, r, true, &mut || unsafe {
                     b.store_at(0, user + done, r)
                 });
+                if !stored {
+                    return if done > 0 { done as i64 } else { EFAULT };
+                }
             }
             done += r;
             if how.split != Split::Pieces || r != n || done >= total {
@@ -343,15 +359,18 @@ impl TrappedSyscall<'_> {
             // SAFETY: memory the program handed the kernel to read or
             // write, `c.len` bytes by the call's definition; tiered pages
             // fault in as the program's own accesses would.
-            held(hold, user, c.len, false, &mut || unsafe {
+            let loaded = held(hold, user, c.len, false, &mut || unsafe {
                 b.load_at(at, user, c.len)
             });
+            if !loaded {
+                return EFAULT;
+            }
             a[c.arg] = b.addr() + at as u64;
             placed[n] = (user, at, Some(*c));
             n += 1;
             at += slot(c.len);
         }
-        let r = self.execute(nr, a, interruptible);
+        let mut r = self.execute(nr, a, interruptible);
         for &(user, at, c) in &placed[..n] {
             let Some(c) = c.filter(|c| c.kernel_writes) else {
                 continue;
@@ -364,9 +383,12 @@ impl TrappedSyscall<'_> {
             if len > 0 {
                 // SAFETY: as above; the program gave the kernel these bytes
                 // to write.
-                held(hold, user, len, true, &mut || unsafe {
+                let stored = held(hold, user, len, true, &mut || unsafe {
                     b.store_at(at, user, len)
                 });
+                if !stored {
+                    r = EFAULT;
+                }
             }
         }
         r
@@ -394,7 +416,9 @@ unsafe fn c_string_len(addr: usize, max: usize, hold: Option<HoldForCopy>) -> Op
             let bytes = unsafe { std::slice::from_raw_parts(at as *const u8, n) };
             found = bytes.iter().position(|&c| c == 0);
         };
-        held(hold, at, n, false, &mut scan);
+        if !held(hold, at, n, false, &mut scan) {
+            return None;
+        }
         if let Some(k) = found {
             return Some(at + k + 1 - addr);
         }
