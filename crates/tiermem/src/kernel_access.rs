@@ -720,23 +720,10 @@ fn futex(call: &TrappedSyscall<'_>) -> i64 {
 /// Pins `[addr, addr + len)` for a bounce buffer's copy to or from it
 /// (`write`: the copy writes it): the pages come in without a fault signal
 /// of their own, and stay for the copy only. What cannot be pinned, the
-/// copy faults in; but a page that cannot be brought in (poisoned: its far
-/// copy could not be read) refuses the copy, and the call fails with
-/// EFAULT as a kernel access would, instead of the program getting SIGBUS.
-fn hold_for_copy(addr: usize, len: usize, write: bool, copy: &mut dyn FnMut()) -> bool {
-    let pins = crate::fault::pin_for_kernel(addr, len, write);
-    if pins.ready < len && poisoned_at(addr + pins.ready) {
-        return false;
-    }
+/// copy faults in.
+fn hold_for_copy(addr: usize, len: usize, write: bool, copy: &mut dyn FnMut()) {
+    let _pins = crate::fault::pin_for_kernel(addr, len, write);
     copy();
-    true
-}
-
-/// Whether the page at `addr` is an engine region's page whose far copy
-/// could not be read (poisoned).
-fn poisoned_at(addr: usize) -> bool {
-    crate::fault::lookup::<crate::engine::RegionCore>(addr)
-        .is_some_and(|c| c.pages.load(c.page_of(addr)).state() == crate::page::PageState::Poisoned)
 }
 
 /// A call on a regular file (or `getrandom`) with its buffer pinned, in

@@ -200,26 +200,16 @@ pub struct Bounced {
     pub hold: Option<HoldForCopy>,
 }
 
-/// See [`Bounced::hold`]: `(addr, len, write, copy)`; false when the
-/// range holds a page that cannot be brought in (its far copy could not
-/// be read): the copy did not run, and the call fails with EFAULT, as the
-/// kernel's own access to such a page would (a copy in user mode would
-/// raise SIGBUS instead).
-pub type HoldForCopy = fn(usize, usize, bool, &mut dyn FnMut()) -> bool;
+/// See [`Bounced::hold`]: `(addr, len, write, copy)`.
+pub type HoldForCopy = fn(usize, usize, bool, &mut dyn FnMut());
 
-/// Runs `copy` inside `hold` for `[addr, addr + len)`, or as it is;
-/// false when `hold` refused it.
-fn held(hold: Option<HoldForCopy>, addr: usize, len: usize, write: bool, copy: &mut dyn FnMut()) -> bool {
+/// Runs `copy` inside `hold` for `[addr, addr + len)`, or as it is.
+fn held(hold: Option<HoldForCopy>, addr: usize, len: usize, write: bool, copy: &mut dyn FnMut()) {
     match hold {
         Some(hold) => hold(addr, len, write, copy),
-        None => {
-            copy();
-            true
-        }
+        None => copy(),
     }
 }
-
-const EFAULT: i64 = -(libc::EFAULT as i64);
 
 impl TrappedSyscall<'_> {
     /// Runs `nr` with `args` as [`TrappedSyscall::execute`] does, but with
@@ -250,12 +240,9 @@ impl TrappedSyscall<'_> {
             if !how.kernel_writes {
                 // SAFETY: the program's buffer, which it handed the kernel
                 // to read: tiered memory, whose faults are served here.
-                let loaded = held(how.hold, user + done, n, false, &mut || unsafe {
+                held(how.hold, user + done, n, false, &mut || unsafe {
                     b.load_at(0, user + done, n)
                 });
-                if !loaded {
-                    return if done > 0 { done as i64 } else { EFAULT };
-                }
             }
             let r = self.execute(nr, a, how.interruptible);
             if r < 0 {
@@ -265,12 +252,9 @@ impl TrappedSyscall<'_> {
             if how.kernel_writes {
                 // SAFETY: the program's buffer, which it handed the kernel
                 // to write, `r <= n` bytes of it.
-                let stored = held(how.hold, user + done, r, true, &mut || unsafe {
+                held(how.hold, user + done, r, true, &mut || unsafe {
                     b.store_at(0, user + done, r)
                 });
-                if !stored {
-                    return if done > 0 { done as i64 } else { EFAULT };
-                }
             }
             done += r;
             if how.split != Split::Pieces || r != n || done >= total {
@@ -359,18 +343,15 @@ impl TrappedSyscall<'_> {
             // SAFETY: memory the program handed the kernel to read or
             // write, `c.len` bytes by the call's definition; tiered pages
             // fault in as the program's own accesses would.
-            let loaded = held(hold, user, c.len, false, &mut || unsafe {
+            held(hold, user, c.len, false, &mut || unsafe {
                 b.load_at(at, user, c.len)
             });
-            if !loaded {
-                return EFAULT;
-            }
             a[c.arg] = b.addr() + at as u64;
             placed[n] = (user, at, Some(*c));
             n += 1;
             at += slot(c.len);
         }
-        let mut r = self.execute(nr, a, interruptible);
+        let r = self.execute(nr, a, interruptible);
         for &(user, at, c) in &placed[..n] {
             let Some(c) = c.filter(|c| c.kernel_writes) else {
                 continue;
@@ -383,12 +364,9 @@ impl TrappedSyscall<'_> {
             if len > 0 {
                 // SAFETY: as above; the program gave the kernel these bytes
                 // to write.
-                let stored = held(hold, user, len, true, &mut || unsafe {
+                held(hold, user, len, true, &mut || unsafe {
                     b.store_at(at, user, len)
                 });
-                if !stored {
-                    r = EFAULT;
-                }
             }
         }
         r
@@ -416,9 +394,7 @@ unsafe fn c_string_len(addr: usize, max: usize, hold: Option<HoldForCopy>) -> Op
             let bytes = unsafe { std::slice::from_raw_parts(at as *const u8, n) };
             found = bytes.iter().position(|&c| c == 0);
         };
-        if !held(hold, at, n, false, &mut scan) {
-            return None;
-        }
+        held(hold, at, n, false, &mut scan);
         if let Some(k) = found {
             return Some(at + k + 1 - addr);
         }

@@ -373,24 +373,16 @@ fn kernel_mode_access_per_design() {
     assert!(status.success(), "{out}");
 }
 
-/// A read error reaches a kernel-mode access as EFAULT (on the in-context
-/// path through the kernel-access trap's bounce copy), and the error is
-/// reported through the API, in-process, once:
+/// Handler-thread design: a read error reaches a kernel-mode access as
+/// EFAULT, and the error is reported through the API, in-process, once:
 /// also when the fill recycles a frame (`install = move`), whose failed
 /// read must not be tried again by the copy path.
 #[test]
 fn read_error_is_reported_through_the_api() {
-    let cases = [
-        (FaultPath::HandlerThread, tiermem::InstallMethod::Copy),
-        (FaultPath::HandlerThread, tiermem::InstallMethod::Move),
-        // In-context, the trapped read's bounce copy meets the poisoned
-        // page: refused, EFAULT (the copy in user mode raised SIGBUS).
-        (FaultPath::InContext, tiermem::InstallMethod::Copy),
-    ];
-    for (path, install) in cases {
+    for install in [tiermem::InstallMethod::Copy, tiermem::InstallMethod::Move] {
         let (store, faults) = FailingStore::new(4 * MIB);
         let mut c = Config::new(4 * MIB, MIB);
-        c.fault_path = path;
+        c.fault_path = FaultPath::HandlerThread;
         c.install = install;
         let mut r = Region::with_store(c, Box::new(store)).unwrap();
         r.as_mut_slice::<u8>().fill(9);
