@@ -5,20 +5,10 @@
 //! wrong. A close of one is reported as done; `dup2` onto one fails with
 //! `EBUSY` (and says why, once).
 
+use crate::next;
 use libc::{c_int, c_uint};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use tiermem_sys::fdguard::is_guarded;
-
-/// The C library's function `name`, looked up once; 0 when missing.
-fn next(cache: &AtomicUsize, name: &std::ffi::CStr) -> usize {
-    let mut f = cache.load(Ordering::Acquire);
-    if f == 0 {
-        // SAFETY: RTLD_NEXT with a NUL-terminated name.
-        f = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
-        cache.store(f, Ordering::Release);
-    }
-    f
-}
 
 /// `close(2)`.
 #[no_mangle]

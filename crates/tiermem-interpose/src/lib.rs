@@ -415,8 +415,9 @@ pub unsafe extern "C" fn sigsuspend(mask: *const sigset_t) -> c_int {
     unsafe { __sigsuspend(&m) }
 }
 
-/// The next definition of `name` (the C library's), looked up once.
-fn next_symbol(cache: &AtomicUsize, name: &std::ffi::CStr) -> usize {
+/// The next definition of `name` (the C library's, for an interposer),
+/// looked up once into `cache`; 0 when missing.
+pub fn next(cache: &AtomicUsize, name: &std::ffi::CStr) -> usize {
     let f = cache.load(Ordering::Acquire);
     if f != 0 {
         return f;
@@ -449,7 +450,7 @@ macro_rules! masked_wait {
         #[no_mangle]
         pub unsafe extern "C" fn $name($($arg: $ty,)* $mask: *const sigset_t) -> $ret {
             static NEXT: AtomicUsize = AtomicUsize::new(0);
-            let f = next_symbol(&NEXT, $cname);
+            let f = next(&NEXT, $cname);
             if f == 0 {
                 set_errno(libc::ENOSYS);
                 return -1;

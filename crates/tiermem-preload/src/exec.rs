@@ -29,22 +29,13 @@
 
 use libc::{c_char, c_int, pid_t};
 use std::ffi::CStr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 
 extern "C" {
     static environ: *const *const c_char;
 }
 
-/// The C library's function `name`, looked up once; 0 when missing.
-pub(crate) fn next(cache: &AtomicUsize, name: &CStr) -> usize {
-    let mut f = cache.load(Ordering::Acquire);
-    if f == 0 {
-        // SAFETY: RTLD_NEXT with a NUL-terminated name.
-        f = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
-        cache.store(f, Ordering::Release);
-    }
-    f
-}
+pub(crate) use tiermem_interpose::next;
 
 /// The path, argument and environment vectors of an exec, copied into one
 /// anonymous mapping.

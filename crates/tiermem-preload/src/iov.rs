@@ -10,20 +10,11 @@
 //! `recvmsg` holds nothing another thread's `sendmsg` needs.
 
 use libc::{c_int, iovec, msghdr, ssize_t};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use tiermem::PinnedBuffer;
 use tiermem_sys::bounce::{Bounce, FdKind};
 
-/// The C library's function `name`, looked up once.
-fn next(cache: &AtomicUsize, name: &std::ffi::CStr) -> usize {
-    let mut f = cache.load(Ordering::Acquire);
-    if f == 0 {
-        // SAFETY: RTLD_NEXT with a NUL-terminated name.
-        f = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
-        cache.store(f, Ordering::Release);
-    }
-    f
-}
+use tiermem_interpose::next;
 
 /// Pins the buffers of `iov[..cnt]`; returns the pins and the vector to
 /// pass (cut where pinning stopped). None when no buffer is tiered (the
