@@ -224,8 +224,10 @@ fi
 # Programs started with their strings in evicted tiered pages, vfork
 # children touching tiered memory, stacks in tiered memory, a program
 # with its own getenv over its static arrays, and tiered memory made
-# PROT_NONE, at the smallest budget, on both fault paths.
-for prog in test_spawn test_vfork_touch test_scm test_closefds test_stacks test_own_getenv test_protnone; do
+# PROT_NONE, and direct I/O on evicted buffers, at the smallest budget, on
+# both fault paths.
+for prog in test_spawn test_vfork_touch test_scm test_closefds test_stacks test_own_getenv test_protnone \
+  test_odirect; do
   [[ " ${built[*]} " == *" $prog "* ]] || continue
   for path in in-context handler-thread; do
     echo "== tiermem run --near 16K -- $prog ($path)"
@@ -235,16 +237,6 @@ for prog in test_spawn test_vfork_touch test_scm test_closefds test_stacks test_
     report "$prog (tiermem run --near 16K, $path)" "$status"
   done
 done
-# Direct I/O on evicted buffers: in-context only. On the handler-thread
-# path a direct read near the budget still loses pages (docs/design.md,
-# "Kernel accesses": open).
-if [[ " ${built[*]} " == *" test_odirect "* ]]; then
-  echo "== tiermem run --near 16K -- test_odirect (in-context)"
-  status=0
-  TIERMEM_FAULT_PATH=in-context timeout -k 10 300 "$lib/tiermem" run --near 16K --threshold 256K --quiet -- \
-    "$out/test_odirect" || status=$?
-  report "test_odirect (tiermem run --near 16K, in-context)" "$status"
-fi
 # The preload library exports every function it interposes (execl, execle
 # and execlp were once built but not exported, and the tests above passed
 # through paths that did not need them).

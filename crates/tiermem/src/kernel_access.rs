@@ -1,10 +1,13 @@
-//! Kernel-mode accesses to tiered memory on the in-context path.
+//! Kernel-mode accesses to tiered memory.
 //!
 //! userfaultfd's SIGBUS mode serves faults the *thread* takes; when the
 //! kernel itself touches a missing or write-protected page (`read(2)` into
 //! a region, `write(2)` from an evicted page, `fread`, `recv`), no signal
-//! can be raised and the call fails with `EFAULT`. So in-context regions
-//! are placed in a window of the address space ([`WINDOW`]), and a seccomp
+//! can be raised and the call fails with `EFAULT`. On the handler-thread
+//! path the kernel's fault is served, but a direct read (`O_DIRECT`) pins
+//! each page for the device as it faults it in, and the fills of its later
+//! pages could evict the earlier ones under it (`region::kernel_calls_trapped`).
+//! So regions whose calls are trapped are placed in a window of the address space ([`WINDOW`]), and a seccomp
 //! filter traps the system calls that move data between the kernel and a
 //! buffer in that window ([`RULES`]) when the C library of this program
 //! image makes them (no other image, which inherits the filter but not its
@@ -408,14 +411,16 @@ pub(crate) fn active(mode: KernelAccess) -> bool {
     )
 }
 
-/// Loads the signal guard alone (`tiermem_sys::seccomp::guard`), for a region
-/// whose data a `fork()`ed child copies (the transparent heap) on a path
-/// that traps no kernel access (the handler-thread path): forks that run
-/// no fork handlers then still copy it. Nothing with `mode` off.
-pub(crate) fn guard(mode: KernelAccess) {
+/// Loads the signal guard alone (`tiermem_sys::seccomp::guard`) where it is
+/// wanted, once: for a region whose data a `fork()`ed child copies (the
+/// transparent heap), so that forks that run no fork handlers still copy
+/// it, and before any kernel access is trapped on the handler-thread path
+/// (see `region::kernel_calls_trapped`). Returns whether the guard is
+/// loaded; nothing and `false` with `mode` off.
+pub(crate) fn guard(mode: KernelAccess) -> bool {
     static DONE: OnceLock<()> = OnceLock::new();
     if mode == KernelAccess::Off {
-        return;
+        return false;
     }
     DONE.get_or_init(|| {
         if let Err(e) = seccomp::install_guard(TRAMPOLINE_AT) {
@@ -425,6 +430,7 @@ pub(crate) fn guard(mode: KernelAccess) {
             );
         }
     });
+    seccomp::guard_loaded()
 }
 
 /// Makes a kernel-access filter inherited from the program image that ran

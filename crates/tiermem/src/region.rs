@@ -629,15 +629,30 @@ impl std::fmt::Debug for Region {
 }
 
 /// Whether system calls on the region's memory are trapped and run with
-/// its pages pinned: on the in-context path (the kernel cannot take a
-/// fault for it), and with wp-async dirty tracking on the handler-thread
-/// path too: eviction freezes a victim run read-only with `mprotect`, and
-/// a kernel write into a frozen page fails with EFAULT instead of taking
-/// a fault the handler could serve; a pinned page is never frozen.
+/// its pages pinned:
+/// - on the in-context path: the kernel cannot take a fault for it;
+/// - with wp-async dirty tracking on the handler-thread path: eviction
+///   freezes a victim run read-only with `mprotect`, and a kernel write
+///   into a frozen page fails with EFAULT instead of taking a fault the
+///   handler could serve; a pinned page is never frozen;
+/// - on the handler-thread path wherever the signal guard is loaded: the
+///   kernel takes a direct read's (`O_DIRECT`) faults one page at a time
+///   and pins each for the device, and the fills of the later pages could
+///   evict the earlier ones, pinned but unmapped, so that the data landed
+///   in frames the region no longer has (silently stale pages). Without the
+///   guard (a program that had started threads before its first region) a
+///   thread of the C library's that blocks every signal (POSIX aio's) would
+///   be killed by its first trapped call, so such a process is left as it
+///   was: docs/design.md, "Kernel accesses".
 fn kernel_calls_trapped(config: &Config) -> bool {
-    (config.fault_path == FaultPath::InContext
-        || config.dirty_tracking == crate::config::DirtyTracking::WpAsync)
-        && crate::kernel_access::active(config.kernel_access)
+    let wanted = match config.fault_path {
+        FaultPath::InContext => true,
+        FaultPath::HandlerThread => {
+            config.dirty_tracking == crate::config::DirtyTracking::WpAsync
+                || crate::kernel_access::guard(config.kernel_access)
+        }
+    };
+    wanted && crate::kernel_access::active(config.kernel_access)
 }
 
 /// Maps the region's range: in the kernel-access window when system calls

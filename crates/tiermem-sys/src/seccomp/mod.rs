@@ -622,7 +622,20 @@ fn guard_with(ip: u64) -> Result<(), TrapError> {
     }
     let prog = filter(&[], ip, call_sites(), &[], true)?;
     guard::arm();
-    load(&prog)
+    load(&prog)?;
+    GUARD_LOADED.store(true, Ordering::Release);
+    Ok(())
+}
+
+/// Whether the signal guard's filter is loaded in this process: no thread
+/// can then block SIGSYS (its masks are trapped and redone without it), so
+/// a trapped call never meets a blocked SIGSYS, whichever thread makes it.
+static GUARD_LOADED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether the signal guard is loaded (see [`install_guard`]); `false`
+/// before it was considered, and where it was left out.
+pub fn guard_loaded() -> bool {
+    GUARD_LOADED.load(Ordering::Acquire)
 }
 
 /// Traps the same calls when their buffer lies in one of `ranges` (exact

@@ -152,7 +152,7 @@ pub const KERNEL_ACCESS: Opt = Opt {
     kind: Kind::KernelAccess,
     unit: "trap or off",
     default: DefaultValue::Value("trap"),
-    doc: "In-context path: trap read/write/recv/send-style system calls on tiered buffers (seccomp) and serve them (pinned on regular files, through a bounce buffer on pipes, sockets and devices), so they do not fail with EFAULT, and guard SIGBUS/SIGSEGV/SIGSYS from the C library's internal signal calls (aio and timer helper threads, `sigvec`, `setcontext`); off: no filter (EFAULT on pages not resident; glibc's `aio_*` helper threads die on tiered buffers) (design.md, \"Kernel accesses\", \"Signals\").",
+    doc: "Trap read/write/recv/send-style system calls on tiered buffers (seccomp) and serve them (pinned on regular files, through a bounce buffer on pipes, sockets and devices): on the in-context path so they do not fail with EFAULT, on the handler-thread path so that direct I/O (`O_DIRECT`) never has a page evicted under it; and guard SIGBUS/SIGSEGV/SIGSYS from the C library's internal signal calls (aio and timer helper threads, `sigvec`, `setcontext`); off: no filter (in-context: EFAULT on pages not resident, glibc's `aio_*` helper threads die on tiered buffers; handler-thread: direct reads into evicted pages can return stale data) (design.md, \"Kernel accesses\", \"Signals\").",
     apply: Some(|c, _, v| {
             c.kernel_access = parse_kernel_access(v)?;
             Ok(())
