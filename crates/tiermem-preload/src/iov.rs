@@ -551,27 +551,84 @@ unsafe fn vm_call(
     flags: libc::c_ulong,
     kernel_writes: bool,
 ) -> ssize_t {
-    let call = |v: *const iovec, n: c_int, _done: usize| {
+    let raw = |l: *const iovec, ln: usize, r: *const iovec, rn: usize| {
         // SAFETY: the caller's arguments with a local vector of its own
         // buffers or a bounce buffer; these calls are not cancellation
         // points, so the raw system call is the C library's own behaviour.
-        unsafe { libc::syscall(nr, pid, v, n as libc::c_ulong, remote, riovcnt, flags) as ssize_t }
+        unsafe { libc::syscall(nr, pid, l, ln as libc::c_ulong, r, rn as libc::c_ulong, flags) as ssize_t }
     };
     // SAFETY: the caller's local vector.
     if !unsafe { touches_tiered(local, liovcnt as c_int) } {
-        return call(local, liovcnt as c_int, 0);
+        return raw(local, liovcnt as usize, remote, riovcnt as usize);
     }
+    if local.is_null() || remote.is_null() {
+        return raw(local, liovcnt as usize, remote, riovcnt as usize);
+    }
+    // SAFETY: the caller's vectors (counts checked by the kernel below).
+    let (all_local, all_remote) = unsafe {
+        (
+            std::slice::from_raw_parts(local, liovcnt as usize),
+            std::slice::from_raw_parts(remote, riovcnt as usize),
+        )
+    };
     // The local side is this process's memory and never blocks: pinned,
-    // in one call (the remote vector is not split), cut where pinning
-    // stopped; through a bounce buffer if nothing could be pinned.
-    // SAFETY: the caller's local vector.
-    match unsafe { pin_all(local, liovcnt as c_int, kernel_writes) } {
-        Some((_pins, v)) if v.iter().any(|b| b.iov_len > 0) => call(v.as_ptr(), v.len() as c_int, 0),
-        _ => {
-            // SAFETY: the caller's local vector.
-            let all = unsafe { std::slice::from_raw_parts(local, liovcnt as usize) };
-            // SAFETY: as above.
-            unsafe { bounced(all, kernel_writes, Split::Whole, call) }
+    // as much as the region lets at once, and the call repeated from where
+    // the last one stopped until both vectors are done or the kernel
+    // stops short (the remote side: the call's own short count). One call
+    // cut where pinning stopped would return a short count the program
+    // did not cause, which the kernel never does for a whole element
+    // (Open MPI takes it for an error). Through a bounce buffer if nothing
+    // could be pinned.
+    let mut done = 0usize;
+    loop {
+        let l = skipped(all_local, done);
+        let r = skipped(all_remote, done);
+        if l.is_empty() || r.is_empty() {
+            // Nothing to move at all still makes the call (it checks the
+            // pid and the permission: a probe).
+            return if done == 0 {
+                raw(local, liovcnt as usize, remote, riovcnt as usize)
+            } else {
+                done as ssize_t
+            };
+        }
+        // SAFETY: a vector of the caller's buffers.
+        let (got, asked) = match unsafe { pin_all(l.as_ptr(), l.len() as c_int, kernel_writes) } {
+            Some((_pins, v)) if v.iter().any(|b| b.iov_len > 0) => (
+                raw(v.as_ptr(), v.len(), r.as_ptr(), r.len()),
+                v.iter().map(|b| b.iov_len).sum::<usize>(),
+            ),
+            _ => {
+                let call = |v: *const iovec, n: c_int, _done: usize| raw(v, n as usize, r.as_ptr(), r.len());
+                // SAFETY: the caller's buffers.
+                let got = unsafe { bounced(&l, kernel_writes, Split::Whole, call) };
+                (got, usize::MAX)
+            }
+        };
+        if got < 0 {
+            return if done > 0 { done as ssize_t } else { got };
+        }
+        done += got as usize;
+        if got == 0 || (got as usize) < asked {
+            return done as ssize_t;
         }
     }
+}
+
+/// `v` without its first `skip` bytes (empty elements dropped).
+fn skipped(v: &[iovec], mut skip: usize) -> Vec<iovec> {
+    let mut out = Vec::with_capacity(v.len());
+    for b in v {
+        if skip >= b.iov_len {
+            skip -= b.iov_len;
+            continue;
+        }
+        out.push(iovec {
+            // Pointer arithmetic on an address only: the kernel checks it.
+            iov_base: (b.iov_base as usize + skip) as *mut libc::c_void,
+            iov_len: b.iov_len - skip,
+        });
+        skip = 0;
+    }
+    out
 }

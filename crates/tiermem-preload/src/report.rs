@@ -574,10 +574,14 @@ fn region_line(what: &str, s: &RegionStats) -> String {
         "tiermem:   {what}: near high-water {}{}, faults {} (zero {}, far {}, wp {}), in {}, out {}, evictions {}, \
          time in faults {:.3} s, p50 {:.1} us; faults per thread [{}]{}{}\n{policy}",
         mib(s.resident_peak_bytes),
-        if s.held_peak_bytes > 0 {
-            format!(" (with stacks held outside the budget, at most {})", mib(s.held_peak_bytes))
-        } else {
-            String::new()
+        match (s.held_peak_bytes, s.pinned_refusals) {
+            (0, _) => String::new(),
+            (b, 0) => format!(" (with stacks held outside the budget, at most {})", mib(b)),
+            (b, n) => format!(
+                " (with stacks and pages the kernel had pinned held outside the budget, at most {}; \
+                 {n} evictions of pinned pages refused)",
+                mib(b)
+            ),
         },
         s.faults(),
         s.faults_zero_fill,

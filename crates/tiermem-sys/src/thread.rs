@@ -11,6 +11,16 @@ pub fn gettid() -> u32 {
     unsafe { libc::gettid() as u32 }
 }
 
+/// Whether `tid` names a thread of this process (false for a thread of
+/// another process, or none): one `tgkill` with signal 0, which checks
+/// and sends nothing.
+pub fn in_this_process(tid: u32) -> bool {
+    // SAFETY: signal 0 sends nothing; the call only looks the thread up in
+    // this thread group.
+    let r = unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid as libc::pid_t, 0) };
+    r == 0 || Errno::last().raw() != libc::ESRCH
+}
+
 /// CPU time the calling thread has used (`CLOCK_THREAD_CPUTIME_ID`): what
 /// its work cost, whatever else ran on its CPU meanwhile.
 pub fn thread_cpu_time() -> Duration {

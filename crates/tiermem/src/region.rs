@@ -417,6 +417,7 @@ impl Region {
             .stats
             .snapshot(self.core.resident_pages(), self.core.page_bytes());
         s.held_peak_bytes = (self.core.held_peak_pages() * self.core.page_bytes()) as u64;
+        s.pinned_refusals = self.core.pinned_refusals();
         if let Some(pf) = &self.core.prefetcher {
             use std::sync::atomic::Ordering::Relaxed;
             s.prefetch = crate::stats::PrefetchStats {

@@ -385,6 +385,7 @@ impl Stats {
             resident_bytes: (resident_pages * page_bytes) as u64,
             resident_peak_bytes: ld(&self.resident_peak).max(resident_pages as u64) * page_bytes as u64,
             held_peak_bytes: 0,
+            pinned_refusals: 0,
             fault_ns_total: ld(&self.fault_ns),
             fault_latency: Latency {
                 count,
@@ -586,8 +587,12 @@ pub struct RegionStats {
     /// mark; not reset with the other counters).
     pub resident_peak_bytes: u64,
     /// Most bytes held resident outside the budget at once (stacks the
-    /// program made in the region: `tiermem::hold_resident`).
+    /// program made in the region: `tiermem::hold_resident`; pages an
+    /// eviction found pinned by the kernel, for a while).
     pub held_peak_bytes: u64,
+    /// Evictions the kernel refused because it had the page pinned (another
+    /// process copying into it, direct I/O): the page stayed resident.
+    pub pinned_refusals: u64,
     /// Total time inside the fault handler.
     pub fault_ns_total: u64,
     /// Fault service time percentiles.

@@ -144,7 +144,8 @@ impl RegionCore {
             self.ring.as_ref()
         } else {
             self.sync_ring()
-        };
+        }
+        .or_else(|| self.pin_ring());
         // Classic path: every run's first half, then all their unmaps at
         // once, then every run's second half.
         let mut unmaps = Unmaps::over(b.unmaps);

@@ -82,6 +82,7 @@ impl RegionCore {
         mut timer: FaultTimer,
     ) -> Outcome {
         self.faulting_threads.note(tid);
+        self.note_faulting_process(tid, server);
         if let Err(why) = self.reserve_slot(tid, server, &mut timer) {
             let errno = match &why {
                 NoRoom::Store(e) => {

@@ -11,10 +11,32 @@
 //! outside the near budget, which grows by it: a 2 MiB coroutine stack does
 //! not take a 16 KiB budget whole, and the program's other pages keep the
 //! room they had.
+//!
+//! Pages the kernel has pinned are held too, for a while. A pin taken
+//! outside tiermem's view (another process's `process_vm_writev`, which an
+//! MPI library's single-copy transport makes, pins up to 4 MiB of this
+//! process's pages before it copies into any of them; a direct read no
+//! trap saw; io_uring fixed buffers) must not lose its page: evicted and
+//! unmapped, the page would take the copy after the region had let it go,
+//! and the data would read stale. An eviction that moves its victims out
+//! (UFFDIO_MOVE, the frame ring) learns of the pin from the kernel, which
+//! refuses to move a pinned page (EBUSY): the page stays resident, off the
+//! lists and outside the budget (the fill that wanted its slot goes on),
+//! and goes back on the lists after [`PINNED_RETRY`] more evictions (counted
+//! from the first page held); if it is still pinned then, the next try
+//! finds out the same way. While every victim is pinned nothing is
+//! evicted, so a long stretch of pinned pages (a 16 MiB message at a 16 KiB
+//! budget) is held whole until it ends: the held peak in the statistics
+//! says how much. (Retrying on refusals too kept it small but churned: the
+//! same pages refused millions of times.)
 
 use super::RegionCore;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use crate::page::PageState;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
+
+/// Evictions after which pages found pinned go back on the policy's lists.
+const PINNED_RETRY: u64 = 64;
 
 /// The held page ranges of one region.
 pub(crate) struct Held {
@@ -26,6 +48,13 @@ pub(crate) struct Held {
     pages: AtomicUsize,
     /// Most pages held at once.
     peak: AtomicUsize,
+    /// Pages an eviction found pinned by the kernel (see the module doc),
+    /// held until the eviction count reaches `pinned_until`.
+    pinned: Mutex<Vec<usize>>,
+    pinned_any: AtomicBool,
+    pinned_until: AtomicU64,
+    /// Evictions refused because the kernel had the page pinned.
+    pinned_refusals: AtomicU64,
 }
 
 impl Held {
@@ -35,6 +64,10 @@ impl Held {
             any: AtomicBool::new(false),
             pages: AtomicUsize::new(0),
             peak: AtomicUsize::new(0),
+            pinned: Mutex::new(Vec::new()),
+            pinned_any: AtomicBool::new(false),
+            pinned_until: AtomicU64::new(0),
+            pinned_refusals: AtomicU64::new(0),
         }
     }
 
@@ -70,6 +103,11 @@ impl RegionCore {
     /// Most pages held at once.
     pub(crate) fn held_peak_pages(&self) -> usize {
         self.held.peak.load(Ordering::Relaxed)
+    }
+
+    /// Evictions refused because the kernel had the page pinned.
+    pub(crate) fn pinned_refusals(&self) -> u64 {
+        self.held.pinned_refusals.load(Ordering::Relaxed)
     }
 
     /// Holds pages `[first, first + count)` resident, writable and out of
@@ -114,6 +152,7 @@ impl RegionCore {
     /// Ends the holds on pages `[first, end)` (a discard is about to drop
     /// them): they are ordinary resident pages again.
     pub(crate) fn unhold(&self, first: usize, end: usize) {
+        self.unhold_pinned(first, end);
         if !self.held.any.load(Ordering::Relaxed) {
             return;
         }
@@ -139,6 +178,72 @@ impl RegionCore {
         }
         self.held.any.store(!kept.is_empty(), Ordering::Relaxed);
         *ranges = kept;
+    }
+
+    /// An eviction found page `i` pinned by the kernel: it stays resident
+    /// (the caller unlocks it as it was), off the policy's lists (the
+    /// victim selection took it off) and outside the budget, so that the
+    /// fill waiting for a slot goes on (see the module doc).
+    pub(super) fn hold_pinned(&self, i: usize) {
+        let mut pinned = self.held.pinned.lock().unwrap_or_else(|p| p.into_inner());
+        self.change_held(1);
+        // The retry counts from the first page held, not the last: pages
+        // the kernel let go meanwhile are not held for longer than that.
+        if pinned.is_empty() {
+            let now = self.stats.evictions.load(Ordering::Relaxed);
+            self.held
+                .pinned_until
+                .store(now + PINNED_RETRY, Ordering::Relaxed);
+        }
+        pinned.push(i);
+        self.held.pinned_any.store(true, Ordering::Release);
+        self.held.pinned_refusals.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Puts the pages found pinned back on the policy's lists once
+    /// [`PINNED_RETRY`] evictions have passed since the last was found: an
+    /// eviction that finds one still pinned holds it again.
+    pub(super) fn retry_pinned(&self) {
+        if !self.held.pinned_any.load(Ordering::Acquire)
+            || self.stats.evictions.load(Ordering::Relaxed) < self.held.pinned_until.load(Ordering::Relaxed)
+        {
+            return;
+        }
+        let pages = std::mem::take(&mut *self.held.pinned.lock().unwrap_or_else(|p| p.into_inner()));
+        self.held.pinned_any.store(false, Ordering::Release);
+        self.release_pinned(pages);
+    }
+
+    /// Ends the holds of pages found pinned in `[first, end)` (a discard
+    /// is about to drop them).
+    fn unhold_pinned(&self, first: usize, end: usize) {
+        if !self.held.pinned_any.load(Ordering::Acquire) {
+            return;
+        }
+        let mut pinned = self.held.pinned.lock().unwrap_or_else(|p| p.into_inner());
+        let (gone, kept): (Vec<usize>, Vec<usize>) = pinned.iter().partition(|&&p| p >= first && p < end);
+        *pinned = kept;
+        self.held.pinned_any.store(!pinned.is_empty(), Ordering::Release);
+        drop(pinned);
+        self.release_pinned(gone);
+    }
+
+    fn release_pinned(&self, pages: Vec<usize>) {
+        if pages.is_empty() {
+            return;
+        }
+        let mut policy = self.policy();
+        for &p in &pages {
+            // Resident pages go back on the lists. One in transition (a
+            // fault marking it written) stays off them: never evicted, it
+            // costs a slot, where a page on the lists that a discard racing
+            // with this has just dropped would cost a wrong victim.
+            if matches!(self.pages.load(p).state(), PageState::Clean | PageState::Dirty) {
+                policy.on_fill(p);
+            }
+        }
+        drop(policy);
+        self.change_held(-(pages.len() as isize));
     }
 
     /// Holds page `i`; false if it cannot be brought in.

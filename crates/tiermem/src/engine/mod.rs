@@ -53,6 +53,7 @@ pub(crate) mod in_context;
 mod inherit;
 pub(crate) mod mover;
 mod pin;
+mod pinned;
 mod piped;
 pub(crate) mod prefetch;
 mod progress;
@@ -184,6 +185,11 @@ pub(crate) struct RegionCore {
     pub(crate) around: Option<around::FaultAround>,
     /// Frames for zero-copy installs by the movers (`install = move`).
     ring: Option<FrameRing>,
+    /// Where evictions move their victims once another process has
+    /// faulted on the region (see `pinned`): made then.
+    pin_ring: std::sync::OnceLock<Option<FrameRing>>,
+    /// The last faulting thread checked for being another process's.
+    checked_tid: AtomicU32,
     /// Which threads fault now: `install = auto` recycles frames through
     /// the ring only while one thread at a time faults in the region. With
     /// more, evictions copy and unmap their victims together (one TLB
@@ -424,6 +430,8 @@ impl RegionCore {
             shared_budget: shared.is_some(),
             budget: shared.unwrap_or_else(|| budget::Budget::new((budget * page_bytes) as u64)),
             ring,
+            pin_ring: std::sync::OnceLock::new(),
+            checked_tid: AtomicU32::new(0),
             faulting_threads: FaultingThreads::new(),
             forked: AtomicBool::new(false),
             page_shift: page_bytes.trailing_zeros(),

@@ -30,7 +30,11 @@ impl RegionCore {
         let first = run[0].0;
         // One eviction at a time works on the ring's holes; an application
         // thread does not wait for a mover's turn (the classic path).
-        let Some(turn) = ring.evict_turn(super::mover::on_mover()) else {
+        self.retry_pinned();
+        // The pin ring is waited for: the classic path could lose a page
+        // the kernel has pinned (see `pinned`).
+        let pin_ring = self.is_pin_ring(ring);
+        let Some(turn) = ring.evict_turn(super::mover::on_mover() || pin_ring) else {
             return self.evict_run(run, bufs, unmaps, timer);
         };
         let (mut at, mut holes) = {
@@ -61,6 +65,8 @@ impl RegionCore {
         // as frames only once written back (see `FrameRing`).
         let pos_of = &mut bufs.pos_of[..n];
         let mut moved = 0;
+        // The kernel refused the page at `moved`: pinned (see `hold`).
+        let mut pinned = false;
         while moved < n && holes > 0 {
             let k = holes.min(ring.cap - at).min(n - moved);
             let mut done = 0;
@@ -87,6 +93,10 @@ impl RegionCore {
                         {
                             break;
                         }
+                    }
+                    Err(e) if e.errno().is_some_and(|e| e.raw() == libc::EBUSY) => {
+                        pinned = true;
+                        break;
                     }
                     _ => break,
                 }
@@ -156,9 +166,23 @@ impl RegionCore {
         self.publish_eviction(&run[..moved], &dirty[..moved], &failed[..moved]);
         timer.lap(Cost::LockList);
         drop(turn);
-        if moved < n {
-            // The kernel would not move the rest (a pinned page): classic
-            // path, without the ring's eviction turn.
+        if pin_ring {
+            self.drain_pin_ring(ring);
+        }
+        if moved < n && pinned {
+            // Pinned by the kernel: unmapped now, the page would lose what
+            // the pinning call writes into it. It stays, held (see `hold`),
+            // and the rest of the run goes on.
+            let (p, w) = run[moved];
+            self.pages.unlock(p, w);
+            self.hold_pinned(p);
+            if moved + 1 < n {
+                let (more, err) = self.evict_run_to_ring(ring, &run[moved + 1..], bufs, unmaps, timer);
+                return (evicted + more, first_error.or(err));
+            }
+        } else if moved < n {
+            // No room in the ring, or another refusal: classic path,
+            // without the ring's eviction turn.
             let (more, err) = self.evict_run(&run[moved..], bufs, unmaps, timer);
             return (evicted + more, first_error.or(err));
         }
