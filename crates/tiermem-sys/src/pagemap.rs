@@ -193,6 +193,30 @@ impl PagemapScanner {
     }
 }
 
+/// Whether the page at `addr` is present and mapped by this process alone
+/// (`/proc/self/pagemap`'s exclusive bit): false for a page shared
+/// copy-on-write with a `fork()`ed child, which `UFFDIO_MOVE` refuses with
+/// the same EBUSY as a pinned page (a page pinned for writing is never
+/// shared: the pin unshares it first). None when the entry cannot be read.
+/// Async-signal-safe (no allocation): the in-context path evicts in its
+/// SIGBUS handler.
+pub fn mapped_exclusively(addr: usize) -> Option<bool> {
+    const PRESENT: u64 = 1 << 63;
+    const EXCLUSIVE: u64 = 1 << 56;
+    // SAFETY: a constant NUL-terminated path; the descriptor is closed below.
+    let fd = unsafe { libc::open(c"/proc/self/pagemap".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return None;
+    }
+    let mut entry = 0u64;
+    let at = (addr / 4096 * 8) as libc::off_t;
+    // SAFETY: reads 8 bytes into a u64 we own.
+    let n = unsafe { libc::pread(fd, &mut entry as *mut u64 as *mut libc::c_void, 8, at) };
+    // SAFETY: our descriptor, closed once.
+    unsafe { libc::close(fd) };
+    (n == 8).then_some(entry & PRESENT != 0 && entry & EXCLUSIVE != 0)
+}
+
 /// Bytes of the mapping containing `addr` that are backed by transparent
 /// huge pages (`AnonHugePages` in `/proc/self/smaps`); None if no mapping
 /// contains `addr`.

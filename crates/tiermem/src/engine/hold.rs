@@ -20,7 +20,9 @@
 //! unmapped, the page would take the copy after the region had let it go,
 //! and the data would read stale. An eviction that moves its victims out
 //! (UFFDIO_MOVE, the frame ring) learns of the pin from the kernel, which
-//! refuses to move a pinned page (EBUSY): the page stays resident, off the
+//! refuses to move a pinned page (EBUSY; a page it refuses because a fork()ed
+//! child shares it is told apart by `/proc/self/pagemap`'s exclusive bit,
+//! and evicted the classic way as before): the page stays resident, off the
 //! lists and outside the budget (the fill that wanted its slot goes on),
 //! and goes back on the lists after [`PINNED_RETRY`] more evictions (counted
 //! from the first page held); if it is still pinned then, the next try
@@ -201,8 +203,8 @@ impl RegionCore {
     }
 
     /// Puts the pages found pinned back on the policy's lists once
-    /// [`PINNED_RETRY`] evictions have passed since the last was found: an
-    /// eviction that finds one still pinned holds it again.
+    /// [`PINNED_RETRY`] evictions have passed since the first of them was
+    /// found: an eviction that finds one still pinned holds it again.
     pub(super) fn retry_pinned(&self) {
         if !self.held.pinned_any.load(Ordering::Acquire)
             || self.stats.evictions.load(Ordering::Relaxed) < self.held.pinned_until.load(Ordering::Relaxed)

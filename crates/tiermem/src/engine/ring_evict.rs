@@ -65,7 +65,7 @@ impl RegionCore {
         // as frames only once written back (see `FrameRing`).
         let pos_of = &mut bufs.pos_of[..n];
         let mut moved = 0;
-        // The kernel refused the page at `moved`: pinned (see `hold`).
+        // The kernel refused the page at `moved` as pinned (see `hold`).
         let mut pinned = false;
         while moved < n && holes > 0 {
             let k = holes.min(ring.cap - at).min(n - moved);
@@ -94,8 +94,12 @@ impl RegionCore {
                             break;
                         }
                     }
+                    // EBUSY: pinned, or shared with a fork()ed child
+                    // (copy-on-write), which the classic path evicts
+                    // safely as before.
                     Err(e) if e.errno().is_some_and(|e| e.raw() == libc::EBUSY) => {
-                        pinned = true;
+                        let addr = self.mapping.addr() + (first + moved + done) * ps;
+                        pinned = tiermem_sys::pagemap::mapped_exclusively(addr) != Some(false);
                         break;
                     }
                     _ => break,
