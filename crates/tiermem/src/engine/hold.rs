@@ -20,9 +20,9 @@
 //! unmapped, the page would take the copy after the region had let it go,
 //! and the data would read stale. An eviction that moves its victims out
 //! (UFFDIO_MOVE, the frame ring) learns of the pin from the kernel, which
-//! refuses to move a pinned page (EBUSY; a page it refuses because a fork()ed
-//! child shares it is told apart by `/proc/self/pagemap`'s exclusive bit,
-//! and evicted the classic way as before): the page stays resident, off the
+//! refuses to move a pinned page (EBUSY; it also refuses a page a fork()ed
+//! child shares, or once shared, which only the pin ring holds, and not
+//! while pagemap shows it shared: `ring_evict`): the page stays resident, off the
 //! lists and outside the budget (the fill that wanted its slot goes on),
 //! and goes back on the lists after [`PINNED_RETRY`] more evictions (counted
 //! from the first page held); if it is still pinned then, the next try

@@ -94,12 +94,17 @@ impl RegionCore {
                             break;
                         }
                     }
-                    // EBUSY: pinned, or shared with a fork()ed child
-                    // (copy-on-write), which the classic path evicts
-                    // safely as before.
+                    // EBUSY: pinned, or not known exclusive to this
+                    // process: shared copy-on-write with a fork()ed child
+                    // (pagemap's exclusive bit says so), or shared once
+                    // (the kernel keeps it marked shared after the child
+                    // has gone, until a write; pagemap cannot tell that
+                    // from a pin). Held only in the pin ring, where another
+                    // process is known to pin pages; elsewhere the classic
+                    // path evicts it, as before.
                     Err(e) if e.errno().is_some_and(|e| e.raw() == libc::EBUSY) => {
                         let addr = self.mapping.addr() + (first + moved + done) * ps;
-                        pinned = tiermem_sys::pagemap::mapped_exclusively(addr) != Some(false);
+                        pinned = pin_ring && tiermem_sys::pagemap::mapped_exclusively(addr) != Some(false);
                         break;
                     }
                     _ => break,
