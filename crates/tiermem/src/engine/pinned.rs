@@ -34,7 +34,13 @@ impl RegionCore {
         if server != Server::HandlerThread || tid == 0 || self.pin_ring.get().is_some() {
             return;
         }
-        if self.checked_tid.swap(tid, Ordering::Relaxed) == tid || tiermem_sys::thread::in_this_process(tid) {
+        // A plain load first: the same thread faulting again (the common
+        // case) writes nothing to the shared line.
+        if self.checked_tid.load(Ordering::Relaxed) == tid {
+            return;
+        }
+        self.checked_tid.store(tid, Ordering::Relaxed);
+        if tiermem_sys::thread::in_this_process(tid) {
             return;
         }
         self.pin_ring.get_or_init(|| self.make_pin_ring());
