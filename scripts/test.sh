@@ -182,6 +182,12 @@ if grep -q "errno = 14" target/programs/mpi.out; then
 fi
 grep -q '"evictions": *[1-9]' target/programs/mpi.0.json && grep -q '"evictions": *[1-9]' target/programs/mpi.1.json
 echo "PASS mpi_exchange under tiermem run: $(tail -1 target/programs/mpi.out)"
+# The same at the 4-page minimum budget: the peer's pinning faults found
+# every page spared and waited 10 ms each (over 120 s; 4-5 s now).
+timeout 60 mpirun -np 2 --bind-to none target/release/tiermem run --near 16K --quiet \
+    -- target/programs/mpi_exchange >target/programs/mpi16k.out 2>&1 ||
+    { cat target/programs/mpi16k.out; echo "FAIL mpi_exchange at --near 16K (a hang if status 124)"; exit 1; }
+echo "PASS mpi_exchange under tiermem run --near 16K: $(tail -1 target/programs/mpi16k.out)"
 # tiermem run under mpirun (issue 33): node shares split among local ranks,
 # per-rank reports (%r), the rank in the summary, tiermem report merge; one
 # node (-np 2, -np 4) and two namespace nodes (root).

@@ -188,8 +188,8 @@ pub(crate) struct RegionCore {
     /// Where evictions move their victims once another process has
     /// faulted on the region (see `pinned`): made then.
     pin_ring: std::sync::OnceLock<Option<FrameRing>>,
-    /// The last faulting thread checked for being another process's.
-    checked_tid: AtomicU32,
+    /// Faulting threads checked for being another process's.
+    checked_threads: pinned::CheckedThreads,
     /// Which threads fault now: `install = auto` recycles frames through
     /// the ring only while one thread at a time faults in the region. With
     /// more, evictions copy and unmap their victims together (one TLB
@@ -431,7 +431,7 @@ impl RegionCore {
             budget: shared.unwrap_or_else(|| budget::Budget::new((budget * page_bytes) as u64)),
             ring,
             pin_ring: std::sync::OnceLock::new(),
-            checked_tid: AtomicU32::new(0),
+            checked_threads: pinned::CheckedThreads::new(),
             faulting_threads: FaultingThreads::new(),
             forked: AtomicBool::new(false),
             page_shift: page_bytes.trailing_zeros(),
@@ -559,9 +559,12 @@ impl RegionCore {
                         continue;
                     }
                     timer.lap(Cost::LockList);
-                    let outcome = self.fill(i, w, write, tid, server, timer);
+                    let foreign = self.note_faulting_process(tid, server);
+                    let outcome = self.fill(i, w, write, tid, foreign, server, timer);
                     if outcome == Outcome::Resolved {
-                        self.budget.progress.filled(tid, self.page_key(i));
+                        if !foreign {
+                            self.budget.progress.filled(tid, self.page_key(i));
+                        }
                         self.stride_ahead(tid, i, write);
                         self.after_demand_fault(tid, i, write);
                     }

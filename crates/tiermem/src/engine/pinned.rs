@@ -24,26 +24,50 @@
 use super::ring::FrameRing;
 use super::{RegionCore, Server};
 use crate::config::{DirtyTracking, PageSize};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, Ordering};
 
-impl RegionCore {
-    /// Notes a fault of thread `tid`: the first fault of another process's
-    /// thread makes the pin ring. One system call when the faulting thread
-    /// changes, until then; nothing after.
-    pub(super) fn note_faulting_process(&self, tid: u32, server: Server) {
-        if server != Server::HandlerThread || tid == 0 || self.pin_ring.get().is_some() {
-            return;
-        }
+/// Threads recently checked for belonging to another process, hashed by
+/// thread id: the thread id, with [`FOREIGN`] set for another process's.
+/// Threads that share a slot only check again.
+pub(super) struct CheckedThreads([AtomicU32; CHECKED_SLOTS]);
+
+const CHECKED_SLOTS: usize = 16;
+/// Thread ids stay below 2^22 (`pid_max`).
+const FOREIGN: u32 = 1 << 31;
+
+impl CheckedThreads {
+    pub(super) fn new() -> CheckedThreads {
+        CheckedThreads(std::array::from_fn(|_| AtomicU32::new(0)))
+    }
+
+    /// Whether `tid` is another process's thread: one system call the
+    /// first time a thread is seen (or after another took its slot).
+    fn foreign(&self, tid: u32) -> bool {
+        let slot = &self.0[tid as usize % CHECKED_SLOTS];
         // A plain load first: the same thread faulting again (the common
         // case) writes nothing to the shared line.
-        if self.checked_tid.load(Ordering::Relaxed) == tid {
-            return;
+        let seen = slot.load(Ordering::Relaxed);
+        if seen & !FOREIGN == tid {
+            return seen & FOREIGN != 0;
         }
-        self.checked_tid.store(tid, Ordering::Relaxed);
-        if tiermem_sys::thread::in_this_process(tid) {
-            return;
+        let foreign = !tiermem_sys::thread::in_this_process(tid);
+        slot.store(if foreign { tid | FOREIGN } else { tid }, Ordering::Relaxed);
+        foreign
+    }
+}
+
+impl RegionCore {
+    /// Notes a fault of thread `tid` and says whether the thread is another
+    /// process's: the first such fault makes the pin ring. Such a thread is
+    /// in a system call that pins this process's pages one by one
+    /// (`process_vm_writev`/`readv`): it needs no instruction's pages kept
+    /// for it, and its pages, once pinned, cannot go anyway.
+    pub(super) fn note_faulting_process(&self, tid: u32, server: Server) -> bool {
+        if server != Server::HandlerThread || tid == 0 || !self.checked_threads.foreign(tid) {
+            return false;
         }
         self.pin_ring.get_or_init(|| self.make_pin_ring());
+        true
     }
 
     fn make_pin_ring(&self) -> Option<FrameRing> {

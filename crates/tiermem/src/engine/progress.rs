@@ -27,6 +27,10 @@
 //!   (a holder that stopped faulting, or was preempted). So threads take
 //!   turns; none waits for long.
 //!
+//! Another process's thread (a `process_vm_readv`/`writev` pinning this
+//! process's pages, see `pinned`) has no instruction to complete: its
+//! fills are not recorded and its evictions spare only the turn.
+//!
 //! Explicit evictions (`evict_all`, `evict_range`, advice) spare nothing:
 //! the caller asked for them. Pages pinned by a kernel-mode access are a
 //! separate matter (the budget's pin allowance, half of it, `pin`); a
