@@ -24,21 +24,25 @@
 //! child shares, or once shared, which only the pin ring holds, and not
 //! while pagemap shows it shared: `ring_evict`): the page stays resident, off the
 //! lists and outside the budget (the fill that wanted its slot goes on),
-//! and goes back on the lists after [`PINNED_RETRY`] more evictions (counted
-//! from the first page held); if it is still pinned then, the next try
-//! finds out the same way. While every victim is pinned nothing is
-//! evicted, so a long stretch of pinned pages (a 16 MiB message at a 16 KiB
-//! budget) is held whole until it ends: the held peak in the statistics
-//! says how much. (Retrying on refusals too kept it small but churned: the
-//! same pages refused millions of times.)
+//! and goes back on the lists after [`PINNED_RETRY`] more evictions or
+//! refusals; if it is still pinned then, the next try finds out the same
+//! way. The kernel pins a call's pages up to 4 MiB (1,024 pages) at a time
+//! and lets them all go before it pins the next ones, so a page held that
+//! long ago is free, and a page of the batch in progress is not: retried
+//! sooner, it is only refused again (the 64 of a first version churned:
+//! millions of refusals). Refusals count because while every victim is
+//! pinned nothing is evicted: counting evictions alone, a 16 MiB message at
+//! a 16 KiB budget was held whole (15.9 MiB at the peak).
 
 use super::RegionCore;
 use crate::page::PageState;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-/// Evictions after which pages found pinned go back on the policy's lists.
-const PINNED_RETRY: u64 = 64;
+/// Evictions and refusals after which a page found pinned goes back on the
+/// policy's lists: the pages the kernel pins at most at once.
+const PINNED_RETRY: u64 = 1024;
 
 /// The held page ranges of one region.
 pub(crate) struct Held {
@@ -51,10 +55,10 @@ pub(crate) struct Held {
     /// Most pages held at once.
     peak: AtomicUsize,
     /// Pages an eviction found pinned by the kernel (see the module doc),
-    /// held until the eviction count reaches `pinned_until`.
-    pinned: Mutex<Vec<usize>>,
+    /// oldest first, each with the count of evictions and refusals when it
+    /// was held.
+    pinned: Mutex<VecDeque<(usize, u64)>>,
     pinned_any: AtomicBool,
-    pinned_until: AtomicU64,
     /// Evictions refused because the kernel had the page pinned.
     pinned_refusals: AtomicU64,
 }
@@ -66,9 +70,8 @@ impl Held {
             any: AtomicBool::new(false),
             pages: AtomicUsize::new(0),
             peak: AtomicUsize::new(0),
-            pinned: Mutex::new(Vec::new()),
+            pinned: Mutex::new(VecDeque::new()),
             pinned_any: AtomicBool::new(false),
-            pinned_until: AtomicU64::new(0),
             pinned_refusals: AtomicU64::new(0),
         }
     }
@@ -189,30 +192,31 @@ impl RegionCore {
     pub(super) fn hold_pinned(&self, i: usize) {
         let mut pinned = self.held.pinned.lock().unwrap_or_else(|p| p.into_inner());
         self.change_held(1);
-        // The retry counts from the first page held, not the last: pages
-        // the kernel let go meanwhile are not held for longer than that.
-        if pinned.is_empty() {
-            let now = self.stats.evictions.load(Ordering::Relaxed);
-            self.held
-                .pinned_until
-                .store(now + PINNED_RETRY, Ordering::Relaxed);
-        }
-        pinned.push(i);
+        let refusals = self.held.pinned_refusals.fetch_add(1, Ordering::Relaxed) + 1;
+        pinned.push_back((i, self.stats.evictions.load(Ordering::Relaxed) + refusals));
         self.held.pinned_any.store(true, Ordering::Release);
-        self.held.pinned_refusals.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Puts the pages found pinned back on the policy's lists once
-    /// [`PINNED_RETRY`] evictions have passed since the first of them was
-    /// found: an eviction that finds one still pinned holds it again.
+    /// Puts the pages found pinned [`PINNED_RETRY`] evictions and refusals
+    /// ago back on the policy's lists: an eviction that finds one still
+    /// pinned holds it again.
     pub(super) fn retry_pinned(&self) {
-        if !self.held.pinned_any.load(Ordering::Acquire)
-            || self.stats.evictions.load(Ordering::Relaxed) < self.held.pinned_until.load(Ordering::Relaxed)
-        {
+        if !self.held.pinned_any.load(Ordering::Acquire) {
             return;
         }
-        let pages = std::mem::take(&mut *self.held.pinned.lock().unwrap_or_else(|p| p.into_inner()));
-        self.held.pinned_any.store(false, Ordering::Release);
+        let now =
+            self.stats.evictions.load(Ordering::Relaxed) + self.held.pinned_refusals.load(Ordering::Relaxed);
+        let mut pinned = self.held.pinned.lock().unwrap_or_else(|p| p.into_inner());
+        let due = pinned
+            .iter()
+            .take_while(|&&(_, at)| at + PINNED_RETRY <= now)
+            .count();
+        if due == 0 {
+            return;
+        }
+        let pages: Vec<usize> = pinned.drain(..due).map(|(p, _)| p).collect();
+        self.held.pinned_any.store(!pinned.is_empty(), Ordering::Release);
+        drop(pinned);
         self.release_pinned(pages);
     }
 
@@ -223,8 +227,12 @@ impl RegionCore {
             return;
         }
         let mut pinned = self.held.pinned.lock().unwrap_or_else(|p| p.into_inner());
-        let (gone, kept): (Vec<usize>, Vec<usize>) = pinned.iter().partition(|&&p| p >= first && p < end);
-        *pinned = kept;
+        let gone: Vec<usize> = pinned
+            .iter()
+            .map(|&(p, _)| p)
+            .filter(|&p| p >= first && p < end)
+            .collect();
+        pinned.retain(|&(p, _)| p < first || p >= end);
         self.held.pinned_any.store(!pinned.is_empty(), Ordering::Release);
         drop(pinned);
         self.release_pinned(gone);
