@@ -87,6 +87,9 @@ build test_odirect "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -g tests/c/test_od
 # single-copy transport), more at once than the budget holds.
 build test_remote_write "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -g tests/c/test_remote_write.c \
   -o "$out/test_remote_write"
+# Linux AIO (io_submit) with O_DIRECT: the device fills the buffer after
+# the call has returned.
+build test_aio "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -g tests/c/test_aio.c -o "$out/test_aio"
 build test_protnone "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -g tests/c/test_protnone.c -o "$out/test_protnone"
 build test_stacks "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -g tests/c/test_stacks.c -lpthread -o "$out/test_stacks"
 build test_vfork_touch "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -g tests/c/test_vfork_touch.c -lpthread \
@@ -228,10 +231,11 @@ fi
 # Programs started with their strings in evicted tiered pages, vfork
 # children touching tiered memory, stacks in tiered memory, a program
 # with its own getenv over its static arrays, and tiered memory made
-# PROT_NONE, direct I/O on evicted buffers, and another process writing
-# into tiered memory, at the smallest budget, on both fault paths.
+# PROT_NONE, direct I/O on evicted buffers (synchronous and Linux AIO),
+# and another process writing into tiered memory, at the smallest budget,
+# on both fault paths.
 for prog in test_spawn test_vfork_touch test_scm test_closefds test_stacks test_own_getenv test_protnone \
-  test_odirect test_remote_write; do
+  test_odirect test_aio test_remote_write; do
   [[ " ${built[*]} " == *" $prog "* ]] || continue
   for path in in-context handler-thread; do
     echo "== tiermem run --near 16K -- $prog ($path)"

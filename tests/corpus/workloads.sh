@@ -260,6 +260,17 @@ run_fio-aio() {
 }
 digest_fio-aio() { digest_fio; }
 
+# Linux AIO with O_DIRECT: the device fills fio's buffers after io_submit
+# returns (tiermem pins them until io_getevents reaps them; before, the
+# handler-thread path verified corrupt blocks and in-context failed EFAULT).
+reg fio-libaio cat=threaded-io ci=1 pct=10 needs="fio:fio" \
+  desc="fio --thread ioengine=libaio direct=1 (Linux AIO), iodepth 8, 1 MiB blocks, 64 MB random"
+run_fio-libaio() {
+  tm fio --name=l --thread --ioengine=libaio --direct=1 --iodepth=8 --rw=randwrite --bs=1M --size=64M \
+    --verify=crc32c --do_verify=1 --verify_fatal=1 --filename=data --output=fio.out
+}
+digest_fio-libaio() { digest_fio; }
+
 # A memory cgroup to contain a run that may take all the memory (v1 or v2).
 have_memcg() { [ "$(id -u)" = 0 ] && { [ -w /sys/fs/cgroup/memory ] || [ -w /sys/fs/cgroup/cgroup.procs ]; }; }
 in_memcg() { # LIMIT CMD...: CMD in a fresh memory cgroup of LIMIT, no swap

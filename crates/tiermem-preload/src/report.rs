@@ -576,10 +576,13 @@ fn region_line(what: &str, s: &RegionStats) -> String {
         mib(s.resident_peak_bytes),
         match (s.held_peak_bytes, s.pinned_refusals) {
             (0, _) => String::new(),
-            (b, 0) => format!(" (with stacks held outside the budget, at most {})", mib(b)),
+            (b, 0) => format!(
+                " (with stacks and buffers of I/O in flight held outside the budget, at most {})",
+                mib(b)
+            ),
             (b, n) => format!(
-                " (with stacks and pages the kernel had pinned held outside the budget, at most {}; \
-                 {n} evictions of pinned pages refused)",
+                " (with stacks, buffers of I/O in flight and pages the kernel had pinned held outside \
+                 the budget, at most {}; {n} evictions of pinned pages refused)",
                 mib(b)
             ),
         },

@@ -157,10 +157,7 @@ pub(super) fn filter(
     rules: &[TrapRule],
     guard: bool,
 ) -> Result<Vec<SockFilter>, TrapError> {
-    if let Some(r) = rules
-        .iter()
-        .find(|r| r.pointer_args == 0 || r.pointer_args >= 1 << 6)
-    {
+    if let Some(r) = rules.iter().find(|r| r.pointer_args >= 1 << 6) {
         return Err(TrapError::BadRule {
             nr: r.nr,
             args: r.pointer_args,
@@ -312,6 +309,10 @@ pub(super) fn filter(
             a.here(hit);
             a.stmt(uapi::BPF_RET_K, uapi::SECCOMP_RET_TRAP | TRAP_DATA);
             a.here(next);
+        }
+        if k == 0 {
+            // No argument tested: always.
+            a.stmt(uapi::BPF_RET_K, uapi::SECCOMP_RET_TRAP | TRAP_DATA);
         }
         a.here(pass);
         a.stmt(uapi::BPF_RET_K, uapi::SECCOMP_RET_ALLOW);

@@ -73,7 +73,8 @@ pub struct TrapRule {
     /// System call number.
     pub nr: i64,
     /// The arguments tested, bit k for argument k (0-5): the call traps
-    /// when one of them lies in a trapped range. Only arguments the call
+    /// when one of them lies in a trapped range; none (0): it always traps
+    /// ([`TrapRule::always`]). Only arguments the call
     /// takes as pointers: the registers of arguments it does not take hold
     /// leftovers, which may point anywhere (a trap where SIGSYS is blocked
     /// ends the process).
@@ -87,6 +88,12 @@ impl TrapRule {
             nr,
             pointer_args: 1 << arg,
         }
+    }
+
+    /// A call that traps whatever its arguments (made from this image's C
+    /// library): one whose buffers lie behind its arguments (`io_submit`).
+    pub const fn always(nr: i64) -> TrapRule {
+        TrapRule { nr, pointer_args: 0 }
     }
 }
 
@@ -536,7 +543,7 @@ pub enum TrapError {
     /// The window is not 4 GiB aligned or empty.
     #[error("trap window {0:#x}..{1:#x} must be non-empty and 4 GiB aligned")]
     BadWindow(u64, u64),
-    /// A rule names no argument, or one past the sixth.
+    /// A rule names an argument past the sixth.
     #[error("trap rule for system call {nr} names arguments {args:#b}; there are 6 (0-5)")]
     BadRule {
         /// The system call.

@@ -235,7 +235,7 @@ fn oversized_filters_are_errors_not_panics() {
             ),
         }
     }
-    for args in [0, 1 << 6] {
+    for args in [1 << 6, 0xff] {
         let bad = [TrapRule {
             nr: libc::SYS_read,
             pointer_args: args,
@@ -245,6 +245,39 @@ fn oversized_filters_are_errors_not_panics() {
             Err(TrapError::BadRule { args: a, .. }) if a == args
         ));
     }
+}
+
+#[test]
+fn an_always_rule_traps_whatever_its_arguments_but_only_from_the_c_library() {
+    let window = [(0x1000_0000_0000u64, 0x2000_0000_0000u64)];
+    let ip = 0x7000_0000_1000;
+    let libc_at = [(0x7f00_0000_0000u64, 0x7f00_0010_0000u64)];
+    let rules = [
+        TrapRule::buffer(libc::SYS_read, 1),
+        TrapRule::always(libc::SYS_io_submit),
+    ];
+    let p = filter(&window, ip, &libc_at, &rules, false).unwrap();
+    let trap = uapi::SECCOMP_RET_TRAP | TRAP_DATA;
+    let from_libc = libc_at[0].0 + 64;
+    // Plain memory everywhere: io_submit traps all the same, read does not.
+    assert_eq!(
+        run(&p, libc::SYS_io_submit, from_libc, [7, 1, 0x5000, 0, 0, 0]),
+        trap
+    );
+    assert_eq!(run(&p, libc::SYS_io_submit, from_libc, [0; 6]), trap);
+    assert_eq!(
+        run(&p, libc::SYS_read, from_libc, [3, 0x5000, 8, 0, 0, 0]),
+        uapi::SECCOMP_RET_ALLOW
+    );
+    // Not from this image's C library, or through the trampoline: never.
+    assert_eq!(
+        run(&p, libc::SYS_io_submit, 0x5555_0000_0000, [7, 1, 0x5000, 0, 0, 0]),
+        uapi::SECCOMP_RET_ALLOW
+    );
+    assert_eq!(
+        run(&p, libc::SYS_io_submit, ip, [7, 1, 0x5000, 0, 0, 0]),
+        uapi::SECCOMP_RET_ALLOW
+    );
 }
 
 #[test]

@@ -275,7 +275,7 @@ impl RegionCore {
     }
 
     /// Grows (or shrinks) the room held pages get beyond the budget.
-    fn change_held(&self, pages: isize) {
+    pub(super) fn change_held(&self, pages: isize) {
         let bytes = (pages.unsigned_abs() * self.page_bytes) as u64;
         if pages >= 0 {
             let now = self.held.pages.fetch_add(pages as usize, Ordering::Relaxed) + pages as usize;

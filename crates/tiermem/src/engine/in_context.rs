@@ -11,7 +11,7 @@
 
 use super::{Outcome, RegionCore, Server};
 use crate::config::{DirtyTracking, FaultPath};
-use crate::fault::{Fault, FaultHandler, Served, Signal};
+use crate::fault::{Fault, FaultHandler, PinKind, Served, Signal};
 use crate::page::PageState;
 
 impl FaultHandler for RegionCore {
@@ -42,11 +42,11 @@ impl FaultHandler for RegionCore {
         }
     }
 
-    fn pin(&self, addr: usize, len: usize, write: bool, tid: u32) -> usize {
-        RegionCore::pin(self, addr, len, write, tid)
+    fn pin(&self, addr: usize, len: usize, write: bool, tid: u32, kind: PinKind) -> usize {
+        RegionCore::pin(self, addr, len, write, tid, kind)
     }
 
-    fn unpin(&self, addr: usize, len: usize) {
-        RegionCore::unpin(self, addr, len)
+    fn unpin(&self, addr: usize, len: usize, kind: PinKind) {
+        RegionCore::unpin(self, addr, len, kind)
     }
 }

@@ -4,6 +4,7 @@
 
 use super::{Outcome, RegionCore, Server};
 use crate::config::DirtyTracking;
+use crate::fault::PinKind;
 use crate::page::PageState;
 
 impl RegionCore {
@@ -14,7 +15,13 @@ impl RegionCore {
     /// pin allowance (half the budget, shared with the other regions of a
     /// shared one) is used up. Unpin exactly
     /// that with [`RegionCore::unpin`].
-    pub(crate) fn pin(&self, addr: usize, len: usize, write: bool, tid: u32) -> usize {
+    ///
+    /// With [`PinKind::Io`] the pins outlive the call (Linux AIO: the
+    /// device reads or writes the pages after `io_submit` returns, until
+    /// the completion is reaped) and are not held to the allowance: the
+    /// budget grows by each page pinned so (as for held pages, `hold`), so
+    /// an I/O larger than the budget still gets all its pages.
+    pub(crate) fn pin(&self, addr: usize, len: usize, write: bool, tid: u32, kind: PinKind) -> usize {
         if len == 0 {
             return 0;
         }
@@ -24,7 +31,11 @@ impl RegionCore {
         for i in first..=last {
             // None at all (the allowance is taken by other threads' calls):
             // the caller moves the data through a bounce buffer instead.
-            if !self.pin_page(i, write, tid) {
+            let pinned = match kind {
+                PinKind::Call => self.pin_page(i, write, tid),
+                PinKind::Io => self.pin_page_for_io(i, write, tid),
+            };
+            if !pinned {
                 break;
             }
             pinned_to = self.mapping.addr() + (i + 1) * self.page_bytes;
@@ -33,14 +44,30 @@ impl RegionCore {
     }
 
     /// Drops the pins of `[addr, addr + len)` taken by [`RegionCore::pin`].
-    pub(crate) fn unpin(&self, addr: usize, len: usize) {
+    pub(crate) fn unpin(&self, addr: usize, len: usize, kind: PinKind) {
         if len == 0 {
             return;
         }
         for i in self.page_of(addr)..=self.page_of(addr + len - 1) {
             self.pages.unpin(i);
-            self.budget.unpin(self.page_bytes);
+            match kind {
+                PinKind::Call => self.budget.unpin(self.page_bytes),
+                PinKind::Io => self.change_held(-1),
+            }
         }
+    }
+
+    fn pin_page_for_io(&self, i: usize, write: bool, tid: u32) -> bool {
+        if !self.access.reachable(i) {
+            return false;
+        }
+        // Room first: bringing the page in must not evict for it.
+        self.change_held(1);
+        let pinned = self.bring_in_pinned(i, write, tid);
+        if !pinned {
+            self.change_held(-1);
+        }
+        pinned
     }
 
     fn pin_page(&self, i: usize, write: bool, tid: u32) -> bool {

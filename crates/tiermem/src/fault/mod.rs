@@ -80,12 +80,23 @@ pub(crate) trait FaultHandler: Any + Send + Sync {
     /// [`FaultHandler::unpin`]. Returns how many bytes from `addr` are
     /// ready. The default, 0, means "cannot": the call then runs as it is.
     /// Runs in a signal handler.
-    fn pin(&self, _addr: usize, _len: usize, _write: bool, _tid: u32) -> usize {
+    fn pin(&self, _addr: usize, _len: usize, _write: bool, _tid: u32, _kind: PinKind) -> usize {
         0
     }
 
     /// Releases what [`FaultHandler::pin`] returned for `[addr, addr + len)`.
-    fn unpin(&self, _addr: usize, _len: usize) {}
+    fn unpin(&self, _addr: usize, _len: usize, _kind: PinKind) {}
+}
+
+/// What a pin is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PinKind {
+    /// A system call's access, for as long as the call: at most half of a
+    /// region's budget at once (faults must always find victims).
+    Call,
+    /// An asynchronous I/O's (Linux AIO), until its completion is reaped:
+    /// any size, the budget grows by it meanwhile.
+    Io,
 }
 
 /// A registration: the handler, and the fork generation that made it.
@@ -195,13 +206,14 @@ pub(crate) struct KernelPins {
     loan: Option<vfork::Loan>,
     /// Bytes from the buffer's start that are ready for the kernel.
     pub(crate) ready: usize,
+    kind: PinKind,
 }
 
 impl Drop for KernelPins {
     fn drop(&mut self) {
         for (addr, len, slot) in &mut self.segments {
             if let Some(s) = slot.take() {
-                s.handler.unpin(*addr, *len);
+                s.handler.unpin(*addr, *len, self.kind);
             }
         }
     }
@@ -213,14 +225,26 @@ impl Drop for KernelPins {
 /// call may use: all of it, or less when a handler could not pin more.
 /// Memory outside registered ranges is plain memory and always ready.
 pub(crate) fn pin_for_kernel(addr: usize, len: usize, write: bool) -> KernelPins {
+    pin(addr, len, write, PinKind::Call)
+}
+
+/// [`pin_for_kernel`] for an asynchronous I/O: the pins last until the
+/// value drops, which may be long after the call ([`PinKind::Io`]).
+pub(crate) fn pin_for_io(addr: usize, len: usize, write: bool) -> KernelPins {
+    pin(addr, len, write, PinKind::Io)
+}
+
+fn pin(addr: usize, len: usize, write: bool, kind: PinKind) -> KernelPins {
     const NONE: (usize, usize, Option<Arc<Slot>>) = (0, 0, None);
     let mut pins = KernelPins {
         segments: [NONE, NONE, NONE, NONE],
         loan: None,
         ready: 0,
+        kind,
     };
-    // A vfork child borrows the pins from the owner's lender.
-    if vfork::lending() && first_registered_in(addr, len).is_some() {
+    // A vfork child borrows the pins from the owner's lender (for its
+    // calls: it starts no I/O that outlives it).
+    if kind == PinKind::Call && vfork::lending() && first_registered_in(addr, len).is_some() {
         if let Some(loan) = vfork::borrow(addr, len, write) {
             pins.ready = loan.ready;
             pins.loan = Some(loan);
@@ -245,7 +269,7 @@ pub(crate) fn pin_for_kernel(addr: usize, len: usize, write: bool) -> KernelPins
         };
         at = at.max(start);
         let want = end.min(range_end) - at;
-        let got = slot.handler.pin(at, want, write, tid());
+        let got = slot.handler.pin(at, want, write, tid(), kind);
         pins.segments[seg] = (at, got, Some(slot));
         at += got;
         if got < want {

@@ -30,6 +30,8 @@
 //! (`tiermem_sys::seccomp::guard`) and keeps SIGBUS, SIGSEGV and SIGSYS open, so
 //! their calls on tiered buffers are served like any other.
 //!
+//! Linux AIO (`io_submit`) pins its buffers beyond the call: see [`aio`].
+//!
 //! Calls that take pointers to small structures or paths (`poll`, `select`,
 //! `wait4`, `fstat`, `open`, ... [`STRUCT_CALLS`]) trap when a pointer argument
 //! lies in the window, and run on copies of them (`futex` on its words,
@@ -43,6 +45,8 @@
 //! `dlmopen(LM_ID_NEWLM)`; see `tiermem_sys::seccomp::call_sites`),
 //! `io_uring`, other processes reading this
 //! one's memory (`process_vm_readv` from outside, `/proc/PID/mem`).
+
+mod aio;
 
 use crate::config::KernelAccess;
 use std::collections::BTreeMap;
@@ -101,6 +105,8 @@ fn trap_rules() -> Vec<TrapRule> {
         // the operation (a number, or nothing the C library set).
         .chain([TrapRule::buffer(libc::SYS_futex, 0)])
         .chain(STRUCT_CALLS.iter().map(|c| pointers(c.nr, c.ptrs)))
+        // Always-trapped calls only where no thread can block SIGSYS.
+        .chain(seccomp::guard_loaded().then(aio::rules).into_iter().flatten())
         .collect()
 }
 
@@ -396,8 +402,11 @@ pub(crate) fn active(mode: KernelAccess) -> bool {
     if mode == KernelAccess::Off {
         return false;
     }
-    *STATE.get_or_init(
-        || match seccomp::install(WINDOW, TRAMPOLINE_AT, &trap_rules(), on_trap) {
+    *STATE.get_or_init(|| {
+        // The guard first (`install` loads it too, but after the rules are
+        // made): whether it is loaded decides the rules (`aio`).
+        let _ = seccomp::install_guard(TRAMPOLINE_AT);
+        match seccomp::install(WINDOW, TRAMPOLINE_AT, &trap_rules(), on_trap) {
             Ok(()) => true,
             Err(e) => {
                 eprintln!(
@@ -407,8 +416,8 @@ pub(crate) fn active(mode: KernelAccess) -> bool {
                 );
                 false
             }
-        },
-    )
+        }
+    })
 }
 
 /// Loads the signal guard alone (`tiermem_sys::seccomp::guard`) where it is
@@ -553,6 +562,10 @@ impl Drop for Placement {
 /// another thread's `send` would wait for (issue 30.3), and a handler
 /// that `siglongjmp`s out of the call leaves no page pinned.
 fn on_trap(call: &mut TrappedSyscall<'_>) {
+    if let Some(r) = aio::on_trap(call) {
+        call.set_result(r);
+        return;
+    }
     if let Some(c) = ADDRESSED_CALLS.iter().find(|c| c.nr == call.nr) {
         if let Some(r) = addressed(call, c) {
             call.set_result(r);
