@@ -500,6 +500,7 @@ impl Region {
             )));
         }
         let _blocked = owning_pages();
+        crate::kernel_access::discarding_io_buffers(self.core.mapping.addr() + offset, len);
         self.core.discard(offset, len);
         Ok(())
     }

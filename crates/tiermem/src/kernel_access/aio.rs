@@ -22,11 +22,13 @@
 //!
 //! A program that reaps completions from the ring in its own memory
 //! (fio's `userspace_reap`) never tells: its buffers stay pinned until the
-//! same control block is submitted again, or the context is destroyed.
+//! same control block is submitted again, the context is destroyed, or the
+//! buffer is freed ([`discarding`]: a discard waits for pins to go).
 //! Only with the signal guard (always under `tiermem run`): a thread that
 //! blocked SIGSYS would be killed by the trap.
 
 use crate::fault::{first_registered_in, pin_for_io, pin_for_kernel, KernelPins};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use tiermem_sys::seccomp::{self, TrapRule, TrappedSyscall};
 
@@ -67,10 +69,24 @@ pub(super) fn rules() -> impl Iterator<Item = TrapRule> {
 struct InFlight {
     ctx: u64,
     iocb: u64,
+    /// The buffers pinned, as `(addr, len)`.
+    ranges: Vec<(usize, usize)>,
     _pins: Vec<KernelPins>,
 }
 
 static IN_FLIGHT: Mutex<Vec<InFlight>> = Mutex::new(Vec::new());
+/// Whether `IN_FLIGHT` may hold anything: discards look only then.
+static ANY: AtomicBool = AtomicBool::new(false);
+
+/// Ends the pins of I/O whose buffers meet `[addr, addr + len)`, which the
+/// program is discarding (freed, unmapped): its I/O has ended, reaped
+/// where no call saw it, and a discard waits for pins to go.
+pub(crate) fn discarding(addr: usize, len: usize) {
+    if ANY.load(Ordering::Acquire) {
+        let end_at = addr.saturating_add(len);
+        end(|e| e.ranges.iter().any(|&(a, l)| a < end_at && addr < a + l));
+    }
+}
 
 /// Serves a trapped AIO call; None for any other call.
 pub(super) fn on_trap(call: &TrappedSyscall<'_>) -> Option<i64> {
@@ -118,7 +134,7 @@ fn submit(call: &TrappedSyscall<'_>) -> i64 {
     let list = list as usize;
     let n = (nr as i64).clamp(0, 1 << 16) as usize;
     let mut for_call = vec![pin_for_kernel(list, n * 8, false)];
-    let mut blocks: Vec<(u64, Vec<KernelPins>)> = Vec::with_capacity(n);
+    let mut blocks: Vec<InFlight> = Vec::with_capacity(n);
     for k in 0..n {
         // Where the kernel cannot read a block, it stops there itself.
         let Some(iocb) = read_u64(list + k * 8) else { break };
@@ -132,9 +148,11 @@ fn submit(call: &TrappedSyscall<'_>) -> i64 {
         let (buf, len) = (word(24) as usize, word(32) as usize);
         let kernel_writes = matches!(op, IOCB_CMD_PREAD | IOCB_CMD_PREADV);
         let mut pins = Vec::new();
+        let mut ranges = Vec::new();
         let mut pin = |a: usize, l: usize| {
             if l > 0 && first_registered_in(a, l).is_some() {
                 pins.push(pin_for_io(a, l, kernel_writes));
+                ranges.push((a, l));
             }
         };
         match op {
@@ -150,26 +168,28 @@ fn submit(call: &TrappedSyscall<'_>) -> i64 {
             }
             _ => {}
         }
-        blocks.push((iocb, pins));
+        blocks.push(InFlight {
+            ctx,
+            iocb,
+            ranges,
+            _pins: pins,
+        });
     }
     let r = call.execute(call.nr, call.args, true);
     drop(for_call);
     let submitted = r.max(0) as usize;
     let mut table = IN_FLIGHT.lock().unwrap_or_else(|p| p.into_inner());
     // Blocks not submitted drop their pins here.
-    for (iocb, pins) in blocks.into_iter().take(submitted) {
-        if pins.is_empty() {
+    for block in blocks.into_iter().take(submitted) {
+        if block.ranges.is_empty() {
             continue;
         }
         // A block submitted again has ended, reaped where no call saw it
         // (from the ring, in user space).
-        table.retain(|e| !(e.ctx == ctx && e.iocb == iocb));
-        table.push(InFlight {
-            ctx,
-            iocb,
-            _pins: pins,
-        });
+        table.retain(|e| !(e.ctx == ctx && e.iocb == block.iocb));
+        table.push(block);
     }
+    ANY.store(!table.is_empty(), Ordering::Release);
     r
 }
 
@@ -180,6 +200,7 @@ fn end(ended: impl Fn(&InFlight) -> bool) {
         return;
     }
     let gone: Vec<InFlight> = table.extract_if(.., |e| ended(e)).collect();
+    ANY.store(!table.is_empty(), Ordering::Release);
     drop(table);
     drop(gone);
 }

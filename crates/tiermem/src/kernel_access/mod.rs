@@ -48,6 +48,8 @@
 
 mod aio;
 
+pub(crate) use aio::discarding as discarding_io_buffers;
+
 use crate::config::KernelAccess;
 use std::collections::BTreeMap;
 use std::sync::{Mutex, OnceLock};
