@@ -40,6 +40,18 @@ static unsigned char pattern(size_t block, size_t i, int round) {
     return (unsigned char)(block * 13 + i / 4096 * 7 + i % 251 + round * 31);
 }
 
+/* Pages of block `block` in `data` that do not hold round `round`'s. */
+static size_t pages_wrong(const unsigned char *data, size_t block, int round) {
+    size_t bad = 0;
+    for (size_t p = 0; p < BLOCK / 4096; p++)
+        for (size_t i = p * 4096; i < (p + 1) * 4096; i++)
+            if (data[i] != pattern(block, i, round)) {
+                bad++;
+                break;
+            }
+    return bad;
+}
+
 static unsigned char *junk;
 static void churn(void) {
     /* More than any budget the tests use: every other tiered page goes. */
@@ -75,6 +87,36 @@ static int reap(aio_context_t ctx, long n, const char *what) {
     return failed;
 }
 
+static struct iocb cb[BLOCKS], *list[BLOCKS];
+static struct iovec iov[BLOCKS][2];
+
+/* Submits one I/O of `op` per block, block b at file offset b * BLOCK
+ * from or into buf[b]; with `vectored`, odd blocks go as the vectored op
+ * in two halves. Returns 0 when all were submitted. */
+static int submit(aio_context_t ctx, int fd, unsigned char **buf, uint16_t op, int vectored, const char *what) {
+    memset(cb, 0, sizeof cb);
+    for (int b = 0; b < BLOCKS; b++) {
+        cb[b].aio_fildes = (uint32_t)fd;
+        cb[b].aio_offset = (int64_t)b * BLOCK;
+        cb[b].aio_data = (uint64_t)b;
+        cb[b].aio_lio_opcode = op;
+        cb[b].aio_buf = (uint64_t)(uintptr_t)buf[b];
+        cb[b].aio_nbytes = BLOCK;
+        if (vectored && b % 2) {
+            iov[b][0] = (struct iovec){buf[b], BLOCK / 2};
+            iov[b][1] = (struct iovec){buf[b] + BLOCK / 2, BLOCK / 2};
+            cb[b].aio_lio_opcode = op == IOCB_CMD_PREAD ? IOCB_CMD_PREADV : IOCB_CMD_PWRITEV;
+            cb[b].aio_buf = (uint64_t)(uintptr_t)iov[b];
+            cb[b].aio_nbytes = 2;
+        }
+        list[b] = &cb[b];
+    }
+    long s = io_submit_(ctx, BLOCKS, list);
+    if (s == BLOCKS) return 0;
+    printf("test_aio: io_submit of the %s: %ld (%s)\n", what, s, s < 0 ? strerror(errno) : "short");
+    return 1;
+}
+
 int main(int argc, char **argv) {
     const char *dir = argc > 1 ? argv[1] : ".";
     char path[4096];
@@ -106,33 +148,11 @@ int main(int argc, char **argv) {
         }
     }
     int failed = 0;
-    struct iocb cb[BLOCKS], *list[BLOCKS];
-    struct iovec iov[BLOCKS][2];
     for (int round = 0; round < 3; round++) {
         /* Reads: half plain, half vectored (two halves each). */
         for (int b = 0; b < BLOCKS; b++) memset(buf[b], 0xAA, BLOCK);
         churn();
-        memset(cb, 0, sizeof cb);
-        for (int b = 0; b < BLOCKS; b++) {
-            cb[b].aio_fildes = (uint32_t)fd;
-            cb[b].aio_offset = (int64_t)b * BLOCK;
-            cb[b].aio_data = (uint64_t)b;
-            if (b % 2) {
-                iov[b][0] = (struct iovec){buf[b], BLOCK / 2};
-                iov[b][1] = (struct iovec){buf[b] + BLOCK / 2, BLOCK / 2};
-                cb[b].aio_lio_opcode = IOCB_CMD_PREADV;
-                cb[b].aio_buf = (uint64_t)(uintptr_t)iov[b];
-                cb[b].aio_nbytes = 2;
-            } else {
-                cb[b].aio_lio_opcode = IOCB_CMD_PREAD;
-                cb[b].aio_buf = (uint64_t)(uintptr_t)buf[b];
-                cb[b].aio_nbytes = BLOCK;
-            }
-            list[b] = &cb[b];
-        }
-        long s = io_submit_(ctx, BLOCKS, list);
-        if (s != BLOCKS) {
-            printf("test_aio: round %d: io_submit of the reads: %ld (%s)\n", round, s, s < 0 ? strerror(errno) : "short");
+        if (submit(ctx, fd, buf, IOCB_CMD_PREAD, 1, "reads")) {
             failed = 1;
             break;
         }
@@ -140,29 +160,12 @@ int main(int argc, char **argv) {
         churn();
         failed |= reap(ctx, BLOCKS, "reads");
         size_t bad = 0;
-        for (size_t b = 0; b < BLOCKS; b++)
-            for (size_t p = 0; p < BLOCK / 4096; p++)
-                for (size_t i = p * 4096; i < (p + 1) * 4096; i++)
-                    if (buf[b][i] != pattern(b, i, round)) {
-                        bad++;
-                        break;
-                    }
+        for (size_t b = 0; b < BLOCKS; b++) bad += pages_wrong(buf[b], b, round);
         /* Writes of the next round's pattern from evicted buffers. */
         for (size_t b = 0; b < BLOCKS; b++)
             for (size_t i = 0; i < BLOCK; i++) buf[b][i] = pattern(b, i, round + 1);
         churn();
-        memset(cb, 0, sizeof cb);
-        for (int b = 0; b < BLOCKS; b++) {
-            cb[b].aio_fildes = (uint32_t)fd;
-            cb[b].aio_offset = (int64_t)b * BLOCK;
-            cb[b].aio_lio_opcode = IOCB_CMD_PWRITE;
-            cb[b].aio_buf = (uint64_t)(uintptr_t)buf[b];
-            cb[b].aio_nbytes = BLOCK;
-            list[b] = &cb[b];
-        }
-        s = io_submit_(ctx, BLOCKS, list);
-        if (s != BLOCKS) {
-            printf("test_aio: round %d: io_submit of the writes: %ld (%s)\n", round, s, s < 0 ? strerror(errno) : "short");
+        if (submit(ctx, fd, buf, IOCB_CMD_PWRITE, 0, "writes")) {
             failed = 1;
             break;
         }
@@ -171,12 +174,7 @@ int main(int argc, char **argv) {
         size_t bad_written = 0;
         for (size_t b = 0; b < BLOCKS; b++) {
             if (pread(fd, plain, BLOCK, (off_t)(b * BLOCK)) != (ssize_t)BLOCK) return 2;
-            for (size_t p = 0; p < BLOCK / 4096; p++)
-                for (size_t i = p * 4096; i < (p + 1) * 4096; i++)
-                    if (plain[i] != pattern(b, i, round + 1)) {
-                        bad_written++;
-                        break;
-                    }
+            bad_written += pages_wrong(plain, b, round + 1);
         }
         printf("test_aio: round %d: %d MiB read in %d I/Os: %zu pages wrong; written: %zu pages wrong\n", round,
                BLOCKS * (int)(BLOCK >> 20), BLOCKS, bad, bad_written);
@@ -190,16 +188,7 @@ int main(int argc, char **argv) {
             unsigned id, nr, head, tail, magic, compat_features, incompat_features, header_length;
             struct io_event events[];
         } *ring = (struct aio_ring *)ctx;
-        memset(cb, 0, sizeof cb);
-        for (int b = 0; b < BLOCKS; b++) {
-            cb[b].aio_fildes = (uint32_t)fd;
-            cb[b].aio_offset = (int64_t)b * BLOCK;
-            cb[b].aio_lio_opcode = IOCB_CMD_PREAD;
-            cb[b].aio_buf = (uint64_t)(uintptr_t)buf[b];
-            cb[b].aio_nbytes = BLOCK;
-            list[b] = &cb[b];
-        }
-        long s = io_submit_(ctx, BLOCKS, list);
+        long s = submit(ctx, fd, buf, IOCB_CMD_PREAD, 0, "reads to reap from the ring") ? -1 : BLOCKS;
         unsigned seen = 0;
         for (int spins = 0; s == BLOCKS && seen < BLOCKS && spins < 10000; spins++) {
             unsigned head = __atomic_load_n(&ring->head, __ATOMIC_ACQUIRE);
