@@ -68,7 +68,7 @@ done
 #   pct=      near budget in percent of the plain run's max RSS (25-50)
 #   flags=    more `tiermem run` options (--threshold, --follow-exec)
 #   to=       timeout of each command, seconds (default 120)
-#   needs=    what must be there: CMD:PACKAGE or py:MODULE:PACKAGE, blank-separated
+#   needs=    what must be there: CMD:PACKAGE, py:MODULE:PACKAGE or lib:PATH:PACKAGE, blank-separated
 #   desc=     what it runs (table column)
 #   known_ic=, known_ht=  a known failure on the in-context / handler-thread path: why
 # and functions: inputs_NAME (once, untimed, may use $IN), prep_NAME (in the
@@ -127,6 +127,7 @@ have() { # NEED -> 0 when there
   case $need in
     py:*) local m=${need#py:}; m=${m%%:*}; "$PY" -c "import $m" >/dev/null 2>&1 ;;
     memcg:*) have_memcg ;;
+    lib:*) local l=${need#lib:}; [ -e "${l%%:*}" ] ;;
     *) command -v "${need%%:*}" >/dev/null 2>&1 ;;
   esac
 }

@@ -177,6 +177,20 @@ reg sort cat=text ci=1 pct=40 needs="sort:coreutils" desc="sort -S 200M --parall
 inputs_sort() { input text 12000000 51 >/dev/null; }
 run_sort() { tm sort -S 200M --parallel=2 "$(input text 12000000 51)" | sha256sum; }
 
+# Another allocator under the program (LD_PRELOAD here, as for a program
+# linked with it): every such program died before main (the preload took
+# malloc_usable_size from it and the blocks from the C library).
+JEMALLOC=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2
+TCMALLOC=/usr/lib/x86_64-linux-gnu/libtcmalloc.so.4
+reg sort-jemalloc cat=text ci=1 pct=40 needs="sort:coreutils lib:$JEMALLOC:libjemalloc2" \
+  desc="sort -S 200M --parallel=2 with jemalloc preloaded, 12 MB"
+inputs_sort-jemalloc() { inputs_sort; }
+run_sort-jemalloc() { LD_PRELOAD=$JEMALLOC run_sort; }
+reg sort-tcmalloc cat=text ci=1 pct=40 needs="sort:coreutils lib:$TCMALLOC:libgoogle-perftools4" \
+  desc="sort -S 200M --parallel=2 with tcmalloc preloaded, 12 MB"
+inputs_sort-tcmalloc() { inputs_sort; }
+run_sort-tcmalloc() { LD_PRELOAD=$TCMALLOC run_sort; }
+
 reg sort-merge cat=text pct=40 needs="sort:coreutils gzip:gzip" \
   desc="sort -S 8M, temp files compressed by gzip children, 20 MB"
 inputs_sort-merge() { input text 20000000 52 >/dev/null; }

@@ -1,10 +1,23 @@
 //! The C library's own allocator, reached past this library's interposers,
 //! and Rust's global allocator on top of it.
 //!
-//! This library defines `malloc` and also the `__libc_malloc` family, so
-//! the C library's functions are looked up by version
-//! (`dlvsym(RTLD_NEXT, "__libc_malloc", "GLIBC_2.2.5")`) on first use. An
-//! allocation made while that lookup runs (the dynamic linker may
+//! All six functions (the `__libc_malloc` family and `malloc_usable_size`)
+//! come from `libc.so.6` itself, looked up in it by name on first use, so
+//! that a block is always sized, grown and freed by the allocator that
+//! made it. Not the next definitions after this library: a program linked
+//! with jemalloc or tcmalloc has its allocator there (tcmalloc defines
+//! `__libc_malloc` too, unversioned, which a versioned lookup also takes),
+//! and `malloc_usable_size` looked up that way came from it while the
+//! blocks came from the C library: every such program died before `main`.
+//! Serving the program's small blocks from jemalloc instead was tried and
+//! dropped: it maps its arenas with `mmap`, which this library tiers, and
+//! the C library allocates on tiermem's own threads too (thread-exit
+//! records), so a handler thread faulted on a region it serves and hung.
+//! Such a program's `malloc` and `free` therefore go to the C library
+//! under `tiermem run`; what it allocates through jemalloc's own interface
+//! (`mallocx`, its `operator new`) stays jemalloc's.
+//!
+//! An allocation made while the lookup runs (the dynamic linker may
 //! allocate) is served from a small static bump buffer whose blocks are
 //! never freed.
 
@@ -20,55 +33,146 @@ type ReallocFn = unsafe extern "C" fn(*mut c_void, usize) -> *mut c_void;
 type MemalignFn = unsafe extern "C" fn(usize, usize) -> *mut c_void;
 type UsableFn = unsafe extern "C" fn(*mut c_void) -> usize;
 
-/// The resolved functions (0 until resolved).
-static MALLOC: AtomicUsize = AtomicUsize::new(0);
-static FREE: AtomicUsize = AtomicUsize::new(0);
-static CALLOC: AtomicUsize = AtomicUsize::new(0);
-static REALLOC: AtomicUsize = AtomicUsize::new(0);
-static MEMALIGN: AtomicUsize = AtomicUsize::new(0);
-static USABLE: AtomicUsize = AtomicUsize::new(0);
-
 thread_local! {
-    /// This thread is resolving the functions: serve it from the buffer.
+    /// This thread is resolving an allocator: serve it from the buffer.
     static RESOLVING: Cell<bool> = const { Cell::new(false) };
 }
 
-fn lookup(name: &CStr) -> usize {
-    // SAFETY: NUL-terminated names; glibc's symbol versions exist on every
-    // x86-64 glibc.
-    unsafe { libc::dlvsym(libc::RTLD_NEXT, name.as_ptr(), c"GLIBC_2.2.5".as_ptr()) as usize }
+/// One allocator's functions, resolved on first use (0 until then).
+pub(crate) struct Allocator {
+    names: [&'static CStr; 6],
+    /// malloc, calloc, realloc, memalign, malloc_usable_size, free.
+    fns: [AtomicUsize; 6],
 }
 
-/// Resolves the C library's functions once; false while this thread is
-/// in the middle of doing so (the caller then uses the bootstrap buffer).
-fn resolved() -> bool {
-    // Acquire: pairs with the Release stores below.
-    if FREE.load(Ordering::Acquire) != 0 {
-        return true;
+const MALLOC: usize = 0;
+const CALLOC: usize = 1;
+const REALLOC: usize = 2;
+const MEMALIGN: usize = 3;
+const USABLE: usize = 4;
+const FREE: usize = 5;
+
+/// The C library's.
+pub(crate) static LIBC: Allocator = Allocator {
+    names: [
+        c"__libc_malloc",
+        c"__libc_calloc",
+        c"__libc_realloc",
+        c"__libc_memalign",
+        c"malloc_usable_size",
+        c"__libc_free",
+    ],
+    fns: [const { AtomicUsize::new(0) }; 6],
+};
+
+impl Allocator {
+    /// Resolves the functions once; false while this thread is in the
+    /// middle of doing so (the caller then uses the bootstrap buffer).
+    fn resolved(&self) -> bool {
+        // Acquire: pairs with the Release store of `free`, made last.
+        if self.fns[FREE].load(Ordering::Acquire) != 0 {
+            return true;
+        }
+        if RESOLVING.with(|r| r.replace(true)) {
+            return false;
+        }
+        // SAFETY: a NUL-terminated name; RTLD_NOLOAD only looks up the C
+        // library every process here has loaded.
+        let handle = unsafe { libc::dlopen(c"libc.so.6".as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+        // SAFETY: a handle from dlopen and NUL-terminated names.
+        let found = self
+            .names
+            .map(|n| unsafe { libc::dlsym(handle, n.as_ptr()) } as usize);
+        assert!(
+            !handle.is_null() && found.iter().all(|&f| f != 0),
+            "tiermem: the C library's allocator is missing"
+        );
+        for (slot, f) in self.fns.iter().zip(found) {
+            // Release; `free` last: `resolved()` checks it first.
+            slot.store(f, Ordering::Release);
+        }
+        RESOLVING.with(|r| r.set(false));
+        true
     }
-    if RESOLVING.with(|r| r.replace(true)) {
-        return false;
+
+    fn get(&self, k: usize) -> usize {
+        self.fns[k].load(Ordering::Relaxed)
     }
-    let m = lookup(c"__libc_malloc");
-    let c = lookup(c"__libc_calloc");
-    let r = lookup(c"__libc_realloc");
-    let a = lookup(c"__libc_memalign");
-    // SAFETY: RTLD_NEXT with a NUL-terminated name.
-    let u = unsafe { libc::dlsym(libc::RTLD_NEXT, c"malloc_usable_size".as_ptr()) } as usize;
-    let f = lookup(c"__libc_free");
-    assert!(
-        m != 0 && c != 0 && r != 0 && a != 0 && u != 0 && f != 0,
-        "tiermem: the C library's allocator is missing"
-    );
-    MALLOC.store(m, Ordering::Release);
-    CALLOC.store(c, Ordering::Release);
-    REALLOC.store(r, Ordering::Release);
-    MEMALIGN.store(a, Ordering::Release);
-    USABLE.store(u, Ordering::Release);
-    // Last: `resolved()` checks it first.
-    FREE.store(f, Ordering::Release);
-    RESOLVING.with(|r| r.set(false));
-    true
+
+    /// `malloc`.
+    pub(crate) fn malloc(&self, size: usize) -> *mut c_void {
+        if !self.resolved() {
+            return boot_alloc(size, 16);
+        }
+        // SAFETY: resolved to a malloc, which has this signature.
+        unsafe { std::mem::transmute::<usize, MallocFn>(self.get(MALLOC))(size) }
+    }
+
+    /// `calloc`.
+    pub(crate) fn calloc(&self, n: usize, size: usize) -> *mut c_void {
+        if !self.resolved() {
+            // The bootstrap buffer is zero and never reused.
+            return n
+                .checked_mul(size)
+                .map_or(std::ptr::null_mut(), |b| boot_alloc(b, 16));
+        }
+        // SAFETY: as above, calloc.
+        unsafe { std::mem::transmute::<usize, CallocFn>(self.get(CALLOC))(n, size) }
+    }
+
+    /// `realloc` (`p` from this allocator or the buffer).
+    pub(crate) fn realloc(&self, p: *mut c_void, size: usize) -> *mut c_void {
+        if let Some(old) = boot_size(p) {
+            let q = self.malloc(size);
+            if !q.is_null() {
+                // SAFETY: both blocks are at least min(old, size) bytes long.
+                unsafe { std::ptr::copy_nonoverlapping(p as *const u8, q as *mut u8, old.min(size)) };
+            }
+            return q;
+        }
+        if !self.resolved() {
+            return boot_alloc(size, 16);
+        }
+        // SAFETY: as above, realloc, on a block of this allocator's.
+        unsafe { std::mem::transmute::<usize, ReallocFn>(self.get(REALLOC))(p, size) }
+    }
+
+    /// `memalign`.
+    pub(crate) fn memalign(&self, align: usize, size: usize) -> *mut c_void {
+        if !self.resolved() {
+            return boot_alloc(size, align);
+        }
+        // SAFETY: as above, memalign.
+        unsafe { std::mem::transmute::<usize, MemalignFn>(self.get(MEMALIGN))(align, size) }
+    }
+
+    /// `free` (bootstrap blocks are never freed).
+    pub(crate) fn free(&self, p: *mut c_void) {
+        if p.is_null() || boot_size(p).is_some() {
+            return;
+        }
+        if !self.resolved() {
+            return; // cannot happen: p came from this allocator, so it resolved
+        }
+        // SAFETY: as above, free, on a block of this allocator's.
+        unsafe { std::mem::transmute::<usize, FreeFn>(self.get(FREE))(p) }
+    }
+
+    /// `malloc_usable_size`.
+    pub(crate) fn usable_size(&self, p: *mut c_void) -> usize {
+        if p.is_null() {
+            return 0;
+        }
+        if let Some(s) = boot_size(p) {
+            return s;
+        }
+        if !self.resolved() {
+            return 0;
+        }
+        // SAFETY: as above, malloc_usable_size, on a block of this
+        // allocator's.
+        unsafe { std::mem::transmute::<usize, UsableFn>(self.get(USABLE))(p) }
+    }
 }
 
 const BOOT_BYTES: usize = 256 << 10;
@@ -116,81 +220,7 @@ pub(crate) fn boot_size(p: *mut c_void) -> Option<usize> {
     Some(unsafe { ((a - 16) as *const usize).read() })
 }
 
-/// The C library's `malloc`.
-pub(crate) fn malloc(size: usize) -> *mut c_void {
-    if !resolved() {
-        return boot_alloc(size, 16);
-    }
-    // SAFETY: resolved to glibc's __libc_malloc, which has this signature.
-    unsafe { std::mem::transmute::<usize, MallocFn>(MALLOC.load(Ordering::Relaxed))(size) }
-}
-
-/// The C library's `calloc`.
-pub(crate) fn calloc(n: usize, size: usize) -> *mut c_void {
-    if !resolved() {
-        // The bootstrap buffer is zero and never reused.
-        return n
-            .checked_mul(size)
-            .map_or(std::ptr::null_mut(), |b| boot_alloc(b, 16));
-    }
-    // SAFETY: as above, __libc_calloc.
-    unsafe { std::mem::transmute::<usize, CallocFn>(CALLOC.load(Ordering::Relaxed))(n, size) }
-}
-
-/// The C library's `realloc` (`p` from the C library or the buffer).
-pub(crate) fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
-    if let Some(old) = boot_size(p) {
-        let q = malloc(size);
-        if !q.is_null() {
-            // SAFETY: both blocks are at least min(old, size) bytes long.
-            unsafe { std::ptr::copy_nonoverlapping(p as *const u8, q as *mut u8, old.min(size)) };
-        }
-        return q;
-    }
-    if !resolved() {
-        return boot_alloc(size, 16);
-    }
-    // SAFETY: as above, __libc_realloc.
-    unsafe { std::mem::transmute::<usize, ReallocFn>(REALLOC.load(Ordering::Relaxed))(p, size) }
-}
-
-/// The C library's `memalign`.
-pub(crate) fn memalign(align: usize, size: usize) -> *mut c_void {
-    if !resolved() {
-        return boot_alloc(size, align);
-    }
-    // SAFETY: as above, __libc_memalign.
-    unsafe { std::mem::transmute::<usize, MemalignFn>(MEMALIGN.load(Ordering::Relaxed))(align, size) }
-}
-
-/// The C library's `free` (bootstrap blocks are never freed).
-pub(crate) fn free(p: *mut c_void) {
-    if p.is_null() || boot_size(p).is_some() {
-        return;
-    }
-    if !resolved() {
-        return; // cannot happen: p came from the C library, so it resolved
-    }
-    // SAFETY: as above, __libc_free, on a pointer the C library returned.
-    unsafe { std::mem::transmute::<usize, FreeFn>(FREE.load(Ordering::Relaxed))(p) }
-}
-
-/// The C library's `malloc_usable_size`.
-pub(crate) fn usable_size(p: *mut c_void) -> usize {
-    if p.is_null() {
-        return 0;
-    }
-    if let Some(s) = boot_size(p) {
-        return s;
-    }
-    if !resolved() {
-        return 0;
-    }
-    // SAFETY: as above, glibc's malloc_usable_size.
-    unsafe { std::mem::transmute::<usize, UsableFn>(USABLE.load(Ordering::Relaxed))(p) }
-}
-
-/// Rust's global allocator for this library: the C library's, never the
+/// Rust's global allocator for this library: [`LIBC`], never the
 /// interposed one.
 pub(crate) struct LibcAllocator;
 
@@ -200,16 +230,16 @@ pub(crate) struct LibcAllocator;
 unsafe impl GlobalAlloc for LibcAllocator {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
         if l.align() <= 16 {
-            malloc(l.size()).cast()
+            LIBC.malloc(l.size()).cast()
         } else {
-            memalign(l.align(), l.size()).cast()
+            LIBC.memalign(l.align(), l.size()).cast()
         }
     }
     unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
         if l.align() <= 16 {
-            calloc(1, l.size()).cast()
+            LIBC.calloc(1, l.size()).cast()
         } else {
-            let p = memalign(l.align(), l.size());
+            let p = LIBC.memalign(l.align(), l.size());
             if !p.is_null() {
                 // SAFETY: p is a fresh block of l.size() bytes.
                 unsafe { std::ptr::write_bytes(p as *mut u8, 0, l.size()) };
@@ -218,11 +248,11 @@ unsafe impl GlobalAlloc for LibcAllocator {
         }
     }
     unsafe fn dealloc(&self, p: *mut u8, _l: Layout) {
-        free(p.cast())
+        LIBC.free(p.cast())
     }
     unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
         if l.align() <= 16 {
-            realloc(p.cast(), new).cast()
+            LIBC.realloc(p.cast(), new).cast()
         } else {
             // SAFETY: the GlobalAlloc contract: p, l describe a live block.
             unsafe {

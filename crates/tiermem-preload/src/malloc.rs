@@ -38,14 +38,14 @@ fn alloc(size: size_t) -> *mut c_void {
     if let Some(p) = heap_alloc(size, PAGE, false) {
         return p;
     }
-    libc_alloc::malloc(size)
+    libc_alloc::LIBC.malloc(size)
 }
 
 fn aligned(align: size_t, size: size_t) -> *mut c_void {
     if let Some(p) = heap_alloc(size, align, false) {
         return p;
     }
-    libc_alloc::memalign(align, size)
+    libc_alloc::LIBC.memalign(align, size)
 }
 
 fn release(p: *mut c_void) {
@@ -58,7 +58,7 @@ fn release(p: *mut c_void) {
         }
         return;
     }
-    libc_alloc::free(p)
+    libc_alloc::LIBC.free(p)
 }
 
 fn resize(p: *mut c_void, size: size_t) -> *mut c_void {
@@ -77,7 +77,7 @@ fn resize(p: *mut c_void, size: size_t) -> *mut c_void {
             return p;
         }
     } else if !wants_heap {
-        return libc_alloc::realloc(p, size);
+        return libc_alloc::LIBC.realloc(p, size);
     }
     // Across the threshold, or no room in place: move.
     let q = alloc(size);
@@ -97,7 +97,7 @@ fn usable(p: *mut c_void) -> size_t {
     if let Some(h) = heap_of(p as usize) {
         return h.usable_size(p as usize).unwrap_or(0);
     }
-    libc_alloc::usable_size(p)
+    libc_alloc::LIBC.usable_size(p)
 }
 
 fn zeroed(n: size_t, size: size_t) -> *mut c_void {
@@ -108,7 +108,7 @@ fn zeroed(n: size_t, size: size_t) -> *mut c_void {
     if let Some(p) = heap_alloc(bytes, PAGE, true) {
         return p;
     }
-    libc_alloc::calloc(n, size)
+    libc_alloc::LIBC.calloc(n, size)
 }
 
 fn page_size() -> usize {
