@@ -263,6 +263,27 @@ PY
   fi
   report "test_remote_write held peak at most 6 MiB (handler-thread)" "$status"
 fi
+# Where tiermem cannot work it says why and stops, unless told to run
+# untiered: under an address-space limit (ulimit -v, a batch system's
+# h_vmem) the error names the limit and what fits; under valgrind, which
+# cannot emulate userfaultfd (tiered pages read zeros), it refuses.
+echo "== tiermem run under ulimit -v 2000000"
+status=0
+msg=$( (ulimit -v 2000000 && "$lib/tiermem" run --near 1M -- true) 2>&1) && status=1
+grep -q "ulimit -v" <<<"$msg" || { echo "$msg"; status=1; }
+(ulimit -v 2000000 && "$lib/tiermem" run --near 1M --heap-size 256M --far "$out" --quiet -- true) || status=1
+report "tiermem run under ulimit -v: a clear error, and --heap-size fits" "$status"
+if command -v valgrind >/dev/null 2>&1; then
+  echo "== valgrind --trace-children=yes tiermem run"
+  status=0
+  msg=$(valgrind -q --tool=none --trace-children=yes "$lib/tiermem" run --near 1M -- true 2>&1) && status=1
+  grep -q "runs under valgrind" <<<"$msg" || { echo "$msg"; status=1; }
+  valgrind -q --tool=none --trace-children=yes "$lib/tiermem" run --near 1M --fallback untiered --quiet -- true \
+    2>/dev/null || status=1
+  report "tiermem run under valgrind: refused, or untiered when asked" "$status"
+else
+  echo "skipped: tiermem run under valgrind: no valgrind (apt-get install valgrind)"
+fi
 # The preload library exports every function it interposes (execl, execle
 # and execlp were once built but not exported, and the tests above passed
 # through paths that did not need them).

@@ -89,6 +89,8 @@ const OTHER_TOOLS: &[&str] = &[
     "--build-id",
     "--gc-sections",
     "--print-file-name",
+    // valgrind
+    "--trace-children",
     // MPI launchers and batch systems
     "--oversubscribe",
     "--allow-run-as-root",

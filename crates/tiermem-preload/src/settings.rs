@@ -308,6 +308,16 @@ impl Settings {
     /// Builds the heap these settings describe, with its near memory from
     /// `budget` when tiered.
     pub fn build_heap(&self, budget: Option<NearBudget>) -> Result<Heap, String> {
+        // Valgrind runs the program on its own CPU and does not emulate
+        // userfaultfd: tiered pages read zeros or the run hangs.
+        // (It preloads its own core into every program it runs.)
+        if std::env::var("LD_PRELOAD").is_ok_and(|p| p.contains("/vgpreload_")) {
+            return Err(
+                "the program runs under valgrind, which cannot emulate userfaultfd \
+                        (tiered pages would read wrong, or the run hang)"
+                    .into(),
+            );
+        }
         let config = if self.tiered() {
             let mut c = HeapConfig::tiered(self.region_config(self.heap_bytes)?);
             c.budget = budget;
@@ -315,7 +325,15 @@ impl Settings {
         } else {
             HeapConfig::huge(self.heap_bytes, self.page)
         };
-        Heap::new(config).map_err(|e| e.to_string())
+        Heap::new(config).map_err(|e| match tiermem_sys::mm::address_space_limit() {
+            // A batch system's h_vmem or `ulimit -v`: say so, and what fits.
+            Some(limit) => format!(
+                "{e} (the address-space limit, ulimit -v, is {}: a smaller --heap-size fits, \
+                 with --far DIR so that the far store is a file and not memory)",
+                format_size(limit)
+            ),
+            None => e.to_string(),
+        })
     }
 
     /// One line for messages: the rank (under a launcher), then the heap.

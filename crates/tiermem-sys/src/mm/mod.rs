@@ -127,6 +127,20 @@ pub fn base_page_size() -> usize {
     }
 }
 
+/// The process's address-space limit (`ulimit -v`, `RLIMIT_AS`) in bytes;
+/// None when there is none.
+pub fn address_space_limit() -> Option<u64> {
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `rl` is ours; getrlimit only writes it.
+    if unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut rl) } != 0 || rl.rlim_cur == libc::RLIM_INFINITY {
+        return None;
+    }
+    Some(rl.rlim_cur)
+}
+
 /// How to create a mapping.
 #[derive(Clone, Debug, Default)]
 pub struct MapOptions {
