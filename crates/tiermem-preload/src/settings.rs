@@ -327,12 +327,12 @@ impl Settings {
         };
         Heap::new(config).map_err(|e| match tiermem_sys::mm::address_space_limit() {
             // A batch system's h_vmem or `ulimit -v`: say so, and what fits.
-            Some(limit) => format!(
+            Some(limit) if e.to_string().contains("mmap of") => format!(
                 "{e} (the address-space limit, ulimit -v, is {}: a smaller --heap-size fits, \
                  with --far DIR so that the far store is a file and not memory)",
                 format_size(limit)
             ),
-            None => e.to_string(),
+            _ => e.to_string(),
         })
     }
 
