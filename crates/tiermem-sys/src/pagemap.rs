@@ -198,22 +198,42 @@ impl PagemapScanner {
 /// copy-on-write with a `fork()`ed child, which `UFFDIO_MOVE` refuses with
 /// the same EBUSY as a pinned page (a page pinned for writing is never
 /// shared: the pin unshares it first). None when the entry cannot be read.
-/// Async-signal-safe (no allocation): the in-context path evicts in its
-/// SIGBUS handler.
+/// Async-signal-safe (no allocation) and no cancellation point (raw
+/// system calls, never trapped): evictions run in fault handlers, where a
+/// pending deferred cancellation would otherwise unwind the thread with
+/// the page it serves still busy.
 pub fn mapped_exclusively(addr: usize) -> Option<bool> {
     const PRESENT: u64 = 1 << 63;
     const EXCLUSIVE: u64 = 1 << 56;
+    let path = c"/proc/self/pagemap";
     // SAFETY: a constant NUL-terminated path; the descriptor is closed below.
-    let fd = unsafe { libc::open(c"/proc/self/pagemap".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    let fd = unsafe {
+        crate::trampoline::untrapped_syscall(
+            libc::SYS_openat,
+            [
+                libc::AT_FDCWD as u64,
+                path.as_ptr() as u64,
+                (libc::O_RDONLY | libc::O_CLOEXEC) as u64,
+                0,
+                0,
+                0,
+            ],
+        )
+    };
     if fd < 0 {
         return None;
     }
     let mut entry = 0u64;
-    let at = (addr / 4096 * 8) as libc::off_t;
+    let at = (addr / 4096 * 8) as u64;
     // SAFETY: reads 8 bytes into a u64 we own.
-    let n = unsafe { libc::pread(fd, &mut entry as *mut u64 as *mut libc::c_void, 8, at) };
+    let n = unsafe {
+        crate::trampoline::untrapped_syscall(
+            libc::SYS_pread64,
+            [fd as u64, &mut entry as *mut u64 as u64, 8, at, 0, 0],
+        )
+    };
     // SAFETY: our descriptor, closed once.
-    unsafe { libc::close(fd) };
+    unsafe { crate::trampoline::untrapped_syscall(libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]) };
     (n == 8).then_some(entry & PRESENT != 0 && entry & EXCLUSIVE != 0)
 }
 
@@ -245,6 +265,37 @@ pub fn anon_huge_bytes(addr: usize) -> std::io::Result<Option<u64>> {
 mod tests {
     use super::*;
     use crate::mm::{MapOptions, Mapping};
+
+    #[test]
+    fn a_page_is_exclusive_until_a_fork_shares_it() {
+        let (m, _) = Mapping::anonymous(2 * 4096, &MapOptions::default()).unwrap();
+        let p = m.addr() as *mut u8;
+        // SAFETY: the mapping is ours and two pages long.
+        unsafe { p.write_volatile(1) };
+        assert_eq!(mapped_exclusively(m.addr()), Some(true), "written: ours alone");
+        assert_eq!(
+            mapped_exclusively(m.addr() + 4096),
+            Some(false),
+            "never touched: not present"
+        );
+        // SAFETY: the child only sleeps and exits.
+        let child = unsafe { libc::fork() };
+        if child == 0 {
+            // SAFETY: plain calls in the child, which then exits.
+            unsafe {
+                libc::sleep(2);
+                libc::_exit(0);
+            }
+        }
+        assert!(child > 0);
+        let shared = mapped_exclusively(m.addr());
+        // SAFETY: the child we forked.
+        unsafe {
+            libc::kill(child, libc::SIGKILL);
+            libc::waitpid(child, std::ptr::null_mut(), 0);
+        }
+        assert_eq!(shared, Some(false), "shared copy-on-write with a live child");
+    }
 
     #[test]
     fn scan_reports_present_and_zero_pages() {
