@@ -94,10 +94,17 @@ pub(super) fn on_trap(call: &TrappedSyscall<'_>) -> Option<i64> {
     let r = match call.nr {
         libc::SYS_io_submit => submit(call),
         libc::SYS_io_getevents | SYS_IO_PGETEVENTS => {
+            // io_getevents takes five arguments: its sixth register holds
+            // a leftover, not a pointer.
+            let usig = if call.nr == SYS_IO_PGETEVENTS {
+                call.args[5]
+            } else {
+                0
+            };
             let _for_call = [
                 pin_for_kernel(a3 as usize, (a2 as usize).saturating_mul(EVENT_BYTES), true),
                 pin_for_kernel(a4 as usize, TIMESPEC, false),
-                pin_for_kernel(call.args[5] as usize, TIMESPEC, false),
+                pin_for_kernel(usig as usize, TIMESPEC, false),
             ];
             let r = call.execute(call.nr, call.args, true);
             let reaped: Vec<u64> = (0..r.max(0) as usize)
