@@ -90,6 +90,9 @@ build test_remote_write "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -g tests/c/te
 # Linux AIO (io_submit) with O_DIRECT: the device fills the buffer after
 # the call has returned.
 build test_aio "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -g tests/c/test_aio.c -o "$out/test_aio"
+# io_uring, set up through the C library and with the program's own
+# syscall instruction (liburing), with and without SQPOLL.
+build test_uring "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -g tests/c/test_uring.c -o "$out/test_uring"
 build test_protnone "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -g tests/c/test_protnone.c -o "$out/test_protnone"
 build test_stacks "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -g tests/c/test_stacks.c -lpthread -o "$out/test_stacks"
 build test_vfork_touch "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -g tests/c/test_vfork_touch.c -lpthread \
@@ -231,11 +234,11 @@ fi
 # Programs started with their strings in evicted tiered pages, vfork
 # children touching tiered memory, stacks in tiered memory, a program
 # with its own getenv over its static arrays, and tiered memory made
-# PROT_NONE, direct I/O on evicted buffers (synchronous and Linux AIO),
+# PROT_NONE, direct I/O on evicted buffers (synchronous, Linux AIO and io_uring),
 # and another process writing into tiered memory, at the smallest budget,
 # on both fault paths.
 for prog in test_spawn test_vfork_touch test_scm test_closefds test_stacks test_own_getenv test_protnone \
-  test_odirect test_aio test_remote_write; do
+  test_odirect test_aio test_uring test_remote_write; do
   [[ " ${built[*]} " == *" $prog "* ]] || continue
   for path in in-context handler-thread; do
     echo "== tiermem run --near 16K -- $prog ($path)"
@@ -245,6 +248,27 @@ for prog in test_spawn test_vfork_touch test_scm test_closefds test_stacks test_
     report "$prog (tiermem run --near 16K, $path)" "$status"
   done
 done
+# io_uring is refused under tiermem (the kernel uses its buffers with no
+# call to trap): the test's own ring works plainly (its I/O checked), and
+# under tiermem run the C library's two io_uring_setup calls are counted.
+if [[ " ${built[*]} " == *" test_uring "* ]]; then
+  echo "== test_uring (plain), and the refusals in tiermem run's report"
+  status=0
+  "$out/test_uring" || status=$?
+  if [[ $status -eq 0 ]]; then
+    "$lib/tiermem" run --near 1M --threshold 256K --quiet --report "$out/uring.json" -- "$out/test_uring" \
+      >/dev/null || status=$?
+  fi
+  if [[ $status -eq 0 ]]; then
+    python3 - "$out/uring.json" <<'PY' || status=1
+import json, sys
+n = json.load(open(sys.argv[1]))["io_uring_refused"]
+print(f"io_uring_setup refused {n} times")
+sys.exit(0 if n == 2 else 1)
+PY
+  fi
+  report "test_uring: io_uring plainly; refused and counted under tiermem run" "$status"
+fi
 # Pages another process pinned are held outside the budget only while the
 # kernel may still pin them: 16 MiB written into a 16 KiB budget holds at
 # most the kernel's 4 MiB batch and the last retry's (it held all 16 MiB).

@@ -142,6 +142,16 @@ reg node cat=interpreter ci=1 pct=25 needs="node:nodejs" desc="node: Float64Arra
 inputs_node() { input text 8000000 40 >/dev/null; }
 run_node() { tm node "$W/work.js" 4000000 "$(input text 8000000 40)"; }
 
+# libuv's io_uring (Node 20 sets up its rings at start; UV_USE_IO_URING=1
+# sends file I/O through them): the kernel fills the Buffers with no system
+# call tiermem sees, so tiermem refuses io_uring and libuv falls back to its
+# thread pool (before: EFAULT in-context, and on the handler-thread path
+# direct reads through io_uring read back corrupt pages; tests/c/test_uring.c).
+reg node-uring cat=threaded-io ci=1 pct=25 needs="node:nodejs" \
+  desc="node: fs.promises reads and writes through libuv's io_uring, 24 MB in 1 MiB pieces"
+inputs_node-uring() { input text 24000000 48 >/dev/null; }
+run_node-uring() { UV_USE_IO_URING=1 tm node "$W/uring.js" "$(input text 24000000 48)"; }
+
 reg tcl cat=interpreter pct=25 needs="tclsh:tcl" desc="tclsh: dict of words, 750k-element lsort, join, string ops"
 inputs_tcl() { input text 3000000 41 >/dev/null; }
 run_tcl() { tm tclsh "$W/work.tcl" "$(input text 3000000 41)"; }

@@ -60,6 +60,9 @@ pub struct Report {
     pub statics: Vec<crate::statics::StaticReport>,
     /// Requests the heap could not hold.
     pub heap_full_events: u64,
+    /// `io_uring_setup` calls of the program's C library refused with
+    /// `ENOSYS` (io_uring cannot be used on tiered memory).
+    pub io_uring_refused: u64,
     /// Frees of heap addresses that were no allocation.
     pub bad_frees: u64,
     /// The heap's latest far-store errors.
@@ -224,6 +227,7 @@ fn say(ended_by: Option<&'static str>) {
         heap: h.stats(),
         statics: crate::statics::reports(),
         heap_full_events: HEAP_FULL.load(Ordering::Relaxed),
+        io_uring_refused: tiermem::io_uring_refused(),
         bad_frees: BAD_FREES.load(Ordering::Relaxed),
         errors: h.region().map(|r| r.errors()).unwrap_or_default(),
         ended_by,
@@ -412,7 +416,8 @@ pub fn summary(r: &Report) -> String {
             r.settings,
             tiermem::config::format_size(r.threshold_bytes as u64),
             mib(c.peak_footprint_bytes)
-        ) + &children;
+        ) + &io_uring_line(r)
+            + &children;
     }
     let mut out = format!(
         "tiermem: {:.2} s, {}; heap {} in {} allocations now\n",
@@ -519,11 +524,24 @@ pub fn summary(r: &Report) -> String {
     if let Some(e) = r.errors.last() {
         out += &format!("tiermem:   latest far-store error: {}\n", e.message);
     }
+    out += &io_uring_line(r);
     out += &children;
     if let Some(why) = r.ended_by {
         out += &format!("tiermem:   ended by {why}\n");
     }
     out
+}
+
+/// Why io_uring failed, where the program asked for it.
+fn io_uring_line(r: &Report) -> String {
+    match r.io_uring_refused {
+        0 => String::new(),
+        n => format!(
+            "tiermem:   io_uring refused ({n} io_uring_setup calls failed with ENOSYS): the kernel uses its \
+             buffers outside any system call tiermem sees, which would lose tiered data; programs fall \
+             back to plain calls\n"
+        ),
+    }
 }
 
 /// What the `auto` policy chose and why, when it evicted anything.

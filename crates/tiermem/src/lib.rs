@@ -85,7 +85,7 @@ pub use config::{
 pub use engine::IoErrorRecord;
 pub use error::{Error, ErrorCode};
 pub use fault::{set_last_words, vfork};
-pub use kernel_access::{pin_buffer, serve_inherited_traps, PinnedBuffer};
+pub use kernel_access::{io_uring_refused, pin_buffer, serve_inherited_traps, PinnedBuffer};
 pub use page::PageState;
 pub use policy::PolicyKind;
 pub use region::{advise, clear_poison_at, hold_resident, prefetch, touch, Advice, Held, PageCensus, Region};

@@ -138,6 +138,9 @@ fn from_this_c_library(a: &mut Asm, ip: u64, sites: &[(u64, u64)], pass: usize) 
 /// site, then 12 + 10 per range instructions per argument), reached through
 /// a stub of one unconditional jump each; an error, not a panic, when the
 /// program does not fit classic BPF.
+/// Calls refused ([`Refusal`]) fail with `ENOSYS`, trapping first when made
+/// from `sites` if so asked.
+///
 /// With `guard`, it also traps the signal calls of this image's C library
 /// that could take SIGBUS, SIGSEGV or SIGSYS away from tiermem
 /// ([`super::guard`]): `rt_sigaction` that sets any action or asks for
@@ -157,7 +160,10 @@ pub(super) fn filter(
     rules: &[TrapRule],
     guard: bool,
 ) -> Result<Vec<SockFilter>, TrapError> {
-    if let Some(r) = rules.iter().find(|r| r.pointer_args >= 1 << 6) {
+    if let Some(r) = rules
+        .iter()
+        .find(|r| r.refusal == Refusal::No && r.pointer_args >= 1 << 6)
+    {
         return Err(TrapError::BadRule {
             nr: r.nr,
             args: r.pointer_args,
@@ -169,7 +175,15 @@ pub(super) fn filter(
         labels: Vec::new(),
     };
     let allow = a.label();
-    let mut used: Vec<u8> = rules.iter().map(|r| r.pointer_args).collect();
+    // Refused calls: `trapped` tests where the call comes from, `enosys`
+    // fails it (each reached through a stub, as the argument blocks are).
+    let (trapped, trapped_stub, enosys, enosys_stub) = (a.label(), a.label(), a.label(), a.label());
+    let any_refused = rules.iter().any(|r| r.refusal != Refusal::No);
+    let mut used: Vec<u8> = rules
+        .iter()
+        .filter(|r| r.refusal == Refusal::No)
+        .map(|r| r.pointer_args)
+        .collect();
     used.sort_unstable();
     used.dedup();
     // Label of the block of each set of tested arguments the rules use,
@@ -187,12 +201,12 @@ pub(super) fn filter(
     a.jump(uapi::BPF_JMP_JEQ_K, uapi::AUDIT_ARCH_X86_64, None, Some(allow));
     a.stmt(uapi::BPF_LD_W_ABS, uapi::SECCOMP_DATA_NR);
     for r in rules {
-        a.jump(
-            uapi::BPF_JMP_JEQ_K,
-            r.nr as u32,
-            Some(stubs[at(r.pointer_args)]),
-            None,
-        );
+        let to = match r.refusal {
+            Refusal::No => stubs[at(r.pointer_args)],
+            Refusal::Quiet => enosys_stub,
+            Refusal::Trapped => trapped_stub,
+        };
+        a.jump(uapi::BPF_JMP_JEQ_K, r.nr as u32, Some(to), None);
     }
     let guards = [
         libc::SYS_rt_sigaction,
@@ -218,6 +232,12 @@ pub(super) fn filter(
     for &k in &used {
         a.here(stubs[at(k)]);
         a.ja(args[at(k)]);
+    }
+    if any_refused {
+        a.here(trapped_stub);
+        a.ja(trapped);
+        a.here(enosys_stub);
+        a.ja(enosys);
     }
     if guard {
         for &(_, l, stub) in &guards {
@@ -293,6 +313,19 @@ pub(super) fn filter(
             a.here(trap);
             a.stmt(uapi::BPF_RET_K, uapi::SECCOMP_RET_TRAP | GUARD_DATA);
         }
+    }
+    if any_refused {
+        // Made from this image's C library: a trap, whose callback says
+        // why. From anywhere else (a library's own `syscall` instruction,
+        // another image): ENOSYS, as no other image has the handler. With
+        // no sites known, anywhere would trap: ENOSYS alone.
+        a.here(trapped);
+        if !sites.is_empty() {
+            from_this_c_library(&mut a, ip, sites, enosys);
+            a.stmt(uapi::BPF_RET_K, uapi::SECCOMP_RET_TRAP | TRAP_DATA);
+        }
+        a.here(enosys);
+        a.stmt(uapi::BPF_RET_K, uapi::SECCOMP_RET_ERRNO | libc::ENOSYS as u32);
     }
     // Classic BPF jumps only forward: each argument check ends in its own
     // returns.

@@ -79,6 +79,23 @@ pub struct TrapRule {
     /// leftovers, which may point anywhere (a trap where SIGSYS is blocked
     /// ends the process).
     pub pointer_args: u8,
+    /// Whether the call is refused (then `pointer_args` is not looked at).
+    pub refusal: Refusal,
+}
+
+/// A [`TrapRule`]'s call refused in this process: it fails with `ENOSYS`
+/// wherever it is made from, as on a kernel without it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// Not refused: trapped as its pointer arguments say.
+    No,
+    /// `ENOSYS` with no signal.
+    Quiet,
+    /// Made from this image's C library, it traps first, and the callback
+    /// sets the result (says why, and returns `-ENOSYS`); from anywhere
+    /// else (a library's own `syscall` instruction, another image),
+    /// `ENOSYS` with no signal. Only where no thread can block SIGSYS.
+    Trapped,
 }
 
 impl TrapRule {
@@ -87,13 +104,34 @@ impl TrapRule {
         TrapRule {
             nr,
             pointer_args: 1 << arg,
+            refusal: Refusal::No,
+        }
+    }
+
+    /// A call with pointer arguments `args` (bit k for argument k).
+    pub const fn pointers(nr: i64, args: u8) -> TrapRule {
+        TrapRule {
+            nr,
+            pointer_args: args,
+            refusal: Refusal::No,
         }
     }
 
     /// A call that traps whatever its arguments (made from this image's C
     /// library): one whose buffers lie behind its arguments (`io_submit`).
     pub const fn always(nr: i64) -> TrapRule {
-        TrapRule { nr, pointer_args: 0 }
+        TrapRule::pointers(nr, 0)
+    }
+
+    /// A call that must not run in this process ([`Refusal`]): one whose
+    /// buffers the kernel uses with no system call to trap
+    /// (`io_uring_setup`).
+    pub const fn refused(nr: i64, how: Refusal) -> TrapRule {
+        TrapRule {
+            nr,
+            pointer_args: 0,
+            refusal: how,
+        }
     }
 }
 
@@ -643,6 +681,16 @@ static GUARD_LOADED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBo
 /// before it was considered, and where it was left out.
 pub fn guard_loaded() -> bool {
     GUARD_LOADED.load(Ordering::Acquire)
+}
+
+/// Loads a filter that only refuses `nrs` quietly ([`Refusal::Quiet`]),
+/// for a process whose kernel accesses are not trapped (no [`install`]).
+pub fn refuse(nrs: &[i64]) -> Result<(), TrapError> {
+    let rules: Vec<TrapRule> = nrs
+        .iter()
+        .map(|&nr| TrapRule::refused(nr, Refusal::Quiet))
+        .collect();
+    load(&filter(&[], 0, &[], &rules, false)?)
 }
 
 /// Traps the same calls when their buffer lies in one of `ranges` (exact

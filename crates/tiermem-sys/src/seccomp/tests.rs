@@ -236,10 +236,7 @@ fn oversized_filters_are_errors_not_panics() {
         }
     }
     for args in [1 << 6, 0xff] {
-        let bad = [TrapRule {
-            nr: libc::SYS_read,
-            pointer_args: args,
-        }];
+        let bad = [TrapRule::pointers(libc::SYS_read, args)];
         assert!(matches!(
             filter(&window, ip, &[], &bad, false),
             Err(TrapError::BadRule { args: a, .. }) if a == args
@@ -276,6 +273,60 @@ fn an_always_rule_traps_whatever_its_arguments_but_only_from_the_c_library() {
     );
     assert_eq!(
         run(&p, libc::SYS_io_submit, ip, [7, 1, 0x5000, 0, 0, 0]),
+        uapi::SECCOMP_RET_ALLOW
+    );
+}
+
+#[test]
+fn a_refused_call_fails_with_enosys_from_anywhere_and_traps_from_the_c_library() {
+    let window = [(0x1100_0000_0000u64, 0x5100_0000_0000u64)];
+    let ip = 0x10ff_ffe0_0019;
+    let libc_at = [(0x7f00_0000_0000u64, 0x7f00_0010_0000u64)];
+    let rules = [
+        TrapRule::buffer(libc::SYS_read, 1),
+        TrapRule::always(libc::SYS_io_submit),
+        TrapRule::refused(libc::SYS_io_uring_setup, Refusal::Trapped),
+    ];
+    let enosys = uapi::SECCOMP_RET_ERRNO | libc::ENOSYS as u32;
+    let trap = uapi::SECCOMP_RET_TRAP | TRAP_DATA;
+    let p = filter(&window, ip, &libc_at, &rules, false).unwrap();
+    let from_libc = libc_at[0].0 + 64;
+    assert_eq!(
+        run(&p, libc::SYS_io_uring_setup, from_libc, [8, 0x5000, 0, 0, 0, 0]),
+        trap
+    );
+    // A library's own instruction, another image, the trampoline: ENOSYS
+    // without a signal.
+    for at in [0x5555_0000_0000, 0x7f00_0010_0000, ip] {
+        assert_eq!(
+            run(&p, libc::SYS_io_uring_setup, at, [8, 0x5000, 0, 0, 0, 0]),
+            enosys
+        );
+    }
+    // The other rules are as they were.
+    assert_eq!(run(&p, libc::SYS_io_submit, from_libc, [0; 6]), trap);
+    assert_eq!(
+        run(&p, libc::SYS_read, from_libc, [3, 0x1100_0000_1000, 8, 0, 0, 0]),
+        trap
+    );
+    assert_eq!(
+        run(&p, libc::SYS_read, from_libc, [3, 0x5000, 8, 0, 0, 0]),
+        uapi::SECCOMP_RET_ALLOW
+    );
+    assert_eq!(
+        run(&p, libc::SYS_io_uring_enter, from_libc, [0; 6]),
+        uapi::SECCOMP_RET_ALLOW
+    );
+    // No C library known: never a trap, which could reach an image
+    // without the handler.
+    let p = filter(&window, ip, &[], &rules[2..], false).unwrap();
+    assert_eq!(run(&p, libc::SYS_io_uring_setup, from_libc, [0; 6]), enosys);
+    // Quietly: never a trap (no guard keeps SIGSYS open).
+    let quiet = [TrapRule::refused(libc::SYS_io_uring_setup, Refusal::Quiet)];
+    let p = filter(&window, ip, &libc_at, &quiet, false).unwrap();
+    assert_eq!(run(&p, libc::SYS_io_uring_setup, from_libc, [0; 6]), enosys);
+    assert_eq!(
+        run(&p, libc::SYS_read, from_libc, [3, 0x1100_0000_1000, 8, 0, 0, 0]),
         uapi::SECCOMP_RET_ALLOW
     );
 }
@@ -472,15 +523,9 @@ fn rules_with_several_pointers_trap_on_any_of_them() {
     // Enough calls (and sites) that the blocks lie beyond a conditional
     // jump's reach from the dispatch: its stubs' long jumps get there.
     for nr in 0..120 {
-        rules.push(TrapRule {
-            nr: 1000 + nr,
-            pointer_args: 0x3f,
-        });
+        rules.push(TrapRule::pointers(1000 + nr, 0x3f));
     }
-    rules.push(TrapRule {
-        nr: libc::SYS_poll,
-        pointer_args: 0x3f,
-    });
+    rules.push(TrapRule::pointers(libc::SYS_poll, 0x3f));
     let ranges = [(0x1100_0000_0000, 0x5100_0000_0000)];
     let prog = filter(&ranges, 0x1234, &[], &rules, false).unwrap();
     let inside = 0x1100_0000_1000u64;

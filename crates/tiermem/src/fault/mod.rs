@@ -146,15 +146,17 @@ impl Drop for RangeGuard {
     }
 }
 
-/// Registers `[start, start + len)` with `handler` and installs the signal
-/// handlers (once). Fails if the range overlaps one registered in this
-/// process.
+/// Registers `[start, start + len)` with `handler`, installs the signal
+/// handlers (once) and refuses io_uring in the process (once: see
+/// `kernel_access::uring`). Fails if the range overlaps one registered in
+/// this process.
 pub(crate) fn register(
     start: usize,
     len: usize,
     handler: Arc<dyn FaultHandler>,
 ) -> Result<RangeGuard, Error> {
     install()?;
+    crate::kernel_access::refuse_io_uring();
     let generation = fork_generation();
     // Ranges copied from a parent by fork() are not ours.
     let stale = TABLE.remove(|_, _, s| s.generation != generation);

@@ -31,6 +31,7 @@
 //! their calls on tiered buffers are served like any other.
 //!
 //! Linux AIO (`io_submit`) pins its buffers beyond the call: see [`aio`].
+//! io_uring uses them with no call to trap: it is refused, see [`uring`].
 //!
 //! Calls that take pointers to small structures or paths (`poll`, `select`,
 //! `wait4`, `fstat`, `open`, ... [`STRUCT_CALLS`]) trap when a pointer argument
@@ -43,12 +44,14 @@
 //! library serve those), raw system calls made outside the C library, a C
 //! library loaded after the trap is installed (a new link namespace:
 //! `dlmopen(LM_ID_NEWLM)`; see `tiermem_sys::seccomp::call_sites`),
-//! `io_uring`, other processes reading this
-//! one's memory (`process_vm_readv` from outside, `/proc/PID/mem`).
+//! other processes reading this one's memory (`process_vm_readv` from outside, `/proc/PID/mem`).
 
 mod aio;
+mod uring;
 
 pub(crate) use aio::discarding as discarding_io_buffers;
+pub(crate) use uring::refuse as refuse_io_uring;
+pub use uring::refused as io_uring_refused;
 
 use crate::config::KernelAccess;
 use std::collections::BTreeMap;
@@ -91,10 +94,7 @@ const RULES: [Rule; 7] = [
 
 /// The filter's view of the rules.
 fn trap_rules() -> Vec<TrapRule> {
-    let pointers = |nr, ptrs: &[Ptr]| TrapRule {
-        nr,
-        pointer_args: ptrs.iter().fold(0, |m, p| m | 1 << p.0),
-    };
+    let pointers = |nr, ptrs: &[Ptr]| TrapRule::pointers(nr, ptrs.iter().fold(0, |m, p| m | 1 << p.0));
     RULES
         .iter()
         .map(|r| match ADDRESSED_CALLS.iter().find(|c| c.nr == r.nr) {
@@ -109,6 +109,7 @@ fn trap_rules() -> Vec<TrapRule> {
         .chain(STRUCT_CALLS.iter().map(|c| pointers(c.nr, c.ptrs)))
         // Always-trapped calls only where no thread can block SIGSYS.
         .chain(seccomp::guard_loaded().then(aio::rules).into_iter().flatten())
+        .chain([uring::rule()])
         .collect()
 }
 
@@ -564,7 +565,7 @@ impl Drop for Placement {
 /// another thread's `send` would wait for (issue 30.3), and a handler
 /// that `siglongjmp`s out of the call leaves no page pinned.
 fn on_trap(call: &mut TrappedSyscall<'_>) {
-    if let Some(r) = aio::on_trap(call) {
+    if let Some(r) = uring::on_trap(call).or_else(|| aio::on_trap(call)) {
         call.set_result(r);
         return;
     }

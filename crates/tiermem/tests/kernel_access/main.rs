@@ -278,6 +278,73 @@ fn trap_off_gives_efault_as_documented() {
     assert!(status.success(), "{out}");
 }
 
+/// `io_uring_setup(1, params)`'s errno (0: a ring, closed again), made
+/// through the C library's `syscall()` or, `raw`, with an instruction of
+/// this program's own, as liburing makes it.
+fn io_uring_setup_errno(raw: bool) -> i32 {
+    let mut params = [0u8; 120];
+    let r: i64 = if raw {
+        let r: i64;
+        // SAFETY: io_uring_setup writes at most its 120-byte params, which
+        // `params` holds; rcx and r11 are clobbered by `syscall`.
+        unsafe {
+            std::arch::asm!("syscall", inlateout("rax") libc::SYS_io_uring_setup => r,
+                in("rdi") 1i64, in("rsi") params.as_mut_ptr(), out("rcx") _, out("r11") _,
+                options(nostack));
+        }
+        r
+    } else {
+        // SAFETY: as above.
+        let r = unsafe { libc::syscall(libc::SYS_io_uring_setup, 1, params.as_mut_ptr()) };
+        if r < 0 {
+            -(std::io::Error::last_os_error().raw_os_error().unwrap_or(0) as i64)
+        } else {
+            r
+        }
+    };
+    if r >= 0 {
+        // SAFETY: the ring's descriptor, ours.
+        unsafe { libc::close(r as i32) };
+        return 0;
+    }
+    -r as i32
+}
+
+/// io_uring is refused once a tiered range exists, made either way, with
+/// the kernel-access trap on and off (then a filter refuses it alone);
+/// before, it works (where the kernel allows it at all).
+#[test]
+fn io_uring_is_refused_once_memory_is_tiered() {
+    const NAME: &str = "io_uring_is_refused_once_memory_is_tiered";
+    if common::is_child(NAME) {
+        let before = io_uring_setup_errno(false);
+        if before != 0 {
+            eprintln!("skipped: io_uring_setup fails here before any region: errno {before}");
+            std::process::exit(0);
+        }
+        let mut c = Config::new((PAGES * PAGE) as u64, (NEAR * PAGE) as u64);
+        if std::env::var("URING_TRAP").as_deref() == Ok("off") {
+            c.kernel_access = tiermem::KernelAccess::Off;
+        }
+        let _r = Region::new(c).unwrap();
+        let after = [io_uring_setup_errno(false), io_uring_setup_errno(true)];
+        eprintln!("after: {after:?}");
+        std::process::exit(if after == [libc::ENOSYS; 2] { 0 } else { 1 });
+    }
+    for trap in ["on", "off"] {
+        let run = common::run_child_within(
+            NAME,
+            &[("URING_TRAP", trap.into())],
+            std::time::Duration::from_secs(60),
+        );
+        assert!(
+            run.status.is_some_and(|s| s.success()),
+            "trap {trap}: {}",
+            run.stderr
+        );
+    }
+}
+
 /// Reads `len` bytes at `addr` of process `pid` through `/proc/PID/mem`.
 fn proc_mem_read(pid: u32, addr: usize, len: usize) -> std::io::Result<Vec<u8>> {
     use std::os::unix::fs::FileExt;
