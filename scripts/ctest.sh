@@ -90,6 +90,10 @@ build test_remote_write "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -g tests/c/te
 # Linux AIO (io_submit) with O_DIRECT: the device fills the buffer after
 # the call has returned.
 build test_aio "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -g tests/c/test_aio.c -o "$out/test_aio"
+# Children started with the environment the program started with (Go's
+# exec.Command, /proc/self/environ).
+build test_initial_env "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -g tests/c/test_initial_env.c \
+  -o "$out/test_initial_env"
 # io_uring, set up through the C library and with the program's own
 # syscall instruction (liburing), with and without SQPOLL.
 build test_uring "$cc" -std=gnu11 -Wall -Wextra -Werror -O2 -g tests/c/test_uring.c -o "$out/test_uring"
@@ -268,6 +272,23 @@ sys.exit(0 if n == 2 else 1)
 PY
   fi
   report "test_uring: io_uring plainly; refused and counted under tiermem run" "$status"
+fi
+# The program the user started is the only one that takes itself for it:
+# children started with the environment it started with (no mark of the
+# run in it) printed summaries of their own and were tiered without
+# --follow-exec; and a `tiermem run` inside a tiered program tiers its own
+# program (it ran untiered, silently, taking itself for a child).
+if [[ " ${built[*]} " == *" test_initial_env "* ]]; then
+  echo "== tiermem run -- test_initial_env; tiermem run -- sh -c 'tiermem run -- ...'"
+  status=0
+  msg=$("$lib/tiermem" run --near 1M --threshold 256K -- "$out/test_initial_env" 2>&1) || status=1
+  n=$(grep -c '^tiermem: [0-9.]* s,' <<<"$msg")
+  [[ $n -eq 1 ]] || { echo "$msg"; echo "$n summaries, not 1"; status=1; }
+  msg=$("$lib/tiermem" run --near 1M --threshold 256K -- sh -c \
+    "'$lib/tiermem' run --near 2M --threshold 256K -- '$out/test_initial_env' child; exit \$?" 2>&1) || status=1
+  grep -q '^tiermem: [0-9.]* s, tiered: near 2M .*allocations now' <<<"$msg" ||
+    { echo "$msg"; echo "the inner run's program was not tiered"; status=1; }
+  report "one summary: children with the initial environment, and a tiermem run inside one" "$status"
 fi
 # Pages another process pinned are held outside the budget only while the
 # kernel may still pin them: 16 MiB written into a 16 KiB budget holds at

@@ -152,6 +152,11 @@ pub fn run(a: RunArgs) -> Result<(), String> {
         _ => preload.display().to_string(),
     };
     cmd.env("LD_PRELOAD", ld);
+    // The program is this process's child: the preload tells it from the
+    // programs it runs by that (settings::is_root_process), whatever a
+    // tiered program around this run left in the environment.
+    cmd.env(options::LAUNCHER_PID.var, std::process::id().to_string())
+        .env_remove(options::ROOT_PID.var);
     for (k, v) in &s.env {
         match v {
             Some(v) => cmd.env(k, v),

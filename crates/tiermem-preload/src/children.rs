@@ -160,16 +160,16 @@ pub fn line(c: &Children, follow_exec: bool) -> Option<String> {
         if c.programs.len() > 6 {
             names.push("...".into());
         }
+        let n = c.execs();
+        let programs = if n == 1 { "program" } else { "programs" };
         parts.push(if follow_exec {
             format!(
-                "{} programs exec'd, tiered with summaries of their own ({})",
-                c.execs(),
+                "{n} {programs} exec'd, tiered with summaries of their own ({})",
                 names.join(", ")
             )
         } else {
             format!(
-                "{} programs exec'd, untiered ({}): --follow-exec tiers them",
-                c.execs(),
+                "{n} {programs} exec'd, untiered ({}): --follow-exec tiers them",
                 names.join(", ")
             )
         });

@@ -373,13 +373,52 @@ impl Settings {
 /// script that `exec`s the real program keeps its pid), or a child it
 /// forked and that `exec`ed a program of its own. The first process that
 /// loads the library records its pid in `TIERMEM_ROOT_PID`.
+///
+/// A process may find no `TIERMEM_ROOT_PID` and still not be the first: its
+/// parent passed it the environment it was itself started with (Go's
+/// `exec.Command`, a copy of `/proc/self/environ`), from before the
+/// library set the variable. Such a process is the first if its parent is
+/// `tiermem run` (`TIERMEM_LAUNCHER_PID`), or if its parent has not loaded
+/// this library (a static wrapper started it); otherwise its parent's pid
+/// stands in for the root's (any pid but its own says "not the program
+/// the user started", to it and to what it runs).
 pub fn is_root_process() -> bool {
     if tiermem_sys::env::var_os(options::ROOT_PID.var).is_none() {
+        // SAFETY: getppid has no preconditions.
+        let parent = unsafe { libc::getppid() } as u32;
+        let launcher = tiermem_sys::env::var(options::LAUNCHER_PID.var).and_then(|v| v.parse::<u32>().ok());
+        let root = if launcher != Some(parent) && maps_this_library(parent) == Some(true) {
+            parent
+        } else {
+            std::process::id()
+        };
         // SAFETY of the environment change: this runs in the library's
         // constructor, before the program's main and its threads.
-        tiermem_sys::env::set_var(options::ROOT_PID.var, std::process::id().to_string());
+        tiermem_sys::env::set_var(options::ROOT_PID.var, root.to_string());
     }
     started_program()
+}
+
+/// Whether process `pid` has this library mapped (the same file, by device
+/// and inode); None where its maps cannot be read.
+fn maps_this_library(pid: u32) -> Option<bool> {
+    // Device and inode of a maps line.
+    let file = |line: &str| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        (f.len() >= 6 && f[4] != "0").then(|| (f[3].to_owned(), f[4].to_owned()))
+    };
+    let here = maps_this_library as *const () as usize;
+    let own = std::fs::read_to_string("/proc/self/maps").ok()?;
+    let ours = own.lines().find_map(|l| {
+        let (lo, hi) = l.split_whitespace().next()?.split_once('-')?;
+        let (lo, hi) = (
+            usize::from_str_radix(lo, 16).ok()?,
+            usize::from_str_radix(hi, 16).ok()?,
+        );
+        (lo..hi).contains(&here).then(|| file(l)).flatten()
+    })?;
+    let theirs = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    Some(theirs.lines().any(|l| file(l).as_ref() == Some(&ours)))
 }
 
 /// Whether this process is the program the user started (see

@@ -427,6 +427,17 @@ pub const PRELOAD: Opt = Opt {
     apply: None,
 };
 
+/// `TIERMEM_LAUNCHER_PID`.
+pub const LAUNCHER_PID: Opt = Opt {
+    var: "TIERMEM_LAUNCHER_PID",
+    flag: None,
+    kind: Kind::Text,
+    unit: "pid",
+    default: DefaultValue::Described("(set by tiermem run)"),
+    doc: "Internal: the pid of `tiermem run`, whose child is the program the user started: a process that finds no `TIERMEM_ROOT_PID` in its environment (a program passed its children the environment it started with, as Go does) is that program only if `tiermem run` is its parent. Do not set it.",
+    apply: None,
+};
+
 /// `TIERMEM_ROOT_PID`.
 pub const ROOT_PID: Opt = Opt {
     var: "TIERMEM_ROOT_PID",
@@ -579,6 +590,7 @@ pub const OPTIONS: &[&Opt] = &[
     &TRANSPARENT,
     &PRELOAD,
     &ROOT_PID,
+    &LAUNCHER_PID,
     &CHILDREN_LOG,
     &GLOBAL_HEAP,
     &VERBOSE,
