@@ -116,9 +116,12 @@ mod libc_sig {
 
 pub fn run(a: RunArgs) -> Result<(), String> {
     let program = resolve_program(&a.command[0])?;
-    check_dynamic(&program)?;
+    let image = inspect(&program)?;
     let preload = find_preload()?;
     let s = settings(&a, &|v| std::env::var(v).ok())?;
+    if image.go {
+        check_go(&program, &s)?;
+    }
     let pool = match &a.reserve {
         Some(r) => Some(reserve_pool(&s, r)?),
         None => None,
@@ -281,9 +284,15 @@ fn resolve_program(name: &str) -> Result<PathBuf, String> {
     Err(format!("{name}: not found in PATH"))
 }
 
+/// What the program's file says before it runs.
+struct Image {
+    /// A Go program (its build information is in the file).
+    go: bool,
+}
+
 /// Refuses a statically linked ELF program (no dynamic linker reads
 /// LD_PRELOAD for it). Scripts and dynamic programs pass.
-fn check_dynamic(p: &Path) -> Result<(), String> {
+fn inspect(p: &Path) -> Result<Image, String> {
     let bytes = std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()))?;
     match elf_has_interpreter(&bytes) {
         Some(false) => Err(format!(
@@ -291,7 +300,42 @@ fn check_dynamic(p: &Path) -> Result<(), String> {
              (without -static) to run it under tiermem",
             p.display()
         )),
-        _ => Ok(()),
+        has => Ok(Image {
+            go: has.is_some() && is_go(&bytes),
+        }),
+    }
+}
+
+/// Whether an ELF file holds Go's build information (every Go program
+/// since Go 1.13 does: the `.go.buildinfo` section starts with this).
+fn is_go(elf: &[u8]) -> bool {
+    const MAGIC: &[u8] = b"\xff Go buildinf:";
+    elf.windows(MAGIC.len()).any(|w| w == MAGIC)
+}
+
+/// A Go program's heap is the Go runtime's own, mapped with its own system
+/// calls, which the preload library cannot reach: it would run untiered,
+/// and silently (it also ends with a raw `exit_group`, so no summary is
+/// printed). It runs when asked: with `--follow-exec` for the programs it
+/// starts, or with `--fallback untiered` (memory its C code allocates is
+/// still tiered).
+fn check_go(p: &Path, s: &Settings) -> Result<(), String> {
+    let what = format!(
+        "{} is a Go program: the Go runtime maps its heap with its own system calls, which tiermem \
+         cannot reach",
+        p.display()
+    );
+    if s.follow_exec {
+        say!("tiermem: warning: {what}: it runs untiered, the programs it starts are tiered (--follow-exec)");
+        Ok(())
+    } else if s.fallback_untiered {
+        say!("tiermem: warning: {what} (--fallback untiered: running it anyway, only memory its C code allocates is tiered)");
+        Ok(())
+    } else {
+        Err(format!(
+            "{what}, so it would run untiered. --follow-exec tiers the programs it starts; \
+             --fallback untiered runs it anyway"
+        ))
     }
 }
 
@@ -374,6 +418,8 @@ struct Settings {
     far: Option<Setting>,
     mover_cpus: Option<Setting>,
     fallback_untiered: bool,
+    /// Programs the program starts are tiered too.
+    follow_exec: bool,
     report: Option<PathBuf>,
     /// The budget is a share of the footprint in the report (`50%fp`).
     near_of_footprint: bool,
@@ -612,7 +658,7 @@ fn settings(a: &RunArgs, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Sett
     r.take(&options::THRESHOLD, a.threshold.clone())?;
     r.take(&options::STATIC, a.statics.clone())?;
     r.flag(&options::QUIET, a.quiet)?;
-    r.flag(&options::FOLLOW_EXEC, a.follow_exec)?;
+    let follow_exec = r.flag(&options::FOLLOW_EXEC, a.follow_exec)?;
     let fallback_untiered = r
         .take(&options::FALLBACK, a.fallback.clone())?
         .or(options::FALLBACK.default_value().map(str::to_owned))
@@ -625,6 +671,7 @@ fn settings(a: &RunArgs, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Sett
         far,
         mover_cpus,
         fallback_untiered,
+        follow_exec,
         near_of_footprint: near.as_deref().is_some_and(|v| v.trim().ends_with("%fp")),
         report,
     })

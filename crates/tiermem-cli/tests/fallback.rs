@@ -177,6 +177,45 @@ fn fallback_untiered_runs_the_program_with_a_warning() {
     assert!(err.contains("--fallback"), "{err}");
 }
 
+/// A Go program's heap is the Go runtime's own, which tiermem cannot reach:
+/// it ran untiered without a word (and printed no summary: it ends with a
+/// raw `exit_group`). A dynamic program holding Go's build information
+/// stands in for one (no Go toolchain needed).
+#[test]
+fn a_go_program_is_refused_unless_asked_for() {
+    if preload().is_none() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("tiermem-go-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let go = dir.join("goprog");
+    let mut image = std::fs::read("/bin/echo").unwrap();
+    image.extend_from_slice(b"\xff Go buildinf:\x08\x02");
+    std::fs::write(&go, image).unwrap();
+    std::fs::set_permissions(&go, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let go = go.to_str().unwrap();
+    refused(
+        &["--near", "8M", "--", go, "ran"],
+        &["is a Go program", "--follow-exec", "--fallback untiered"],
+    );
+    for asked in ["--follow-exec", "--fallback=untiered"] {
+        let (code, out, err) = run(&["--near", "8M", asked, "--", go, "ran"], &[]);
+        assert_eq!(code, Some(0), "{asked}: {err}");
+        assert!(out.contains("ran"), "{asked}: {out}{err}");
+        assert!(
+            err.contains("warning") && err.contains("is a Go program"),
+            "{asked}: {err}"
+        );
+    }
+    // Not Go: /bin/echo itself runs.
+    let (code, out, err) = run(&["--near", "8M", "--", "/bin/echo", "ran"], &[]);
+    assert!(
+        code == Some(0) && out.contains("ran") && !err.contains("Go program"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// What only the preload learns: the heap cannot be set up in the process
 /// itself. Under `LD_PRELOAD` alone there is no launcher to check first.
 #[test]
