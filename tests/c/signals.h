@@ -7,7 +7,9 @@
 
 #define _GNU_SOURCE
 #include <aio.h>
+#include <dirent.h>
 #include <dlfcn.h>
+#include <execinfo.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -73,10 +75,88 @@ static inline tm_region *make_region(int path, uint32_t movers) {
 
 /* ---- watchdog: a hang is a failure with a message, not a stuck job ---- */
 
+/* How long a case may run (seconds); -DWATCHDOG_SECONDS=3 to see a dump. */
+#ifndef WATCHDOG_SECONDS
+#define WATCHDOG_SECONDS 60
+#endif
+
 static _Atomic(const char *) current_case;
 /* What the watchdog's first instruction found: 1 if every asynchronous
  * signal was blocked, 0 if not; -1 until it looked. */
 static atomic_int watchdog_masked = -1;
+
+/* "lib+0xoffset" for a code address, from /proc/self/maps: with the
+ * build's debug information, addr2line -e lib 0xoffset names the line. */
+static inline void code_place(unsigned long pc, char *out, size_t len) {
+  snprintf(out, len, "?");
+  FILE *f = fopen("/proc/self/maps", "r");
+  if (!f) return;
+  char line[512];
+  while (fgets(line, sizeof line, f)) {
+    unsigned long lo, hi, off;
+    char path[400] = "";
+    if (sscanf(line, "%lx-%lx %*s %lx %*s %*s %399s", &lo, &hi, &off, path) >= 3 && pc >= lo && pc < hi) {
+      snprintf(out, len, "%s+%#lx", path[0] ? path : "[anon]", pc - lo + off);
+      break;
+    }
+  }
+  fclose(f);
+}
+
+static void backtrace_on_signal(int sig) {
+  (void)sig;
+  void *frames[48];
+  int n = backtrace(frames, 48);
+  char head[64];
+  int k = snprintf(head, sizeof head, "-- backtrace of thread %ld:\n", (long)syscall(SYS_gettid));
+  if (write(2, head, (size_t)k) < 0) return;
+  backtrace_symbols_fd(frames, n, 2);
+}
+
+/* Where every thread is, for a hang: its state, wait channel and system
+ * call (number, then the instruction pointer's library and offset) from
+ * /proc, then the backtrace of each thread that takes SIGRTMIN+3 (one that
+ * blocks it, as one inside a fault handler may, prints none: its /proc
+ * line says where it is). */
+static inline void dump_threads(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = backtrace_on_signal;
+  sigaction(SIGRTMIN + 3, &sa, NULL);
+  DIR *d = opendir("/proc/self/task");
+  if (!d) return;
+  long self = (long)syscall(SYS_gettid);
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    long tid = atol(e->d_name);
+    if (tid <= 0) continue;
+    char path[96], stat[512] = "", wchan[64] = "", call[256] = "", place[512] = "?";
+    FILE *f;
+    snprintf(path, sizeof path, "/proc/self/task/%ld/stat", tid);
+    if ((f = fopen(path, "r"))) { if (!fgets(stat, sizeof stat, f)) stat[0] = 0; fclose(f); }
+    snprintf(path, sizeof path, "/proc/self/task/%ld/wchan", tid);
+    if ((f = fopen(path, "r"))) { if (!fgets(wchan, sizeof wchan, f)) wchan[0] = 0; fclose(f); }
+    snprintf(path, sizeof path, "/proc/self/task/%ld/syscall", tid);
+    if ((f = fopen(path, "r"))) { if (!fgets(call, sizeof call, f)) call[0] = 0; fclose(f); }
+    call[strcspn(call, "\n")] = 0;
+    char *last = strrchr(call, ' ');
+    if (last) code_place(strtoul(last + 1, NULL, 16), place, sizeof place);
+    char *comm_end = strrchr(stat, ')');
+    char state = comm_end && comm_end[1] ? comm_end[2] : '?';
+    char *comm = strchr(stat, '(');
+    if (comm_end) *comm_end = 0;
+    fprintf(stderr, "thread %ld (%s)%s: state %c, wchan %s, syscall %s, at %s\n", tid, comm ? comm + 1 : "?",
+            tid == self ? " [watchdog]" : "", state, wchan[0] ? wchan : "-", call, place);
+  }
+  closedir(d);
+  d = opendir("/proc/self/task");
+  while (d && (e = readdir(d))) {
+    long tid = atol(e->d_name);
+    /* One at a time: their lines do not mix. */
+    if (tid > 0 && tid != self && syscall(SYS_tgkill, getpid(), tid, SIGRTMIN + 3) == 0) usleep(300000);
+  }
+  if (d) closedir(d);
+}
 
 static inline void *watchdog(void *arg) {
   (void)arg;
@@ -91,8 +171,9 @@ static inline void *watchdog(void *arg) {
     const char *c = atomic_load(&current_case);
     same = (c == last) ? same + 1 : 0;
     last = c;
-    if (c && same >= 60) {
-      fprintf(stderr, "FAIL: case \"%s\" hangs (60 s)\n", c);
+    if (c && same >= WATCHDOG_SECONDS) {
+      fprintf(stderr, "FAIL: case \"%s\" hangs (%d s); where its threads are:\n", c, WATCHDOG_SECONDS);
+      dump_threads();
       _exit(3);
     }
   }
