@@ -289,6 +289,21 @@ if [[ " ${built[*]} " == *" test_initial_env "* ]]; then
   grep -q '^tiermem: [0-9.]* s, tiered: near 2M .*allocations now' <<<"$msg" ||
     { echo "$msg"; echo "the inner run's program was not tiered"; status=1; }
   report "one summary: children with the initial environment, and a tiermem run inside one" "$status"
+  # Under gdb (docs/transparent.md, "Debugging"): gdb maps the program's
+  # libraries to read them, the preload too; the program is still the one
+  # the user started, and tiermem's own signals pass.
+  if command -v gdb >/dev/null 2>&1; then
+    echo "== gdb, the program under the preload (exec-wrapper)"
+    status=0
+    msg=$(timeout -k 10 120 gdb -q -batch -nx \
+      -ex "set exec-wrapper env LD_PRELOAD=$lib/libtiermem_preload.so TIERMEM_NEAR=1M TIERMEM_THRESHOLD=256K" \
+      -ex "handle SIGBUS SIGSYS nostop noprint pass" -ex run --args "$out/test_initial_env" 2>&1) || status=1
+    n=$(grep -c '^tiermem: [0-9.]* s, tiered' <<<"$msg")
+    grep -q "exited normally" <<<"$msg" && [[ $n -eq 1 ]] || { echo "$msg"; status=1; }
+    report "gdb runs the tiered program to its end, one summary" "$status"
+  else
+    echo "skipped: gdb with the preload: no gdb (apt-get install gdb)"
+  fi
 fi
 # Pages another process pinned are held outside the budget only while the
 # kernel may still pin them: 16 MiB written into a 16 KiB budget holds at

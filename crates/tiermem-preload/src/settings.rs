@@ -399,13 +399,15 @@ pub fn is_root_process() -> bool {
     started_program()
 }
 
-/// Whether process `pid` has this library mapped (the same file, by device
-/// and inode); None where its maps cannot be read.
+/// Whether process `pid` has loaded this library: mapped the same file (by
+/// device and inode) as code. A debugger maps the libraries of the program
+/// it runs to read them, but not executable. None where its maps cannot be
+/// read.
 fn maps_this_library(pid: u32) -> Option<bool> {
-    // Device and inode of a maps line.
+    // Device and inode of a maps line of code.
     let file = |line: &str| {
         let f: Vec<&str> = line.split_whitespace().collect();
-        (f.len() >= 6 && f[4] != "0").then(|| (f[3].to_owned(), f[4].to_owned()))
+        (f.len() >= 6 && f[4] != "0" && f[1].contains('x')).then(|| (f[3].to_owned(), f[4].to_owned()))
     };
     let here = maps_this_library as *const () as usize;
     let own = std::fs::read_to_string("/proc/self/maps").ok()?;
