@@ -64,7 +64,7 @@ use crossbeam_utils::Backoff;
 use std::collections::VecDeque;
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tiermem_sys::mm::{base_page_size, Advice, MapOptions, Mapping, UserAccess};
 
@@ -74,8 +74,8 @@ use tiermem_sys::Errno;
 mod job;
 mod movers;
 
-use movers::engine;
 pub use movers::{configure_movers, mover_config, MoverConfig};
+use movers::{pool, PoolUse};
 
 /// When pages switch to their near copies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -245,6 +245,8 @@ pub struct Overshadow {
     job: Arc<Job>,
     /// `to`'s registration with the fault router (none for plain copies).
     routed: Option<RangeGuard>,
+    /// The movers, kept running while this overshadow lives (dropped last).
+    pool: PoolUse,
 }
 
 impl std::fmt::Debug for Overshadow {
@@ -266,14 +268,14 @@ impl Overshadow {
     }
 
     fn start(from: usize, size: usize, opts: &Options, mode: Mode) -> Result<Overshadow, Error> {
-        let e = engine()?;
+        let pool = pool()?;
         let job = Arc::new(Job::new(from, size, opts, mode)?);
         let routed = match &job.view {
             Some(v) => Some(crate::fault::register(v.map.addr(), v.map.len(), job.clone())?),
             None => None,
         };
-        e.submit(job.clone());
-        Ok(Overshadow { job, routed })
+        pool.submit(job.clone());
+        Ok(Overshadow { job, routed, pool })
     }
 
     /// The near address (`to`).
@@ -341,9 +343,7 @@ impl Overshadow {
 
 impl Drop for Overshadow {
     fn drop(&mut self) {
-        if let Ok(e) = engine() {
-            e.withdraw(&self.job);
-        }
+        self.pool.withdraw(&self.job);
         // Returns once no write-fault handler runs on `to` any more.
         drop(self.routed.take());
         // Movers that withdrew may still drop their clones.
