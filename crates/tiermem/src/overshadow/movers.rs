@@ -47,6 +47,9 @@ pub(super) struct MoverPool {
     users: AtomicUsize,
     stop: AtomicBool,
     config: MoverConfig,
+    /// The process whose threads these are: a `fork()`ed child inherits
+    /// the registry, not the threads.
+    pid: u32,
 }
 
 /// The configuration the next pool starts with.
@@ -67,7 +70,12 @@ pub fn configure_movers(config: MoverConfig) -> Result<(), Error> {
     if let Some(c) = config.cpus.iter().find(|&&c| c >= n) {
         return Err(Error::Usage(format!("mover CPU {c}: this machine has {n} CPUs")));
     }
-    if POOL.lock().unwrap_or_else(|p| p.into_inner()).is_some() {
+    let running = POOL
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_ref()
+        .map(|p| p.pid);
+    if running == Some(std::process::id()) {
         return Err(Error::Usage(
             "overshadow movers already running: configure them before the first overshadow".into(),
         ));
@@ -78,7 +86,12 @@ pub fn configure_movers(config: MoverConfig) -> Result<(), Error> {
 
 /// The mover configuration in force (or that will be, once started).
 pub fn mover_config() -> MoverConfig {
-    if let Some(p) = &*POOL.lock().unwrap_or_else(|p| p.into_inner()) {
+    if let Some(p) = POOL
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_ref()
+        .filter(|p| p.pid == std::process::id())
+    {
         return p.config.clone();
     }
     CONFIG
@@ -108,7 +121,7 @@ impl Drop for PoolUse {
 /// A use of the pool running now, or of a new one.
 pub(super) fn pool() -> Result<PoolUse, Error> {
     let mut slot = POOL.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(p) = &*slot {
+    if let Some(p) = slot.as_ref().filter(|p| p.pid == std::process::id()) {
         p.users.fetch_add(1, Ordering::AcqRel);
         return Ok(PoolUse(p.clone()));
     }
@@ -124,6 +137,7 @@ pub(super) fn pool() -> Result<PoolUse, Error> {
         users: AtomicUsize::new(1),
         stop: AtomicBool::new(false),
         config: config.clone(),
+        pid: std::process::id(),
     });
     for k in 0..config.movers {
         let p = pool.clone();

@@ -296,3 +296,44 @@ fn a_failed_copy_is_reported_by_wait() {
     drop((os, far));
     std::fs::remove_file(path).unwrap();
 }
+
+/// A `fork()`ed child inherits the movers' registry but not their threads:
+/// its overshadows start movers of its own (they waited forever for the
+/// parent's). Runs in a fresh process (one test thread) to fork safely.
+#[test]
+fn a_forked_child_gets_movers_of_its_own() {
+    const NAME: &str = "a_forked_child_gets_movers_of_its_own";
+    if std::env::var("TIERMEM_CHILD").as_deref() != Ok(NAME) {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", NAME, "--nocapture", "--test-threads=1"])
+            .env("TIERMEM_CHILD", NAME)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        return;
+    }
+    let far = filled(4 << 20);
+    let os = Overshadow::create(far.addr(), far.len(), &Options::default()).unwrap();
+    os.wait().unwrap();
+    // SAFETY: fork in a process with one test thread; the child makes an
+    // overshadow, waits for it (bounded by an alarm) and leaves with _exit.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0);
+    if pid == 0 {
+        // SAFETY: alarm only arms a timer; SIGALRM ends the child.
+        unsafe { libc::alarm(20) };
+        let far = filled(4 << 20);
+        let os = Overshadow::create(far.addr(), far.len(), &Options::default()).unwrap();
+        let ok = os.wait().is_ok() && check_all(os.as_atomic_u64()) == 0;
+        // SAFETY: ends the child without running the parent's destructors.
+        unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for our child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "the child's overshadow: status {status:#x} (signal 14: it never finished)"
+    );
+    drop(os);
+}
