@@ -103,6 +103,43 @@ static inline void code_place(unsigned long pc, char *out, size_t len) {
   fclose(f);
 }
 
+/* Code addresses among the words of a thread's stack from `sp` up (a
+ * thread that blocks signals, as one in a fault handler does, cannot be
+ * asked for a backtrace): return addresses, read through /proc/self/mem
+ * (an unmapped stack fails the read, not the watchdog), each as
+ * lib+offset, the innermost first. Stale words give false entries. */
+static inline void scan_stack(unsigned long sp) {
+  unsigned long lo[64], hi[64], off[64];
+  char paths[64][160];
+  int n = 0;
+  FILE *f = fopen("/proc/self/maps", "r");
+  char line[512];
+  while (f && n < 64 && fgets(line, sizeof line, f)) {
+    char perms[8] = "", path[160] = "";
+    if (sscanf(line, "%lx-%lx %7s %lx %*s %*s %159s", &lo[n], &hi[n], perms, &off[n], path) >= 4 && perms[2] == 'x' &&
+        path[0] == '/') {
+      snprintf(paths[n], sizeof paths[n], "%s", strrchr(path, '/') + 1);
+      n++;
+    }
+  }
+  if (f) fclose(f);
+  int mem = open("/proc/self/mem", O_RDONLY);
+  if (mem < 0) return;
+  static unsigned long words[2048];
+  ssize_t got = pread(mem, words, sizeof words, (off_t)sp);
+  close(mem);
+  fprintf(stderr, "   stack from %#lx:", sp);
+  int shown = 0;
+  for (ssize_t k = 0; k < got / 8 && shown < 40; k++)
+    for (int m = 0; m < n; m++)
+      if (words[k] >= lo[m] && words[k] < hi[m]) {
+        fprintf(stderr, " %s+%#lx", paths[m], words[k] - lo[m] + off[m]);
+        shown++;
+        break;
+      }
+  fprintf(stderr, "\n");
+}
+
 static void backtrace_on_signal(int sig) {
   (void)sig;
   void *frames[48];
@@ -147,6 +184,10 @@ static inline void dump_threads(void) {
     if (comm_end) *comm_end = 0;
     fprintf(stderr, "thread %ld (%s)%s: state %c, wchan %s, syscall %s, at %s\n", tid, comm ? comm + 1 : "?",
             tid == self ? " [watchdog]" : "", state, wchan[0] ? wchan : "-", call, place);
+    /* The stack pointer is the second last field of a thread in a call. */
+    char *sp_field = NULL;
+    for (char *q = call; last && (q = strchr(q, ' ')) && q < last; q++) sp_field = q + 1;
+    if (tid != self && sp_field && strncmp(call, "running", 7) != 0) scan_stack(strtoul(sp_field, NULL, 16));
   }
   closedir(d);
   d = opendir("/proc/self/task");

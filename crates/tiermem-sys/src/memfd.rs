@@ -88,24 +88,27 @@ pub fn set_len(fd: BorrowedFd<'_>, len: u64) -> Result<(), Errno> {
 
 /// `fallocate(fd, PUNCH_HOLE | KEEP_SIZE, offset, len)`.
 pub fn punch_hole(fd: BorrowedFd<'_>, offset: u64, len: u64) -> Result<(), Errno> {
-    // SAFETY: plain syscall on a borrowed, open descriptor.
-    check(unsafe {
-        libc::fallocate(
-            fd.as_raw_fd(),
-            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-            offset as libc::off_t,
-            len as libc::off_t,
-        )
-    })
-    .map(|_| ())
+    fallocate(
+        fd,
+        libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+        offset,
+        len,
+    )
 }
 
 /// `fallocate(fd, 0, offset, len)`: reserves blocks so later writes cannot
 /// fail for lack of space.
 pub fn allocate(fd: BorrowedFd<'_>, offset: u64, len: u64) -> Result<(), Errno> {
-    // SAFETY: plain syscall on a borrowed, open descriptor.
-    check(unsafe { libc::fallocate(fd.as_raw_fd(), 0, offset as libc::off_t, len as libc::off_t) })
-        .map(|_| ())
+    fallocate(fd, 0, offset, len)
+}
+
+/// `fallocate` as a raw system call: the C library's is a cancellation
+/// point, and a store frees its space in `free()` (a discard), where a
+/// thread with a cancel pending must not be unwound holding the heap.
+fn fallocate(fd: BorrowedFd<'_>, mode: i32, offset: u64, len: u64) -> Result<(), Errno> {
+    // SAFETY: plain syscall on a borrowed, open descriptor, integer arguments.
+    let r = unsafe { libc::syscall(libc::SYS_fallocate, fd.as_raw_fd(), mode, offset as i64, len as i64) };
+    check(r as i32).map(|_| ())
 }
 
 #[cfg(test)]

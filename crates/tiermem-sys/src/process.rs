@@ -309,11 +309,13 @@ impl std::fmt::Write for LineBuf {
 
 /// Writes `bytes` to standard error with `write(2)` (retrying partial
 /// writes and EINTR), bypassing Rust's and the C library's buffers and
-/// locks: async-signal-safe. Errors are ignored (nowhere to report them).
+/// locks: async-signal-safe, and a raw system call, not the C library's
+/// `write` (a cancellation point: fault handlers print through this).
+/// Errors are ignored (nowhere to report them).
 pub fn write_stderr(mut bytes: &[u8]) {
     while !bytes.is_empty() {
         // SAFETY: a valid buffer of that length; fd 2 may be closed (EBADF).
-        let n = unsafe { libc::write(2, bytes.as_ptr().cast(), bytes.len()) };
+        let n = unsafe { libc::syscall(libc::SYS_write, 2, bytes.as_ptr(), bytes.len()) } as isize;
         if n > 0 {
             bytes = &bytes[n as usize..];
         } else if n < 0 && crate::Errno::last().raw() == libc::EINTR {
