@@ -129,7 +129,12 @@ impl GuardedFd {
         // SAFETY: F_DUPFD_CLOEXEC on a descriptor we own.
         let high = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, high_floor()) };
         let fd = if high >= 0 {
-            // SAFETY: a new descriptor we own; the old one closes on drop.
+            // Not the C library's close, a cancellation point: a thread's
+            // first fault makes its write-back pipe here, holding a page
+            // busy, and a deferred cancel pending then unwound it out of the
+            // fault handler (the page stayed busy, every other thread hung).
+            close_untrapped(fd);
+            // SAFETY: a new descriptor we own.
             unsafe { OwnedFd::from_raw_fd(high) }
         } else {
             fd

@@ -55,12 +55,16 @@ impl Pipe {
     /// an unprivileged process is limited by /proc/sys/fs/pipe-max-size).
     pub fn new(capacity: usize) -> Result<Pipe, Errno> {
         let (read, write) = pipe_fds()?;
+        // Guarded at once: a guarded descriptor closes through a raw system
+        // call, and this runs in fault handlers, where the C library's
+        // close (a cancellation point) must not run, failure or not.
+        let (read, write) = (GuardedFd::new(read), GuardedFd::new(write));
         // SAFETY: fcntl on our own descriptor with an integer argument.
         let got =
             check(unsafe { libc::fcntl(write.as_raw_fd(), libc::F_SETPIPE_SZ, capacity as libc::c_int) })?;
         Ok(Pipe {
-            read: GuardedFd::new(read),
-            write: GuardedFd::new(write),
+            read,
+            write,
             capacity: got as usize,
         })
     }
