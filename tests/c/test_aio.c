@@ -26,36 +26,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#define BLOCK (1u << 20)
-#define BLOCKS 8
+#include "io_blocks.h"
 
 static long io_setup_(unsigned nr, aio_context_t *ctx) { return syscall(SYS_io_setup, nr, ctx); }
 static long io_destroy_(aio_context_t ctx) { return syscall(SYS_io_destroy, ctx); }
 static long io_submit_(aio_context_t ctx, long n, struct iocb **l) { return syscall(SYS_io_submit, ctx, n, l); }
 static long io_getevents_(aio_context_t ctx, long min, long max, struct io_event *ev) {
     return syscall(SYS_io_getevents, ctx, min, max, ev, NULL);
-}
-
-static unsigned char pattern(size_t block, size_t i, int round) {
-    return (unsigned char)(block * 13 + i / 4096 * 7 + i % 251 + round * 31);
-}
-
-/* Pages of block `block` in `data` that do not hold round `round`'s. */
-static size_t pages_wrong(const unsigned char *data, size_t block, int round) {
-    size_t bad = 0;
-    for (size_t p = 0; p < BLOCK / 4096; p++)
-        for (size_t i = p * 4096; i < (p + 1) * 4096; i++)
-            if (data[i] != pattern(block, i, round)) {
-                bad++;
-                break;
-            }
-    return bad;
-}
-
-static unsigned char *junk;
-static void churn(void) {
-    /* More than any budget the tests use: every other tiered page goes. */
-    for (size_t i = 0; i < (24u << 20); i += 4096) junk[i]++;
 }
 
 static void *tiered_block(void) {
@@ -118,19 +95,9 @@ static int submit(aio_context_t ctx, int fd, unsigned char **buf, uint16_t op, i
 }
 
 int main(int argc, char **argv) {
-    const char *dir = argc > 1 ? argv[1] : ".";
-    char path[4096];
-    snprintf(path, sizeof path, "%s/test_aio.%d", dir, (int)getpid());
-    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_DIRECT, 0600);
-    if (fd < 0) {
-        printf("test_aio: skipped: no O_DIRECT file in %s: %s\n", dir, strerror(errno));
-        return 0;
-    }
-    unlink(path);
-    junk = malloc(24u << 20);
-    unsigned char *plain = NULL;
-    if (!junk || posix_memalign((void **)&plain, 4096, BLOCK)) return 2;
-    memset(junk, 1, 24u << 20);
+    unsigned char *plain;
+    int fd = direct_file("test_aio", argc, argv, &plain);
+    if (fd < 0) return fd == -1 ? 0 : 2;
     aio_context_t ctx = 0;
     if (io_setup_(64, &ctx) < 0) {
         printf("test_aio: skipped: io_setup: %s\n", strerror(errno));

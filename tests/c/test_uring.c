@@ -29,8 +29,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#define BLOCK (1u << 20)
-#define BLOCKS 8
+#include "io_blocks.h"
 
 /* io_uring_setup through the C library, or through an instruction of
  * this program's own, as liburing makes it. */
@@ -85,28 +84,6 @@ static int ring_open(struct ring *r, long (*setup)(unsigned, struct io_uring_par
     r->sqes = sqes;
     r->cqes = (struct io_uring_cqe *)(sq + p.cq_off.cqes);
     return 0;
-}
-
-static unsigned char pattern(size_t block, size_t i, int round) {
-    return (unsigned char)(block * 11 + i / 4096 * 5 + i % 241 + round * 29);
-}
-
-/* Pages of block `block` in `data` that do not hold round `round`'s. */
-static size_t pages_wrong(const unsigned char *data, size_t block, int round) {
-    size_t bad = 0;
-    for (size_t p = 0; p < BLOCK / 4096; p++)
-        for (size_t i = p * 4096; i < (p + 1) * 4096; i++)
-            if (data[i] != pattern(block, i, round)) {
-                bad++;
-                break;
-            }
-    return bad;
-}
-
-static unsigned char *junk;
-static void churn(void) {
-    /* More than any budget the tests use: every other tiered page goes. */
-    for (size_t i = 0; i < (24u << 20); i += 4096) junk[i]++;
 }
 
 /* Queues one op per block (block b at file offset b * BLOCK, from or into
@@ -171,19 +148,9 @@ static int plain_io(int fd, unsigned char **buf, int write) {
 }
 
 int main(int argc, char **argv) {
-    const char *dir = argc > 1 ? argv[1] : ".";
-    char path[4096];
-    snprintf(path, sizeof path, "%s/test_uring.%d", dir, (int)getpid());
-    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_DIRECT, 0600);
-    if (fd < 0) {
-        printf("test_uring: skipped: no O_DIRECT file in %s: %s\n", dir, strerror(errno));
-        return 0;
-    }
-    unlink(path);
-    junk = malloc(24u << 20);
-    unsigned char *plain = NULL;
-    if (!junk || posix_memalign((void **)&plain, 4096, BLOCK)) return 2;
-    memset(junk, 1, 24u << 20);
+    unsigned char *plain;
+    int fd = direct_file("test_uring", argc, argv, &plain);
+    if (fd < 0) return fd == -1 ? 0 : 2;
     unsigned char *buf[BLOCKS];
     for (int b = 0; b < BLOCKS; b++)
         if (posix_memalign((void **)&buf[b], 4096, BLOCK)) return 2;
