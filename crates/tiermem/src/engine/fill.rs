@@ -506,11 +506,14 @@ impl RegionCore {
                     // them finish (a turn held too long ends here).
                     self.budget.progress.stuck(keep);
                     let t0 = *stuck_since.get_or_insert_with(Instant::now);
-                    if t0.elapsed() > PINNED_PATIENCE && self.budget.has_pins() {
+                    let own_pins = crate::fault::holds_call_pins(tid);
+                    if self.budget.has_pins() && (own_pins || t0.elapsed() > PINNED_PATIENCE) {
                         // Or pinned for system calls (half the budget at
                         // most) while the rest is spared: with four pages,
                         // two pinned and this thread's last fills leave
-                        // none, and the calls may be this thread's own.
+                        // none, and the calls may be this thread's own
+                        // (then at once: waiting for them is waiting for
+                        // nothing; rsync at 16K paid 10 ms per read piece).
                         // Sparing is for progress, not correctness: take
                         // one page, spared or not.
                         let own = match self.evict_batch(1, Keep::Nothing, timer) {

@@ -29,7 +29,7 @@ pub mod vfork;
 use crate::Error;
 use std::any::Any;
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 use std::sync::{Arc, Once, OnceLock};
 use std::time::Duration;
 use tiermem_sys::ranges::RangeTable;
@@ -118,6 +118,24 @@ thread_local! {
     static TID: Cell<u32> = const { Cell::new(0) };
     /// Consecutive spurious faults: (address, count).
     static REPEATS: Cell<(usize, u32)> = const { Cell::new((0, 0)) };
+    /// Whether this thread is pinning a buffer now ([`pinning_here`]).
+    static PINNING: Cell<bool> = const { Cell::new(false) };
+    /// Pin sets this thread holds for its system calls now.
+    static CALL_PINS: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Threads holding pin sets for their system calls (a thread id per set,
+/// 0: free), for fills served on another thread (the handler-thread path).
+/// Full, a set goes unlisted: its fills wait as for anyone's pins.
+static PIN_HOLDERS: [AtomicU32; 32] = [const { AtomicU32::new(0) }; 32];
+
+/// Whether thread `tid` holds pages pinned for a system call, or (the
+/// calling thread) is pinning some now: its own pins, which a fill for it
+/// that finds every other page spared would wait for in vain (a bounce
+/// buffer's copy faults in what its pins could not cover, with them held).
+pub(crate) fn holds_call_pins(tid: u32) -> bool {
+    let here = tid == self::tid() && (PINNING.with(Cell::get) || CALL_PINS.with(Cell::get) > 0);
+    here || PIN_HOLDERS.iter().any(|h| h.load(Ordering::Relaxed) == tid)
 }
 
 /// Keeps a range registered; dropping it unregisters the range and waits
@@ -209,6 +227,8 @@ pub(crate) struct KernelPins {
     /// Bytes from the buffer's start that are ready for the kernel.
     pub(crate) ready: usize,
     kind: PinKind,
+    /// Counted in this thread's `CALL_PINS`.
+    counted: bool,
 }
 
 impl Drop for KernelPins {
@@ -216,6 +236,13 @@ impl Drop for KernelPins {
         for (addr, len, slot) in &mut self.segments {
             if let Some(s) = slot.take() {
                 s.handler.unpin(*addr, *len, self.kind);
+            }
+        }
+        if self.counted {
+            CALL_PINS.with(|c| c.set(c.get().saturating_sub(1)));
+            let me = tid();
+            if let Some(h) = PIN_HOLDERS.iter().find(|h| h.load(Ordering::Relaxed) == me) {
+                h.store(0, Ordering::Relaxed);
             }
         }
     }
@@ -243,6 +270,7 @@ fn pin(addr: usize, len: usize, write: bool, kind: PinKind) -> KernelPins {
         loan: None,
         ready: 0,
         kind,
+        counted: false,
     };
     // A vfork child borrows the pins from the owner's lender (for its
     // calls: it starts no I/O that outlives it).
@@ -256,6 +284,7 @@ fn pin(addr: usize, len: usize, write: bool, kind: PinKind) -> KernelPins {
     let end = addr.saturating_add(len);
     let generation = fork_generation();
     let mut at = addr;
+    let was_pinning = PINNING.with(|p| p.replace(true));
     for seg in 0..pins.segments.len() {
         if at >= end {
             break;
@@ -278,7 +307,19 @@ fn pin(addr: usize, len: usize, write: bool, kind: PinKind) -> KernelPins {
             break;
         }
     }
+    PINNING.with(|p| p.set(was_pinning));
     pins.ready = at.min(end) - addr;
+    // A call's pins are dropped on the thread that took them (in its trap);
+    // an I/O's may end on another.
+    if kind == PinKind::Call && pins.segments.iter().any(|s| s.1 > 0) {
+        CALL_PINS.with(|c| c.set(c.get() + 1));
+        pins.counted = true;
+        let me = tid();
+        let _ = PIN_HOLDERS.iter().find(|h| {
+            h.compare_exchange(0, me, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        });
+    }
     pins
 }
 
