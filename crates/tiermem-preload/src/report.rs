@@ -63,6 +63,9 @@ pub struct Report {
     /// `io_uring_setup` calls of the program's C library refused with
     /// `ENOSYS` (io_uring cannot be used on tiered memory).
     pub io_uring_refused: u64,
+    /// A language runtime whose heap is its own mapping, out of tiermem's
+    /// reach (`java`: libjvm.so is loaded), if any.
+    pub untiered_runtime: Option<&'static str>,
     /// Frees of heap addresses that were no allocation.
     pub bad_frees: u64,
     /// The heap's latest far-store errors.
@@ -228,6 +231,7 @@ fn say(ended_by: Option<&'static str>) {
         statics: crate::statics::reports(),
         heap_full_events: HEAP_FULL.load(Ordering::Relaxed),
         io_uring_refused: tiermem::io_uring_refused(),
+        untiered_runtime: untiered_runtime(),
         bad_frees: BAD_FREES.load(Ordering::Relaxed),
         errors: h.region().map(|r| r.errors()).unwrap_or_default(),
         ended_by,
@@ -475,9 +479,14 @@ pub fn summary(r: &Report) -> String {
             } else {
                 format!(
                     "tiermem:   budget {b}{share}: budget never reached, nothing evicted (near \
-                     high-water {}); peak footprint {} (VmHWM): a smaller --near tiers this program\n",
+                     high-water {}); peak footprint {} (VmHWM){}\n",
                     mib(c.near_high_water_bytes),
-                    mib(c.peak_footprint_bytes)
+                    mib(c.peak_footprint_bytes),
+                    if r.untiered_runtime.is_some() {
+                        ""
+                    } else {
+                        ": a smaller --near tiers this program"
+                    }
                 )
             };
             let mut cost = format!("tiermem:   cost: time in faults {:.3} s", c.fault_seconds);
@@ -532,16 +541,29 @@ pub fn summary(r: &Report) -> String {
     out
 }
 
-/// Why io_uring failed, where the program asked for it.
+/// Why io_uring failed, where the program asked for it, and what a
+/// language runtime kept to itself.
 fn io_uring_line(r: &Report) -> String {
-    match r.io_uring_refused {
+    let mut out = match r.io_uring_refused {
         0 => String::new(),
         n => format!(
             "tiermem:   io_uring refused ({n} io_uring_setup calls failed with ENOSYS): the kernel uses its \
              buffers outside any system call tiermem sees, which would lose tiered data; programs fall \
              back to plain calls\n"
         ),
+    };
+    if r.untiered_runtime == Some("java") {
+        out += "tiermem:   a Java VM: the Java heap is the JVM's own mapping, which tiermem does not tier; \
+                only native allocations of at least the threshold are (a budget the footprint never \
+                reaches says nothing of the Java heap)\n";
     }
+    out
+}
+
+/// A loaded runtime that maps its heap itself (see [`Report`]).
+fn untiered_runtime() -> Option<&'static str> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    maps.lines().any(|l| l.ends_with("/libjvm.so")).then_some("java")
 }
 
 /// What the `auto` policy chose and why, when it evicted anything.
