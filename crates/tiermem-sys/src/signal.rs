@@ -540,44 +540,6 @@ pub(crate) fn current_handler(sig: libc::c_int) -> Option<usize> {
     (unsafe { kernel_sigaction(sig, std::ptr::null(), &mut cur) } == 0).then_some(cur.sa_sigaction)
 }
 
-extern "C" {
-    fn pthread_setcancelstate(state: libc::c_int, old: *mut libc::c_int) -> libc::c_int;
-}
-
-/// Cancellation off for the calling thread while this lives: tiermem's
-/// handlers (faults, trapped calls) run on application threads, and any
-/// call of the C library that is a cancellation point (`close`, `write`,
-/// `fallocate`, ...) would unwind a thread whose deferred cancel is pending
-/// out of the handler, leaving the pages it holds busy for ever (every
-/// other thread then waits on them). Each such call found was made raw;
-/// this keeps the next one from doing harm. The state is only flags on the
-/// thread's descriptor (no lock): fine in a signal handler. A cancel
-/// requested meanwhile acts at the thread's next cancellation point, or at
-/// once on restore for an asynchronous one.
-pub(crate) struct CancelOff(libc::c_int);
-
-/// `PTHREAD_CANCEL_DISABLE` (glibc and musl).
-const PTHREAD_CANCEL_DISABLE: libc::c_int = 1;
-
-impl CancelOff {
-    pub(crate) fn new() -> CancelOff {
-        let mut old = 0;
-        // SAFETY: sets the calling thread's cancellation state; `old` is a
-        // valid out-parameter.
-        unsafe { pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &mut old) };
-        CancelOff(old)
-    }
-}
-
-impl Drop for CancelOff {
-    fn drop(&mut self) {
-        if self.0 != PTHREAD_CANCEL_DISABLE {
-            // SAFETY: restores the state saved by `new`.
-            unsafe { pthread_setcancelstate(self.0, std::ptr::null_mut()) };
-        }
-    }
-}
-
 extern "C" fn on_fault(signo: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     // SAFETY: errno location is thread-local and always valid.
     let saved_errno = unsafe { *libc::__errno_location() };
@@ -596,7 +558,6 @@ extern "C" fn on_fault(signo: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut
         let err = unsafe { (*(ctx as *const libc::ucontext_t)).uc_mcontext.gregs[libc::REG_ERR as usize] };
         err & 2 != 0
     };
-    let cancel_off = CancelOff::new();
     let disposition = dispatch(
         &CALLBACKS[kind.slot()],
         SignalFault {
@@ -606,8 +567,6 @@ extern "C" fn on_fault(signo: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut
             write,
         },
     );
-    // The program's own handler runs as it would have without tiermem.
-    drop(cancel_off);
     if disposition == Disposition::Forward {
         forward(kind, signo, info, ctx, code);
     }
@@ -728,37 +687,6 @@ fn mask_word(set: &libc::sigset_t) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The calling thread's cancellation state (set to itself again).
-    fn cancel_state() -> libc::c_int {
-        let mut old = 0;
-        // SAFETY: sets DISABLE, reads the old state, then puts it back.
-        unsafe {
-            pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &mut old);
-            pthread_setcancelstate(old, std::ptr::null_mut());
-        }
-        old
-    }
-
-    #[test]
-    fn cancellation_is_off_inside_and_restored_after_nesting() {
-        std::thread::spawn(|| {
-            assert_eq!(cancel_state(), 0, "enabled in a new thread");
-            let outer = CancelOff::new();
-            assert_eq!(cancel_state(), PTHREAD_CANCEL_DISABLE);
-            let inner = CancelOff::new();
-            drop(inner);
-            assert_eq!(
-                cancel_state(),
-                PTHREAD_CANCEL_DISABLE,
-                "a nested one keeps it off"
-            );
-            drop(outer);
-            assert_eq!(cancel_state(), 0, "restored");
-        })
-        .join()
-        .unwrap();
-    }
     use crate::mm::{MapOptions, Mapping, Protection};
     use std::sync::atomic::AtomicU64;
 

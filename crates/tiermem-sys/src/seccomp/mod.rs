@@ -839,9 +839,6 @@ extern "C" fn on_sigsys(signo: libc::c_int, info: *mut libc::siginfo_t, ctx: *mu
     if !ours || ctx.is_null() {
         forward(signo, info, ctx);
     } else {
-        // No cancellation point of the C library may unwind the thread out
-        // of the trap with pages pinned (see `CancelOff`).
-        let _cancel_off = crate::signal::CancelOff::new();
         // SAFETY: ctx is the interrupted thread's ucontext for SA_SIGINFO.
         let uc = unsafe { &mut *(ctx.cast::<libc::ucontext_t>()) };
         let g = &uc.uc_mcontext.gregs;
