@@ -107,7 +107,15 @@ pub fn allocate(fd: BorrowedFd<'_>, offset: u64, len: u64) -> Result<(), Errno> 
 /// thread with a cancel pending must not be unwound holding the heap.
 fn fallocate(fd: BorrowedFd<'_>, mode: i32, offset: u64, len: u64) -> Result<(), Errno> {
     // SAFETY: plain syscall on a borrowed, open descriptor, integer arguments.
-    let r = unsafe { libc::syscall(libc::SYS_fallocate, fd.as_raw_fd(), mode, offset as i64, len as i64) };
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_fallocate,
+            fd.as_raw_fd(),
+            mode,
+            offset as i64,
+            len as i64,
+        )
+    };
     check(r as i32).map(|_| ())
 }
 
