@@ -118,7 +118,7 @@ thread_local! {
     static TID: Cell<u32> = const { Cell::new(0) };
     /// Consecutive spurious faults: (address, count).
     static REPEATS: Cell<(usize, u32)> = const { Cell::new((0, 0)) };
-    /// Whether this thread is pinning a buffer now ([`pinning_here`]).
+    /// Whether this thread is pinning a buffer now ([`holds_call_pins`]).
     static PINNING: Cell<bool> = const { Cell::new(false) };
     /// Pin sets this thread holds for its system calls now.
     static CALL_PINS: Cell<u32> = const { Cell::new(0) };
