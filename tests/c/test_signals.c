@@ -261,6 +261,46 @@ static void test_deferred_cancel_file_store(int path) {
   cancel_rounds(path, r, cancel_me_deferred);
 }
 
+/* ---- 3c. a discard by a thread whose deferred cancel is pending: freeing
+ * far space (fallocate) must not be a cancellation point, or the thread
+ * unwinds out of it holding a page busy (the next access hangs) ---- */
+
+struct discard_arg {
+  tm_region *r;
+  atomic_int cancelled, returned;
+};
+
+static void *discard_with_cancel_pending(void *p) {
+  struct discard_arg *a = p;
+  while (!atomic_load(&a->cancelled)) sched_yield();
+  tm_region_discard(a->r, 0, (size_t)PAGES * PAGE);
+  atomic_store(&a->returned, 1);
+  pthread_testcancel();
+  return NULL;
+}
+
+static void test_discard_with_cancel_pending(int path) {
+  atomic_store(&current_case, "discard with a cancel pending, file far store");
+  struct tm_config cfg = region_config(path);
+  cfg.far_kind = TM_FAR_FILE;
+  cfg.far_path = "/tmp";
+  tm_region *r = make_region_with(&cfg);
+  struct discard_arg a = {.r = r};
+  pthread_t t;
+  pthread_create(&t, NULL, discard_with_cancel_pending, &a);
+  pthread_cancel(t);
+  atomic_store(&a.cancelled, 1);
+  void *res = NULL;
+  pthread_join(t, &res);
+  CHECK(atomic_load(&a.returned) == 1, "%s: the discard was a cancellation point", path_name(path));
+  CHECK(res == PTHREAD_CANCELED, "%s: the thread was not cancelled after the discard", path_name(path));
+  volatile uint64_t *w = tm_region_base(r);
+  uint64_t nonzero = 0;
+  for (size_t i = 0; i < (size_t)PAGES * PAGE / 8; i += 512) nonzero += w[i] != 0;
+  CHECK(nonzero == 0, "%s: %lu discarded pages not zero", path_name(path), (unsigned long)nonzero);
+  tm_region_destroy(r);
+}
+
 /* ---- 4. process-directed signals never run on tiermem's threads ---- */
 
 static atomic_int app_tids[8];
@@ -477,6 +517,7 @@ static const struct test_case cases[] = {
     {"longjmp-calls", test_siglongjmp_out_of_calls},
     {"cancel", test_async_cancel},
     {"deferred-cancel", test_deferred_cancel_file_store},
+    {"discard-cancel", test_discard_with_cancel_pending},
     {"runtime-threads", test_runtime_threads_get_no_app_signals},
     {"blocked-thread", test_thread_blocking_all_signals},
     {"full-mask-handler", test_full_mask_handler},

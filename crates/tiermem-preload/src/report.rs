@@ -420,7 +420,7 @@ pub fn summary(r: &Report) -> String {
             r.settings,
             tiermem::config::format_size(r.threshold_bytes as u64),
             mib(c.peak_footprint_bytes)
-        ) + &io_uring_line(r)
+        ) + &unserved_lines(r)
             + &children;
     }
     let mut out = format!(
@@ -533,7 +533,7 @@ pub fn summary(r: &Report) -> String {
     if let Some(e) = r.errors.last() {
         out += &format!("tiermem:   latest far-store error: {}\n", e.message);
     }
-    out += &io_uring_line(r);
+    out += &unserved_lines(r);
     out += &children;
     if let Some(why) = r.ended_by {
         out += &format!("tiermem:   ended by {why}\n");
@@ -541,17 +541,18 @@ pub fn summary(r: &Report) -> String {
     out
 }
 
-/// Why io_uring failed, where the program asked for it, and what a
-/// language runtime kept to itself.
-fn io_uring_line(r: &Report) -> String {
-    let mut out = match r.io_uring_refused {
-        0 => String::new(),
-        n => format!(
-            "tiermem:   io_uring refused ({n} io_uring_setup calls failed with ENOSYS): the kernel uses its \
+/// What tiermem could not serve: io_uring, where the program asked for it,
+/// and the heap of a language runtime that maps its own.
+fn unserved_lines(r: &Report) -> String {
+    let mut out = String::new();
+    if r.io_uring_refused > 0 {
+        out += &format!(
+            "tiermem:   io_uring refused ({} io_uring_setup calls failed with ENOSYS): the kernel uses its \
              buffers outside any system call tiermem sees, which would lose tiered data; programs fall \
-             back to plain calls\n"
-        ),
-    };
+             back to plain calls\n",
+            r.io_uring_refused
+        );
+    }
     if r.untiered_runtime == Some("java") {
         out += "tiermem:   a Java VM: the Java heap is the JVM's own mapping, which tiermem does not tier; \
                 only native allocations of at least the threshold are (a budget the footprint never \

@@ -118,24 +118,35 @@ thread_local! {
     static TID: Cell<u32> = const { Cell::new(0) };
     /// Consecutive spurious faults: (address, count).
     static REPEATS: Cell<(usize, u32)> = const { Cell::new((0, 0)) };
-    /// Whether this thread is pinning a buffer now ([`holds_call_pins`]).
-    static PINNING: Cell<bool> = const { Cell::new(false) };
-    /// Pin sets this thread holds for its system calls now.
-    static CALL_PINS: Cell<u32> = const { Cell::new(0) };
 }
 
-/// Threads holding pin sets for their system calls (a thread id per set,
-/// 0: free), for fills served on another thread (the handler-thread path).
-/// Full, a set goes unlisted: its fills wait as for anyone's pins.
+/// Threads pinning, or holding pins, for their system calls: a thread id
+/// per pin set (0: free), read by fills on any thread (the handler-thread
+/// path serves them on another). Full, a set goes unlisted: its fills wait
+/// as for anyone's pins.
 static PIN_HOLDERS: [AtomicU32; 32] = [const { AtomicU32::new(0) }; 32];
 
-/// Whether thread `tid` holds pages pinned for a system call, or (the
-/// calling thread) is pinning some now: its own pins, which a fill for it
-/// that finds every other page spared would wait for in vain (a bounce
-/// buffer's copy faults in what its pins could not cover, with them held).
+/// Whether thread `tid` is pinning or holds pages pinned for a system call:
+/// its own pins, which a fill for it that finds every other page spared
+/// would wait for in vain (a bounce buffer's copy faults in what its pins
+/// could not cover, with them held).
 pub(crate) fn holds_call_pins(tid: u32) -> bool {
-    let here = tid == self::tid() && (PINNING.with(Cell::get) || CALL_PINS.with(Cell::get) > 0);
-    here || PIN_HOLDERS.iter().any(|h| h.load(Ordering::Relaxed) == tid)
+    PIN_HOLDERS.iter().any(|h| h.load(Ordering::Relaxed) == tid)
+}
+
+/// Lists `tid` in [`PIN_HOLDERS`]; false when it is full.
+fn list_pin_holder(tid: u32) -> bool {
+    PIN_HOLDERS.iter().any(|h| {
+        h.compare_exchange(0, tid, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    })
+}
+
+/// Takes one listing of `tid` off [`PIN_HOLDERS`].
+fn unlist_pin_holder(tid: u32) {
+    if let Some(h) = PIN_HOLDERS.iter().find(|h| h.load(Ordering::Relaxed) == tid) {
+        h.store(0, Ordering::Relaxed);
+    }
 }
 
 /// Keeps a range registered; dropping it unregisters the range and waits
@@ -227,8 +238,8 @@ pub(crate) struct KernelPins {
     /// Bytes from the buffer's start that are ready for the kernel.
     pub(crate) ready: usize,
     kind: PinKind,
-    /// Counted in this thread's `CALL_PINS`.
-    counted: bool,
+    /// Listed in [`PIN_HOLDERS`].
+    listed: bool,
 }
 
 impl Drop for KernelPins {
@@ -238,12 +249,8 @@ impl Drop for KernelPins {
                 s.handler.unpin(*addr, *len, self.kind);
             }
         }
-        if self.counted {
-            CALL_PINS.with(|c| c.set(c.get().saturating_sub(1)));
-            let me = tid();
-            if let Some(h) = PIN_HOLDERS.iter().find(|h| h.load(Ordering::Relaxed) == me) {
-                h.store(0, Ordering::Relaxed);
-            }
+        if self.listed {
+            unlist_pin_holder(tid());
         }
     }
 }
@@ -270,7 +277,7 @@ fn pin(addr: usize, len: usize, write: bool, kind: PinKind) -> KernelPins {
         loan: None,
         ready: 0,
         kind,
-        counted: false,
+        listed: false,
     };
     // A vfork child borrows the pins from the owner's lender (for its
     // calls: it starts no I/O that outlives it).
@@ -284,7 +291,10 @@ fn pin(addr: usize, len: usize, write: bool, kind: PinKind) -> KernelPins {
     let end = addr.saturating_add(len);
     let generation = fork_generation();
     let mut at = addr;
-    let was_pinning = PINNING.with(|p| p.replace(true));
+    // Listed while it pins too: the fills of its later pages find its
+    // earlier ones pinned. A call's pins are dropped on the thread that
+    // took them (in its trap); an I/O's may end on another.
+    pins.listed = kind == PinKind::Call && list_pin_holder(tid());
     for seg in 0..pins.segments.len() {
         if at >= end {
             break;
@@ -307,18 +317,11 @@ fn pin(addr: usize, len: usize, write: bool, kind: PinKind) -> KernelPins {
             break;
         }
     }
-    PINNING.with(|p| p.set(was_pinning));
     pins.ready = at.min(end) - addr;
-    // A call's pins are dropped on the thread that took them (in its trap);
-    // an I/O's may end on another.
-    if kind == PinKind::Call && pins.segments.iter().any(|s| s.1 > 0) {
-        CALL_PINS.with(|c| c.set(c.get() + 1));
-        pins.counted = true;
-        let me = tid();
-        let _ = PIN_HOLDERS.iter().find(|h| {
-            h.compare_exchange(0, me, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        });
+    if pins.listed && pins.segments.iter().all(|s| s.1 == 0) {
+        // Nothing pinned: nothing of its own to wait for.
+        unlist_pin_holder(tid());
+        pins.listed = false;
     }
     pins
 }

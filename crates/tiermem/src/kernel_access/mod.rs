@@ -44,7 +44,8 @@
 //! library serve those), raw system calls made outside the C library, a C
 //! library loaded after the trap is installed (a new link namespace:
 //! `dlmopen(LM_ID_NEWLM)`; see `tiermem_sys::seccomp::call_sites`),
-//! other processes reading this one's memory (`process_vm_readv` from outside, `/proc/PID/mem`).
+//! other processes reading this one's memory (`process_vm_readv` from
+//! outside, `/proc/PID/mem`).
 
 mod aio;
 mod uring;

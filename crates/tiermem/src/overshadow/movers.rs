@@ -152,7 +152,7 @@ pub(super) fn pool() -> Result<PoolUse, Error> {
         if let Err(err) = started {
             // The movers started so far stop.
             pool.stop.store(true, Ordering::Release);
-            pool.wake();
+            pool.wake(i32::MAX);
             return Err(Error::Usage(format!("starting overshadow mover {k}: {err}")));
         }
     }
@@ -210,7 +210,7 @@ fn retire(p: &Arc<MoverPool>) {
     if p.users.load(Ordering::Acquire) == 0 && slot.as_ref().is_some_and(|s| Arc::ptr_eq(s, p)) {
         *slot = None;
         p.stop.store(true, Ordering::Release);
-        p.wake();
+        p.wake(i32::MAX);
     }
 }
 
@@ -231,14 +231,15 @@ impl MoverPool {
                 backoff.snooze();
             }
         }
-        self.wake();
+        self.wake(1);
     }
 
-    fn wake(&self) {
+    /// Wakes up to `n` idle movers.
+    fn wake(&self, n: i32) {
         // SeqCst: Dekker with the idle mover (idle bump, then work load).
         self.work.fetch_add(1, Ordering::SeqCst);
         if self.idle.load(Ordering::SeqCst) > 0 {
-            futex_wake(&self.work, i32::MAX);
+            futex_wake(&self.work, n);
         }
     }
 
