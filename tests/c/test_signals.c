@@ -240,6 +240,15 @@ static void test_async_cancel(int path) {
 /* ---- 3b. deferred cancellation with a file far store: the fault service
  * reads and writes the file, and must contain no cancellation point ---- */
 
+/* A region like make_region's over a file far store in /tmp: the fault
+ * service reads and writes the file. */
+static tm_region *make_file_region(int path) {
+  struct tm_config cfg = region_config(path);
+  cfg.far_kind = TM_FAR_FILE;
+  cfg.far_path = "/tmp";
+  return make_region_with(&cfg);
+}
+
 static void *cancel_me_deferred(void *p) {
   struct cancel_arg *a = p;
   atomic_fetch_add(&a->started, 1);
@@ -254,10 +263,7 @@ static void *cancel_me_deferred(void *p) {
 
 static void test_deferred_cancel_file_store(int path) {
   atomic_store(&current_case, "deferred cancellation, file far store");
-  struct tm_config cfg = region_config(path);
-  cfg.far_kind = TM_FAR_FILE;
-  cfg.far_path = "/tmp";
-  tm_region *r = make_region_with(&cfg);
+  tm_region *r = make_file_region(path);
   cancel_rounds(path, r, cancel_me_deferred);
 }
 
@@ -281,10 +287,7 @@ static void *discard_with_cancel_pending(void *p) {
 
 static void test_discard_with_cancel_pending(int path) {
   atomic_store(&current_case, "discard with a cancel pending, file far store");
-  struct tm_config cfg = region_config(path);
-  cfg.far_kind = TM_FAR_FILE;
-  cfg.far_path = "/tmp";
-  tm_region *r = make_region_with(&cfg);
+  tm_region *r = make_file_region(path);
   struct discard_arg a = {.r = r};
   pthread_t t;
   pthread_create(&t, NULL, discard_with_cancel_pending, &a);
