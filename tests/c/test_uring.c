@@ -27,6 +27,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "io_blocks.h"
@@ -206,5 +207,19 @@ int main(int argc, char **argv) {
         if (open == 0) close(r.fd);
     }
     close(fd);
+    /* A forked child's refusal (it prints no summary of its own): the
+     * root's summary and report count it (`children.io_uring_refused`). */
+    pid_t child = fork();
+    if (child == 0) {
+        struct ring r;
+        int open = ring_open(&r, setup_libc, 0);
+        if (open == 0) close(r.fd);
+        exit(open > 0 || (open < 0 && errno != ENOSYS));
+    }
+    int st = 0;
+    if (child < 0 || waitpid(child, &st, 0) != child || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        printf("test_uring: the forked child's io_uring_setup failed\n");
+        failed = 1;
+    }
     return failed;
 }

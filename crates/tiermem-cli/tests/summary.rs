@@ -362,6 +362,55 @@ fn children_get_one_line() {
     assert!(line.contains("ls") && line.contains("2 forked"), "{err}");
 }
 
+/// Under `--follow-exec` a tiered child prints a summary of its own only
+/// when it evicted; the root's summary sums the others (`make -j2` printed
+/// a summary per compiler run: 190 lines).
+#[test]
+fn followed_children_that_stay_within_the_budget_print_no_summary() {
+    if !have_preload() {
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let script = format!(
+        "/bin/true; {} --exact {CHILD} --test-threads=1 >/dev/null; sh -c 'ls / >/dev/null'",
+        exe.display()
+    );
+    let report = report_path("followed");
+    let out = Command::new(BIN)
+        .args(["run", "--follow-exec", "--near", "8M", "--report"])
+        .arg(&report)
+        .args(["--", "sh", "-c", &script])
+        .env("TIERMEM_CHILD", CHILD)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    for f in std::fs::read_dir(std::env::temp_dir()).unwrap().flatten() {
+        let name = f.file_name().to_string_lossy().into_owned();
+        if name.starts_with(&format!("tiermem-summary-followed-{}.json", std::process::id())) {
+            let _ = std::fs::remove_file(f.path());
+        }
+    }
+    // The shell's and the 32 MiB program's (it evicted at 8M): two.
+    let headers = err
+        .lines()
+        .filter_map(|l| l.strip_prefix("tiermem: ")?.split_once(" s, "))
+        .filter(|(secs, _)| secs.parse::<f64>().is_ok())
+        .count();
+    assert_eq!(headers, 2, "{err}");
+    let t = &r["children"]["tiered"];
+    assert_eq!(t["printed"], 1, "{t}");
+    assert!(t["exited"].as_u64() >= Some(3), "{t}");
+    assert!(t["evictions"].as_u64() > Some(0), "{t}");
+    let line = err.lines().find(|l| l.contains("children:")).unwrap_or_default();
+    assert!(
+        line.contains("evicted and printed summaries of their own, the others stayed within the budget")
+            && line.contains("in all faults"),
+        "{err}"
+    );
+}
+
 /// From the first-hour session: a program that leaves by `_exit`, one that
 /// closes its standard error first, and one that changes directory all get
 /// their summary, and the report (named relative to where the run started)

@@ -4,8 +4,16 @@
 //! one record to a small file that the root process names in
 //! `TIERMEM_CHILDREN_LOG` (internal): `f` when a tiered process forks (the
 //! child has a private copy of its tiered memory), `x NAME` when a child
-//! `exec`s a program. The root reads and removes the file at exit;
-//! `tiermem run` removes it after the root ends, however it ended.
+//! `exec`s a program, `t PRINTED EVICTIONS FAULTS FAULT_US IN OUT` when a
+//! tiered child (`--follow-exec`) exits, `u N` when a child that is not
+//! the root had `N` io_uring set-ups refused. The root reads and removes
+//! the file at exit; `tiermem run` removes it after the root ends, however
+//! it ended.
+//!
+//! A followed child prints a summary of its own only when tiering did
+//! something the user should see (it evicted, or ended badly): `make -j2`
+//! under `--follow-exec` printed one summary per compiler run, 190 lines
+//! of "nothing went to tiermem"; the root's summary now sums them.
 
 use serde::Serialize;
 use std::ffi::CString;
@@ -73,6 +81,32 @@ fn log() -> Option<&'static CString> {
     LOG.get()
 }
 
+/// In a tiered child at exit: what it did, for the root's summary.
+pub(crate) fn record_tiered_end(printed: bool, cost: &crate::report::Cost) {
+    if let Some(path) = log() {
+        let rec = format!(
+            "t {} {} {} {} {} {}\n",
+            u8::from(printed),
+            cost.evictions,
+            cost.faults,
+            (cost.fault_seconds * 1e6) as u64,
+            cost.bytes_in,
+            cost.bytes_out
+        );
+        let _ = tiermem_sys::file::append_record(path, rec.as_bytes());
+    }
+}
+
+/// In a process that is not the root, at exit: its refused io_uring
+/// set-ups.
+pub(crate) fn record_io_uring_refused(n: u64) {
+    if n > 0 {
+        if let Some(path) = log() {
+            let _ = tiermem_sys::file::append_record(path, format!("u {n}\n").as_bytes());
+        }
+    }
+}
+
 /// A fork handler: async-signal-safe (one `write`).
 extern "C" fn forked() {
     if let Some(path) = LOG.get() {
@@ -95,6 +129,32 @@ pub struct Children {
     /// Buffers its `vfork` children handed to the kernel (system calls,
     /// `exec` strings), pinned by the lender.
     pub vfork_loans: u64,
+    /// Tiered children (`--follow-exec`) that exited, summed.
+    pub tiered: TieredChildren,
+    /// io_uring set-ups refused in the other processes of the run (forked
+    /// children included, which print nothing of their own).
+    pub io_uring_refused: u64,
+}
+
+/// What the exec'd programs that tiermem tiered (`--follow-exec`) did, as
+/// far as they had exited by the root's exit.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct TieredChildren {
+    /// Tiered programs that exited.
+    pub exited: u64,
+    /// Of them, those that printed a summary of their own (they evicted,
+    /// or ended badly).
+    pub printed: u64,
+    /// Their evictions, faults, time in faults and bytes moved, summed.
+    pub evictions: u64,
+    /// Faults served.
+    pub faults: u64,
+    /// Seconds their threads spent in faults.
+    pub fault_seconds: f64,
+    /// Bytes brought in from their far stores.
+    pub bytes_in: u64,
+    /// Bytes written out to them.
+    pub bytes_out: u64,
 }
 
 impl Children {
@@ -124,6 +184,20 @@ fn parse(text: &str) -> Children {
                 Some((_, k)) => *k += 1,
                 None => c.programs.push((name.to_owned(), 1)),
             },
+            Some(("u", n)) => c.io_uring_refused += n.parse::<u64>().unwrap_or(0),
+            Some(("t", rest)) => {
+                let v: Vec<u64> = rest.split(' ').filter_map(|w| w.parse().ok()).collect();
+                if let [printed, evictions, faults, fault_us, bytes_in, bytes_out] = v[..] {
+                    let t = &mut c.tiered;
+                    t.exited += 1;
+                    t.printed += printed.min(1);
+                    t.evictions += evictions;
+                    t.faults += faults;
+                    t.fault_seconds += fault_us as f64 / 1e6;
+                    t.bytes_in += bytes_in;
+                    t.bytes_out += bytes_out;
+                }
+            }
             _ => {}
         }
     }
@@ -164,8 +238,9 @@ pub fn line(c: &Children, follow_exec: bool) -> Option<String> {
         let programs = if n == 1 { "program" } else { "programs" };
         parts.push(if follow_exec {
             format!(
-                "{n} {programs} exec'd, tiered with summaries of their own ({})",
-                names.join(", ")
+                "{n} {programs} exec'd, tiered ({}){}",
+                names.join(", "),
+                tiered_clause(&c.tiered)
             )
         } else {
             format!(
@@ -175,6 +250,33 @@ pub fn line(c: &Children, follow_exec: bool) -> Option<String> {
         });
     }
     Some(format!("tiermem:   children: {}\n", parts.join("; ")))
+}
+
+/// What the tiered children did, after their names in the summary line.
+fn tiered_clause(t: &TieredChildren) -> String {
+    if t.exited == 0 {
+        return String::new();
+    }
+    let mib = |b: u64| format!("{:.1} MiB", b as f64 / (1 << 20) as f64);
+    let who = match (t.printed, t.exited) {
+        (0, 1) => "it stayed within the budget (no summary of its own)".to_owned(),
+        (0, e) => format!("all {e} stayed within the budget (no summaries of their own)"),
+        (1, 1) => "it evicted and printed its own summary".to_owned(),
+        (p, e) if p == e => format!("all {e} evicted and printed summaries of their own"),
+        (p, e) => format!(
+            "{p} of {e} evicted and printed summaries of their own, the others stayed within the budget"
+        ),
+    };
+    if t.faults == 0 {
+        return format!(": {who}");
+    }
+    format!(
+        ": {who}; in all faults {}, time in faults {:.2} s, in {}, out {}",
+        t.faults,
+        t.fault_seconds,
+        mib(t.bytes_in),
+        mib(t.bytes_out)
+    )
 }
 
 #[cfg(test)]
@@ -199,5 +301,33 @@ mod tests {
         };
         let l = line(&v, false).unwrap();
         assert!(l.contains("faults 5 and buffers 2"), "{l}");
+    }
+
+    #[test]
+    fn tiered_children_are_summed_in_one_line() {
+        let c = parse(
+            "x cc1\nt 0 0 120 3000 0 0\nx cc1\nt 1 2048 5000 250000 4194304 8388608\nx as\n\
+             t 0 0 10 1000 0 0\nu 2\nu 1\nt 1 2\n",
+        );
+        assert_eq!(c.io_uring_refused, 3);
+        let t = &c.tiered;
+        assert_eq!(
+            (t.exited, t.printed, t.evictions, t.faults),
+            (3, 1, 2048, 5130),
+            "{t:?}"
+        );
+        assert!((t.fault_seconds - 0.254).abs() < 1e-9, "{t:?}");
+        let l = line(&c, true).unwrap();
+        assert!(
+            l.contains("3 programs exec'd, tiered (cc1 x2, as): 1 of 3 evicted and printed summaries")
+                && l.contains("faults 5130, time in faults 0.25 s, in 4.0 MiB, out 8.0 MiB"),
+            "{l}"
+        );
+        let quiet = parse("x sh\nt 0 0 4 10 0 0\n");
+        let l = line(&quiet, true).unwrap();
+        assert!(l.contains("it stayed within the budget"), "{l}");
+        // Programs still running at the root's exit have no end record.
+        let l = line(&parse("x sh\n"), true).unwrap();
+        assert!(l.ends_with("tiered (sh)\n"), "{l}");
     }
 }

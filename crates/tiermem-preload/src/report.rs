@@ -216,6 +216,7 @@ fn say(ended_by: Option<&'static str>) {
     // (follow-exec): then its report gets its pid as a suffix.
     let root = crate::settings::started_program();
     if !root && !s.follow_exec {
+        crate::children::record_io_uring_refused(tiermem::io_uring_refused());
         return;
     }
     let r = Report {
@@ -271,7 +272,14 @@ fn say(ended_by: Option<&'static str>) {
             Err(e) => eprintln!("tiermem: report: {e}"),
         }
     }
-    if !s.quiet {
+    // A tiered child prints its own summary only when tiering did
+    // something to see; the root's summary sums the others.
+    let own_summary = root || r.cost.evictions > 0 || r.ended_by.is_some() || !r.errors.is_empty();
+    if !root {
+        crate::children::record_tiered_end(own_summary, &r.cost);
+        crate::children::record_io_uring_refused(r.io_uring_refused);
+    }
+    if !s.quiet && own_summary {
         let text = summary(&r);
         match STDERR_COPY.get() {
             Some(copy) if !tiermem_sys::process::stderr_open() => {
@@ -545,12 +553,18 @@ pub fn summary(r: &Report) -> String {
 /// and the heap of a language runtime that maps its own.
 fn unserved_lines(r: &Report) -> String {
     let mut out = String::new();
-    if r.io_uring_refused > 0 {
+    let in_children = r.children.io_uring_refused;
+    if r.io_uring_refused + in_children > 0 {
+        let whose = if in_children > 0 {
+            format!(", {in_children} of them in child processes")
+        } else {
+            String::new()
+        };
         out += &format!(
-            "tiermem:   io_uring refused ({} io_uring_setup calls failed with ENOSYS): the kernel uses its \
-             buffers outside any system call tiermem sees, which would lose tiered data; programs fall \
-             back to plain calls\n",
-            r.io_uring_refused
+            "tiermem:   io_uring refused ({} io_uring_setup calls failed with ENOSYS{whose}): the kernel uses \
+             its buffers outside any system call tiermem sees, which would lose tiered data; programs \
+             fall back to plain calls\n",
+            r.io_uring_refused + in_children
         );
     }
     if r.untiered_runtime == Some("java") {

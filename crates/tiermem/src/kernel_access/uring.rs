@@ -57,17 +57,29 @@ pub(crate) fn refuse() {
     });
 }
 
+/// This process's refusals: its pid in the high half, the count in the
+/// low half, so that a forked child counts its own from zero instead of
+/// repeating its parent's.
 static REFUSED: AtomicU64 = AtomicU64::new(0);
 
 /// The result of a trapped `io_uring_setup`; None for other calls.
 pub(super) fn on_trap(call: &TrappedSyscall<'_>) -> Option<i64> {
     (call.nr == libc::SYS_io_uring_setup).then(|| {
-        REFUSED.fetch_add(1, Ordering::Relaxed);
+        let pid = u64::from(std::process::id());
+        let _ = REFUSED.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+            Some(if v >> 32 == pid { v + 1 } else { pid << 32 | 1 })
+        });
         -(libc::ENOSYS as i64)
     })
 }
 
-/// How many `io_uring_setup` calls of this image's C library were refused.
+/// How many `io_uring_setup` calls of this image's C library this process
+/// had refused (a forked child's count starts at zero).
 pub fn refused() -> u64 {
-    REFUSED.load(Ordering::Relaxed)
+    let v = REFUSED.load(Ordering::Relaxed);
+    if v >> 32 == u64::from(std::process::id()) {
+        v & u64::from(u32::MAX)
+    } else {
+        0
+    }
 }
