@@ -200,14 +200,16 @@ pub enum OnFork {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum InstallMethod {
-    /// `Move` where it was measured to pay: on the synchronous path (no
-    /// movers), where faulting threads evict into the ring and fill from
-    /// it (NPB class A at near = 50%, one thread: 8-33% faster than
-    /// `Copy`), while one thread at a time faults; `Copy` with movers,
-    /// whose ring would take a quarter of a small budget, and while
-    /// threads take turns at faulting (a move out of the region is a TLB
-    /// shootdown of every other CPU; copies unmap a batch's victims with
-    /// one: random updates at 2 threads 1.46x faster).
+    /// The method measured to pay, today `Copy` everywhere. Frame
+    /// recycling on the synchronous path was 8-33% faster than copies
+    /// when it came (NPB class A at near = 50%, one thread); since dirty
+    /// victims leave through a pipe after one batched unmap, copies are
+    /// faster (Linux 6.18, 2026-12-02, one thread: CG.A 9.15/7.45 s
+    /// against 11.58/9.55, IS.A 3.85 against 4.39-4.49, MG.A 8.28-8.57
+    /// against 9.05-9.51, FT.A even; docs/results/i36-install-batch.txt),
+    /// and with several faulting threads a move out of the region is a
+    /// TLB shootdown of every other CPU where copies unmap a batch's
+    /// victims with one.
     #[default]
     Auto,
     /// `UFFDIO_COPY` of whole runs straight from the far store; evicted

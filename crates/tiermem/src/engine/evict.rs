@@ -47,6 +47,14 @@ impl<'a> Unmaps<'a> {
     }
 }
 
+/// A faulting thread's eviction batch of at least this many victims may
+/// grow (see `evict_batch_in`) ...
+const GROW_FROM: usize = 16;
+/// ... up to this many times its size ...
+const GROW_FACTOR: usize = 8;
+/// ... while its victims form runs of this many pages on average.
+const LONG_RUN: usize = 8;
+
 /// How long `evict_all` waits for pages that cannot leave (pinned by a
 /// system call in progress) when nothing else is left to evict.
 const EVICT_ALL_PATIENCE: std::time::Duration = std::time::Duration::from_secs(1);
@@ -108,27 +116,66 @@ impl RegionCore {
     ) -> Result<Evicted, StoreError> {
         let victims = b.victims;
         let want = want.clamp(1, victims.len());
-        let n = self.select_victims(&mut victims[..want], keep);
-        timer.lap(Cost::LockList);
-        if n == 0 {
-            return Ok(Evicted::default());
-        }
-        // Take every victim that is still resident.
+        // A faulting thread's batch grows, `want` victims at a time, while
+        // they come in long runs (sequential sweeps): a longer batch costs
+        // the other CPUs no more TLB shootdowns (one unmap call for up to
+        // 64 runs) and its dirty runs one write-protect each. Scattered
+        // victims (random updates, IS's buckets) stay at `want`: there
+        // every dirty page past the pipe's 64 is a write-protect and a
+        // shootdown of its own; so does a batch whose dirty pages fill the
+        // pipe while other threads fault. NPB class A at near 50% with 512-page
+        // batches: CG and MG 12-25% faster, IS at 2 threads 25-35% slower
+        // (docs/results/i36-install-batch.txt).
+        let grow_to = if by_mover || want < GROW_FROM {
+            want
+        } else {
+            (want * GROW_FACTOR).min(victims.len())
+        };
         let owned = b.owned;
+        let mut n = 0;
         let mut k = 0;
-        // Prefetched pages not used yet get a second chance (their bit is
-        // cleared and they go back to the policy as if just filled), up to
-        // half the victims so that the batch still frees slots.
-        let mut spare = if self.prefetcher.is_some() { n / 2 } else { 0 };
-        for &v in &victims[..n] {
-            if spare > 0 && self.spare_prefetched(v) {
-                spare -= 1;
-                continue;
+        let mut goal = want;
+        loop {
+            let got = self.select_victims(&mut victims[n..goal], keep);
+            timer.lap(Cost::LockList);
+            // Take every victim that is still resident. Prefetched pages
+            // not used yet get a second chance (their bit is cleared and
+            // they go back to the policy as if just filled), up to half the
+            // victims so that the batch still frees slots.
+            let mut spare = if self.prefetcher.is_some() { got / 2 } else { 0 };
+            for &v in &victims[n..n + got] {
+                if spare > 0 && self.spare_prefetched(v) {
+                    spare -= 1;
+                    continue;
+                }
+                if let Some(w) = self.take_resident(v) {
+                    owned[k] = (v, w);
+                    k += 1;
+                }
             }
-            if let Some(w) = self.take_resident(v) {
-                owned[k] = (v, w);
-                k += 1;
+            n += got;
+            if n < goal || goal >= grow_to {
+                break;
             }
+            owned[..k].sort_unstable_by_key(|e| e.0);
+            let runs = 1 + owned[..k].windows(2).filter(|p| p[1].0 != p[0].0 + 1).count();
+            // With a pipe (other threads fault too), dirty pages past its
+            // capacity would each be a write-protect: a shootdown per run
+            // (FT.A at 2 threads took 45% more with them).
+            let piped_full = b.splice.is_some_and(|sp| {
+                let dirty = owned[..k]
+                    .iter()
+                    .filter(|e| e.1.state() == PageState::Dirty)
+                    .count();
+                dirty * self.page_bytes >= sp.pipe.capacity()
+            });
+            if k == 0 || runs * LONG_RUN > k || piped_full {
+                break;
+            }
+            goal = (goal + want).min(grow_to);
+        }
+        if k == 0 {
+            return Ok(Evicted::default());
         }
         owned[..k].sort_unstable_by_key(|e| e.0);
         // Fill small gaps between victims with the resident pages in between

@@ -232,13 +232,10 @@ impl RegionCore {
     }
 
     /// The frame ring when faulting threads recycle frames themselves: a
-    /// ring (`install = move`, or `auto` where it pays) and no movers (with
-    /// movers, they fill from the ring and faulting threads copy).
+    /// ring (`install = move`) and no movers (with movers, they fill from
+    /// the ring and faulting threads copy).
     pub(super) fn sync_ring(&self) -> Option<&FrameRing> {
-        let auto = self.config.install == crate::config::InstallMethod::Auto;
-        self.ring
-            .as_ref()
-            .filter(|_| self.movers.is_none() && !(auto && self.faulting_threads.many()))
+        self.ring.as_ref().filter(|_| self.movers.is_none())
     }
 
     /// `fill` by frame recycling, for a far page or a write to an untouched

@@ -190,12 +190,9 @@ pub(crate) struct RegionCore {
     pin_ring: std::sync::OnceLock<Option<FrameRing>>,
     /// Faulting threads checked for being another process's.
     checked_threads: pinned::CheckedThreads,
-    /// Which threads fault now: `install = auto` recycles frames through
-    /// the ring only while one thread at a time faults in the region. With
-    /// more, evictions copy and unmap their victims together (one TLB
-    /// shootdown per batch; a move out of the region costs one per victim):
-    /// measured on 16 CPUs, random updates at 2 threads 1.46x faster, half
-    /// the shootdowns.
+    /// Which threads fault now: fault-around adapts to threads taking
+    /// turns, and dirty victims go through a pipe once two threads have
+    /// faulted (see `scratch`).
     faulting_threads: FaultingThreads,
     /// The process forked while this region was copied into children
     /// (`crate::fork`): its resident pages may be shared copy-on-write, so
@@ -345,19 +342,10 @@ impl RegionCore {
             2 * config.evict_batch_pages
         }
         .min(budget / 4);
-        // Auto recycles only where the ring is a small part of a budget
-        // that will be evicted from (the ring's frames are near memory),
-        // and over a far store that compares pages in place: a page moved
-        // in for a read is compared with its far copy at eviction, which
-        // a file store would have to read back (it writes it back instead).
+        // Only when asked (`install = move`): auto copies, which measured
+        // faster (see `InstallMethod::Auto`).
         let recycle = match config.install {
-            crate::config::InstallMethod::Auto => {
-                config.movers == 0
-                    && budget < pages
-                    && ring_pages <= budget / 16
-                    && parts.store.compares_in_place()
-            }
-            crate::config::InstallMethod::Copy => false,
+            crate::config::InstallMethod::Auto | crate::config::InstallMethod::Copy => false,
             crate::config::InstallMethod::Move => true,
         };
         let ring = if recycle
