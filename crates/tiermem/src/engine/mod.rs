@@ -344,10 +344,7 @@ impl RegionCore {
         .min(budget / 4);
         // Only when asked (`install = move`): auto copies, which measured
         // faster (see `InstallMethod::Auto`).
-        let recycle = match config.install {
-            crate::config::InstallMethod::Auto | crate::config::InstallMethod::Copy => false,
-            crate::config::InstallMethod::Move => true,
-        };
+        let recycle = config.install == crate::config::InstallMethod::Move;
         let ring = if recycle
             && parts.uffd.features().contains(tiermem_sys::uffd::Features::MOVE)
             && config.page_size == PageSize::Base4K

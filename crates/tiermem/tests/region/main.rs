@@ -488,6 +488,59 @@ fn auto_installs_by_copy_alone_and_with_two_threads() {
     }
 }
 
+/// A faulting thread's eviction batch grows over long runs of victims (a
+/// sequential sweep: one unmap call per several batches' worth of pages)
+/// and stays at `evict_batch_pages` for scattered ones (random updates).
+#[test]
+fn eviction_batches_grow_over_long_runs_only() {
+    let r = Region::new(Config::new(32 * MIB, 8 * MIB)).unwrap();
+    let words = r.as_atomic_u64();
+    fill_mixed(words);
+    r.reset_stats();
+    for (i, w) in words.iter().enumerate().step_by(512) {
+        assert_eq!(
+            w.load(std::sync::atomic::Ordering::Relaxed),
+            mix(i as u64),
+            "word {i}"
+        );
+    }
+    let sweep = r.stats();
+    let batch = Config::new(32 * MIB, 8 * MIB).evict_batch_pages as u64;
+    assert!(sweep.evictions > 4000, "{sweep:?}");
+    assert!(
+        sweep.evictions > 4 * batch * sweep.evict_calls,
+        "a sweep's batches did not grow: {} evictions in {} unmap calls",
+        sweep.evictions,
+        sweep.evict_calls
+    );
+    // Random updates, once the sweep's pages have left (in fill order).
+    xor_updates(words, 0x1357_9bdf_2468_ace0, 20_000);
+    r.reset_stats();
+    xor_updates(words, 0x2468_ace0_1357_9bdf, 20_000);
+    let scattered = r.stats();
+    assert!(scattered.evictions > 4000, "{scattered:?}");
+    assert!(
+        // (a batch's runs take in the resident pages in small gaps)
+        scattered.evictions <= 2 * batch * scattered.evict_calls,
+        "scattered victims grew a batch: {} evictions in {} unmap calls",
+        scattered.evictions,
+        scattered.evict_calls
+    );
+    xor_updates(words, 0x2468_ace0_1357_9bdf, 20_000);
+    xor_updates(words, 0x1357_9bdf_2468_ace0, 20_000);
+    eprintln!(
+        "sweep: {} evictions in {} unmap calls; scattered: {} in {}",
+        sweep.evictions, sweep.evict_calls, scattered.evictions, scattered.evict_calls
+    );
+    for (i, w) in words.iter().enumerate() {
+        assert_eq!(
+            w.load(std::sync::atomic::Ordering::Relaxed),
+            mix(i as u64),
+            "word {i}"
+        );
+    }
+}
+
 #[test]
 fn movers_leave_scattered_eviction_to_faults() {
     let _one_at_a_time = MOVER_TESTS.lock().unwrap_or_else(|e| e.into_inner());
