@@ -160,6 +160,12 @@ pub fn run(a: RunArgs) -> Result<(), String> {
     // tiered program around this run left in the environment.
     cmd.env(options::LAUNCHER_PID.var, std::process::id().to_string())
         .env_remove(options::ROOT_PID.var);
+    // This process's CPUs: the program's OpenMP runtime may bind its first
+    // thread to one of them before the preload can look.
+    if let Ok(cpus) = tiermem_sys::thread::affinity() {
+        let list: Vec<String> = cpus.iter().map(usize::to_string).collect();
+        cmd.env(options::LAUNCH_CPUS.var, list.join(","));
+    }
     for (k, v) in &s.env {
         match v {
             Some(v) => cmd.env(k, v),

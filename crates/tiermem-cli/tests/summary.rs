@@ -226,6 +226,14 @@ fn mover_cpu_time_stands_beside_the_time_in_faults() {
         c["mover_cpu_seconds"].as_f64() >= c["mover_busy_seconds"].as_f64(),
         "{c}"
     );
+    // `--movers auto`: said so, and the report counts its stand-downs
+    // (none need happen in a run this short).
+    let (s, r) = run(&["--near", "8M", "--movers", "auto"], &[], "movers-auto");
+    has(&s, &["movers auto", "time in faults "]);
+    let c = &r["cost"];
+    assert_eq!(c["movers_auto"], true, "{c}");
+    assert!(c["mover_stand_downs"].is_u64(), "{c}");
+    assert!(r["heap"]["region"]["mover"]["stood_down_ns"].is_u64(), "{r}");
 }
 
 #[test]

@@ -97,6 +97,12 @@ extern "C" fn init() {
     // seccomp filter but not its SIGSYS handler; install ours before this
     // image allocates or reads anything (even when it is not tiered).
     tiermem::serve_inherited_traps();
+    // Before an OpenMP runtime binds the main thread to one CPU: the
+    // `auto` mover runs on any CPU the process was started on.
+    tiermem_sys::thread::note_launch_cpus(
+        tiermem_sys::env::var(tiermem::config::options::LAUNCH_CPUS.var)
+            .and_then(|v| tiermem::config::parse_cpu_list(&v).ok()),
+    );
     // Keep libtiermem-interpose's signal-mask interposers in this library.
     tiermem_interpose::link();
     // An earlier image of this process (before an exec) may have left

@@ -120,6 +120,12 @@ pub struct Cost {
     pub fault_seconds: f64,
     /// Mover threads configured.
     pub movers: usize,
+    /// `--movers auto`: the mover stands down while no CPU is free.
+    pub movers_auto: bool,
+    /// Times the `auto` mover stood down, and for how long in all.
+    pub mover_stand_downs: u64,
+    /// See `mover_stand_downs`.
+    pub mover_stood_down_seconds: f64,
     /// CPU time of the mover threads, all of it (spinning included).
     pub mover_cpu_seconds: f64,
     /// The part of it spent moving pages.
@@ -390,6 +396,9 @@ fn cost(s: &Settings, r: &Report) -> Cost {
         bytes_out: sum(&|st| st.bytes_out),
         fault_seconds: sum(&|st| st.fault_ns_total) as f64 * 1e-9,
         movers: s.region.movers,
+        movers_auto: s.region.movers_auto,
+        mover_stand_downs: sum(&|st| st.mover.stand_downs),
+        mover_stood_down_seconds: sum(&|st| st.mover.stood_down_ns) as f64 * 1e-9,
         mover_cpu_seconds: threads_cpu_seconds("tiermem-mover"),
         mover_busy_seconds: sum(&|st| st.mover.busy_ns) as f64 * 1e-9,
         handler_cpu_seconds: threads_cpu_seconds("tiermem-fault"),
@@ -500,8 +509,19 @@ pub fn summary(r: &Report) -> String {
             let mut cost = format!("tiermem:   cost: time in faults {:.3} s", c.fault_seconds);
             cost += &if c.movers > 0 {
                 format!(
-                    ", mover CPU {:.3} s ({:.3} s of it moving pages)",
-                    c.mover_cpu_seconds, c.mover_busy_seconds
+                    ", mover CPU {:.3} s ({:.3} s of it moving pages{})",
+                    c.mover_cpu_seconds,
+                    c.mover_busy_seconds,
+                    if c.movers_auto && c.mover_stand_downs > 0 {
+                        format!(
+                            "; stood down {} time{} for {:.1} s in all: no CPU was free",
+                            c.mover_stand_downs,
+                            if c.mover_stand_downs == 1 { "" } else { "s" },
+                            c.mover_stood_down_seconds
+                        )
+                    } else {
+                        String::new()
+                    }
                 )
             } else {
                 ", no movers".into()

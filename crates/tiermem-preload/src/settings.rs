@@ -355,7 +355,11 @@ impl Settings {
                 format_size(self.heap_bytes),
                 self.page.name(),
                 self.region.policy,
-                self.region.movers,
+                if self.region.movers_auto {
+                    "auto".to_owned()
+                } else {
+                    self.region.movers.to_string()
+                },
                 match (self.region.fault_path, &self.fault_path_why) {
                     (tiermem::FaultPath::HandlerThread, Some(why)) => {
                         format!(", fault path handler-thread ({why})")

@@ -24,6 +24,16 @@ pub fn in_this_process(tid: u32) -> bool {
 /// CPU time the calling thread has used (`CLOCK_THREAD_CPUTIME_ID`): what
 /// its work cost, whatever else ran on its CPU meanwhile.
 pub fn thread_cpu_time() -> Duration {
+    cpu_clock(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+/// CPU time all threads of the process have used
+/// (`CLOCK_PROCESS_CPUTIME_ID`).
+pub fn process_cpu_time() -> Duration {
+    cpu_clock(libc::CLOCK_PROCESS_CPUTIME_ID)
+}
+
+fn cpu_clock(clock: libc::clockid_t) -> Duration {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -34,14 +44,7 @@ pub fn thread_cpu_time() -> Duration {
     let r = unsafe {
         crate::trampoline::untrapped_syscall(
             libc::SYS_clock_gettime,
-            [
-                libc::CLOCK_THREAD_CPUTIME_ID as u64,
-                &mut ts as *mut _ as u64,
-                0,
-                0,
-                0,
-                0,
-            ],
+            [clock as u64, &mut ts as *mut _ as u64, 0, 0, 0, 0],
         )
     };
     if r != 0 {
@@ -71,6 +74,48 @@ pub fn online_cpus() -> usize {
     } else {
         1
     }
+}
+
+/// The CPUs the process was started on, as a bit set (bit `c` of word
+/// `c / 64`), once noted ([`note_launch_cpus`]).
+static LAUNCH_CPUS: [std::sync::atomic::AtomicU64; 16] = [const { std::sync::atomic::AtomicU64::new(0) }; 16];
+static LAUNCH_NOTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Notes the CPUs the process was started on: `given` (`tiermem run`
+/// passes its own), else the calling thread's. The first call counts.
+/// Call it before the program runs (the preload does, in its
+/// initialiser): an OpenMP runtime binds each thread, the main one
+/// included, to a single CPU (`OMP_PROC_BIND`), and a thread spawned from
+/// it inherits that one CPU.
+pub fn note_launch_cpus(given: Option<Vec<usize>>) {
+    use std::sync::atomic::Ordering;
+    if LAUNCH_NOTED.load(Ordering::Acquire) {
+        return;
+    }
+    let cpus = match given.filter(|g| !g.is_empty()) {
+        Some(g) => g,
+        None => match affinity() {
+            Ok(c) => c,
+            Err(_) => return,
+        },
+    };
+    for c in cpus.into_iter().filter(|&c| c < 64 * LAUNCH_CPUS.len()) {
+        LAUNCH_CPUS[c / 64].fetch_or(1 << (c % 64), Ordering::Relaxed);
+    }
+    LAUNCH_NOTED.store(true, Ordering::Release);
+}
+
+/// The CPUs the process was started on ([`note_launch_cpus`], noted now
+/// if it was not), or the online ones if no mask can be read.
+pub fn launch_cpus() -> Vec<usize> {
+    use std::sync::atomic::Ordering;
+    note_launch_cpus(None);
+    if !LAUNCH_NOTED.load(Ordering::Acquire) {
+        return (0..online_cpus()).collect();
+    }
+    (0..64 * LAUNCH_CPUS.len())
+        .filter(|&c| LAUNCH_CPUS[c / 64].load(Ordering::Relaxed) & (1 << (c % 64)) != 0)
+        .collect()
 }
 
 /// Pins the calling thread to the given CPUs.
@@ -207,6 +252,39 @@ mod tests {
     use super::*;
     use std::sync::atomic::Ordering;
     use std::sync::Arc;
+
+    #[test]
+    fn cpu_clocks_and_run_delay_advance() {
+        let (p0, t0) = (process_cpu_time(), thread_cpu_time());
+        let start = std::time::Instant::now();
+        while start.elapsed() < std::time::Duration::from_millis(30) {
+            std::hint::spin_loop();
+        }
+        let (p1, t1) = (process_cpu_time(), thread_cpu_time());
+        assert!(t1 - t0 >= std::time::Duration::from_millis(10), "{t0:?} {t1:?}");
+        assert!(
+            p1 - p0 >= t1 - t0 && p1 >= t1,
+            "process {p0:?} -> {p1:?}, thread {t0:?} -> {t1:?}"
+        );
+        // The scheduler's statistics are there on the kernels tiermem runs on.
+        let d = RunDelay::open().expect("/proc/thread-self/schedstat");
+        let (a, b) = (d.read().unwrap(), d.read().unwrap());
+        assert!(b >= a);
+    }
+
+    #[test]
+    fn launch_cpus_are_noted_once() {
+        let now = affinity().unwrap();
+        // Whatever noted them first (this call or an earlier test), they
+        // stay the same afterwards, and they are CPUs this process has.
+        let first = launch_cpus();
+        note_launch_cpus(Some(vec![12345]));
+        assert_eq!(launch_cpus(), first);
+        assert!(
+            !first.is_empty() && first.iter().all(|c| now.contains(c) || *c < online_cpus()),
+            "{first:?}"
+        );
+    }
 
     #[test]
     fn the_memory_belongs_to_the_claimer_and_to_a_forked_child() {
@@ -468,5 +546,33 @@ mod fork_tests {
         unsafe { libc::waitpid(pid, &mut status, 0) };
         assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
         assert_eq!(fork_generation(), g);
+    }
+}
+
+/// The time the calling thread has spent runnable but waiting for a CPU
+/// (`run_delay`, the second field of `/proc/thread-self/schedstat`): a
+/// thread that wants to run and cannot is competing with others for the
+/// CPUs. The file is opened once, by the thread it describes.
+pub struct RunDelay {
+    file: std::fs::File,
+}
+
+impl RunDelay {
+    /// Opens the calling thread's schedstat; None where /proc or the
+    /// kernel's scheduler statistics are missing.
+    pub fn open() -> Option<RunDelay> {
+        let file = std::fs::File::open("/proc/thread-self/schedstat").ok()?;
+        let r = RunDelay { file };
+        r.read().map(|_| r)
+    }
+
+    /// The run delay so far.
+    pub fn read(&self) -> Option<Duration> {
+        use std::os::unix::fs::FileExt;
+        let mut buf = [0u8; 96];
+        let n = self.file.read_at(&mut buf, 0).ok()?;
+        let text = std::str::from_utf8(&buf[..n]).ok()?;
+        let ns = text.split_ascii_whitespace().nth(1)?.parse().ok()?;
+        Some(Duration::from_nanos(ns))
     }
 }

@@ -159,6 +159,11 @@ impl Region {
         adopted: Option<(Mapping, UserAccess)>,
     ) -> Result<Region, Error> {
         config.validate()?;
+        let mut config = config;
+        // `movers = auto` needs a CPU the application may leave free.
+        if config.movers_auto && tiermem_sys::thread::launch_cpus().len() < 2 {
+            config.movers = 0;
+        }
         // Which process makes descriptors for the engine's shared state
         // (a `vfork` child faulting on it must not).
         tiermem_sys::thread::claim_memory();

@@ -188,6 +188,8 @@ pub(crate) struct Stats {
     pub(crate) mover_pages_out: AtomicU64,
     pub(crate) mover_copy_calls: AtomicU64,
     pub(crate) mover_unmap_calls: AtomicU64,
+    pub(crate) mover_stand_downs: AtomicU64,
+    pub(crate) mover_stood_down_ns: AtomicU64,
     pub(crate) zero_fill_races: AtomicU64,
     pub(crate) rewrite_installs: AtomicU64,
     pub(crate) recycled_installs: AtomicU64,
@@ -239,6 +241,8 @@ impl Stats {
             mover_pages_out: AtomicU64::new(0),
             mover_copy_calls: AtomicU64::new(0),
             mover_unmap_calls: AtomicU64::new(0),
+            mover_stand_downs: AtomicU64::new(0),
+            mover_stood_down_ns: AtomicU64::new(0),
             zero_fill_races: AtomicU64::new(0),
             rewrite_installs: AtomicU64::new(0),
             recycled_installs: AtomicU64::new(0),
@@ -322,6 +326,8 @@ impl Stats {
             &self.mover_pages_out,
             &self.mover_copy_calls,
             &self.mover_unmap_calls,
+            &self.mover_stand_downs,
+            &self.mover_stood_down_ns,
             &self.zero_fill_races,
             &self.rewrite_installs,
             &self.recycled_installs,
@@ -407,6 +413,8 @@ impl Stats {
                 pages_out: ld(&self.mover_pages_out),
                 copy_calls: ld(&self.mover_copy_calls),
                 unmap_calls: ld(&self.mover_unmap_calls),
+                stand_downs: ld(&self.mover_stand_downs),
+                stood_down_ns: ld(&self.mover_stood_down_ns),
             },
             zero_fill_races: ld(&self.zero_fill_races),
             rewrite_installs: ld(&self.rewrite_installs),
@@ -667,6 +675,14 @@ pub struct MoverWork {
     pub copy_calls: u64,
     /// Unmap calls the movers issued for their evictions.
     pub unmap_calls: u64,
+    /// `movers = auto`: times the movers stood down because the
+    /// application kept every CPU busy.
+    #[serde(default)]
+    pub stand_downs: u64,
+    /// `movers = auto`: time the movers spent stood down (counted a
+    /// sampling window at a time).
+    #[serde(default)]
+    pub stood_down_ns: u64,
 }
 
 impl MoverWork {

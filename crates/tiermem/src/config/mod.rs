@@ -82,6 +82,10 @@ pub struct Config {
     /// Dedicated data-mover threads (paper 1, III.D): they prefetch ahead
     /// of demand and evict behind it. 0: all movement happens in faults.
     pub movers: usize,
+    /// `movers = auto`: one mover (none on a single usable CPU) that
+    /// stands down while the application keeps every CPU busy.
+    #[serde(default)]
+    pub movers_auto: bool,
     /// CPUs to pin mover threads to, round robin (empty: not pinned).
     pub mover_cpus: Vec<usize>,
     /// Fault-triggered stream prefetch (needs movers).
@@ -139,6 +143,7 @@ impl Config {
             handler_threads: 1,
             handler_cpus: Vec::new(),
             movers: 0,
+            movers_auto: false,
             mover_cpus: Vec::new(),
             prefetch: true,
             prefetch_max_pages: 512,
@@ -293,7 +298,11 @@ impl Config {
         } else {
             format!(
                 "movers={}{} prefetch={} install={}",
-                self.movers,
+                if self.movers_auto {
+                    "auto".to_owned()
+                } else {
+                    self.movers.to_string()
+                },
                 if self.mover_cpus.is_empty() {
                     String::new()
                 } else {

@@ -38,6 +38,8 @@ pub enum Kind {
         /// The largest.
         max: usize,
     },
+    /// A mover count (0 to 64) or `auto` ([`parse_movers`]).
+    Movers,
     /// A CPU list (`0,2-3`).
     Cpus,
     /// A page size ([`parse_page_size`]).
@@ -93,6 +95,16 @@ fn parse_named<T: Copy>(
 /// [`PolicyKind::from_name`], whose names the message lists.
 pub fn parse_policy(v: &str) -> Result<PolicyKind, String> {
     parse_named(v, PolicyKind::from_name, PolicyKind::ALL, PolicyKind::name)
+}
+
+/// `TIERMEM_MOVERS`, `--movers`: a count, or None for `auto`.
+pub fn parse_movers(v: &str) -> Result<Option<usize>, String> {
+    match v.trim() {
+        "auto" => Ok(None),
+        n => parse_count(n, 0, 64)
+            .map(Some)
+            .map_err(|_| "expected a count from 0 to 64, or auto".into()),
+    }
 }
 
 /// `TIERMEM_FAULT_PATH`.
@@ -165,6 +177,7 @@ impl Kind {
             Kind::NearNode => parse_share(v, 1 << 40).map(|_| ()),
             Kind::OnOff => parse_on_off(v).map(|_| ()),
             Kind::Count { .. } => self.count(v).map(|_| ()),
+            Kind::Movers => parse_movers(v).map(|_| ()),
             Kind::Cpus => parse_cpu_list(v).map(|_| ()),
             Kind::PageSize => parse_page(v).map(|_| ()),
             Kind::Policy => parse_policy(v).map(|_| ()),
@@ -495,6 +508,14 @@ mod tests {
             "regions have no 1 GiB pages"
         );
         assert!(MOVERS.check("64").is_ok() && MOVERS.check("65").is_err());
+        assert_eq!(parse_movers(" auto "), Ok(None));
+        assert_eq!(parse_movers("3"), Ok(Some(3)));
+        assert!(parse_movers("many").unwrap_err().contains("or auto"));
+        let mut c = Config::new(1 << 30, 1 << 20);
+        c.apply_vars(|v| (v == "TIERMEM_MOVERS").then(|| "auto".to_string()));
+        assert_eq!((c.movers, c.movers_auto), (1, true));
+        c.apply_vars(|v| (v == "TIERMEM_MOVERS").then(|| "2".to_string()));
+        assert_eq!((c.movers, c.movers_auto), (2, false));
         assert!(EVICT_BATCH.check("0").is_err() && EVICT_BATCH.check("512").is_ok());
         assert!(FAR.check("1M").is_ok() && FAR.check("512K").is_err());
         assert!(NEAR.check("50%fp").is_ok() && NEAR.check("50%").is_ok() && NEAR.check("8G").is_ok());

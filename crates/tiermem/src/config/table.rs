@@ -3,7 +3,8 @@
 
 use super::modes::{FarStoreConfig, PageSize};
 use super::options::{
-    parse_dirty, parse_fault_path, parse_install, parse_kernel_access, parse_policy, DefaultValue, Kind, Opt,
+    parse_dirty, parse_fault_path, parse_install, parse_kernel_access, parse_movers, parse_policy,
+    DefaultValue, Kind, Opt,
 };
 use super::parse::{parse_cpu_list, parse_near, parse_on_off};
 use super::MAX_EVICT_BATCH;
@@ -199,15 +200,17 @@ pub const HANDLER_THREADS: Opt = Opt {
 pub const MOVERS: Opt = Opt {
     var: "TIERMEM_MOVERS",
     flag: Some("--movers"),
-    kind: Kind::Count { min: 0, max: 64 },
-    unit: "count",
+    kind: Kind::Movers,
+    unit: "count (0-64) or auto",
     default: DefaultValue::Value("0"),
-    doc: "Dedicated data-mover threads: prefetch ahead of demand, evict behind it (0: movement in faults only).",
-    apply: Some(|c, kind, v| {
-            let count = |v: &str| kind.count(v);
-            c.movers = count(v)?;
-            Ok(())
-        }),
+    doc: "Dedicated data-mover threads: prefetch ahead of demand, evict behind it (0: movement in faults only). auto: one mover, which stands down while the application keeps every CPU busy (none on one CPU; docs/movers.md).",
+    apply: Some(|c, _, v| {
+        (c.movers, c.movers_auto) = match parse_movers(v)? {
+            Some(n) => (n, false),
+            None => (1, true),
+        };
+        Ok(())
+    }),
 };
 
 /// `TIERMEM_MOVER_CPUS` (`tiermem run --mover-cpus`).
@@ -438,6 +441,17 @@ pub const LAUNCHER_PID: Opt = Opt {
     apply: None,
 };
 
+/// `TIERMEM_LAUNCH_CPUS`.
+pub const LAUNCH_CPUS: Opt = Opt {
+    var: "TIERMEM_LAUNCH_CPUS",
+    flag: None,
+    kind: Kind::Cpus,
+    unit: "CPU list (0,2-3)",
+    default: DefaultValue::Described("(set by tiermem run)"),
+    doc: "Internal: the CPUs `tiermem run` was started on. An OpenMP runtime binds the program's first thread to one CPU before the preload starts (`OMP_PROC_BIND`); the `auto` mover runs on the last of these. Do not set it.",
+    apply: None,
+};
+
 /// `TIERMEM_ROOT_PID`.
 pub const ROOT_PID: Opt = Opt {
     var: "TIERMEM_ROOT_PID",
@@ -591,6 +605,7 @@ pub const OPTIONS: &[&Opt] = &[
     &PRELOAD,
     &ROOT_PID,
     &LAUNCHER_PID,
+    &LAUNCH_CPUS,
     &CHILDREN_LOG,
     &GLOBAL_HEAP,
     &VERBOSE,

@@ -43,6 +43,7 @@
 mod access;
 mod around;
 pub(crate) mod budget;
+mod cpu_gate;
 mod discard;
 mod errors;
 mod evict;
@@ -121,16 +122,35 @@ pub(crate) fn spawn_runtime_thread(
     // serve faults and own pages such a handler could touch.
     let builder = std::thread::Builder::new().name(name.clone());
     tiermem_sys::thread::spawn_with_async_signals_blocked(builder, move || {
-        if let Some(c) = cpu {
-            if let Err(e) = tiermem_sys::thread::set_affinity(&[c]) {
-                eprintln!("tiermem: {name}: pinning to CPU {c} failed ({e}); running unpinned");
+        match cpu {
+            Some(c) => {
+                if let Err(e) = tiermem_sys::thread::set_affinity(&[c]) {
+                    eprintln!("tiermem: {name}: pinning to CPU {c} failed ({e}); running unpinned");
+                }
             }
+            // Unpinned: any CPU the process started on. Spawned from a
+            // thread an OpenMP runtime bound to one CPU (`OMP_PROC_BIND`),
+            // it would inherit that CPU and take turns with the thread on
+            // it: NPB CG.A on one thread, `--movers 1`, took 7.0-7.4 s
+            // (NPB's time) instead of 3.4-4.6.
+            None => widen_to_launch_cpus(&name),
         }
         if std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).is_err() {
             eprintln!("tiermem: {name} panicked; aborting ({on_panic})");
             std::process::abort();
         }
     })
+}
+
+/// Lets the calling runtime thread run on every CPU the process started
+/// on (`tiermem_sys::thread::launch_cpus`), if its mask is narrower.
+fn widen_to_launch_cpus(name: &str) {
+    let want = tiermem_sys::thread::launch_cpus();
+    if tiermem_sys::thread::affinity().is_ok_and(|now| now.len() < want.len()) {
+        if let Err(e) = tiermem_sys::thread::set_affinity(&want) {
+            eprintln!("tiermem: {name}: widening its CPUs to {want:?} failed ({e}); it keeps its creator's");
+        }
+    }
 }
 
 /// Everything the fault path of one region needs.
@@ -374,7 +394,10 @@ impl RegionCore {
         } else {
             None
         };
-        let movers = (config.movers > 0).then(|| MoverShared::new(budget));
+        let gate_cpus = config
+            .movers_auto
+            .then(|| tiermem_sys::thread::launch_cpus().len());
+        let movers = (config.movers > 0).then(|| MoverShared::new(budget, gate_cpus));
         // Windows are capped by the budget (`prefetch::BUDGET_SHARE`); a
         // budget whose share is below the smallest window (4 pages, so
         // under 64 pages) gets no prefetch at all.
@@ -628,6 +651,9 @@ impl RegionCore {
         let (Some(pf), Some(m)) = (&self.prefetcher, &self.movers) else {
             return;
         };
+        if m.stood_down() {
+            return;
+        }
         let reqs = pf.on_fault(&self.pages, tid, page, write);
         for r in reqs.as_slice() {
             if !m.submit(*r) {

@@ -19,11 +19,16 @@
 //! eviction duty, leaves eviction to the faults, and probes again after a
 //! pause that doubles while victims stay scattered.
 //!
+//! With `movers = auto` the mover also stands down while the application
+//! keeps every CPU busy (see `cpu_gate`): it sleeps, and the faults move
+//! data as without movers.
+//!
 //! Shutdown, step by step: the region sets `stop`, wakes every mover and
 //! joins them; a mover checks `stop` between work items, so it finishes the
 //! run in hand (pages it owns are always published) and exits. A panic in a
 //! mover aborts the process: pages it owned would stay Busy forever.
 
+use super::cpu_gate::{Change, Clocks, Gate, WINDOW};
 use super::prefetch::Request;
 use super::{Evicted, RegionCore};
 use crossbeam_queue::ArrayQueue;
@@ -97,10 +102,16 @@ pub(crate) struct MoverShared {
     pub(crate) batch: usize,
     /// The budget is below [`SMALL_BUDGET`].
     small: bool,
+    /// `movers = auto`: the CPUs the process may run on, for the gate.
+    gate_cpus: Option<usize>,
+    /// The gate stood the movers down: no CPU is free for them (see
+    /// `cpu_gate`). The fault path then acts as without movers.
+    stood_down: AtomicBool,
 }
 
 impl MoverShared {
-    pub(crate) fn new(budget_pages: usize) -> MoverShared {
+    /// `gate_cpus`: `movers = auto`, for a process on that many CPUs.
+    pub(crate) fn new(budget_pages: usize, gate_cpus: Option<usize>) -> MoverShared {
         let batch = crate::config::MAX_EVICT_BATCH.min((budget_pages / BUDGET_SHARE).max(1));
         MoverShared {
             queue: ArrayQueue::new(4096),
@@ -116,6 +127,8 @@ impl MoverShared {
             target_free: (2 * batch).min(budget_pages / 4),
             batch,
             small: budget_pages < SMALL_BUDGET,
+            gate_cpus,
+            stood_down: AtomicBool::new(false),
         }
     }
 
@@ -140,10 +153,16 @@ impl MoverShared {
         self.stop.load(Ordering::Acquire)
     }
 
-    /// True while asynchronous eviction is paused (scattered victims).
-    /// One load: cheap enough for every fault.
+    /// True while asynchronous eviction is paused (scattered victims) or
+    /// the movers stood down. Two loads: cheap enough for every fault.
     pub(crate) fn eviction_paused(&self) -> bool {
-        self.paused_until_ns.load(Ordering::Relaxed) != 0
+        self.paused_until_ns.load(Ordering::Relaxed) != 0 || self.stood_down()
+    }
+
+    /// True while the gate keeps the movers from working (`movers =
+    /// auto` with no CPU free): no prefetch, no asynchronous eviction.
+    pub(crate) fn stood_down(&self) -> bool {
+        self.stood_down.load(Ordering::Relaxed)
     }
 
     /// The time left in the pause; None once it is over (which also ends
@@ -175,7 +194,7 @@ impl MoverShared {
 
     /// Whether the movers should evict now.
     fn eviction_wanted(&self, core: &RegionCore, below: usize) -> bool {
-        core.free_slots() < below && self.pause_left().is_none()
+        !self.stood_down() && core.free_slots() < below && self.pause_left().is_none()
     }
 }
 
@@ -218,7 +237,7 @@ impl Movers {
                 k,
                 cpus,
                 "pages it owned would stay busy",
-                move || run(&mover_core),
+                move || run(&mover_core, k == 0),
             );
             match spawned {
                 Ok(t) => threads.push(t),
@@ -257,7 +276,7 @@ impl Movers {
     }
 }
 
-fn run(core: &RegionCore) {
+fn run(core: &RegionCore, first: bool) {
     let m = core
         .movers
         .as_ref()
@@ -265,9 +284,19 @@ fn run(core: &RegionCore) {
     ON_MOVER.with(|c| c.set(true));
     let staging = core.mover_staging();
     let mut pacing = EvictionPacing { pause: PAUSE_MIN };
+    // `movers = auto`: the first mover keeps the gate.
+    let mut gate = m.gate_cpus.filter(|_| first).map(|cpus| {
+        if core.config.mover_cpus.is_empty() {
+            pin_to_last_launch_cpu();
+        }
+        CpuGate::new(cpus)
+    });
     loop {
         if m.stopping() {
             return;
+        }
+        if let Some(g) = gate.as_mut() {
+            g.look(core, m);
         }
         let mut worked = false;
         let t = Instant::now();
@@ -318,12 +347,79 @@ fn run(core: &RegionCore) {
         }
         m.sleepers.fetch_add(1, Ordering::SeqCst);
         if !m.has_work(core) {
-            // A paused mover sleeps to the end of its pause at most.
-            let nap = m
-                .pause_left()
-                .map_or(Duration::from_millis(100), |p| p.min(Duration::from_millis(100)));
+            // A paused mover sleeps to the end of its pause at most, and
+            // a gated one to its next look at the CPUs (a window).
+            let nap = m.pause_left().map_or(WINDOW, |p| p.min(WINDOW));
             futex_wait(&m.work, seen, Some(nap));
         }
         m.sleepers.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// An `auto` mover not pinned by the user runs on the last CPU the
+/// process started on: OpenMP places threads from the first, and the
+/// mover is there for a CPU the application leaves free.
+fn pin_to_last_launch_cpu() {
+    let Some(&last) = tiermem_sys::thread::launch_cpus().last() else {
+        return;
+    };
+    if let Err(e) = tiermem_sys::thread::set_affinity(&[last]) {
+        eprintln!("tiermem: mover: pinning to CPU {last} failed ({e}); running where it was started");
+    }
+}
+
+/// The gate of `movers = auto` with its clocks (see `cpu_gate`).
+struct CpuGate {
+    gate: Gate,
+    start: Instant,
+    delay: Option<tiermem_sys::thread::RunDelay>,
+    last_look: Instant,
+}
+
+impl CpuGate {
+    fn new(cpus: usize) -> CpuGate {
+        let start = Instant::now();
+        let mut g = CpuGate {
+            gate: Gate::new(cpus, Clocks::default()),
+            start,
+            delay: tiermem_sys::thread::RunDelay::open(),
+            last_look: start,
+        };
+        g.gate = Gate::new(cpus, g.clocks());
+        g
+    }
+
+    fn clocks(&self) -> Clocks {
+        Clocks {
+            wall: self.start.elapsed(),
+            process_cpu: tiermem_sys::thread::process_cpu_time(),
+            mover_cpu: tiermem_sys::thread::thread_cpu_time(),
+            // Without scheduler statistics the mover never stands down:
+            // it works as a fixed mover would.
+            mover_delay: self.delay.as_ref().and_then(|d| d.read()).unwrap_or_default(),
+        }
+    }
+
+    /// Samples once a window and applies what the gate decides.
+    fn look(&mut self, core: &RegionCore, m: &MoverShared) {
+        if !self.gate.due(self.start.elapsed()) {
+            return;
+        }
+        if !self.gate.working() {
+            // Counted window by window: a report taken while stood down
+            // is at most a window behind.
+            core.stats
+                .mover_stood_down_ns
+                .fetch_add(self.last_look.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        }
+        self.last_look = Instant::now();
+        match self.gate.sample(self.clocks()) {
+            Change::Stay => {}
+            Change::StandDown => {
+                m.stood_down.store(true, Ordering::Relaxed);
+                core.stats.mover_stand_downs.fetch_add(1, Ordering::Relaxed);
+            }
+            Change::Engage => m.stood_down.store(false, Ordering::Relaxed),
+        }
     }
 }

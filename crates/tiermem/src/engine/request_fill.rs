@@ -264,7 +264,7 @@ impl RegionCore {
                 ..Default::default()
             };
             match &self.movers {
-                Some(m) if m.submit(r) => {
+                Some(m) if !m.stood_down() && m.submit(r) => {
                     if let Some(pf) = &self.prefetcher {
                         pf.issued.fetch_add(n as u64, Ordering::Relaxed);
                     }

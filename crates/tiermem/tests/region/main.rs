@@ -1044,3 +1044,127 @@ fn pages_written_before_are_installed_writable_and_lose_no_write() {
     assert_eq!(b.write_backs, a.write_backs, "clean pages written back: {b:?}");
     assert!(b.evictions > a.evictions);
 }
+
+/// `movers = auto`: the mover works beside one faulting thread, stands
+/// down while busy threads take every CPU (the faults then move the data
+/// themselves), and no word is lost either way.
+#[test]
+fn the_auto_mover_stands_down_while_every_cpu_is_busy() {
+    let _one = MOVER_TESTS.lock().unwrap_or_else(|p| p.into_inner());
+    let cpus = tiermem_sys::thread::launch_cpus().len();
+    if cpus < 2 {
+        eprintln!("skipped: one usable CPU, where `movers = auto` starts no mover");
+        return;
+    }
+    let mut c = Config::new(64 * MIB, 16 * MIB);
+    c.policy = tiermem::PolicyKind::Fifo;
+    c.movers = 1;
+    c.movers_auto = true;
+    let r = Region::new(c).unwrap();
+    let words = r.as_atomic_u64();
+    fill_mixed(words);
+    check_mixed(words, "alone");
+    let alone = r.stats().mover;
+    assert!(
+        alone.pages_in + alone.pages_out > 0,
+        "the mover never worked: {alone:?}"
+    );
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let passes = std::thread::scope(|s| {
+        for _ in 0..cpus {
+            s.spawn(|| {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            });
+        }
+        let t = std::time::Instant::now();
+        let mut passes = 0;
+        while r.stats().mover.stand_downs == 0 && t.elapsed() < std::time::Duration::from_secs(20) {
+            check_mixed(words, "busy");
+            passes += 1;
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        passes
+    });
+    let busy = r.stats();
+    assert!(
+        busy.mover.stand_downs >= 1,
+        "no stand-down in {passes} passes with {cpus} CPUs busy: {:?}",
+        busy.mover
+    );
+    check_mixed(words, "after");
+    assert!(r.stats().evictions > busy.evictions, "the faults evicted nothing");
+}
+
+/// The CPUs each of this process's threads named `prefix*` may run on.
+fn cpus_of_threads(prefix: &str) -> Vec<(u32, Vec<usize>)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let dir = e.path();
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        if !comm.starts_with(prefix) {
+            continue;
+        }
+        let status = std::fs::read_to_string(dir.join("status")).unwrap_or_default();
+        let Some(list) = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")) else {
+            continue;
+        };
+        let tid = e.file_name().to_string_lossy().parse().unwrap_or(0);
+        out.push((tid, tiermem::config::parse_cpu_list(list.trim()).unwrap()));
+    }
+    out
+}
+
+/// Waits (up to 5 s) for a mover thread that is not in `before` to have
+/// the CPUs `want`; returns the new movers' CPUs.
+fn wait_for_new_mover_cpus(before: &[(u32, Vec<usize>)], want: &[usize]) -> Vec<(u32, Vec<usize>)> {
+    let t = std::time::Instant::now();
+    loop {
+        let new: Vec<_> = cpus_of_threads("tiermem-mover")
+            .into_iter()
+            .filter(|(tid, _)| before.iter().all(|(b, _)| b != tid))
+            .collect();
+        if new.iter().any(|(_, c)| c == want) || t.elapsed().as_secs() >= 5 {
+            return new;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// A thread bound to one CPU (as an OpenMP runtime binds its threads)
+/// builds regions: their unpinned movers still run on every CPU the
+/// process started on, and the `auto` mover on the last of them.
+#[test]
+fn unpinned_movers_run_on_the_cpus_the_process_started_on() {
+    let _one = MOVER_TESTS.lock().unwrap_or_else(|p| p.into_inner());
+    let launch = tiermem_sys::thread::launch_cpus();
+    if launch.len() < 2 {
+        eprintln!("skipped: one usable CPU");
+        return;
+    }
+    std::thread::spawn(move || {
+        tiermem_sys::thread::set_affinity(&[launch[0]]).unwrap();
+        for auto in [false, true] {
+            let mut c = Config::new(8 * MIB, 4 * MIB);
+            c.movers = 1;
+            c.movers_auto = auto;
+            let want = if auto {
+                vec![*launch.last().unwrap()]
+            } else {
+                launch.clone()
+            };
+            let before = cpus_of_threads("tiermem-mover");
+            let r = Region::new(c).unwrap();
+            let new = wait_for_new_mover_cpus(&before, &want);
+            assert!(
+                new.iter().any(|(_, c)| *c == want),
+                "auto {auto}: new movers {new:?}, want {want:?} (launched on {launch:?})"
+            );
+            fill_mixed(r.as_atomic_u64());
+            check_mixed(r.as_atomic_u64(), "bound creator");
+        }
+    })
+    .join()
+    .unwrap();
+}

@@ -56,7 +56,7 @@ pub struct NpbArgs {
     #[arg(long, default_value = "50,25")]
     near: String,
     /// Configurations of the tiering experiment: plain (no limit), sync
-    /// (FIFO, no movers), auto (the auto policy, no movers), fifo and scan (one mover, prefetch), swap (kernel swap on
+    /// (FIFO, no movers), auto (the auto policy, no movers), auto-movers (the auto policy and `--movers auto`), fifo and scan (one mover, prefetch), swap (kernel swap on
     /// zram under a memory cgroup).
     #[arg(long, default_value = "plain,sync,auto,fifo,scan,swap")]
     modes: String,
@@ -277,6 +277,9 @@ fn tiering_options(mode: &str, near: u64, threshold: &str, mover_cpu: usize) -> 
         // movers.
         "sync" => v.extend(["--policy", "fifo"].map(String::from)),
         "auto" => v.extend(["--policy", "auto"].map(String::from)),
+        // The auto policy and the auto mover (on the last CPU, standing
+        // down while the program keeps every CPU busy).
+        "auto-movers" => v.extend(["--policy", "auto", "--movers", "auto"].map(String::from)),
         "fifo" | "scan" => {
             v.extend(["--movers", "1", "--policy", mode].map(String::from));
             v.extend(["--mover-cpus".to_string(), mover_cpu.to_string()]);
@@ -366,7 +369,7 @@ pub fn run(a: NpbArgs) -> Result<(), String> {
             .filter(|&n| (1..100).contains(&n))
     })?;
     let modes = crate::common::list(&a.modes, "mode", |m| {
-        ["plain", "sync", "auto", "fifo", "scan", "swap"]
+        ["plain", "sync", "auto", "auto-movers", "fifo", "scan", "swap"]
             .contains(&m)
             .then(|| m.to_string())
     })?;
@@ -685,6 +688,10 @@ mod tests {
             ["--near", "10240K", "--threshold", "256K", "--policy", "fifo"]
         );
         assert!(tiering_options("scan", 10 << 20, "256K", 1).contains(&"scan".to_string()));
+        assert_eq!(
+            tiering_options("auto-movers", 10 << 20, "256K", 1)[4..],
+            ["--policy", "auto", "--movers", "auto"]
+        );
     }
 
     #[test]
