@@ -51,6 +51,9 @@ pub struct StressConfig {
     pub policy: String,
     /// Mover threads.
     pub movers: usize,
+    /// `movers = auto` (with one mover): it stands down while the
+    /// threads keep every CPU busy.
+    pub movers_auto: bool,
     /// Stream prefetch (with movers).
     pub prefetch: bool,
     /// Dirty tracking.
@@ -87,10 +90,11 @@ impl StressConfig {
             return format!("plain heap {} MiB, {} thr", self.virt_bytes >> 20, self.threads);
         }
         format!(
-            "{} {} movers={} prefetch={} around={} rewrite={} install={} {} {} {} virt={}K near={}K thr={} batch={}",
+            "{} {} movers={}{} prefetch={} around={} rewrite={} install={} {} {} {} virt={}K near={}K thr={} batch={}",
             self.page_size,
             self.policy,
             self.movers,
+            if self.movers_auto { "(auto)" } else { "" },
             u8::from(self.prefetch),
             u8::from(self.fault_around),
             u8::from(self.rewrite_hint),
@@ -115,6 +119,7 @@ impl StressConfig {
         c.page_size = page_size;
         c.policy = PolicyKind::from_name(&self.policy).unwrap_or(PolicyKind::Fifo);
         c.movers = self.movers;
+        c.movers_auto = self.movers_auto;
         c.prefetch = self.prefetch;
         c.fault_around = self.fault_around;
         c.rewrite_hint = self.rewrite_hint;
@@ -174,6 +179,17 @@ pub fn draw(seed: u64, index: u64, huge_2m_pages: u64) -> StressConfig {
         rewrite_hint: r.below(4) != 0,
         install: pick(&mut r, &["auto", "copy", "move"]),
         fault_inject: None,
+        movers_auto: false,
+    }
+    .with_auto_movers(&mut r)
+}
+
+impl StressConfig {
+    /// Drawn after every other field (older seeds keep their
+    /// configurations): one mover is `auto` half the time.
+    fn with_auto_movers(mut self, r: &mut Rng) -> StressConfig {
+        self.movers_auto = r.below(2) == 0 && self.movers == 1;
+        self
     }
 }
 
@@ -189,6 +205,7 @@ pub fn plain(seed: u64, index: u64) -> StressConfig {
         page_size: "plain".into(),
         policy: String::new(),
         movers: 0,
+        movers_auto: false,
         prefetch: false,
         dirty: String::new(),
         fault_path: String::new(),
