@@ -97,12 +97,9 @@ extern "C" fn init() {
     // seccomp filter but not its SIGSYS handler; install ours before this
     // image allocates or reads anything (even when it is not tiered).
     tiermem::serve_inherited_traps();
-    // Before an OpenMP runtime binds the main thread to one CPU: the
-    // `auto` mover runs on any CPU the process was started on.
-    tiermem_sys::thread::note_launch_cpus(
-        tiermem_sys::env::var(tiermem::config::options::LAUNCH_CPUS.var)
-            .and_then(|v| tiermem::config::parse_cpu_list(&v).ok()),
-    );
+    // The CPUs runtime threads may use (`launch_cpus`), before anything
+    // builds a region.
+    tiermem_sys::thread::note_launch_cpus(cpus_before_openmp_bound_this_thread());
     // Keep libtiermem-interpose's signal-mask interposers in this library.
     tiermem_interpose::link();
     // An earlier image of this process (before an exec) may have left
@@ -174,6 +171,29 @@ extern "C" fn init() {
     }
     children::record_forks();
     report::at_exit(s);
+}
+
+/// The CPUs `tiermem run` started on (`TIERMEM_LAUNCH_CPUS`), if this
+/// process is the program it started and an OpenMP runtime has bound this
+/// thread to one of them already: libgomp does so in its own constructor,
+/// which runs before this one (`OMP_PROC_BIND`). Otherwise None, and the
+/// thread's own CPUs count: those of a process that `taskset`, `numactl`
+/// or an MPI launcher bound, or one that a tiered program started.
+fn cpus_before_openmp_bound_this_thread() -> Option<Vec<usize>> {
+    use tiermem::config::options;
+    // SAFETY: getppid has no preconditions.
+    let parent = unsafe { libc::getppid() } as u32;
+    let launcher = tiermem_sys::env::var(options::LAUNCHER_PID.var).and_then(|v| v.parse::<u32>().ok());
+    let binds = ["OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY", "KMP_AFFINITY"]
+        .iter()
+        .filter_map(tiermem_sys::env::var)
+        .any(|v| !v.trim().eq_ignore_ascii_case("false"));
+    if launcher != Some(parent) || !binds {
+        return None;
+    }
+    let given = tiermem::config::parse_cpu_list(&tiermem_sys::env::var(options::LAUNCH_CPUS.var)?).ok()?;
+    let own = tiermem_sys::thread::affinity().ok()?;
+    (own.len() == 1 && given.contains(&own[0])).then_some(given)
 }
 
 /// Runs `init` before the program's own constructors (a preloaded

@@ -395,7 +395,12 @@ fn cost(s: &Settings, r: &Report) -> Cost {
         bytes_in: sum(&|st| st.bytes_in),
         bytes_out: sum(&|st| st.bytes_out),
         fault_seconds: sum(&|st| st.fault_ns_total) as f64 * 1e-9,
-        movers: s.region.movers,
+        // `auto` on one usable CPU starts none (as the region decided).
+        movers: if s.region.movers_auto && tiermem_sys::thread::launch_cpus().len() < 2 {
+            0
+        } else {
+            s.region.movers
+        },
         movers_auto: s.region.movers_auto,
         mover_stand_downs: sum(&|st| st.mover.stand_downs),
         mover_stood_down_seconds: sum(&|st| st.mover.stood_down_ns) as f64 * 1e-9,

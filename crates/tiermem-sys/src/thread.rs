@@ -79,40 +79,35 @@ pub fn online_cpus() -> usize {
 /// The CPUs the process was started on, as a bit set (bit `c` of word
 /// `c / 64`), once noted ([`note_launch_cpus`]).
 static LAUNCH_CPUS: [std::sync::atomic::AtomicU64; 16] = [const { std::sync::atomic::AtomicU64::new(0) }; 16];
-static LAUNCH_NOTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static LAUNCH_NOTED: std::sync::Once = std::sync::Once::new();
 
 /// Notes the CPUs the process was started on: `given` (`tiermem run`
-/// passes its own), else the calling thread's. The first call counts.
-/// Call it before the program runs (the preload does, in its
-/// initialiser): an OpenMP runtime binds each thread, the main one
-/// included, to a single CPU (`OMP_PROC_BIND`), and a thread spawned from
-/// it inherits that one CPU.
+/// passes its own), else the calling thread's. The first call counts
+/// (later and concurrent ones see its set). Call it before the program
+/// runs (the preload does, in its initialiser): an OpenMP runtime binds
+/// each thread, the main one included, to a single CPU (`OMP_PROC_BIND`),
+/// and a thread spawned from it inherits that one CPU. CPUs from 1024 up
+/// are left out; none known leaves the set empty.
 pub fn note_launch_cpus(given: Option<Vec<usize>>) {
     use std::sync::atomic::Ordering;
-    if LAUNCH_NOTED.load(Ordering::Acquire) {
-        return;
-    }
-    let cpus = match given.filter(|g| !g.is_empty()) {
-        Some(g) => g,
-        None => match affinity() {
-            Ok(c) => c,
-            Err(_) => return,
-        },
-    };
-    for c in cpus.into_iter().filter(|&c| c < 64 * LAUNCH_CPUS.len()) {
-        LAUNCH_CPUS[c / 64].fetch_or(1 << (c % 64), Ordering::Relaxed);
-    }
-    LAUNCH_NOTED.store(true, Ordering::Release);
+    let fits =
+        |v: Vec<usize>| -> Vec<usize> { v.into_iter().filter(|&c| c < 64 * LAUNCH_CPUS.len()).collect() };
+    LAUNCH_NOTED.call_once(|| {
+        let cpus = match given.map(fits).filter(|g| !g.is_empty()) {
+            Some(g) => g,
+            None => affinity().map(fits).unwrap_or_default(),
+        };
+        for c in cpus {
+            LAUNCH_CPUS[c / 64].fetch_or(1 << (c % 64), Ordering::Relaxed);
+        }
+    });
 }
 
 /// The CPUs the process was started on ([`note_launch_cpus`], noted now
-/// if it was not), or the online ones if no mask can be read.
+/// if it was not); empty if none could be read.
 pub fn launch_cpus() -> Vec<usize> {
     use std::sync::atomic::Ordering;
     note_launch_cpus(None);
-    if !LAUNCH_NOTED.load(Ordering::Acquire) {
-        return (0..online_cpus()).collect();
-    }
     (0..64 * LAUNCH_CPUS.len())
         .filter(|&c| LAUNCH_CPUS[c / 64].load(Ordering::Relaxed) & (1 << (c % 64)) != 0)
         .collect()
@@ -268,8 +263,26 @@ mod tests {
         );
         // The scheduler's statistics are there on the kernels tiermem runs on.
         let d = RunDelay::open().expect("/proc/thread-self/schedstat");
-        let (a, b) = (d.read().unwrap(), d.read().unwrap());
-        assert!(b >= a);
+        let before = d.read().unwrap();
+        // One spinning thread more than there are CPUs: this one waits.
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let spinners: Vec<_> = (0..online_cpus() + 1)
+            .map(|_| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        std::hint::spin_loop();
+                    }
+                })
+            })
+            .collect();
+        let start = std::time::Instant::now();
+        while d.read().unwrap() == before && start.elapsed() < std::time::Duration::from_secs(10) {
+            std::hint::spin_loop();
+        }
+        stop.store(true, Ordering::Relaxed);
+        spinners.into_iter().for_each(|t| t.join().unwrap());
+        assert!(d.read().unwrap() > before, "no run delay with every CPU busy");
     }
 
     #[test]
@@ -280,9 +293,14 @@ mod tests {
         let first = launch_cpus();
         note_launch_cpus(Some(vec![12345]));
         assert_eq!(launch_cpus(), first);
+        // This test binary's threads all start with the process's mask.
         assert!(
-            !first.is_empty() && first.iter().all(|c| now.contains(c) || *c < online_cpus()),
+            !first.is_empty() && first.iter().all(|c| *c < online_cpus()),
             "{first:?}"
+        );
+        assert!(
+            now.iter().all(|c| first.contains(c)),
+            "now {now:?}, noted {first:?}"
         );
     }
 

@@ -160,9 +160,10 @@ impl Region {
     ) -> Result<Region, Error> {
         config.validate()?;
         let mut config = config;
-        // `movers = auto` needs a CPU the application may leave free.
-        if config.movers_auto && tiermem_sys::thread::launch_cpus().len() < 2 {
-            config.movers = 0;
+        // `movers = auto`: one mover, and only with a CPU the application
+        // may leave free.
+        if config.movers_auto {
+            config.movers = usize::from(tiermem_sys::thread::launch_cpus().len() >= 2);
         }
         // Which process makes descriptors for the engine's shared state
         // (a `vfork` child faulting on it must not).

@@ -448,7 +448,7 @@ pub const LAUNCH_CPUS: Opt = Opt {
     kind: Kind::Cpus,
     unit: "CPU list (0,2-3)",
     default: DefaultValue::Described("(set by tiermem run)"),
-    doc: "Internal: the CPUs `tiermem run` was started on. An OpenMP runtime binds the program's first thread to one CPU before the preload starts (`OMP_PROC_BIND`); the `auto` mover runs on the last of these. Do not set it.",
+    doc: "Internal: the CPUs `tiermem run` was started on. An OpenMP runtime binds the program's first thread to one CPU before the preload starts (`OMP_PROC_BIND`); the program `tiermem run` started (not its children) then gives its unpinned movers these CPUs, and the `auto` mover the last of them. Do not set it.",
     apply: None,
 };
 

@@ -10,10 +10,11 @@
 //! - **working**, it reads its own run delay (time it was runnable but
 //!   waited for a CPU). When that is over a quarter of the time it wanted
 //!   to run, it competes with the application's threads: it stands down.
-//! - **stood down**, it sleeps; the faults evict inline and nothing is
-//!   prefetched, as without movers. It reads the application's CPU use
-//!   (the process's CPU time less its own): once that leaves a CPU free
-//!   (at most `cpus - 0.9` in use), it works again.
+//! - **stood down**, it sleeps (its queued requests are dropped); the
+//!   faults evict inline and nothing is prefetched. It reads the
+//!   application's CPU use (the process's CPU time less that of every
+//!   `auto` mover): once that leaves a CPU free (at most `cpus - 0.9` in
+//!   use), it works again.
 //!
 //! A stand-down after a short spell of work holds it down for twice as
 //! long as the last one did (from one window up to [`MAX_HOLD`]), so a
@@ -39,6 +40,9 @@ pub(crate) struct Clocks {
     pub(crate) process_cpu: Duration,
     /// The mover's own CPU time.
     pub(crate) mover_cpu: Duration,
+    /// The CPU time of every `auto` mover in the process, this one's
+    /// included (one per tiered region: the heap, each static section).
+    pub(crate) movers_cpu: Duration,
     /// The mover's run delay (runnable, waiting for a CPU).
     pub(crate) mover_delay: Duration,
 }
@@ -93,7 +97,8 @@ impl Gate {
         let wall = d(now.wall, self.last.wall);
         let mover_cpu = d(now.mover_cpu, self.last.mover_cpu);
         let delay = d(now.mover_delay, self.last.mover_delay);
-        let app_cpus = (d(now.process_cpu, self.last.process_cpu) - mover_cpu).max(0.0) / wall.max(1e-9);
+        let movers_cpu = d(now.movers_cpu, self.last.movers_cpu).max(mover_cpu);
+        let app_cpus = (d(now.process_cpu, self.last.process_cpu) - movers_cpu).max(0.0) / wall.max(1e-9);
         self.last = now;
         self.spell = self.spell.saturating_add(1);
         if self.working {
@@ -131,6 +136,7 @@ mod tests {
             .map(|&(app, mover, delay)| {
                 clocks.wall += WINDOW;
                 clocks.mover_cpu += Duration::from_secs_f64(mover * w);
+                clocks.movers_cpu = clocks.mover_cpu;
                 clocks.process_cpu += Duration::from_secs_f64((app + mover) * w);
                 clocks.mover_delay += Duration::from_secs_f64(delay * w);
                 gate.sample(*clocks)

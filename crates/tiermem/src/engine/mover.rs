@@ -368,12 +368,18 @@ fn pin_to_last_launch_cpu() {
     }
 }
 
+/// CPU time of every `auto` mover in the process, in ns (each adds its
+/// own at each look): the application's CPU use is the rest.
+static AUTO_MOVERS_CPU_NS: AtomicU64 = AtomicU64::new(0);
+
 /// The gate of `movers = auto` with its clocks (see `cpu_gate`).
 struct CpuGate {
     gate: Gate,
     start: Instant,
     delay: Option<tiermem_sys::thread::RunDelay>,
     last_look: Instant,
+    /// This mover's CPU time at the last look.
+    own_cpu: Duration,
 }
 
 impl CpuGate {
@@ -384,16 +390,22 @@ impl CpuGate {
             start,
             delay: tiermem_sys::thread::RunDelay::open(),
             last_look: start,
+            own_cpu: tiermem_sys::thread::thread_cpu_time(),
         };
         g.gate = Gate::new(cpus, g.clocks());
         g
     }
 
-    fn clocks(&self) -> Clocks {
+    fn clocks(&mut self) -> Clocks {
+        let own = tiermem_sys::thread::thread_cpu_time();
+        let added = own.saturating_sub(self.own_cpu).as_nanos() as u64;
+        let all = AUTO_MOVERS_CPU_NS.fetch_add(added, Ordering::Relaxed) + added;
+        self.own_cpu = own;
         Clocks {
             wall: self.start.elapsed(),
             process_cpu: tiermem_sys::thread::process_cpu_time(),
-            mover_cpu: tiermem_sys::thread::thread_cpu_time(),
+            mover_cpu: own,
+            movers_cpu: Duration::from_nanos(all),
             // Without scheduler statistics the mover never stands down:
             // it works as a fixed mover would.
             mover_delay: self.delay.as_ref().and_then(|d| d.read()).unwrap_or_default(),
@@ -413,11 +425,19 @@ impl CpuGate {
                 .fetch_add(self.last_look.elapsed().as_nanos() as u64, Ordering::Relaxed);
         }
         self.last_look = Instant::now();
-        match self.gate.sample(self.clocks()) {
+        let now = self.clocks();
+        match self.gate.sample(now) {
             Change::Stay => {}
             Change::StandDown => {
                 m.stood_down.store(true, Ordering::Relaxed);
                 core.stats.mover_stand_downs.fetch_add(1, Ordering::Relaxed);
+                // Not filled on a CPU the application needs: dropped hints
+                // (requests own no pages; a fault fills what it needs).
+                while let Some(r) = m.queue.pop() {
+                    if let Some(pf) = &core.prefetcher {
+                        pf.dropped.fetch_add(r.count as u64, Ordering::Relaxed);
+                    }
+                }
             }
             Change::Engage => m.stood_down.store(false, Ordering::Relaxed),
         }

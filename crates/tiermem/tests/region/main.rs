@@ -1046,14 +1046,14 @@ fn pages_written_before_are_installed_writable_and_lose_no_write() {
 }
 
 /// `movers = auto`: the mover works beside one faulting thread, stands
-/// down while busy threads take every CPU (the faults then move the data
-/// themselves), and no word is lost either way.
+/// down while busy threads take every CPU (then it moves nothing and the
+/// faults move the data), works again once they stop, and no word is lost.
 #[test]
 fn the_auto_mover_stands_down_while_every_cpu_is_busy() {
     let _one = MOVER_TESTS.lock().unwrap_or_else(|p| p.into_inner());
     let cpus = tiermem_sys::thread::launch_cpus().len();
-    if cpus < 2 {
-        eprintln!("skipped: one usable CPU, where `movers = auto` starts no mover");
+    if cpus < 2 || tiermem_sys::thread::RunDelay::open().is_none() {
+        eprintln!("skipped: one usable CPU, or no /proc/thread-self/schedstat: the gate never stands down");
         return;
     }
     let mut c = Config::new(64 * MIB, 16 * MIB);
@@ -1069,8 +1069,14 @@ fn the_auto_mover_stands_down_while_every_cpu_is_busy() {
         alone.pages_in + alone.pages_out > 0,
         "the mover never worked: {alone:?}"
     );
+    let moved = |r: &Region| {
+        let m = r.stats().mover;
+        m.pages_in + m.pages_out
+    };
     let stop = std::sync::atomic::AtomicBool::new(false);
-    let passes = std::thread::scope(|s| {
+    // Measured inside, asserted outside: a failed assertion in the scope
+    // would wait forever for the spinners.
+    let (passes, down, after, moved_down) = std::thread::scope(|s| {
         for _ in 0..cpus {
             s.spawn(|| {
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
@@ -1084,17 +1090,41 @@ fn the_auto_mover_stands_down_while_every_cpu_is_busy() {
             check_mixed(words, "busy");
             passes += 1;
         }
+        let down = r.stats();
+        // Stood down: the faults move everything, the mover nothing.
+        if down.mover.stand_downs > 0 {
+            check_mixed(words, "stood down");
+            check_mixed(words, "stood down");
+        }
+        let out = (passes, down, r.stats(), moved(&r));
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        passes
+        out
     });
-    let busy = r.stats();
     assert!(
-        busy.mover.stand_downs >= 1,
+        down.mover.stand_downs >= 1,
         "no stand-down in {passes} passes with {cpus} CPUs busy: {:?}",
-        busy.mover
+        down.mover
     );
-    check_mixed(words, "after");
-    assert!(r.stats().evictions > busy.evictions, "the faults evicted nothing");
+    assert!(
+        after.evictions > down.evictions,
+        "nothing was evicted in two passes"
+    );
+    assert_eq!(
+        moved_down,
+        down.mover.pages_in + down.mover.pages_out,
+        "a stood-down mover moved pages"
+    );
+    // The spinners are gone: a CPU is free, and the mover works again.
+    let before = moved(&r);
+    let t = std::time::Instant::now();
+    while moved(&r) == before && t.elapsed() < std::time::Duration::from_secs(20) {
+        check_mixed(words, "after");
+    }
+    assert!(
+        moved(&r) > before,
+        "the mover never worked again: {:?}",
+        r.stats().mover
+    );
 }
 
 /// The CPUs each of this process's threads named `prefix*` may run on.
