@@ -107,6 +107,7 @@ module tiermem
   ! tm_team_create flags and tm_team_run kinds
   integer(c_int), parameter, public :: TM_TEAM_SHARER_AWARE = 1
   integer(c_int), parameter, public :: TM_TEAM_PIN = 2
+  integer(c_int), parameter, public :: TM_TEAM_NO_FAULT_AROUND = 4
   integer(c_int), parameter, public :: TM_TEAM_PROCESSES = 0
   integer(c_int), parameter, public :: TM_TEAM_THREADS = 1
 

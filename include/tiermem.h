@@ -553,6 +553,9 @@ tm_decl_nodiscard tm_decl_export int tm_hugepages_reserve(size_t page_size, uint
 /* tm_team_create flags */
 #define TM_TEAM_SHARER_AWARE 1 /* evict pages fewest other workers map */
 #define TM_TEAM_PIN 2          /* pin worker r to CPU r % online CPUs */
+#define TM_TEAM_NO_FAULT_AROUND 4 /* one page per fault; by default a fault also
+                                   * brings the neighbours the worker's recent
+                                   * faults call for (up to 16 pages) */
 /* tm_team_run kinds */
 #define TM_TEAM_PROCESSES 0 /* a page table per worker (PSPT) */
 #define TM_TEAM_THREADS 1   /* threads of this process: one page table */

@@ -10,6 +10,8 @@ use tiermem::fork::ProcessBound;
 pub const TM_TEAM_SHARER_AWARE: c_int = 1;
 /// `tm_team_create` flag: pin worker `r` to CPU `r % online CPUs`.
 pub const TM_TEAM_PIN: c_int = 2;
+/// `tm_team_create` flag: one page per fault (no fault-around).
+pub const TM_TEAM_NO_FAULT_AROUND: c_int = 4;
 
 /// A team region (opaque).
 pub struct tm_team {
@@ -70,7 +72,7 @@ fn team_flags(
     if workers <= 0 {
         return Err(Failure::invalid(format!("{workers} workers")));
     }
-    if flags & !(TM_TEAM_SHARER_AWARE | TM_TEAM_PIN) != 0 {
+    if flags & !(TM_TEAM_SHARER_AWARE | TM_TEAM_PIN | TM_TEAM_NO_FAULT_AROUND) != 0 {
         return Err(Failure::invalid(format!("unknown flags {flags:#x}")));
     }
     let mut cfg = tiermem::team::TeamConfig::new(virt, near, workers as usize);
@@ -80,6 +82,7 @@ fn team_flags(
     if flags & TM_TEAM_PIN != 0 {
         cfg.cpus = (0..tiermem_sys::thread::online_cpus()).collect();
     }
+    cfg.fault_around = flags & TM_TEAM_NO_FAULT_AROUND == 0;
     Ok(cfg)
 }
 
@@ -328,4 +331,24 @@ pub unsafe extern "C" fn tm_team_stats(t: *const tm_team, out: *mut tm_team_stat
         unsafe { out.write(v) };
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_flags_set_the_team_config() {
+        let cfg = |flags| team_flags(2, flags, 1 << 20, 1 << 19);
+        let plain = cfg(0).ok().unwrap();
+        assert!(plain.fault_around && plain.cpus.is_empty());
+        assert_eq!(plain.policy, tiermem::team::TeamPolicy::Fifo);
+        let all = cfg(TM_TEAM_SHARER_AWARE | TM_TEAM_PIN | TM_TEAM_NO_FAULT_AROUND)
+            .ok()
+            .unwrap();
+        assert!(!all.fault_around && !all.cpus.is_empty());
+        assert_eq!(all.policy, tiermem::team::TeamPolicy::SharerAware);
+        assert!(cfg(8).is_err(), "an unknown flag is refused");
+        assert!(team_flags(0, 0, 1 << 20, 1 << 19).is_err(), "no workers");
+    }
 }

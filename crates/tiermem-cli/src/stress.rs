@@ -77,6 +77,10 @@ pub fn run(a: StressArgs) -> Result<(), String> {
         } else {
             stress::draw(seed, i, pool)
         };
+        if cfg.team.is_some() && a.fault_inject.is_some() {
+            // Team regions have no far store to inject failures into.
+            continue;
+        }
         cfg.fault_inject = a.fault_inject.clone();
         let secs = a.per_config.min((budget - elapsed).max(0.5));
         // The configuration first: if it hangs, the line says which.

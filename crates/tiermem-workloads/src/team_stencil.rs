@@ -25,12 +25,15 @@ pub struct TeamMode {
     pub policy: TeamPolicy,
     /// The budget holds everything (`team-none`: no data movement).
     pub full_budget: bool,
+    /// Fault-around in the members (off with `+noaround`).
+    pub fault_around: bool,
 }
 
 impl TeamMode {
-    /// Parses `regular`, `pspt`, `team-none`, with `+prefetch` and/or
-    /// `+sharer` suffixes (read-ahead of `readahead` pages; sharer-aware
-    /// replacement).
+    /// Parses `regular`, `pspt`, `team-none`, with `+prefetch`, `+sharer`
+    /// and `+noaround` suffixes (read-ahead of `readahead` pages;
+    /// sharer-aware replacement; one page per fault, as before the members
+    /// had the engine's fault-around).
     pub fn parse(s: &str, readahead: usize) -> Option<TeamMode> {
         let mut parts = s.split('+');
         let (kind, full_budget) = match parts.next()? {
@@ -45,11 +48,13 @@ impl TeamMode {
             readahead: 1,
             policy: TeamPolicy::Fifo,
             full_budget,
+            fault_around: true,
         };
         for p in parts {
             match p {
                 "prefetch" => m.readahead = readahead.max(2),
                 "sharer" => m.policy = TeamPolicy::SharerAware,
+                "noaround" => m.fault_around = false,
                 _ => return None,
             }
         }
@@ -145,6 +150,7 @@ pub fn run(
     cfg.policy = mode.policy;
     cfg.evict_batch_pages = evict_batch;
     cfg.readahead_pages = mode.readahead;
+    cfg.fault_around = mode.fault_around;
     let mut team = TeamRegion::new(cfg).map_err(|e| e.to_string())?;
     progress(&format!(
         "[{}] {} workers as {}, near {} MiB, batch {evict_batch}, read-ahead {}",
@@ -256,6 +262,12 @@ pub fn run(
         threads: p.threads,
         policy: mode.policy.name().into(),
         team: Some(detail),
+        fault_around: [
+            t.around_clusters,
+            t.around_installed,
+            t.around_used,
+            t.around_unused,
+        ],
         ..Default::default()
     })
 }

@@ -441,7 +441,7 @@ impl Region {
             };
         }
         if let Some(fa) = &self.core.around {
-            s.fault_around = fa.stats(&self.core.pages);
+            s.fault_around = fa.stats(|p| crate::engine::out_of_near(&self.core.pages, p));
             s.stride = fa.stride_stats(&self.core.pages);
         }
         s.policy_auto = self.core.auto_policy_stats();

@@ -57,7 +57,8 @@ pub struct StencilArgs {
     /// Dirty tracking for sync (comma-separated: wp-fault, wp-async).
     #[arg(long, default_value = "wp-fault")]
     dirty: String,
-    /// Fault-around for sync and prefetch, comma-separated: on, off.
+    /// Fault-around for sync and prefetch, comma-separated: on, off (team
+    /// modes have it on; `+noaround` turns it off, e.g. `pspt+noaround`).
     #[arg(long, default_value = "on")]
     fault_around: String,
     /// Far store: `memory`, or a directory / new file name for a file store.
@@ -216,7 +217,7 @@ pub fn run(a: StencilArgs) -> Result<(), String> {
                 Some(t) => modes_v.push(ModeSpec::Team(t)),
                 None => {
                     return Err(format!(
-                        "unknown mode {other:?} (none, sync, prefetch, kernel-swap; team modes: regular, pspt, team-none, each with +prefetch and/or +sharer)"
+                        "unknown mode {other:?} (none, sync, prefetch, kernel-swap; team modes: regular, pspt, team-none, each with +prefetch, +sharer and/or +noaround)"
                     ))
                 }
             },

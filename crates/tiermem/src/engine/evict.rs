@@ -49,11 +49,11 @@ impl<'a> Unmaps<'a> {
 
 /// A faulting thread's eviction batch of at least this many victims may
 /// grow (see `evict_batch_in`) ...
-const GROW_FROM: usize = 16;
+pub(crate) const GROW_FROM: usize = 16;
 /// ... up to this many times its size ...
-const GROW_FACTOR: usize = 8;
+pub(crate) const GROW_FACTOR: usize = 8;
 /// ... while its victims form runs of this many pages on average.
-const LONG_RUN: usize = 8;
+pub(crate) const LONG_RUN: usize = 8;
 
 /// How long `evict_all` waits for pages that cannot leave (pinned by a
 /// system call in progress) when nothing else is left to evict.

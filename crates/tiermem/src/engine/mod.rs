@@ -52,6 +52,7 @@ pub(crate) mod handler_thread;
 mod hold;
 pub(crate) mod in_context;
 mod inherit;
+pub(crate) mod locality;
 pub(crate) mod mover;
 mod pin;
 mod pinned;
@@ -65,8 +66,9 @@ mod ring_evict;
 mod scratch;
 mod stride;
 
+pub(crate) use around::out_of_near;
 pub use errors::IoErrorRecord;
-pub(crate) use evict::Evicted;
+pub(crate) use evict::{Evicted, GROW_FACTOR, GROW_FROM, LONG_RUN};
 
 use crate::config::{Config, DirtyTracking, FaultPath, PageSize};
 use crate::page::{PageState, PageTable, PageWord};
@@ -202,7 +204,7 @@ pub(crate) struct RegionCore {
     pub(crate) movers: Option<MoverShared>,
     pub(crate) prefetcher: Option<Prefetcher>,
     /// Fault-around for demand faults outside prefetch streams.
-    pub(crate) around: Option<around::FaultAround>,
+    pub(crate) around: Option<locality::FaultAround>,
     /// Frames for zero-copy installs by the movers (`install = move`).
     ring: Option<FrameRing>,
     /// Where evictions move their victims once another process has
@@ -409,7 +411,7 @@ impl RegionCore {
             )
         });
         let around = if RegionCore::around_enabled(&config) {
-            Some(around::FaultAround::new(pages, config.stride)?)
+            Some(locality::FaultAround::new(pages, config.stride)?)
         } else {
             None
         };

@@ -32,7 +32,7 @@
 //! a quarter of them go unused (see [`WasteCap`]): at 41%, zstd's cap
 //! stayed at 2 under a half, and its points alone doubled its faults.
 
-use super::around::{HISTORY, MAX_CLUSTER, SLOTS};
+use super::locality::{HISTORY, MAX_CLUSTER, SLOTS};
 use super::RegionCore;
 use crate::page::{PageState, PageTable, PageWord};
 use crate::stats::{FaultTimer, StrideStats};

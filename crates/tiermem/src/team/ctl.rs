@@ -37,6 +37,8 @@ pub(crate) const H_POLICY: usize = 15;
 pub(crate) const H_WINDOW: usize = 16;
 /// Members that joined the barrier's party (workers of a running team).
 pub(crate) const H_PARTY: usize = 17;
+/// 1: members install clusters around their faults (fault-around).
+pub(crate) const H_AROUND: usize = 18;
 const HEADER: usize = 32;
 
 const PIDS: usize = HEADER;
@@ -77,6 +79,13 @@ pub(crate) enum Stat {
     Errors,
     /// Remote members mapping an evicted page, summed over victims.
     VictimRemoteSharers,
+    /// Faults that brought neighbours (fault-around), and the neighbours.
+    AroundClusters,
+    AroundInstalled,
+    /// Neighbours seen used (the member's next faults walked past them),
+    /// and those found out of near memory at their next fault unused.
+    AroundUsed,
+    AroundUnused,
 }
 
 pub(crate) const BUSY: u64 = 1 << 2;

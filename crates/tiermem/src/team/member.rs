@@ -12,14 +12,16 @@
 //! only on the CPUs where those processes run.
 
 use super::ctl::{self, Ctl, Stat, Where, BUSY, H_ABORT, H_BATCH, H_BUDGET, H_LOCK, H_READAHEAD};
-use super::ctl::{H_POLICY, H_RESIDENT, H_RING_HEAD, H_RING_TAIL, H_WINDOW};
+use super::ctl::{H_AROUND, H_POLICY, H_RESIDENT, H_RING_HEAD, H_RING_TAIL, H_WINDOW};
 use super::TeamPolicy;
+use crate::engine::locality::FaultAround;
+use crate::engine::{GROW_FACTOR, GROW_FROM, LONG_RUN};
 use crate::fault::{Fault, FaultHandler, RangeGuard, Served, Signal};
 use crate::stats::{Cost, FaultTimer};
 use std::cell::Cell;
 use std::fs::File;
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tiermem_sys::mm::{MapOptions, Mapping, UserAccess};
@@ -109,6 +111,14 @@ pub(crate) struct Member {
     /// Eviction windows, preallocated (kept off the faulting thread's
     /// stack; never allocated in the fault handler).
     scratch: Box<[Mutex<WindowScratch>]>,
+    /// Fault-around's history and counters for this member's threads
+    /// (None: the team has fault-around off).
+    around: Option<FaultAround>,
+    /// Victims of this member's next eviction when more than the team's
+    /// batch (0: the batch): grown while victims come in long runs, by the
+    /// engine's rule (`GROW_FROM`, `GROW_FACTOR`, `LONG_RUN`): one punch
+    /// then covers a longer run.
+    grown: AtomicUsize,
 }
 
 /// The arrays of one eviction window, whatever their backing.
@@ -223,6 +233,11 @@ impl Member {
                 bounce,
             });
         }
+        let around = if ctl.get(H_AROUND) != 0 {
+            Some(FaultAround::new(view.npages, false)?)
+        } else {
+            None
+        };
         ctl.pid(rank)
             .store(tiermem_sys::thread::getpid() as u64, Ordering::Release);
         let m = Arc::new(Member {
@@ -236,6 +251,8 @@ impl Member {
                 .collect(),
             lanes: v,
             routed: Mutex::new(None),
+            around,
+            grown: AtomicUsize::new(0),
         });
         let guard = crate::fault::register(m.view.data_map.addr(), m.view.data_map.len(), m.clone())?;
         *m.routed.lock().unwrap_or_else(|p| p.into_inner()) = Some(guard);
@@ -261,7 +278,7 @@ impl Member {
         l
     }
 
-    fn resolve(&self, addr: usize) -> Disposition {
+    fn resolve(&self, addr: usize, tid: u32) -> Disposition {
         let ctl = self.view.ctl();
         let ps = self.view.page;
         let i = (addr - self.view.data_map.addr()) / ps;
@@ -289,9 +306,9 @@ impl Member {
             }
             timer.lap(Cost::LockList);
             let ok = if at == Where::Resident {
-                self.map_resident(&ctl, i, w, rank, &mut timer)
+                self.map_resident(&ctl, i, w, (rank, tid), &mut timer)
             } else {
-                self.fill(&ctl, i, w, rank, &mut timer)
+                self.fill(&ctl, i, w, (rank, tid), &mut timer)
             };
             let (total, split) = timer.finish();
             for (k, ns) in split.iter().enumerate() {
@@ -307,67 +324,311 @@ impl Member {
         }
     }
 
-    /// A minor fault: the page is near, map it here too.
-    fn map_resident(&self, ctl: &Ctl<'_>, i: usize, w: u64, rank: usize, timer: &mut FaultTimer) -> bool {
+    /// The cluster a demand fault of thread `tid` on page `i` calls for
+    /// (the engine's fault-around decisions, this member's own history):
+    /// the aligned window `[lo, hi)` around it, or None for the page alone.
+    fn around_window(&self, ctl: &Ctl<'_>, i: usize, tid: u32, rank: usize) -> Option<(usize, usize)> {
+        let fa = self.around.as_ref()?;
+        if fa.refilled(i) {
+            ctl.add(rank, Stat::AroundUnused, 1);
+        }
+        fa.adapt(self.lanes.len() > 1);
+        let (n, used) = fa.window_counting(tid, i);
+        ctl.add(rank, Stat::AroundUsed, used);
+        let n = n.min(fa.cap());
+        if n < 2 {
+            return None;
+        }
+        let lo = i & !(n - 1);
+        Some((lo, (lo + n).min(self.view.npages)))
+    }
+
+    /// Locks pages from `at` on, one way (`up`), while `fits` their words
+    /// and the window `[lo, hi)` lasts; returns the bound reached (`up`:
+    /// the first page not taken; else the last page taken). Never waits:
+    /// a busy page ends the run.
+    fn lock_run(
+        &self,
+        ctl: &Ctl<'_>,
+        rank: usize,
+        (at, up): (usize, bool),
+        (lo, hi): (usize, usize),
+        fits: impl Fn(u64) -> bool,
+    ) -> usize {
+        let mut p = at;
+        loop {
+            let next = if up {
+                if p >= hi {
+                    return p;
+                }
+                p
+            } else {
+                if p <= lo {
+                    return p;
+                }
+                p - 1
+            };
+            let w = ctl.page(next).load(Ordering::Acquire);
+            if w & BUSY != 0
+                || !fits(w)
+                || ctl
+                    .page(next)
+                    .compare_exchange(w, ctl::busy_by(w, rank), Ordering::Acquire, Ordering::Relaxed)
+                    .is_err()
+            {
+                return p;
+            }
+            p = if up { p + 1 } else { p - 1 };
+        }
+    }
+
+    /// Records the neighbours of a cluster that were installed.
+    fn note_cluster(
+        &self,
+        ctl: &Ctl<'_>,
+        rank: usize,
+        tid: u32,
+        (first, end): (usize, usize),
+        done: impl Iterator<Item = usize>,
+    ) {
+        if let Some(fa) = &self.around {
+            let mut n = 0;
+            fa.installed_cluster(tid, first, end, done.inspect(|_| n += 1));
+            if n > 0 {
+                ctl.add(rank, Stat::AroundClusters, 1);
+                ctl.add(rank, Stat::AroundInstalled, n);
+            }
+        }
+    }
+
+    /// A minor fault: the page is near, map it here too, with the near
+    /// neighbours not mapped here that fault-around calls for.
+    fn map_resident(
+        &self,
+        ctl: &Ctl<'_>,
+        i: usize,
+        w: u64,
+        (rank, tid): (usize, u32),
+        timer: &mut FaultTimer,
+    ) -> bool {
         let ps = self.view.page;
-        let mapped = self.uffd.continue_(&self.reg, i * ps, ps, false, false).is_ok();
+        let me = ctl::sharer_bit(rank);
+        let (mut first, mut end) = (i, i + 1);
+        if let Some(win) = self.around_window(ctl, i, tid, rank) {
+            let fits = |w: u64| ctl::where_(w) == Where::Resident && w & me == 0;
+            end = self.lock_run(ctl, rank, (i + 1, true), win, fits);
+            first = self.lock_run(ctl, rank, (i, false), win, fits);
+        }
+        timer.lap(Cost::LockList);
+        // Pages mapped from `a` on (an already mapped page counts): the
+        // page and what follows it first, so that a neighbour before it
+        // that fails cannot fail the fault.
+        let map = |a: usize, b: usize| {
+            a + resolve_run(
+                |done| {
+                    self.uffd
+                        .continue_(&self.reg, a * ps + done, (b - a) * ps - done, false, false)
+                },
+                (b - a) * ps,
+                ps,
+            ) / ps
+        };
+        let upper = map(i, end);
+        let lower = if first < i { map(first, i) } else { first };
         timer.lap(Cost::Pte);
+        let mapped = |p: usize| if p < i { p < lower } else { p < upper };
         // Only a mapping that exists makes this member a sharer.
-        let sharer = if mapped { ctl::sharer_bit(rank) } else { 0 };
-        ctl.page(i).store(w | sharer, Ordering::Release);
-        ctl.add(rank, if mapped { Stat::MinorFaults } else { Stat::Errors }, 1);
-        mapped
+        for p in first..end {
+            let pw = if p == i {
+                w
+            } else {
+                ctl::unbusy(ctl.page(p).load(Ordering::Relaxed))
+            };
+            let sharer = if mapped(p) { me } else { 0 };
+            ctl.page(p).store(pw | sharer, Ordering::Release);
+        }
+        let ok = mapped(i);
+        ctl.add(rank, if ok { Stat::MinorFaults } else { Stat::Errors }, 1);
+        self.note_cluster(
+            ctl,
+            rank,
+            tid,
+            (first, end),
+            (first..end).filter(|&p| p != i && mapped(p)),
+        );
+        ok
+    }
+
+    /// Takes up to `want` pages of the budget without evicting, leaving
+    /// the last few (the faulting instruction may need more pages, as in
+    /// the engine); returns how many.
+    fn take_free(&self, ctl: &Ctl<'_>, want: usize) -> usize {
+        let budget = ctl.get(H_BUDGET);
+        let spare = crate::config::MIN_NEAR_PAGES as u64 - 1;
+        loop {
+            let cur = ctl.w[H_RESIDENT].load(Ordering::Acquire);
+            let room = budget.saturating_sub(cur + spare).min(want as u64);
+            if room == 0 {
+                return 0;
+            }
+            if ctl.w[H_RESIDENT]
+                .compare_exchange(cur, cur + room, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
+                return room as usize;
+            }
+        }
     }
 
     /// A missing fault: make room, then fill page `i` (and the following
     /// pages in the same state, up to the read-ahead) from the far file or
-    /// with zeros.
-    fn fill(&self, ctl: &Ctl<'_>, i: usize, w: u64, rank: usize, timer: &mut FaultTimer) -> bool {
+    /// with zeros, with the neighbours fault-around calls for where free
+    /// near memory allows (neighbours never evict).
+    fn fill(
+        &self,
+        ctl: &Ctl<'_>,
+        i: usize,
+        w: u64,
+        (rank, tid): (usize, u32),
+        timer: &mut FaultTimer,
+    ) -> bool {
         let ps = self.view.page;
         let at = ctl::where_(w);
         let ahead = ctl.get(H_READAHEAD).max(1) as usize;
-        let mut n = 1;
-        while n < ahead && i + n < self.view.npages {
-            let w2 = ctl.page(i + n).load(Ordering::Acquire);
-            if w2 & BUSY != 0
-                || ctl::where_(w2) != at
-                || ctl
-                    .page(i + n)
-                    .compare_exchange(w2, ctl::busy_by(w2, rank), Ordering::Acquire, Ordering::Relaxed)
-                    .is_err()
-            {
-                break;
+        let same = |w2: u64| ctl::where_(w2) == at;
+        // `[i, i + n)`: the page and its read-ahead, reserved even if that
+        // evicts.
+        let n = self.lock_run(
+            ctl,
+            rank,
+            (i + 1, true),
+            (i, (i + ahead).min(self.view.npages)),
+            same,
+        ) - i;
+        let (mut first, mut end) = (i, i + n);
+        if let Some(win) = self.around_window(ctl, i, tid, rank) {
+            let missing = |w2: u64| matches!(ctl::where_(w2), Where::Far | Where::Untouched);
+            end = self.lock_run(ctl, rank, (end, true), (win.0, win.1.max(end)), missing);
+            first = self.lock_run(ctl, rank, (i, false), win, missing);
+        }
+        timer.lap(Cost::LockList);
+        let unlock = |a: usize, b: usize| {
+            for p in a..b {
+                let pw = if p == i {
+                    w
+                } else {
+                    ctl.page(p).load(Ordering::Relaxed)
+                };
+                ctl.page(p).store(ctl::where_(pw) as u64, Ordering::Release);
             }
-            n += 1;
-        }
-        timer.lap(Cost::LockList);
-        if !self.reserve(ctl, rank, n, timer) {
-            self.publish(ctl, i, n, at as u64, 0);
-            return false;
-        }
-        let result = if at == Where::Far {
-            self.copy_all(i * ps, self.view.far_map.range(i * ps, n * ps))
-        } else {
-            retry(
-                |done| self.uffd.zeropage(&self.reg, i * ps + done, n * ps - done, false),
-                n * ps,
-            )
         };
-        timer.lap(Cost::Pte);
-        if result.is_err() {
-            ctl.w[H_RESIDENT].fetch_sub(n as u64, Ordering::AcqRel);
-            ctl.add(rank, Stat::Errors, 1);
-            self.publish(ctl, i, n, at as u64, 0);
+        if !self.reserve(ctl, rank, n, timer) {
+            unlock(first, end);
             return false;
         }
-        self.push_ring(ctl, rank, i, n);
-        timer.lap(Cost::LockList);
-        self.publish(ctl, i, n, Where::Resident as u64, ctl::sharer_bit(rank));
+        // Neighbours take free near memory only; the rest are handed back,
+        // the far side first.
+        let wanted = (i - first) + (end - i - n);
+        let mut excess = wanted - self.take_free(ctl, wanted);
+        while excess > 0 && end > i + n {
+            end -= 1;
+            unlock(end, end + 1);
+            excess -= 1;
+        }
+        while excess > 0 && first < i {
+            unlock(first, first + 1);
+            first += 1;
+            excess -= 1;
+        }
+        if let Some(fa) = &self.around {
+            for p in (first..end).filter(|&p| p < i || p >= i + n) {
+                if fa.refilled(p) {
+                    ctl.add(rank, Stat::AroundUnused, 1);
+                }
+            }
+        }
+        // One copy (or zero fill) per run of one kind. A run that fails
+        // part-way hands its remaining pages back; the others go on.
+        let kind = |p: usize| {
+            if p == i {
+                at
+            } else {
+                ctl::where_(ctl.page(p).load(Ordering::Relaxed))
+            }
+        };
+        let me = ctl::sharer_bit(rank);
+        let mut at_installed = false;
+        // Installed pages: neighbours before and after the page's read-ahead
+        // (bit per page, at most a window each side), and read-ahead pages.
+        let (mut before, mut after, mut ahead_done) = (0u32, 0u32, 0u64);
+        let mut s = first;
+        while s < end {
+            let k = kind(s);
+            let mut e = s + 1;
+            // A run ends before the faulting page too: a neighbour that
+            // fails cannot fail the fault.
+            while e < end && e != i && kind(e) == k {
+                e += 1;
+            }
+            let len = (e - s) * ps;
+            let done = if k == Where::Far {
+                let src = self.view.far_map.range(s * ps, len);
+                resolve_run(
+                    |done| {
+                        self.uffd.copy(
+                            &self.reg,
+                            s * ps + done,
+                            src.sub(done, len - done),
+                            CopyMode::default(),
+                        )
+                    },
+                    len,
+                    ps,
+                )
+            } else {
+                resolve_run(
+                    |done| self.uffd.zeropage(&self.reg, s * ps + done, len - done, false),
+                    len,
+                    ps,
+                )
+            } / ps;
+            timer.lap(Cost::Pte);
+            if k == Where::Far {
+                ctl.add(rank, Stat::BytesIn, (done * ps) as u64);
+            }
+            if done < e - s {
+                ctl.add(rank, Stat::Errors, 1);
+                ctl.w[H_RESIDENT].fetch_sub((e - s - done) as u64, Ordering::AcqRel);
+                unlock(s + done, e);
+            }
+            if done > 0 {
+                self.push_ring(ctl, rank, s, done);
+                self.publish(ctl, s, done, Where::Resident as u64, me);
+                for p in s..s + done {
+                    if p < i {
+                        before |= 1 << (p - first);
+                    } else if p >= i + n {
+                        after |= 1 << (p - i - n);
+                    } else if p == i {
+                        at_installed = true;
+                    } else {
+                        ahead_done += 1;
+                    }
+                }
+            }
+            timer.lap(Cost::LockList);
+            s = e;
+        }
+        let neighbours = (first..i)
+            .filter(|&p| before & (1 << (p - first)) != 0)
+            .chain((i + n..end).filter(|&p| after & (1 << (p - i - n)) != 0));
+        self.note_cluster(ctl, rank, tid, (first, end), neighbours);
+        if !at_installed {
+            return false;
+        }
         ctl.add(rank, Stat::MissingFaults, 1);
-        ctl.add(rank, Stat::ReadaheadPages, n as u64 - 1);
-        if at == Where::Far {
-            ctl.add(rank, Stat::BytesIn, (n * ps) as u64);
-        } else {
+        ctl.add(rank, Stat::ReadaheadPages, ahead_done);
+        if at != Where::Far {
             ctl.add(rank, Stat::ZeroFills, 1);
         }
         true
@@ -398,7 +659,7 @@ impl Member {
     /// False only if the team was aborted meanwhile.
     fn reserve(&self, ctl: &Ctl<'_>, rank: usize, n: usize, timer: &mut FaultTimer) -> bool {
         let budget = ctl.get(H_BUDGET);
-        let batch = ctl.get(H_BATCH) as usize;
+        let batch = (ctl.get(H_BATCH) as usize).max(self.grown.load(Ordering::Relaxed));
         let mut spins = 0u32;
         loop {
             let cur = ctl.w[H_RESIDENT].load(Ordering::Acquire);
@@ -589,6 +850,7 @@ impl Member {
         // By page, so that neighbours form runs (one punch each).
         let victims = &mut victims[..nv];
         victims.sort_unstable_by_key(|v| v.0);
+        self.grow_batch(ctl, victims);
         for (w, v) in words.iter_mut().zip(victims.iter()) {
             *w = v.1;
         }
@@ -607,6 +869,15 @@ impl Member {
         lane.busy.store(false, Ordering::Release);
         ctl.add(rank, Stat::EvictNs, start.elapsed().as_nanos() as u64);
         evicted
+    }
+
+    /// Sizes this member's next eviction by the runs of `victims` (sorted,
+    /// see [`next_batch`]).
+    fn grow_batch(&self, ctl: &Ctl<'_>, victims: &[(u64, u64)]) {
+        let next = next_batch(ctl.get(H_BATCH) as usize, ctl.get(H_BUDGET) as usize, victims);
+        if self.grown.load(Ordering::Relaxed) != next {
+            self.grown.store(next, Ordering::Relaxed);
+        }
     }
 
     /// Evicts the locked pages `first..first+words.len()`: splice them into
@@ -722,6 +993,46 @@ fn retry(
     Ok(())
 }
 
+/// The victims of a member's next eviction after one of `victims` (pages,
+/// sorted) under a team batch of `base` and a budget of `budget` pages:
+/// twice as many while they average [`LONG_RUN`] pages per run or more (a
+/// punch covers a longer run), up to [`GROW_FACTOR`] times the batch, an
+/// eighth of the budget and half the eviction window; 0 (the batch) when
+/// they are scattered or the batch is under [`GROW_FROM`]. The engine's
+/// rule for its faulting threads' batches.
+fn next_batch(base: usize, budget: usize, victims: &[(u64, u64)]) -> usize {
+    let runs = 1 + victims.windows(2).filter(|p| p[1].0 != p[0].0 + 1).count();
+    if base < GROW_FROM || victims.is_empty() || runs * LONG_RUN > victims.len() {
+        return 0;
+    }
+    (2 * victims.len())
+        .min(base * GROW_FACTOR)
+        .min(budget / 8)
+        .min(MAX_WINDOW / 2)
+}
+
+/// Runs a resolving ioctl over `len` bytes, page by page where it must;
+/// returns the bytes resolved from the start (a page already there
+/// counts), short only where the ioctl failed.
+fn resolve_run(
+    mut op: impl FnMut(usize) -> Result<Resolved, tiermem_sys::uffd::UffdError>,
+    len: usize,
+    page: usize,
+) -> usize {
+    let mut done = 0;
+    while done < len {
+        match op(done) {
+            Ok(Resolved::Done) => return len,
+            Ok(Resolved::Partial { bytes }) if bytes > 0 => done += bytes,
+            Ok(Resolved::Partial { .. }) => std::thread::yield_now(),
+            // The range's first page: the rest still needs the ioctl.
+            Ok(Resolved::AlreadyMapped) => done += page,
+            Err(_) => break,
+        }
+    }
+    done.min(len)
+}
+
 /// Spin, then yield, then sleep. The locks are held for microseconds by a
 /// member running on another CPU, so spinning is right at first; a sleep
 /// (which costs tens of microseconds of wake-up latency on these VMs) only
@@ -744,9 +1055,37 @@ impl FaultHandler for Member {
         if f.signal != Signal::Bus {
             return Served::Forward;
         }
-        match self.resolve(f.addr) {
+        match self.resolve(f.addr, f.tid) {
             Disposition::Retry => Served::Resolved,
             Disposition::Forward => Served::Forward,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pages(ps: impl IntoIterator<Item = u64>) -> Vec<(u64, u64)> {
+        ps.into_iter().map(|p| (p, 0)).collect()
+    }
+
+    #[test]
+    fn batches_grow_over_long_runs_only() {
+        let budget = 1 << 20;
+        // Two runs of 32: doubled, then capped by the factor and the window.
+        let two_runs = pages((0..32).chain(100..132));
+        assert_eq!(next_batch(64, budget, &two_runs), 128);
+        assert_eq!(
+            next_batch(64, budget, &pages(0..200)),
+            (MAX_WINDOW / 2).min(64 * GROW_FACTOR)
+        );
+        assert_eq!(next_batch(16, budget, &pages(0..200)), 16 * GROW_FACTOR);
+        // Scattered victims, or a batch too small to judge: the batch.
+        assert_eq!(next_batch(64, budget, &pages((0..64).map(|p| 3 * p))), 0);
+        assert_eq!(next_batch(8, budget, &pages(0..8)), 0);
+        assert_eq!(next_batch(64, budget, &[]), 0);
+        // A small budget keeps its batches small.
+        assert_eq!(next_batch(64, 512, &pages(0..64)), 64);
     }
 }

@@ -119,11 +119,15 @@ pub struct TeamConfig {
     pub readahead_pages: usize,
     /// Oldest pages examined by the sharer-aware policy.
     pub sharer_window: usize,
+    /// A fault also installs the neighbours its worker's recent faults
+    /// call for (the engine's fault-around, per member): for sweeps, one
+    /// fault per cluster of up to 16 pages instead of one per page.
+    pub fault_around: bool,
 }
 
 impl TeamConfig {
     /// `virt` bytes over `near` bytes for `workers` workers; FIFO, batches
-    /// of 64 pages, no read-ahead.
+    /// of 64 pages, no read-ahead, fault-around on.
     pub fn new(virt: usize, near: usize, workers: usize) -> TeamConfig {
         TeamConfig {
             virt_bytes: virt,
@@ -134,6 +138,7 @@ impl TeamConfig {
             evict_batch_pages: 64,
             readahead_pages: 1,
             sharer_window: 256,
+            fault_around: true,
         }
     }
 
@@ -432,6 +437,7 @@ impl TeamRegion {
             set(ctl::H_POLICY, config.policy as u64);
             set(ctl::H_WINDOW, config.sharer_window.clamp(1, MAX_WINDOW) as u64);
             set(ctl::H_PARTY, config.workers as u64);
+            set(ctl::H_AROUND, u64::from(config.fault_around));
             // Last: attachers wait for the magic.
             set(ctl::H_MAGIC, ctl::MAGIC);
         }
@@ -485,6 +491,7 @@ impl TeamRegion {
         let mut config = TeamConfig::new(npages * ps, get(ctl::H_BUDGET) * ps, workers);
         config.evict_batch_pages = get(ctl::H_BATCH);
         config.readahead_pages = get(ctl::H_READAHEAD);
+        config.fault_around = get(ctl::H_AROUND) != 0;
         config.policy = if get(ctl::H_POLICY) == TeamPolicy::SharerAware as usize {
             TeamPolicy::SharerAware
         } else {
@@ -600,6 +607,10 @@ impl TeamRegion {
                     readahead_pages: g(Stat::ReadaheadPages),
                     evict_ns: g(Stat::EvictNs),
                     errors: g(Stat::Errors),
+                    around_clusters: g(Stat::AroundClusters),
+                    around_installed: g(Stat::AroundInstalled),
+                    around_used: g(Stat::AroundUsed),
+                    around_unused: g(Stat::AroundUnused),
                 }
             })
             .collect();

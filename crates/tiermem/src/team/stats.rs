@@ -39,6 +39,16 @@ pub struct MemberStats {
     pub evict_ns: u64,
     /// Failed operations (far file full, ioctl errors).
     pub errors: u64,
+    /// Faults that brought neighbours with them (fault-around).
+    pub around_clusters: u64,
+    /// Neighbours they brought.
+    pub around_installed: u64,
+    /// Of those, seen used (the member's later faults walked past them).
+    pub around_used: u64,
+    /// Of those, found out of near memory unused at the member's next
+    /// fault on them (a lower bound: pages the member never faults on
+    /// again are not counted).
+    pub around_unused: u64,
 }
 
 impl MemberStats {
@@ -85,6 +95,10 @@ impl MemberStats {
             readahead_pages,
             evict_ns,
             errors,
+            around_clusters,
+            around_installed,
+            around_used,
+            around_unused,
         } = o;
         let pairs = [
             (&mut self.missing_faults, missing_faults),
@@ -103,6 +117,10 @@ impl MemberStats {
             (&mut self.readahead_pages, readahead_pages),
             (&mut self.evict_ns, evict_ns),
             (&mut self.errors, errors),
+            (&mut self.around_clusters, around_clusters),
+            (&mut self.around_installed, around_installed),
+            (&mut self.around_used, around_used),
+            (&mut self.around_unused, around_unused),
         ];
         for (a, b) in pairs {
             *a = f(*a, *b);

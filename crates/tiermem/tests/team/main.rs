@@ -65,12 +65,17 @@ fn churn(w: &Worker<'_>, pages: usize, rounds: usize) -> Result<(), tiermem::Err
 }
 
 fn churn_team(kind: TeamKind, workers: usize, policy: TeamPolicy, batch: usize) {
+    churn_team_with(kind, workers, policy, batch, true);
+}
+
+fn churn_team_with(kind: TeamKind, workers: usize, policy: TeamPolicy, batch: usize, fault_around: bool) {
     let virt = 8 * MIB;
     let pages = virt / 4096;
     let mut cfg = TeamConfig::new(virt, MIB, workers);
     cfg.cpus = (0..tiermem_sys::thread::online_cpus()).collect();
     cfg.policy = policy;
     cfg.evict_batch_pages = batch;
+    cfg.fault_around = fault_around;
     let team = TeamRegion::new(cfg).unwrap();
     let rounds = 3;
     let report = team.run(kind, |w| churn(w, pages, rounds)).unwrap();
@@ -99,6 +104,17 @@ fn churn_team(kind: TeamKind, workers: usize, policy: TeamPolicy, batch: usize) 
     for (r, m) in s.members.iter().enumerate().take(workers) {
         assert!(m.missing_faults > 0, "worker {r} faulted: {m:?}");
     }
+    // The churn walks pages in order: fault-around brings clusters (of
+    // missing pages and of near pages another member filled), or none
+    // when it is off.
+    if fault_around {
+        assert!(
+            t.around_clusters > 0 && t.around_installed > t.around_clusters,
+            "{t:?}"
+        );
+    } else {
+        assert_eq!(t.around_installed, 0, "{t:?}");
+    }
 }
 
 #[test]
@@ -106,6 +122,7 @@ fn processes_share_pages_under_heavy_eviction_without_corruption() {
     if is_child("processes_share_pages_under_heavy_eviction_without_corruption") {
         churn_team(TeamKind::Processes, 3, TeamPolicy::Fifo, 16);
         churn_team(TeamKind::Processes, 2, TeamPolicy::SharerAware, 1);
+        churn_team_with(TeamKind::Processes, 2, TeamPolicy::Fifo, 8, false);
         return;
     }
     let (st, err) = run_child("processes_share_pages_under_heavy_eviction_without_corruption");
@@ -172,6 +189,119 @@ fn a_killed_worker_stops_the_team_without_hanging() {
         return;
     }
     let (st, err) = run_child("a_killed_worker_stops_the_team_without_hanging");
+    assert!(st.success(), "{err}");
+}
+
+/// Pages of the shared prefix in [`sweeps`].
+const SHARED: usize = 256;
+
+/// One thread writes every page of a region larger than the budget, in
+/// order; then worker 0 reads the first [`SHARED`] pages back, worker 1
+/// the same pages after it (near pages another member filled: minor
+/// faults), and each worker its half of the rest, in order; then both
+/// read pages at random. Returns the totals of the two read phases, after
+/// checking every word.
+fn sweeps(fault_around: bool) -> [tiermem::team::MemberStats; 2] {
+    // Random reads over fewer pages than this look local to fault-around
+    // (its 16 remembered faults, 32 pages either side, cover a quarter).
+    let virt = 32 * MIB;
+    let pages = virt / 4096;
+    let mut cfg = TeamConfig::new(virt, 4 * MIB, 2);
+    cfg.fault_around = fault_around;
+    let team = TeamRegion::new(cfg).unwrap();
+    let marks = std::sync::Mutex::new(Vec::new());
+    let note = || marks.lock().unwrap().push(team.stats().total());
+    let wrong = |words: &[std::sync::atomic::AtomicU64], p: usize| {
+        (0..WORDS).any(|k| words[p * WORDS + k].load(Ordering::Relaxed) != value(p, k, 0))
+    };
+    // Threads mode (one page table) keeps the stats readable between the
+    // phases; the minor faults come from the second phase below.
+    team.run(TeamKind::Threads, |w| {
+        let words = w.atomics();
+        if w.rank() == 0 {
+            for p in 0..pages {
+                for k in 0..WORDS {
+                    words[p * WORDS + k].store(value(p, k, 0), Ordering::Relaxed);
+                }
+            }
+        }
+        w.barrier()
+    })
+    .unwrap();
+    note();
+    team.run(TeamKind::Processes, |w| {
+        let words = w.atomics();
+        let mut read = |p: usize| {
+            if wrong(words, p) {
+                w.scratch()[w.rank()].fetch_add(1, Ordering::Relaxed);
+            }
+        };
+        for r in 0..2 {
+            if w.rank() == r {
+                (0..SHARED).for_each(&mut read);
+            }
+            w.barrier()?;
+        }
+        let half = (pages - SHARED) / 2;
+        (SHARED + w.rank() * half..SHARED + (w.rank() + 1) * half).for_each(read);
+        w.barrier()?;
+        if w.rank() == 0 {
+            w.mark(0);
+        }
+        w.barrier()?;
+        let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ w.rank() as u64;
+        for _ in 0..2048 {
+            x = mix(x);
+            let p = (x % pages as u64) as usize;
+            if words[p * WORDS].load(Ordering::Relaxed) != value(p, 0, 0) {
+                w.scratch()[w.rank()].fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        w.barrier()?;
+        if w.rank() == 0 {
+            w.mark(1);
+        }
+        w.barrier()
+    })
+    .unwrap();
+    let bad: u64 = (0..2).map(|r| team.scratch()[r].load(Ordering::Relaxed)).sum();
+    assert_eq!(bad, 0, "the workers read wrong words back");
+    // Everything once more through the host's own faults.
+    let bad = (0..pages).filter(|&p| wrong(team.atomics(), p)).count();
+    assert_eq!(bad, 0, "pages read back wrong by the host");
+    let first = marks.into_inner().unwrap().pop().unwrap();
+    let (a, b) = (team.stats_at_mark(0), team.stats_at_mark(1));
+    let (mut sweep, mut random) = (a.total(), b.total());
+    random = random.since(&sweep);
+    sweep = sweep.since(&first);
+    assert_eq!(sweep.errors + random.errors, 0);
+    [sweep, random]
+}
+
+#[test]
+fn fault_around_brings_clusters_to_sweeps_and_stays_off_for_random_reads() {
+    if is_child("fault_around_brings_clusters_to_sweeps_and_stays_off_for_random_reads") {
+        let pages = (32 * MIB / 4096) as u64;
+        let [sweep, random] = sweeps(true);
+        let [sweep_off, random_off] = sweeps(false);
+        // Without fault-around: one fault per page read back.
+        assert!(sweep_off.faults() >= pages, "{sweep_off:?}");
+        assert_eq!(sweep_off.around_installed + random_off.around_installed, 0);
+        // With it, a sweep faults once per cluster: missing pages filled
+        // in one copy, and near pages of the other member mapped in one
+        // UFFDIO_CONTINUE (minor clusters).
+        assert!(sweep.faults() * 4 < pages, "{sweep:?}");
+        assert!(sweep.around_installed * 2 > pages, "{sweep:?}");
+        assert!(sweep.minor_faults > 0, "{sweep:?}");
+        assert!(sweep.minor_faults * 4 < SHARED as u64, "{sweep:?}");
+        assert!(sweep_off.minor_faults >= SHARED as u64, "{sweep_off:?}");
+        // Nearly all the neighbours were used; random reads turn it off
+        // within a few faults.
+        assert!(sweep.around_unused * 20 < sweep.around_installed, "{sweep:?}");
+        assert!(random.around_installed * 10 < random.faults(), "{random:?}");
+        return;
+    }
+    let (st, err) = run_child("fault_around_brings_clusters_to_sweeps_and_stays_off_for_random_reads");
     assert!(st.success(), "{err}");
 }
 

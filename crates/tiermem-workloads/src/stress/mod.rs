@@ -14,6 +14,9 @@
 //! checked against it. A mismatch names the block, the seed and the
 //! configuration that reproduce it.
 //!
+//! One configuration in six is a team region instead (`team`): worker
+//! processes or threads sharing it, with their own operations and checks.
+//!
 //! With `plain` the same operations run on ordinary heap memory (`Vec`), so
 //! that the program, unmodified, checks `tiermem run`'s transparent mode.
 //!
@@ -26,6 +29,10 @@
 //! retries, so the data must still be intact. A run counts the failures
 //! injected and those the region reported (`RegionStats::io_errors`): they
 //! must be equal.
+
+mod team;
+
+pub use team::TeamStress;
 
 use crate::rng::{mix, Rng};
 use serde::Serialize;
@@ -81,11 +88,18 @@ pub struct StressConfig {
     /// Fault injection specification (tests only), if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fault_inject: Option<String>,
+    /// A team region instead (page size "team"): workers, policy,
+    /// read-ahead, fault-around; `evict_batch` and the sizes above apply.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub team: Option<TeamStress>,
 }
 
 impl StressConfig {
     /// One line for the table and for reproducing a failure.
     pub fn describe(&self) -> String {
+        if let Some(t) = &self.team {
+            return t.describe(self);
+        }
         if self.page_size == "plain" {
             return format!("plain heap {} MiB, {} thr", self.virt_bytes >> 20, self.threads);
         }
@@ -180,8 +194,10 @@ pub fn draw(seed: u64, index: u64, huge_2m_pages: u64) -> StressConfig {
         install: pick(&mut r, &["auto", "copy", "move"]),
         fault_inject: None,
         movers_auto: false,
+        team: None,
     }
     .with_auto_movers(&mut r)
+    .with_team(&mut r)
 }
 
 impl StressConfig {
@@ -189,6 +205,27 @@ impl StressConfig {
     /// configurations): one mover is `auto` half the time.
     fn with_auto_movers(mut self, r: &mut Rng) -> StressConfig {
         self.movers_auto = r.below(2) == 0 && self.movers == 1;
+        self
+    }
+
+    /// Drawn after every other field: one configuration in six is a team
+    /// region (4 KiB pages, at most [`team::MAX_BLOCKS`] of them).
+    fn with_team(mut self, r: &mut Rng) -> StressConfig {
+        if r.below(6) != 0 {
+            return self;
+        }
+        let t = TeamStress::draw(r);
+        let pages = 64 + r.below(team::MAX_BLOCKS as u64 - 63);
+        let batch = [1, 8, 16, 64][r.below(4) as usize];
+        let least = t.min_near_pages(batch) + 4;
+        let most = (pages * 9 / 10).max(least + 1);
+        let near = least + r.below(most - least);
+        self.page_size = "team".into();
+        self.virt_bytes = pages * BLOCK as u64;
+        self.near_bytes = near.min(pages) * BLOCK as u64;
+        self.evict_batch = batch;
+        self.threads = t.workers;
+        self.team = Some(t);
         self
     }
 }
@@ -218,6 +255,7 @@ pub fn plain(seed: u64, index: u64) -> StressConfig {
         rewrite_hint: false,
         install: String::new(),
         fault_inject: None,
+        team: None,
     }
 }
 
@@ -425,6 +463,9 @@ fn churn(share: Share<'_>, tier: Tier, seed: u64, deadline: Instant) -> Counts {
 /// Runs one configuration for `secs` seconds, then checks every block.
 /// `seed` reproduces it (with the configuration).
 pub fn run_one(cfg: &StressConfig, seed: u64, secs: f64) -> Result<StressOutcome, String> {
+    if let Some(t) = &cfg.team {
+        return team::run_one(cfg, t, seed, secs);
+    }
     let t0 = Instant::now();
     let injecting = cfg.page_size != "plain"
         && (cfg.fault_inject.is_some()
@@ -592,13 +633,42 @@ mod tests {
 
     #[test]
     fn draws_are_valid_and_reproducible() {
+        let mut teams = 0;
         for i in 0..200 {
             let c = draw(7, i, 0);
             assert_eq!(c.describe(), draw(7, i, 0).describe());
             assert_ne!(c.page_size, "2m", "no pool, no 2m");
+            if let Some(t) = &c.team {
+                teams += 1;
+                let pages = c.virt_bytes / 4096;
+                assert!(pages as usize <= team::MAX_BLOCKS, "{}", c.describe());
+                assert!(
+                    c.near_bytes / 4096 >= t.min_near_pages(c.evict_batch),
+                    "{}",
+                    c.describe()
+                );
+                assert!(c.near_bytes <= c.virt_bytes, "{}", c.describe());
+                continue;
+            }
             c.region_config().validate().unwrap();
             assert!(c.near_bytes < c.virt_bytes || c.virt_bytes <= 4 * 4096);
         }
+        assert!((15..60).contains(&teams), "about one in six are teams: {teams}");
+    }
+
+    #[test]
+    fn a_team_run_verifies_every_block() {
+        let c = (0..).map(|i| draw(5, i, 0)).find(|c| c.team.is_some()).unwrap();
+        let mut c = c;
+        let t = c.team.as_mut().unwrap();
+        // Threads: the test harness runs threads of its own, no fork here
+        // (the CLI's stress runs forked workers).
+        (t.kind, t.workers, t.fault_around) = ("threads".into(), 2, true);
+        (c.virt_bytes, c.near_bytes, c.evict_batch) = (512 * 4096, 64 * 4096, 16);
+        let o = run_one(&c, 9, 0.3).unwrap();
+        assert_eq!(o.corrupted, 0, "{:?}", o.first_mismatch);
+        assert_eq!(o.blocks_verified, 512);
+        assert!(o.ops > 100 && o.evictions > 0 && o.faults > 0, "{o:?}");
     }
 
     #[test]
