@@ -205,6 +205,12 @@ pub fn run_tiered(
             s.fault_around.used,
             s.fault_around.evicted_unused,
         ],
+        stride: [
+            s.stride.installed,
+            s.stride.neighbours,
+            s.stride.used,
+            s.stride.evicted_unused,
+        ],
         mover_fills: s.mover_fills,
         inline_evictions: s.inline_evictions,
         app_cpu_ns,
@@ -725,6 +731,13 @@ pub fn table(r: &StencilResult) -> String {
                 let [clusters, installed, used, unused] = o.fault_around;
                 s += &format!(
                     "{} ({} thr): fault-around: {clusters} faults brought {installed} neighbours, {used} known used, {unused} evicted unused\n",
+                    o.mode, o.threads
+                );
+            }
+            if o.stride[0] > 0 {
+                let [points, neighbours, used, unused] = o.stride;
+                s += &format!(
+                    "{} ({} thr): stride detection: {points} points installed ahead with {neighbours} neighbours, {used} known used, {unused} evicted unused\n",
                     o.mode, o.threads
                 );
             }

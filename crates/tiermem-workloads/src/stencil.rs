@@ -135,6 +135,10 @@ pub struct StencilOutcome {
     /// neighbours installed, those known used, those evicted unused.
     #[serde(default)]
     pub fault_around: [u64; 4],
+    /// Stride detection: points installed ahead, their neighbours, points
+    /// known used, evicted unused.
+    #[serde(default)]
+    pub stride: [u64; 4],
     /// Pages filled by movers.
     pub mover_fills: u64,
     /// Pages evicted by faulting threads themselves.

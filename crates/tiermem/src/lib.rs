@@ -21,37 +21,41 @@
 //! # Ok::<(), tiermem::Error>(())
 //! ```
 //!
-//! Modules:
-//! - [`config`]: configuration, validation, `TIERMEM_*` variables;
-//! - [`region`]: the region handle;
-//! - [`store`]: far stores (memory, file) behind one trait;
-//! - [`policy`]: replacement policies behind one trait;
-//! - [`stats`]: statistics (faults, bytes, costs, latency, per thread);
-//! - [`global`]: the process-wide region behind `tm_malloc_global`;
-//! - [`heap`]: the transparent heap (large allocations of unmodified
-//!   programs) on a tiered region or on huge pages;
-//! - [`team`]: one region shared by worker processes, a page table each
-//!   (partially separated page tables);
-//! - [`svm`]: paper 5's shared virtual memory (Rhymes): SPM and DSM page
-//!   modes across processes, scope consistency, twins and diffs;
-//! - [`far`]: far memory tiermem can map twice (memfd allocations, file
-//!   ranges);
-//! - [`fork`]: what a forked child sees of regions it inherits;
-//! - [`launcher`]: the job launcher (MPI, Slurm) and a rank's share of its
-//!   node;
-//! - [`overshadow`]: paper 2's Overshadow: read far memory at once, switch
-//!   each page to its near copy when copied;
-//! - `kernel_access` (private): system calls on tiered buffers, trapped
-//!   (seccomp) and run with their pages pinned;
-//! - `fault` (private): the fault router, the one owner of SIGBUS and
-//!   SIGSEGV: every feature above registers its address ranges with it;
-//! - [`vfork`]: a thread of the owner serves the faults and pins of its
-//!   `vfork` children (whose descriptors are not the engine's);
-//! - `engine` (private): fault resolution, fill and eviction, in-context
-//!   (SIGBUS) and handler-thread designs; `page` (private): page states.
+//! Layers, from the bottom; a layer calls only those below it:
+//! 1. **Kernel interface**: the `tiermem-sys` crate (userfaultfd, mappings,
+//!    signals, seccomp); this crate has no `unsafe` code.
+//! 2. **Fault router** (`fault`, private): the one owner of SIGBUS and
+//!    SIGSEGV; every feature registers its address ranges with it, and it
+//!    names none of them.
+//! 3. **The engine** (`engine`, private) and what it stands on:
+//!    [`config`] (configuration, validation, `TIERMEM_*` variables),
+//!    `page` (page states), [`store`] (far stores, memory and file, behind
+//!    one trait), [`policy`] (replacement policies behind one trait),
+//!    [`stats`]. Fault resolution, fills and fault-around, eviction,
+//!    movers and prefetch, in-context (SIGBUS) and handler-thread designs.
+//! 4. **Features**, users of the engine or the router:
+//!    - [`region`]: the region handle ([`Region`]);
+//!    - [`segment`]: 1 GiB and 2 MiB segment regions;
+//!    - [`heap`]: the transparent heap (large allocations of unmodified
+//!      programs) on a tiered region or on huge pages;
+//!    - [`global`]: the process-wide region behind `tm_malloc_global`;
+//!    - [`team`]: one region shared by worker processes, a page table each
+//!      (partially separated page tables), with the engine's fault-around
+//!      decisions and batch growth;
+//!    - [`overshadow`]: paper 2's Overshadow: read far memory at once,
+//!      switch each page to its near copy when copied;
+//!    - [`svm`]: paper 5's shared virtual memory (Rhymes): SPM and DSM page
+//!      modes across processes, scope consistency, twins and diffs;
+//!    - `kernel_access` (private): system calls on tiered buffers, trapped
+//!      (seccomp) and run with their pages pinned;
+//!    - [`fork`] and [`vfork`]: what a forked child sees of the regions it
+//!      inherits; a thread of the owner serves its `vfork` children;
+//!    - [`far`]: far memory tiermem can map twice (memfd allocations, file
+//!      ranges).
+//! 5. **Around them**: [`launcher`] (the job launcher, MPI or Slurm, and a
+//!    rank's share of its node), [`live`] (the live view), [`hugepages`]
+//!    (pools).
 //!
-//! The kernel interface lives in the `tiermem-sys` crate; this crate has no
-//! `unsafe` code.
 
 #![deny(unsafe_code)]
 

@@ -10,7 +10,10 @@
 //! earlier points: random faults practically never line up so), or only
 //! `p - d` where the thread has a stream of stride `d` already (the next
 //! column of the same array: it starts as far ahead as the last one
-//! ran). Each slot keeps [`STREAMS`] streams (a loop may read one array
+//! ran). Three earlier points start no stream where another recent fault
+//! of the thread lies within fault-around's reach of `p` (sequential
+//! streams side by side show chance lattices; a column walk's faults stand
+//! alone). Each slot keeps [`STREAMS`] streams (a loop may read one array
 //! along a stride and write another). A later fault on a stream's
 //! lattice, past its last fault and at most one stride past the points
 //! installed ahead, continues it: the points in between count as used, and
@@ -204,6 +207,16 @@ impl Stride {
             });
         }
         let seen = |q: isize| q >= 0 && hist.iter().any(|&h| h == q as usize + 1);
+        // A fault next to another recent fault of the thread is part of a
+        // local walk, fault-around's business: it starts no new lattice
+        // (a new column of a known stride still continues it). Sequential
+        // streams side by side show chance lattices: a stencil's rows,
+        // their clusters cut short by a second thread, started streams of
+        // stride 48 and 61 pages that installed 112 K pages ahead, and
+        // its fault-around clusters then went 25% unused.
+        let local = hist
+            .iter()
+            .any(|&h| h != 0 && h != page + 1 && (h - 1).abs_diff(page) <= self.min_stride);
         // A stream of the thread with this stride (it walked the previous
         // column of the same array): one earlier fault is enough.
         let known = |d: isize| {
@@ -218,7 +231,7 @@ impl Stride {
             .iter()
             .filter(|&&h| h != 0 && h != page + 1)
             .map(|&h| p - (h - 1) as isize)
-            .filter(|&d| seen(p - 2 * d) && seen(p - 3 * d) || known(d).is_some())
+            .filter(|&d| !local && seen(p - 2 * d) && seen(p - 3 * d) || known(d).is_some())
             .min_by_key(|d| d.unsigned_abs());
         if let Some(d) = d.filter(|d| d.unsigned_abs() > self.min_stride) {
             // A new column takes the place of the old one, and starts as
@@ -552,6 +565,25 @@ mod tests {
         assert_eq!((faults, ahead), (1000, 0));
         let (_, ahead) = run(&st, 0..1000);
         assert_eq!(ahead, 0);
+    }
+
+    #[test]
+    fn sequential_streams_side_by_side_start_no_stream() {
+        // A lattice of stride 61 among the history, with a fault 10 pages
+        // from this one (another stream of a stencil's rows): no stream.
+        let st = Stride::new(1 << 20, NEAR).unwrap();
+        let mut t = Thread::new();
+        let p = 100_000;
+        for q in [p - 183, p - 122, p - 10, p - 61] {
+            assert_eq!(t.fault(&st, 1, q), None);
+        }
+        assert_eq!(t.fault(&st, 1, p), None);
+        // The same lattice alone: a stream.
+        let mut t = Thread::new();
+        for q in [p - 183, p - 122, p - 61] {
+            t.fault(&st, 1, q);
+        }
+        assert_eq!(t.fault(&st, 1, p).map(|plan| plan.stride), Some(61));
     }
 
     #[test]

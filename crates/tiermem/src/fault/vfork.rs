@@ -237,7 +237,7 @@ pub(crate) fn borrow(addr: usize, len: usize, write: bool) -> Option<Loan> {
     })
 }
 
-/// Public form of [`borrow`] for the preload library's copies of `exec`
+/// Public form of `borrow` for the preload library's copies of `exec`
 /// strings: runs `f` on the pinned part of `[addr, addr + len)` (address,
 /// length; at least the rest of the first page, read as it is where
 /// nothing could be pinned). None where the caller is not a `vfork` child

@@ -7,7 +7,7 @@
 //! - [`memory`]: a memfd-backed pool in this process, standing for the host
 //!   memory of paper 1; data moves by copy (the DMA of the paper), and a
 //!   fill copies straight from the pool into the faulting page.
-//! - [`file`]: a file, `pread`/`pwrite`, optionally `O_DIRECT`.
+//! - [`file`](mod@file): a file, `pread`/`pwrite`, optionally `O_DIRECT`.
 //!
 //! Stores never see the page state protocol: the engine guarantees that no
 //! two calls touch the same page at once and that a page being stored is
