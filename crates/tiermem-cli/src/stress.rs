@@ -79,6 +79,11 @@ pub fn run(a: StressArgs) -> Result<(), String> {
         };
         if cfg.team.is_some() && a.fault_inject.is_some() {
             // Team regions have no far store to inject failures into.
+            if a.only.is_some() {
+                return Err(format!(
+                    "configuration #{i} of seed {seed} is a team region, which has no far store to inject failures into"
+                ));
+            }
             continue;
         }
         cfg.fault_inject = a.fault_inject.clone();

@@ -215,14 +215,15 @@ impl StressConfig {
             return self;
         }
         let t = TeamStress::draw(r);
-        let pages = 64 + r.below(team::MAX_BLOCKS as u64 - 63);
         let batch = [1, 8, 16, 64][r.below(4) as usize];
         let least = t.min_near_pages(batch) + 4;
-        let most = (pages * 9 / 10).max(least + 1);
-        let near = least + r.below(most - least);
+        // At least twice the smallest budget (up to 148 pages), so that
+        // the budget drawn fits under 90% of the region.
+        let pages = (64 + r.below(team::MAX_BLOCKS as u64 - 63)).max(2 * least);
+        let near = least + r.below(pages * 9 / 10 - least);
         self.page_size = "team".into();
         self.virt_bytes = pages * BLOCK as u64;
-        self.near_bytes = near.min(pages) * BLOCK as u64;
+        self.near_bytes = near * BLOCK as u64;
         self.evict_batch = batch;
         self.threads = t.workers;
         self.team = Some(t);
@@ -636,10 +637,18 @@ mod tests {
         let mut teams = 0;
         for i in 0..200 {
             let c = draw(7, i, 0);
+            // Team draws of many seeds: every one a valid team.
+            for seed in 0..50 {
+                let c = draw(seed, i, 0);
+                if let Some(t) = &c.team {
+                    t.config(&c).validate().unwrap();
+                }
+            }
             assert_eq!(c.describe(), draw(7, i, 0).describe());
             assert_ne!(c.page_size, "2m", "no pool, no 2m");
             if let Some(t) = &c.team {
                 teams += 1;
+                t.config(&c).validate().unwrap();
                 let pages = c.virt_bytes / 4096;
                 assert!(pages as usize <= team::MAX_BLOCKS, "{}", c.describe());
                 assert!(

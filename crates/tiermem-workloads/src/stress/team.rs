@@ -72,7 +72,7 @@ impl TeamStress {
         )
     }
 
-    fn config(&self, c: &StressConfig) -> TeamConfig {
+    pub(super) fn config(&self, c: &StressConfig) -> TeamConfig {
         let mut t = TeamConfig::new(c.virt_bytes as usize, c.near_bytes as usize, self.workers);
         t.policy = TeamPolicy::parse(&self.policy).unwrap_or(TeamPolicy::Fifo);
         t.evict_batch_pages = c.evict_batch;

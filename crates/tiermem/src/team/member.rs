@@ -505,13 +505,6 @@ impl Member {
             (i, (i + ahead).min(self.view.npages)),
             same,
         ) - i;
-        let (mut first, mut end) = (i, i + n);
-        if let Some(win) = self.around_window(ctl, i, tid, rank) {
-            let missing = |w2: u64| matches!(ctl::where_(w2), Where::Far | Where::Untouched);
-            end = self.lock_run(ctl, rank, (end, true), (win.0, win.1.max(end)), missing);
-            first = self.lock_run(ctl, rank, (i, false), win, missing);
-        }
-        timer.lap(Cost::LockList);
         let unlock = |a: usize, b: usize| {
             for p in a..b {
                 let pw = if p == i {
@@ -522,23 +515,34 @@ impl Member {
                 ctl.page(p).store(ctl::where_(pw) as u64, Ordering::Release);
             }
         };
+        timer.lap(Cost::LockList);
         if !self.reserve(ctl, rank, n, timer) {
-            unlock(first, end);
+            unlock(i, i + n);
             return false;
         }
-        // Neighbours take free near memory only; the rest are handed back,
-        // the far side first.
-        let wanted = (i - first) + (end - i - n);
-        let mut excess = wanted - self.take_free(ctl, wanted);
-        while excess > 0 && end > i + n {
-            end -= 1;
-            unlock(end, end + 1);
-            excess -= 1;
-        }
-        while excess > 0 && first < i {
-            unlock(first, first + 1);
-            first += 1;
-            excess -= 1;
+        // Then the neighbours, as many as free near memory holds: locked
+        // only now, so that no member waits on them through an eviction.
+        let (mut first, mut end) = (i, i + n);
+        if let Some((lo, hi)) = self.around_window(ctl, i, tid, rank) {
+            let want = (hi.max(end) - end) + (i - lo);
+            let room = self.take_free(ctl, want);
+            if room > 0 {
+                let missing = |w2: u64| matches!(ctl::where_(w2), Where::Far | Where::Untouched);
+                end = self.lock_run(ctl, rank, (end, true), (lo, hi.max(end).min(end + room)), missing);
+                let left = room - (end - i - n);
+                first = self.lock_run(
+                    ctl,
+                    rank,
+                    (i, false),
+                    (lo.max(i.saturating_sub(left)), hi),
+                    missing,
+                );
+                let taken = (end - i - n) + (i - first);
+                if taken < room {
+                    ctl.w[H_RESIDENT].fetch_sub((room - taken) as u64, Ordering::AcqRel);
+                }
+            }
+            timer.lap(Cost::LockList);
         }
         if let Some(fa) = &self.around {
             for p in (first..end).filter(|&p| p < i || p >= i + n) {
@@ -635,7 +639,7 @@ impl Member {
     }
 
     fn copy_all(&self, off: usize, src: tiermem_sys::mm::MemRange<'_>) -> Result<(), ()> {
-        retry(
+        let done = resolve_run(
             |done| {
                 self.uffd.copy(
                     &self.reg,
@@ -645,7 +649,13 @@ impl Member {
                 )
             },
             src.len(),
-        )
+            self.view.page,
+        );
+        if done == src.len() {
+            Ok(())
+        } else {
+            Err(())
+        }
     }
 
     /// Stores the final word of pages `i..i+n` (unlocking them).
@@ -977,22 +987,6 @@ impl Member {
     }
 }
 
-/// Runs a resolving ioctl until `len` bytes are done (`EAGAIN` partials).
-fn retry(
-    mut op: impl FnMut(usize) -> Result<Resolved, tiermem_sys::uffd::UffdError>,
-    len: usize,
-) -> Result<(), ()> {
-    let mut done = 0;
-    while done < len {
-        match op(done) {
-            Ok(Resolved::Done) | Ok(Resolved::AlreadyMapped) => return Ok(()),
-            Ok(Resolved::Partial { bytes }) => done += bytes,
-            Err(_) => return Err(()),
-        }
-    }
-    Ok(())
-}
-
 /// The victims of a member's next eviction after one of `victims` (pages,
 /// sorted) under a team batch of `base` and a budget of `budget` pages:
 /// twice as many while they average [`LONG_RUN`] pages per run or more (a
@@ -1011,6 +1005,9 @@ fn next_batch(base: usize, budget: usize, victims: &[(u64, u64)]) -> usize {
         .min(MAX_WINDOW / 2)
 }
 
+/// Retries without progress before a resolving ioctl counts as failed.
+const RETRY_LIMIT: u32 = 100_000;
+
 /// Runs a resolving ioctl over `len` bytes, page by page where it must;
 /// returns the bytes resolved from the start (a page already there
 /// counts), short only where the ioctl failed.
@@ -1020,11 +1017,19 @@ fn resolve_run(
     page: usize,
 ) -> usize {
     let mut done = 0;
+    let mut idle = 0u32;
     while done < len {
         match op(done) {
             Ok(Resolved::Done) => return len,
             Ok(Resolved::Partial { bytes }) if bytes > 0 => done += bytes,
-            Ok(Resolved::Partial { .. }) => std::thread::yield_now(),
+            // The kernel asks for a retry while the mappings change (the
+            // ioctl makes no progress): give up after a while, as for a
+            // failure, rather than spin forever in a signal handler.
+            Ok(Resolved::Partial { .. }) if idle < RETRY_LIMIT => {
+                idle += 1;
+                std::thread::yield_now();
+            }
+            Ok(Resolved::Partial { .. }) => break,
             // The range's first page: the rest still needs the ioctl.
             Ok(Resolved::AlreadyMapped) => done += page,
             Err(_) => break,
@@ -1068,6 +1073,53 @@ mod tests {
 
     fn pages(ps: impl IntoIterator<Item = u64>) -> Vec<(u64, u64)> {
         ps.into_iter().map(|p| (p, 0)).collect()
+    }
+
+    /// `resolve_run` over scripted ioctl results (offsets asked, answers).
+    fn scripted(answers: &[Result<Resolved, ()>], len: usize) -> (usize, Vec<usize>) {
+        let mut asked = Vec::new();
+        let mut it = answers.iter();
+        let done = resolve_run(
+            |at| {
+                asked.push(at);
+                match it.next() {
+                    Some(Ok(r)) => Ok(*r),
+                    Some(Err(())) | None => Err(tiermem_sys::uffd::UffdError::Ioctl {
+                        op: "test",
+                        addr: at,
+                        len,
+                        errno: tiermem_sys::Errno(libc::ENOMEM),
+                    }),
+                }
+            },
+            len,
+            4096,
+        );
+        (done, asked)
+    }
+
+    #[test]
+    fn resolve_run_counts_only_what_the_kernel_did() {
+        let (done, asked) = scripted(&[Ok(Resolved::Done)], 4 * 4096);
+        assert_eq!((done, asked), (4 * 4096, vec![0]));
+        // A partial, then the rest.
+        let (done, asked) = scripted(
+            &[Ok(Resolved::Partial { bytes: 4096 }), Ok(Resolved::Done)],
+            4 * 4096,
+        );
+        assert_eq!((done, asked), (4 * 4096, vec![0, 4096]));
+        // An already mapped first page counts as one page, and the rest is
+        // still asked for.
+        let (done, asked) = scripted(&[Ok(Resolved::AlreadyMapped), Ok(Resolved::Done)], 4 * 4096);
+        assert_eq!((done, asked), (4 * 4096, vec![0, 4096]));
+        // A failure after two pages: two pages done.
+        let (done, _) = scripted(&[Ok(Resolved::Partial { bytes: 8192 }), Err(())], 4 * 4096);
+        assert_eq!(done, 8192);
+        // Retries without progress end, as a failure.
+        let stuck = vec![Ok(Resolved::Partial { bytes: 0 }); RETRY_LIMIT as usize + 10];
+        let (done, asked) = scripted(&stuck, 4096);
+        assert_eq!(done, 0);
+        assert_eq!(asked.len(), RETRY_LIMIT as usize + 1);
     }
 
     #[test]

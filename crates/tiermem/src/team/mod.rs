@@ -142,7 +142,9 @@ impl TeamConfig {
         }
     }
 
-    fn validate(&self) -> Result<(), Error> {
+    /// Checks the configuration as [`TeamRegion::new`] does, with the same
+    /// messages.
+    pub fn validate(&self) -> Result<(), Error> {
         let ps = tiermem_sys::mm::base_page_size();
         let bad = |m: String| Err(Error::Usage(m));
         if self.virt_bytes == 0 || !self.virt_bytes.is_multiple_of(ps) {
@@ -256,6 +258,31 @@ impl Worker<'_> {
     /// The region's base address (the same in every worker).
     pub fn base(&self) -> usize {
         self.member.view.data_map.addr()
+    }
+    /// Pages whose sharer bit for this worker's process disagrees with its
+    /// page table (`/proc/self/pagemap`: a sharer must map the page, and
+    /// only a sharer of a near page may map it). Meaningful in processes
+    /// mode at a quiet moment: between two barriers where no worker
+    /// touches the region. For tests.
+    #[doc(hidden)]
+    pub fn sharer_mismatches(&self) -> Result<usize, Error> {
+        use std::os::unix::fs::FileExt;
+        let v = &self.member.view;
+        let ctl = v.ctl();
+        let me = ctl::sharer_bit(self.member.rank);
+        let f = File::open("/proc/self/pagemap")?;
+        let mut entries = vec![0u8; v.npages * 8];
+        f.read_exact_at(&mut entries, (v.data_map.addr() / v.page * 8) as u64)?;
+        let mut bad = 0;
+        for (p, e) in entries.chunks_exact(8).enumerate() {
+            let present = u64::from_ne_bytes(e.try_into().expect("8 bytes")) >> 63 == 1;
+            let w = ctl.page(p).load(Ordering::Acquire);
+            let sharer = ctl::where_(w) == ctl::Where::Resident && w & me != 0;
+            if present != sharer {
+                bad += 1;
+            }
+        }
+        Ok(bad)
     }
     /// Snapshots every member's statistics as mark `k` (`0..MARKS`), read
     /// later with [`TeamRegion::stats_at_mark`]: how a worker brackets the

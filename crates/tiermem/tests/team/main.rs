@@ -47,7 +47,7 @@ fn check_all(words: &[std::sync::atomic::AtomicU64], pages: usize, round: usize)
 /// The churn: in each round every worker writes its share of the words of
 /// every page of the round (so each page is written by all workers at
 /// once), then after a barrier every worker checks every page.
-fn churn(w: &Worker<'_>, pages: usize, rounds: usize) -> Result<(), tiermem::Error> {
+fn churn(w: &Worker<'_>, pages: usize, rounds: usize, audit: bool) -> Result<(), tiermem::Error> {
     let words = w.atomics();
     let (me, n) = (w.rank(), w.workers());
     for round in 0..rounds {
@@ -60,8 +60,24 @@ fn churn(w: &Worker<'_>, pages: usize, rounds: usize) -> Result<(), tiermem::Err
         let bad = check_all(words, pages, round);
         w.scratch()[me].fetch_add(bad, Ordering::Relaxed);
         w.barrier()?;
+        if audit {
+            // Nobody faults between these barriers: every sharer bit must
+            // match this process's page table.
+            w.scratch()[AUDIT + me].fetch_add(w.sharer_mismatches()? as u64, Ordering::Relaxed);
+            w.barrier()?;
+        }
     }
     Ok(())
+}
+
+/// Scratch words where workers count sharer bits that disagree with their
+/// page tables (`Worker::sharer_mismatches`).
+const AUDIT: usize = 64;
+
+fn audited(team: &TeamRegion, workers: usize) -> u64 {
+    (0..workers)
+        .map(|r| team.scratch()[AUDIT + r].load(Ordering::Relaxed))
+        .sum()
 }
 
 fn churn_team(kind: TeamKind, workers: usize, policy: TeamPolicy, batch: usize) {
@@ -78,8 +94,14 @@ fn churn_team_with(kind: TeamKind, workers: usize, policy: TeamPolicy, batch: us
     cfg.fault_around = fault_around;
     let team = TeamRegion::new(cfg).unwrap();
     let rounds = 3;
-    let report = team.run(kind, |w| churn(w, pages, rounds)).unwrap();
+    let audit = kind == TeamKind::Processes;
+    let report = team.run(kind, |w| churn(w, pages, rounds, audit)).unwrap();
     assert_eq!(report.workers.len(), workers);
+    assert_eq!(
+        audited(&team, workers),
+        0,
+        "{kind:?}: sharer bits that disagree with page tables"
+    );
     let bad: u64 = (0..workers)
         .map(|r| team.scratch()[r].load(Ordering::Relaxed))
         .sum();
@@ -93,6 +115,12 @@ fn churn_team_with(kind: TeamKind, workers: usize, policy: TeamPolicy, batch: us
     let s = team.stats();
     let t = s.total();
     assert!(s.resident_pages <= s.budget_pages, "budget kept");
+    // Idle: the budget counts exactly the pages near (none leaked).
+    assert_eq!(
+        s.resident_pages,
+        s.resident_by_sharers.iter().sum::<u64>(),
+        "{s:?}"
+    );
     assert!(t.evictions > 2 * pages as u64, "heavy eviction: {t:?}");
     assert!(t.minor_faults > 0, "pages shared between members: {t:?}");
     assert!(
@@ -245,6 +273,8 @@ fn sweeps(fault_around: bool) -> [tiermem::team::MemberStats; 2] {
         let half = (pages - SHARED) / 2;
         (SHARED + w.rank() * half..SHARED + (w.rank() + 1) * half).for_each(read);
         w.barrier()?;
+        w.scratch()[AUDIT + w.rank()].fetch_add(w.sharer_mismatches()? as u64, Ordering::Relaxed);
+        w.barrier()?;
         if w.rank() == 0 {
             w.mark(0);
         }
@@ -266,6 +296,13 @@ fn sweeps(fault_around: bool) -> [tiermem::team::MemberStats; 2] {
     .unwrap();
     let bad: u64 = (0..2).map(|r| team.scratch()[r].load(Ordering::Relaxed)).sum();
     assert_eq!(bad, 0, "the workers read wrong words back");
+    assert_eq!(audited(&team, 2), 0, "sharer bits that disagree with page tables");
+    let s = team.stats();
+    assert_eq!(
+        s.resident_pages,
+        s.resident_by_sharers.iter().sum::<u64>(),
+        "{s:?}"
+    );
     // Everything once more through the host's own faults.
     let bad = (0..pages).filter(|&p| wrong(team.atomics(), p)).count();
     assert_eq!(bad, 0, "pages read back wrong by the host");
