@@ -11,9 +11,9 @@
 //! `p - d` where the thread has a stream of stride `d` already (the next
 //! column of the same array: it starts as far ahead as the last one
 //! ran). Three earlier points start no stream where another recent fault
-//! of the thread lies within fault-around's reach of `p` (sequential
-//! streams side by side show chance lattices; a column walk's faults stand
-//! alone). Each slot keeps [`STREAMS`] streams (a loop may read one array
+//! of the thread lies within fault-around's reach of `p` or between the
+//! points (sequential walks show chance lattices; a column walk's faults
+//! stand alone). Each slot keeps [`STREAMS`] streams (a loop may read one array
 //! along a stride and write another). A later fault on a stream's
 //! lattice, past its last fault and at most one stride past the points
 //! installed ahead, continues it: the points in between count as used, and
@@ -217,6 +217,17 @@ impl Stride {
         let local = hist
             .iter()
             .any(|&h| h != 0 && h != page + 1 && (h - 1).abs_diff(page) <= self.min_stride);
+        // Nor a lattice whose points have other faults between them: a
+        // sequential walk whose last step was long (pages ahead were
+        // present) shows strides of every multiple of its step (a sweep
+        // with 16-page clusters started 566 streams of stride 48).
+        let dense = |d: isize| {
+            let (lo, hi) = if d > 0 { (p - 3 * d, p) } else { (p, p - 3 * d) };
+            hist.iter().any(|&h| {
+                let q = h as isize - 1;
+                h != 0 && q > lo && q < hi && (p - q) % d != 0
+            })
+        };
         // A stream of the thread with this stride (it walked the previous
         // column of the same array): one earlier fault is enough.
         let known = |d: isize| {
@@ -231,7 +242,7 @@ impl Stride {
             .iter()
             .filter(|&&h| h != 0 && h != page + 1)
             .map(|&h| p - (h - 1) as isize)
-            .filter(|&d| !local && seen(p - 2 * d) && seen(p - 3 * d) || known(d).is_some())
+            .filter(|&d| !local && seen(p - 2 * d) && seen(p - 3 * d) && !dense(d) || known(d).is_some())
             .min_by_key(|d| d.unsigned_abs());
         if let Some(d) = d.filter(|d| d.unsigned_abs() > self.min_stride) {
             // A new column takes the place of the old one, and starts as
@@ -575,6 +586,13 @@ mod tests {
         let mut t = Thread::new();
         let p = 100_000;
         for q in [p - 183, p - 122, p - 10, p - 61] {
+            assert_eq!(t.fault(&st, 1, q), None);
+        }
+        assert_eq!(t.fault(&st, 1, p), None);
+        // A sequential walk in steps of 16 whose last step was 48: every
+        // multiple of 16 is a lattice, with faults between the points.
+        let mut t = Thread::new();
+        for q in (p - 256..=p - 48).step_by(16) {
             assert_eq!(t.fault(&st, 1, q), None);
         }
         assert_eq!(t.fault(&st, 1, p), None);
