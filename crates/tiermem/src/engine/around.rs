@@ -26,12 +26,12 @@
 //! a write-protect fault on one, or eviction finding it changed, counts it
 //! used.
 
-use super::locality::{marked_gone, MAX_CLUSTER};
+use super::locality::MAX_CLUSTER;
 use super::{Outcome, RegionCore, Server};
 use crate::config::PageSize;
 use crate::page::{PageState, PageTable, PageWord};
 use crate::stats::{Cost, FaultKind, FaultTimer};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use tiermem_sys::uffd::{CopyMode, Resolved};
 
 /// The pages of a cluster around fault page `at`: `[first, end)`, every
@@ -320,9 +320,4 @@ impl RegionCore {
 /// there was evicted unused).
 pub(crate) fn out_of_near(table: &PageTable, p: usize) -> bool {
     p < table.len() && matches!(table.load(p).state(), PageState::Untouched | PageState::Far)
-}
-
-/// [`marked_gone`] over the engine's page table.
-pub(super) fn marked_out_of_near(marks: &[AtomicU64], table: &PageTable, gone: impl FnMut(usize)) {
-    marked_gone(marks, |p| out_of_near(table, p), gone)
 }

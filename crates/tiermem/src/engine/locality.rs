@@ -64,9 +64,7 @@ struct Slot {
 pub(crate) struct FaultAround {
     slots: [Slot; SLOTS],
     /// One bit per page: installed by fault-around, not known used yet.
-    marks: ZeroedArray<AtomicU64>,
-    /// Words of `marks` ever written (bounds the walk in `stats`).
-    marks_used: AtomicUsize,
+    marks: MarkBits,
     clusters: AtomicU64,
     installed: AtomicU64,
     used: AtomicU64,
@@ -93,8 +91,7 @@ impl FaultAround {
                 None
             },
             slots: std::array::from_fn(|_| Slot::default()),
-            marks: ZeroedArray::new(pages.div_ceil(64))?,
-            marks_used: AtomicUsize::new(0),
+            marks: MarkBits::new(pages)?,
             clusters: AtomicU64::new(0),
             installed: AtomicU64::new(0),
             used: AtomicU64::new(0),
@@ -230,7 +227,7 @@ impl FaultAround {
     ) {
         let mut extra = 0;
         for p in neighbours {
-            self.mark(p);
+            self.marks.mark(p);
             extra += 1;
         }
         if extra > 0 {
@@ -249,24 +246,8 @@ impl FaultAround {
         s.last_end[k].store(end, Ordering::Relaxed);
     }
 
-    fn mark(&self, p: usize) {
-        if p / 64 >= self.marks_used.load(Ordering::Relaxed) {
-            self.marks_used.fetch_max(p / 64 + 1, Ordering::Relaxed);
-        }
-        self.marks[p / 64].fetch_or(1 << (p % 64), Ordering::Relaxed);
-    }
-
-    /// Clears page `p`'s mark; true if it was set.
-    fn take(&self, p: usize) -> bool {
-        let bit = 1u64 << (p % 64);
-        let word = &self.marks[p / 64];
-        // Look before clearing: most pages carry no mark, and a plain load
-        // keeps the line shared (random faults from several threads).
-        word.load(Ordering::Relaxed) & bit != 0 && word.fetch_and(!bit, Ordering::Relaxed) & bit != 0
-    }
-
     fn take_used(&self, a: usize, b: usize) -> u64 {
-        let n = (a..b).filter(|&p| self.take(p)).count() as u64;
+        let n = (a..b).filter(|&p| self.marks.take(p)).count() as u64;
         self.used.fetch_add(n, Ordering::Relaxed);
         n
     }
@@ -278,7 +259,7 @@ impl FaultAround {
         if let Some(s) = &self.stride {
             s.refilled(p);
         }
-        let unused = self.take(p);
+        let unused = self.marks.take(p);
         if unused {
             self.evicted_unused.fetch_add(1, Ordering::Relaxed);
         }
@@ -291,7 +272,7 @@ impl FaultAround {
         if let Some(s) = &self.stride {
             s.written(p);
         }
-        if self.take(p) {
+        if self.marks.take(p) {
             self.used.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -299,13 +280,9 @@ impl FaultAround {
     /// The counters; marked pages no longer in near memory (`gone`) are
     /// counted as evicted unused first.
     pub(crate) fn stats(&self, gone: impl Fn(usize) -> bool) -> FaultAroundStats {
-        marked_gone(
-            &self.marks[..self.marks_used.load(Ordering::Relaxed)],
-            gone,
-            |p| {
-                self.refilled(p);
-            },
-        );
+        self.marks.gone(gone, |p| {
+            self.refilled(p);
+        });
         let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
         FaultAroundStats {
             clusters: ld(&self.clusters),
@@ -334,17 +311,53 @@ impl FaultAround {
     }
 }
 
-/// Calls `gone` for every page marked in `marks` (a bit per page) for
-/// which `is_gone` says it is no longer in near memory: the stats' count of
-/// installs evicted unused, for fault-around and stride detection alike.
-pub(crate) fn marked_gone(marks: &[AtomicU64], is_gone: impl Fn(usize) -> bool, mut gone: impl FnMut(usize)) {
-    for (k, word) in marks.iter().enumerate() {
-        let mut bits = word.load(Ordering::Relaxed);
-        while bits != 0 {
-            let p = k * 64 + bits.trailing_zeros() as usize;
-            bits &= bits - 1;
-            if is_gone(p) {
-                gone(p);
+/// One bit per page, set for pages installed ahead of use (by
+/// fault-around or stride detection) and cleared once known used or
+/// counted unused.
+pub(crate) struct MarkBits {
+    bits: ZeroedArray<AtomicU64>,
+    /// Words ever written (bounds the walk in `gone`).
+    used: AtomicUsize,
+}
+
+impl MarkBits {
+    pub(crate) fn new(pages: usize) -> Result<MarkBits, tiermem_sys::mm::MmError> {
+        Ok(MarkBits {
+            bits: ZeroedArray::new(pages.div_ceil(64))?,
+            used: AtomicUsize::new(0),
+        })
+    }
+
+    pub(crate) fn mark(&self, p: usize) {
+        if p / 64 >= self.used.load(Ordering::Relaxed) {
+            self.used.fetch_max(p / 64 + 1, Ordering::Relaxed);
+        }
+        self.bits[p / 64].fetch_or(1 << (p % 64), Ordering::Relaxed);
+    }
+
+    /// Clears page `p`'s mark; true if it was set (false for a page past
+    /// the end).
+    pub(crate) fn take(&self, p: usize) -> bool {
+        let Some(word) = self.bits.get(p / 64) else {
+            return false;
+        };
+        let bit = 1u64 << (p % 64);
+        // Look before clearing: most pages carry no mark, and a plain load
+        // keeps the line shared (random faults from several threads).
+        word.load(Ordering::Relaxed) & bit != 0 && word.fetch_and(!bit, Ordering::Relaxed) & bit != 0
+    }
+
+    /// Calls `gone` for every marked page that `is_gone` says is no longer
+    /// in near memory: the stats' count of installs evicted unused.
+    pub(crate) fn gone(&self, is_gone: impl Fn(usize) -> bool, mut gone: impl FnMut(usize)) {
+        for (k, word) in self.bits[..self.used.load(Ordering::Relaxed)].iter().enumerate() {
+            let mut bits = word.load(Ordering::Relaxed);
+            while bits != 0 {
+                let p = k * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                if is_gone(p) {
+                    gone(p);
+                }
             }
         }
     }

@@ -35,12 +35,11 @@
 //! a quarter of them go unused (see [`WasteCap`]): at 41%, zstd's cap
 //! stayed at 2 under a half, and its points alone doubled its faults.
 
-use super::locality::{HISTORY, MAX_CLUSTER, SLOTS};
+use super::locality::{MarkBits, HISTORY, MAX_CLUSTER, SLOTS};
 use super::RegionCore;
 use crate::page::{PageState, PageTable, PageWord};
 use crate::stats::{FaultTimer, StrideStats};
 use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use tiermem_sys::zeroed::ZeroedArray;
 
 /// Most pages installed ahead per fault.
 pub(crate) const MAX_AHEAD: usize = 32;
@@ -136,8 +135,7 @@ pub(crate) struct Stride {
     /// A stride smaller than this (pages) is fault-around's.
     min_stride: usize,
     /// One bit per page: installed ahead, not known used yet.
-    marks: ZeroedArray<AtomicU64>,
-    marks_used: AtomicUsize,
+    marks: MarkBits,
     streams: AtomicU64,
     installs: AtomicU64,
     installed: AtomicU64,
@@ -152,8 +150,7 @@ impl Stride {
         Ok(Stride {
             slots: std::array::from_fn(|_| Slot::default()),
             min_stride,
-            marks: ZeroedArray::new(pages.div_ceil(64))?,
-            marks_used: AtomicUsize::new(0),
+            marks: MarkBits::new(pages)?,
             streams: AtomicU64::new(0),
             installs: AtomicU64::new(0),
             installed: AtomicU64::new(0),
@@ -292,28 +289,18 @@ impl Stride {
     }
 
     pub(super) fn mark(&self, p: usize) {
-        if p / 64 >= self.marks_used.load(Ordering::Relaxed) {
-            self.marks_used.fetch_max(p / 64 + 1, Ordering::Relaxed);
-        }
-        self.marks[p / 64].fetch_or(1 << (p % 64), Ordering::Relaxed);
-    }
-
-    /// Clears page `p`'s mark; true if it was set.
-    fn take(&self, p: usize) -> bool {
-        let bit = 1u64 << (p % 64);
-        let word = &self.marks[p / 64];
-        word.load(Ordering::Relaxed) & bit != 0 && word.fetch_and(!bit, Ordering::Relaxed) & bit != 0
+        self.marks.mark(p);
     }
 
     fn take_used(&self, p: usize) {
-        if p / 64 < self.marks.len() && self.take(p) {
+        if self.marks.take(p) {
             self.used.fetch_add(1, Ordering::Relaxed);
         }
     }
 
     /// A page about to be filled again: still marked, it left unused.
     pub(super) fn refilled(&self, p: usize) {
-        if self.take(p) {
+        if self.marks.take(p) {
             self.evicted_unused.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -326,11 +313,8 @@ impl Stride {
     /// The counters; marked pages no longer in near memory are counted as
     /// evicted unused first.
     pub(super) fn stats(&self, table: &PageTable) -> StrideStats {
-        super::around::marked_out_of_near(
-            &self.marks[..self.marks_used.load(Ordering::Relaxed)],
-            table,
-            |p| self.refilled(p),
-        );
+        self.marks
+            .gone(|p| super::around::out_of_near(table, p), |p| self.refilled(p));
         let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
         StrideStats {
             streams: ld(&self.streams),
