@@ -73,7 +73,10 @@ pub struct Config {
     #[serde(default)]
     pub on_fork: OnFork,
     /// Pages evicted together when the budget is reached; contiguous victims
-    /// are unmapped with one call (one TLB shootdown).
+    /// are unmapped with one call (one TLB shootdown). A faulting thread's
+    /// batch is at most a quarter of the near budget (so that with 2 MiB
+    /// pages one thread's batch does not take every page another could
+    /// evict).
     pub evict_batch_pages: usize,
     /// Handler threads (handler-thread design only).
     pub handler_threads: usize,

@@ -55,11 +55,28 @@ pub(crate) const GROW_FACTOR: usize = 8;
 /// ... while its victims form runs of this many pages on average.
 pub(crate) const LONG_RUN: usize = 8;
 
+/// A faulting thread's eviction batch is at most this share of the budget
+/// (a quarter). With the default 64 pages and 2 MiB pages a batch was the
+/// whole 128 MiB budget: one thread's batch took every page another could
+/// evict, and that one waited on the policy lock (THP stencil at 2 threads
+/// 0.53 s against 0.28 s at 1; at a quarter 0.20-0.27 s, and at an eighth
+/// 1 thread lost growth: docs/results/i36-thp-batch.txt).
+pub(crate) const FAULT_BATCH_SHARE: usize = 4;
+
 /// How long `evict_all` waits for pages that cannot leave (pinned by a
 /// system call in progress) when nothing else is left to evict.
 const EVICT_ALL_PATIENCE: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl RegionCore {
+    /// Pages a faulting thread evicts when the budget is reached:
+    /// `Config::evict_batch_pages`, at most a quarter of the budget (at
+    /// least one page).
+    pub(crate) fn fault_batch(&self) -> usize {
+        self.config
+            .evict_batch_pages
+            .min((self.budget_pages / FAULT_BATCH_SHARE).max(1))
+    }
+
     /// Evicts up to `want` pages chosen by the policy, sparing those `keep`
     /// names (see `progress`). Returns how many left near memory; fails
     /// only when write-back failed for all of them.
@@ -143,6 +160,7 @@ impl RegionCore {
             // they go back to the policy as if just filled), up to half the
             // victims so that the batch still frees slots.
             let mut spare = if self.prefetcher.is_some() { got / 2 } else { 0 };
+            let mut refused = 0;
             for &v in &victims[n..n + got] {
                 if spare > 0 && self.spare_prefetched(v) {
                     spare -= 1;
@@ -151,10 +169,24 @@ impl RegionCore {
                 if let Some(w) = self.take_resident(v) {
                     owned[k] = (v, w);
                     k += 1;
+                } else {
+                    refused += 1;
                 }
             }
             n += got;
-            if n < goal || goal >= grow_to {
+            if n < goal {
+                break;
+            }
+            if refused > 0 && n < victims.len() {
+                // Pinned or busy victims went back to the policy's tail:
+                // look further for as many. A small batch that gave up here
+                // kept meeting the same pinned pages at the head while the
+                // spared ones cycled past it (a 4-page budget with a vfork
+                // child's two pins spun for good with batches of one).
+                goal = (n + refused).min(victims.len());
+                continue;
+            }
+            if goal >= grow_to {
                 break;
             }
             owned[..k].sort_unstable_by_key(|e| e.0);

@@ -488,7 +488,7 @@ impl RegionCore {
             if let Some(m) = self.movers.as_ref().filter(|m| !m.eviction_paused()) {
                 m.wake();
             }
-            match self.evict_batch(self.config.evict_batch_pages, keep, timer) {
+            match self.evict_batch(self.fault_batch(), keep, timer) {
                 Ok(n) if n > 0 => {
                     stuck_since = None;
                     self.stats.inline_evictions.fetch_add(n as u64, Ordering::Relaxed);
@@ -542,7 +542,7 @@ impl RegionCore {
     /// evicted.
     pub(super) fn evict_elsewhere(&self, keep: Keep, pages: Option<usize>, timer: &mut FaultTimer) -> usize {
         for other in self.budget.others(self) {
-            let want = pages.unwrap_or(other.config.evict_batch_pages);
+            let want = pages.unwrap_or_else(|| other.fault_batch());
             if let Ok(n) = other.evict_batch(want, keep, timer) {
                 if n > 0 {
                     other

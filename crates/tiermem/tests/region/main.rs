@@ -488,6 +488,53 @@ fn auto_installs_by_copy_alone_and_with_two_threads() {
     }
 }
 
+/// A faulting thread's batch is at most a quarter of the budget, whatever
+/// `evict_batch_pages` asks: with 2 MiB pages the default 64 were the whole
+/// budget, and one thread's batch left another nothing to evict.
+#[test]
+fn a_faulting_threads_batch_is_at_most_a_quarter_of_the_budget() {
+    const PAGE: usize = 4096;
+    let budget = 16;
+    for fp in [FaultPath::InContext, FaultPath::HandlerThread] {
+        let mut c = Config::new(MIB, (budget * PAGE) as u64);
+        c.fault_path = fp;
+        assert!(
+            c.evict_batch_pages >= budget,
+            "the default must be larger than this budget"
+        );
+        let r = Region::new(c).unwrap();
+        let words = r.as_atomic_u64();
+        let per_page = PAGE / 8;
+        let pages = words.len() / per_page;
+        // Scattered (no runs to grow a batch over), every page twice.
+        let order: Vec<usize> = (0..2 * pages).map(|k| (k * 37) % pages).collect();
+        let mut lowest = usize::MAX;
+        for (k, &p) in order.iter().enumerate() {
+            words[p * per_page].store(mix(k as u64), std::sync::atomic::Ordering::Relaxed);
+            let s = r.stats();
+            if s.evictions > 0 {
+                lowest = lowest.min(s.resident_bytes as usize / PAGE);
+            }
+        }
+        // Full, less one batch of 4, plus the page just filled.
+        assert!(
+            lowest > budget - budget / 4,
+            "{fp:?}: {lowest} pages resident after an eviction at a budget of {budget}"
+        );
+        let mut last = vec![0u64; pages];
+        for (k, &p) in order.iter().enumerate() {
+            last[p] = mix(k as u64);
+        }
+        for (p, want) in last.iter().enumerate() {
+            assert_eq!(
+                words[p * per_page].load(std::sync::atomic::Ordering::Relaxed),
+                *want,
+                "page {p}"
+            );
+        }
+    }
+}
+
 /// A faulting thread's eviction batch grows over long runs of victims (a
 /// sequential sweep: one unmap call per several batches' worth of pages)
 /// and stays at `evict_batch_pages` for scattered ones (random updates).
