@@ -108,6 +108,7 @@ module tiermem
   integer(c_int), parameter, public :: TM_TEAM_SHARER_AWARE = 1
   integer(c_int), parameter, public :: TM_TEAM_PIN = 2
   integer(c_int), parameter, public :: TM_TEAM_NO_FAULT_AROUND = 4
+  integer(c_int), parameter, public :: TM_TEAM_DIRTY_TRACKING = 8
   integer(c_int), parameter, public :: TM_TEAM_PROCESSES = 0
   integer(c_int), parameter, public :: TM_TEAM_THREADS = 1
 

@@ -556,6 +556,12 @@ tm_decl_nodiscard tm_decl_export int tm_hugepages_reserve(size_t page_size, uint
 #define TM_TEAM_NO_FAULT_AROUND 4 /* one page per fault; by default a fault also
                                    * brings the neighbours the worker's recent
                                    * faults call for (up to 16 pages) */
+#define TM_TEAM_DIRTY_TRACKING 8 /* read faults map write-protected and
+                                  * evictions write back only written pages:
+                                  * pays where much is only read, costs a
+                                  * fault per cluster read, then written; a
+                                  * system call writing into a page the
+                                  * worker only read fails with EFAULT */
 /* tm_team_run kinds */
 #define TM_TEAM_PROCESSES 0 /* a page table per worker (PSPT) */
 #define TM_TEAM_THREADS 1   /* threads of this process: one page table */

@@ -507,6 +507,21 @@ static void test_team(void) {
   CHECK(tm_team_run(t, 5, team_work, NULL) == TM_EINVAL, "bad kind");
   CHECK(tm_team_run(t, TM_TEAM_PROCESSES, NULL, NULL) == TM_EINVAL, "NULL fn");
   CHECK(tm_team_destroy(t) == TM_OK, "destroy");
+  /* Dirty tracking: pages the check phase only read leave without a
+   * write-back; the second run writes pages the first one read. */
+  t = NULL;
+  rc = tm_team_create(TEAM_VIRT, 1 * MiB, 2, TM_TEAM_DIRTY_TRACKING, &t);
+  CHECK(rc == TM_OK && t != NULL, "tm_team_create(TM_TEAM_DIRTY_TRACKING): %d %s", rc, tm_last_error());
+  if (t != NULL) {
+    for (int run = 0; run < 2; run++) {
+      rc = tm_team_run(t, run ? TM_TEAM_THREADS : TM_TEAM_PROCESSES, team_work, NULL);
+      CHECK(rc == TM_OK, "dirty tracking, run %d: %d %s", run, rc, tm_last_error());
+    }
+    CHECK(tm_team_stats(t, &s) == TM_OK, "stats");
+    CHECK(s.evictions > 0 && s.bytes_out <= s.evictions * PAGE, "evictions %llu, %llu bytes out",
+          (unsigned long long)s.evictions, (unsigned long long)s.bytes_out);
+    CHECK(tm_team_destroy(t) == TM_OK, "destroy");
+  }
   CHECK(tm_team_destroy(NULL) == TM_OK, "destroy NULL");
   t = NULL;
   CHECK(tm_team_create(TEAM_VIRT, 1 * MiB, 0, 0, &t) == TM_EINVAL && t == NULL, "0 workers");

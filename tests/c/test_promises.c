@@ -123,7 +123,7 @@ static void unknown_enums(void) {
   tm_svm *svm = (tm_svm *)1;
   EXPECT_RC(tm_svm_create(16 * PAGE, 1, 4, &svm), TM_EINVAL);
   tm_team *t = (tm_team *)1;
-  EXPECT_RC(tm_team_create(4 * MiB, 1 * MiB, 2, 8, &t), TM_EINVAL);
+  EXPECT_RC(tm_team_create(4 * MiB, 1 * MiB, 2, 16, &t), TM_EINVAL);
   t = NULL;
   CHECK(tm_team_create(4 * MiB, 1 * MiB, 2, 0, &t) == TM_OK, "tm_team_create");
   EXPECT_RC(tm_team_run(t, -1, NULL, NULL), TM_EINVAL);

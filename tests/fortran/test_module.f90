@@ -458,6 +458,7 @@ contains
     call show('const', 'TM_TEAM_SHARER_AWARE', int(TM_TEAM_SHARER_AWARE, c_int64_t))
     call show('const', 'TM_TEAM_PIN', int(TM_TEAM_PIN, c_int64_t))
     call show('const', 'TM_TEAM_NO_FAULT_AROUND', int(TM_TEAM_NO_FAULT_AROUND, c_int64_t))
+    call show('const', 'TM_TEAM_DIRTY_TRACKING', int(TM_TEAM_DIRTY_TRACKING, c_int64_t))
     call show('const', 'TM_TEAM_PROCESSES', int(TM_TEAM_PROCESSES, c_int64_t))
     call show('const', 'TM_TEAM_THREADS', int(TM_TEAM_THREADS, c_int64_t))
   end subroutine print_layout

@@ -12,6 +12,9 @@ pub const TM_TEAM_SHARER_AWARE: c_int = 1;
 pub const TM_TEAM_PIN: c_int = 2;
 /// `tm_team_create` flag: one page per fault (no fault-around).
 pub const TM_TEAM_NO_FAULT_AROUND: c_int = 4;
+/// `tm_team_create` flag: dirty tracking (read faults map write-protected;
+/// evictions write back only written pages).
+pub const TM_TEAM_DIRTY_TRACKING: c_int = 8;
 
 /// A team region (opaque).
 pub struct tm_team {
@@ -72,7 +75,7 @@ fn team_flags(
     if workers <= 0 {
         return Err(Failure::invalid(format!("{workers} workers")));
     }
-    if flags & !(TM_TEAM_SHARER_AWARE | TM_TEAM_PIN | TM_TEAM_NO_FAULT_AROUND) != 0 {
+    if flags & !(TM_TEAM_SHARER_AWARE | TM_TEAM_PIN | TM_TEAM_NO_FAULT_AROUND | TM_TEAM_DIRTY_TRACKING) != 0 {
         return Err(Failure::invalid(format!("unknown flags {flags:#x}")));
     }
     let mut cfg = tiermem::team::TeamConfig::new(virt, near, workers as usize);
@@ -83,6 +86,7 @@ fn team_flags(
         cfg.cpus = (0..tiermem_sys::thread::online_cpus()).collect();
     }
     cfg.fault_around = flags & TM_TEAM_NO_FAULT_AROUND == 0;
+    cfg.dirty_tracking = flags & TM_TEAM_DIRTY_TRACKING != 0;
     Ok(cfg)
 }
 
@@ -341,14 +345,14 @@ mod tests {
     fn create_flags_set_the_team_config() {
         let cfg = |flags| team_flags(2, flags, 1 << 20, 1 << 19);
         let plain = cfg(0).ok().unwrap();
-        assert!(plain.fault_around && plain.cpus.is_empty());
+        assert!(plain.fault_around && !plain.dirty_tracking && plain.cpus.is_empty());
         assert_eq!(plain.policy, tiermem::team::TeamPolicy::Fifo);
-        let all = cfg(TM_TEAM_SHARER_AWARE | TM_TEAM_PIN | TM_TEAM_NO_FAULT_AROUND)
+        let all = cfg(TM_TEAM_SHARER_AWARE | TM_TEAM_PIN | TM_TEAM_NO_FAULT_AROUND | TM_TEAM_DIRTY_TRACKING)
             .ok()
             .unwrap();
-        assert!(!all.fault_around && !all.cpus.is_empty());
+        assert!(!all.fault_around && all.dirty_tracking && !all.cpus.is_empty());
         assert_eq!(all.policy, tiermem::team::TeamPolicy::SharerAware);
-        assert!(cfg(8).is_err(), "an unknown flag is refused");
+        assert!(cfg(16).is_err(), "an unknown flag is refused");
         assert!(team_flags(0, 0, 1 << 20, 1 << 19).is_err(), "no workers");
     }
 }

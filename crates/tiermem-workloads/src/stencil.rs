@@ -195,6 +195,12 @@ pub struct TeamDetail {
     pub evict_batch: usize,
     /// Pages filled per missing fault.
     pub readahead: usize,
+    /// Writes to pages mapped write-protected (dirty tracking).
+    #[serde(default)]
+    pub wp_faults: u64,
+    /// Evicted pages that were clean (punched, not written back).
+    #[serde(default)]
+    pub clean_evictions: u64,
 }
 
 pub(crate) fn init_value(i: usize, j: usize) -> f64 {

@@ -27,13 +27,16 @@ pub struct TeamMode {
     pub full_budget: bool,
     /// Fault-around in the members (off with `+noaround`).
     pub fault_around: bool,
+    /// Dirty tracking in the members (on with `+dirty`; off, every victim
+    /// is written back).
+    pub dirty_tracking: bool,
 }
 
 impl TeamMode {
-    /// Parses `regular`, `pspt`, `team-none`, with `+prefetch`, `+sharer`
-    /// and `+noaround` suffixes (read-ahead of `readahead` pages;
+    /// Parses `regular`, `pspt`, `team-none`, with `+prefetch`, `+sharer`,
+    /// `+noaround` and `+dirty` suffixes (read-ahead of `readahead` pages;
     /// sharer-aware replacement; one page per fault, as before the members
-    /// had the engine's fault-around).
+    /// had the engine's fault-around; dirty tracking).
     pub fn parse(s: &str, readahead: usize) -> Option<TeamMode> {
         let mut parts = s.split('+');
         let (kind, full_budget) = match parts.next()? {
@@ -49,12 +52,14 @@ impl TeamMode {
             policy: TeamPolicy::Fifo,
             full_budget,
             fault_around: true,
+            dirty_tracking: false,
         };
         for p in parts {
             match p {
                 "prefetch" => m.readahead = readahead.max(2),
                 "sharer" => m.policy = TeamPolicy::SharerAware,
                 "noaround" => m.fault_around = false,
+                "dirty" => m.dirty_tracking = true,
                 _ => return None,
             }
         }
@@ -151,6 +156,7 @@ pub fn run(
     cfg.evict_batch_pages = evict_batch;
     cfg.readahead_pages = mode.readahead;
     cfg.fault_around = mode.fault_around;
+    cfg.dirty_tracking = mode.dirty_tracking;
     let mut team = TeamRegion::new(cfg).map_err(|e| e.to_string())?;
     progress(&format!(
         "[{}] {} workers as {}, near {} MiB, batch {evict_batch}, read-ahead {}",
@@ -225,6 +231,8 @@ pub fn run(
         },
         evict_batch,
         readahead: mode.readahead,
+        wp_faults: t.wp_faults,
+        clean_evictions: t.clean_evictions,
     };
     Ok(StencilOutcome {
         mode: mode.name.clone(),

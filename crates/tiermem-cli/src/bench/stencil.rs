@@ -58,7 +58,8 @@ pub struct StencilArgs {
     #[arg(long, default_value = "wp-fault")]
     dirty: String,
     /// Fault-around for sync and prefetch, comma-separated: on, off (team
-    /// modes have it on; `+noaround` turns it off, e.g. `pspt+noaround`).
+    /// modes have it on; `+noaround` turns it off, e.g. `pspt+noaround`;
+    /// `+dirty` turns their dirty tracking on).
     #[arg(long, default_value = "on")]
     fault_around: String,
     /// Far store: `memory`, or a directory / new file name for a file store.
@@ -217,7 +218,7 @@ pub fn run(a: StencilArgs) -> Result<(), String> {
                 Some(t) => modes_v.push(ModeSpec::Team(t)),
                 None => {
                     return Err(format!(
-                        "unknown mode {other:?} (none, sync, prefetch, kernel-swap; team modes: regular, pspt, team-none, each with +prefetch, +sharer and/or +noaround)"
+                        "unknown mode {other:?} (none, sync, prefetch, kernel-swap; team modes: regular, pspt, team-none, each with +prefetch, +sharer, +noaround and/or +dirty)"
                     ))
                 }
             },

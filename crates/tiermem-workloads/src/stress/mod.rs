@@ -672,7 +672,7 @@ mod tests {
         let t = c.team.as_mut().unwrap();
         // Threads: the test harness runs threads of its own, no fork here
         // (the CLI's stress runs forked workers).
-        (t.kind, t.workers, t.fault_around) = ("threads".into(), 2, true);
+        (t.kind, t.workers, t.fault_around, t.dirty_tracking) = ("threads".into(), 2, true, true);
         (c.virt_bytes, c.near_bytes, c.evict_batch) = (512 * 4096, 64 * 4096, 16);
         let o = run_one(&c, 9, 0.3).unwrap();
         assert_eq!(o.corrupted, 0, "{:?}", o.first_mismatch);

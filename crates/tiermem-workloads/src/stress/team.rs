@@ -39,6 +39,8 @@ pub struct TeamStress {
     pub readahead: usize,
     /// Fault-around in the members.
     pub fault_around: bool,
+    /// Dirty tracking in the members (write-protected read fills).
+    pub dirty_tracking: bool,
 }
 
 impl TeamStress {
@@ -50,6 +52,7 @@ impl TeamStress {
             policy: if r.below(2) == 0 { "fifo" } else { "sharer" }.into(),
             readahead: [1, 1, 4, 16][r.below(4) as usize],
             fault_around: r.below(4) != 0,
+            dirty_tracking: r.below(2) == 0,
         }
     }
 
@@ -60,12 +63,13 @@ impl TeamStress {
 
     pub(super) fn describe(&self, c: &StressConfig) -> String {
         format!(
-            "team {} x{} {} readahead={} around={} virt={}K near={}K batch={}",
+            "team {} x{} {} readahead={} around={} dirty={} virt={}K near={}K batch={}",
             self.kind,
             self.workers,
             self.policy,
             self.readahead,
             u8::from(self.fault_around),
+            u8::from(self.dirty_tracking),
             c.virt_bytes >> 10,
             c.near_bytes >> 10,
             c.evict_batch
@@ -78,6 +82,7 @@ impl TeamStress {
         t.evict_batch_pages = c.evict_batch;
         t.readahead_pages = self.readahead;
         t.fault_around = self.fault_around;
+        t.dirty_tracking = self.dirty_tracking;
         t
     }
 }

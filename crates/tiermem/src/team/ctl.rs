@@ -5,7 +5,8 @@
 //! but this block, the region file and the far file.
 //!
 //! Page word: bits 0-1 where the page is ([`Where`]), bit 2 busy (the
-//! page's lock), bits 3-9 the busy owner's rank, bits 10-63 the sharer
+//! page's lock), bits 3-8 the busy owner's rank, bit 9 [`DIRTY`] (a near
+//! page that differs from its far copy, or may), bits 10-63 the sharer
 //! mask (bit `10 + rank`: that member maps the page).
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -39,6 +40,9 @@ pub(crate) const H_WINDOW: usize = 16;
 pub(crate) const H_PARTY: usize = 17;
 /// 1: members install clusters around their faults (fault-around).
 pub(crate) const H_AROUND: usize = 18;
+/// 1: members track which near pages are written (write-protected
+/// installs), and evictions write back only those.
+pub(crate) const H_DIRTY: usize = 19;
 const HEADER: usize = 32;
 
 const PIDS: usize = HEADER;
@@ -86,11 +90,19 @@ pub(crate) enum Stat {
     /// and those found out of near memory at their next fault unused.
     AroundUsed,
     AroundUnused,
+    /// Writes to a near page mapped write-protected (dirty tracking).
+    WpFaults,
+    /// Evicted pages whose far copy was current: punched, not written back.
+    CleanEvictions,
 }
 
 pub(crate) const BUSY: u64 = 1 << 2;
 const OWNER_SHIFT: u32 = 3;
-const OWNER_MASK: u64 = 0x7f << OWNER_SHIFT;
+const OWNER_MASK: u64 = 0x3f << OWNER_SHIFT;
+/// A near page that may differ from its far copy: some member mapped it
+/// writable. Clean near pages are mapped write-protected everywhere, and
+/// their eviction writes nothing back.
+pub(crate) const DIRTY: u64 = 1 << 9;
 const SHARER_SHIFT: u32 = 10;
 
 /// Where a page is.
@@ -216,6 +228,14 @@ mod tests {
         assert_eq!(owner(b), 53);
         assert_eq!(unbusy(b), w);
         assert_eq!(where_(with_where(b, Where::Far)), Where::Far);
+        // The dirty bit is none of the others, and locking keeps it.
+        let d = w | DIRTY;
+        assert_eq!(
+            (where_(d), sharers(d), owner(busy_by(d, 53))),
+            (Where::Resident, sharers(w), 53)
+        );
+        assert_eq!(unbusy(busy_by(d, 53)), d);
+        assert!(DIRTY & (OWNER_MASK | BUSY | 3) == 0 && sharers(DIRTY) == 0);
         assert!(SHARER_SHIFT as usize + MAX_MEMBERS <= 64);
         assert!((MAX_MEMBERS as u64) << OWNER_SHIFT <= OWNER_MASK);
     }

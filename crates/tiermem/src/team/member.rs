@@ -10,9 +10,16 @@
 //! are. Eviction punches the page out of the file: the kernel's reverse
 //! map unmaps it from exactly the processes that map it, and flushes TLBs
 //! only on the CPUs where those processes run.
+//!
+//! Dirty tracking (where the team asks for it and the kernel can write
+//! protect shared memory): a read fault installs its pages
+//! write-protected, and a page's word carries [`DIRTY`] once any member
+//! maps it writable (a write fault, a zero fill, a write to a protected
+//! page). Eviction punches clean pages without writing them back: their
+//! far copy is current. The engine's rule for its own installs.
 
 use super::ctl::{self, Ctl, Stat, Where, BUSY, H_ABORT, H_BATCH, H_BUDGET, H_LOCK, H_READAHEAD};
-use super::ctl::{H_AROUND, H_RESIDENT, H_RING_TAIL};
+use super::ctl::{DIRTY, H_AROUND, H_DIRTY, H_RESIDENT, H_RING_TAIL};
 use crate::engine::locality::FaultAround;
 use crate::fault::{Fault, FaultHandler, RangeGuard, Served, Signal};
 use crate::stats::{Cost, FaultTimer};
@@ -120,6 +127,23 @@ pub(crate) struct Member {
     /// engine's rule (`GROW_FROM`, `GROW_FACTOR`, `LONG_RUN`): one punch
     /// then covers a longer run.
     grown: AtomicUsize,
+    /// The team tracks dirty pages (`H_DIRTY`): read faults install
+    /// write-protected.
+    track_dirty: bool,
+    /// `UFFDIO_CONTINUE` takes `MODE_WP` (Linux 6.5); cleared at its first
+    /// EINVAL, after which minor faults map writable (and dirty).
+    continue_wp: AtomicBool,
+}
+
+/// Whether this kernel write-protects shared memory for userfaultfd
+/// (Linux 5.19): what a team's dirty tracking needs.
+pub(crate) fn shmem_write_protect() -> bool {
+    Uffd::open(&UffdOptions {
+        required: Features::SIGBUS | Features::WP_HUGETLBFS_SHMEM,
+        optional: Features::empty(),
+        nonblocking: false,
+    })
+    .is_ok()
 }
 
 thread_local! {
@@ -146,19 +170,34 @@ impl Member {
         host: bool,
         lanes: usize,
     ) -> Result<Arc<Member>, crate::Error> {
+        let ctl = view.ctl();
+        // The creator checked that the kernel can (see `TeamRegion::create`).
+        let track_dirty = ctl.get(H_DIRTY) != 0;
+        let (wp_feature, wp_mode) = if track_dirty {
+            (Features::WP_HUGETLBFS_SHMEM, RegisterMode::WP)
+        } else {
+            (Features::empty(), RegisterMode::empty())
+        };
         let uffd = Uffd::open(&UffdOptions {
-            required: Features::SIGBUS | Features::MISSING_SHMEM | Features::MINOR_SHMEM,
+            required: Features::SIGBUS | Features::MISSING_SHMEM | Features::MINOR_SHMEM | wp_feature,
             optional: Features::empty(),
             nonblocking: false,
         })?;
-        let reg = uffd.register(&view.data_map, RegisterMode::MISSING | RegisterMode::MINOR)?;
+        let reg = uffd.register(
+            &view.data_map,
+            RegisterMode::MISSING | RegisterMode::MINOR | wp_mode,
+        )?;
         if !reg.ioctls().contains(Ioctls::ZEROPAGE | Ioctls::CONTINUE) {
             return Err(crate::Error::Usage(
                 "this kernel offers no UFFDIO_ZEROPAGE/UFFDIO_CONTINUE on shared memory: team regions need Linux 5.14 or newer"
                     .into(),
             ));
         }
-        let ctl = view.ctl();
+        if track_dirty && !reg.ioctls().contains(Ioctls::WRITEPROTECT) {
+            return Err(crate::Error::Usage(
+                "this kernel offers no UFFDIO_WRITEPROTECT on shared memory: turn the team's dirty tracking off".into(),
+            ));
+        }
         let batch = ctl.get(H_BATCH).max(ctl.get(H_READAHEAD)) as usize;
         let mut v = Vec::with_capacity(lanes);
         for _ in 0..lanes {
@@ -193,6 +232,8 @@ impl Member {
             routed: Mutex::new(None),
             around,
             grown: AtomicUsize::new(0),
+            track_dirty,
+            continue_wp: AtomicBool::new(true),
         });
         let guard = crate::fault::register(m.view.data_map.addr(), m.view.data_map.len(), m.clone())?;
         *m.routed.lock().unwrap_or_else(|p| p.into_inner()) = Some(guard);
@@ -218,7 +259,7 @@ impl Member {
         l
     }
 
-    fn resolve(&self, addr: usize, tid: u32) -> Disposition {
+    fn resolve(&self, addr: usize, tid: u32, write: bool) -> Disposition {
         let ctl = self.view.ctl();
         let ps = self.view.page;
         let i = (addr - self.view.data_map.addr()) / ps;
@@ -245,10 +286,13 @@ impl Member {
                 continue;
             }
             timer.lap(Cost::LockList);
-            let ok = if at == Where::Resident {
-                self.map_resident(&ctl, i, w, (rank, tid), &mut timer)
+            let mapped_here = w & ctl::sharer_bit(rank) != 0;
+            let ok = if at == Where::Resident && write && self.track_dirty && mapped_here {
+                self.unprotect(&ctl, i, w, (rank, tid), &mut timer)
+            } else if at == Where::Resident {
+                self.map_resident(&ctl, i, w, (rank, tid, write), &mut timer)
             } else {
-                self.fill(&ctl, i, w, (rank, tid), &mut timer)
+                self.fill(&ctl, i, w, (rank, tid, write), &mut timer)
             };
             let (total, split) = timer.finish();
             for (k, ns) in split.iter().enumerate() {
@@ -322,6 +366,25 @@ impl Member {
         }
     }
 
+    /// The near neighbours of page `i` (locked by the caller) that
+    /// fault-around calls for and `fits` accepts, locked: `[first, end)`
+    /// around `i`, or `i` alone.
+    fn lock_near_cluster(
+        &self,
+        ctl: &Ctl<'_>,
+        i: usize,
+        (rank, tid): (usize, u32),
+        fits: impl Fn(u64) -> bool,
+    ) -> (usize, usize) {
+        let Some(win) = self.around_window(ctl, i, tid, rank) else {
+            return (i, i + 1);
+        };
+        let fits = |w: u64| ctl::where_(w) == Where::Resident && fits(w);
+        let end = self.lock_run(ctl, rank, (i + 1, true), win, fits);
+        let first = self.lock_run(ctl, rank, (i, false), win, fits);
+        (first, end)
+    }
+
     /// Records the neighbours of a cluster that were installed.
     fn note_cluster(
         &self,
@@ -341,9 +404,14 @@ impl Member {
         }
     }
 
-    /// A minor fault: the page is near, map it here too, with the near
-    /// neighbours not mapped here that fault-around calls for.
-    fn map_resident(
+    /// A write to a page this member maps write-protected: the page is
+    /// dirty from now on, and writable here (other members keep their
+    /// protected mappings until they write too), with the neighbours this
+    /// member maps that fault-around calls for: a sweep that reads, then
+    /// writes, takes one such fault per cluster, as the engine's write
+    /// faults install their clusters writable. The page is mapped again if
+    /// the kernel dropped the mapping meanwhile.
+    fn unprotect(
         &self,
         ctl: &Ctl<'_>,
         i: usize,
@@ -353,28 +421,98 @@ impl Member {
     ) -> bool {
         let ps = self.view.page;
         let me = ctl::sharer_bit(rank);
-        let (mut first, mut end) = (i, i + 1);
-        if let Some(win) = self.around_window(ctl, i, tid, rank) {
-            let fits = |w: u64| ctl::where_(w) == Where::Resident && w & me == 0;
-            end = self.lock_run(ctl, rank, (i + 1, true), win, fits);
-            first = self.lock_run(ctl, rank, (i, false), win, fits);
+        let mapped_here = |w: u64| w & me != 0;
+        let (first, end) = self.lock_near_cluster(ctl, i, (rank, tid), mapped_here);
+        timer.lap(Cost::LockList);
+        let ok = self
+            .uffd
+            .writeprotect(&self.reg, first * ps, (end - first) * ps, false, false)
+            .is_ok()
+            && resolve_run(
+                |done| {
+                    self.uffd
+                        .continue_(&self.reg, i * ps + done, ps - done, false, false)
+                },
+                ps,
+                ps,
+            ) == ps;
+        timer.lap(Cost::Pte);
+        for p in first..end {
+            let pw = if p == i {
+                w
+            } else {
+                ctl::unbusy(ctl.page(p).load(Ordering::Relaxed))
+            };
+            ctl.page(p).store(pw | DIRTY, Ordering::Release);
         }
+        ctl.add(rank, if ok { Stat::WpFaults } else { Stat::Errors }, 1);
+        ok
+    }
+
+    /// `UFFDIO_CONTINUE` over `len` bytes at `off`, write-protected if
+    /// `protect` and the kernel can; see [`Member::continue_wp`].
+    fn continue_at(
+        &self,
+        off: usize,
+        len: usize,
+        protect: bool,
+    ) -> Result<Resolved, tiermem_sys::uffd::UffdError> {
+        let wp = protect && self.continue_wp.load(Ordering::Relaxed);
+        match self.uffd.continue_(&self.reg, off, len, wp, false) {
+            Err(tiermem_sys::uffd::UffdError::Ioctl { errno, .. }) if wp && errno.0 == libc::EINVAL => {
+                self.continue_wp.store(false, Ordering::Relaxed);
+                self.uffd.continue_(&self.reg, off, len, false, false)
+            }
+            r => r,
+        }
+    }
+
+    /// The dirty bit of pages a fault installs: none where they are
+    /// mapped write-protected (a read fault, with dirty tracking).
+    fn installed_dirty(&self, write: bool, protectable: bool) -> u64 {
+        if self.track_dirty && !write && protectable {
+            0
+        } else {
+            DIRTY
+        }
+    }
+
+    /// A minor fault: the page is near, map it here too, with the near
+    /// neighbours not mapped here that fault-around calls for. A read maps
+    /// them write-protected; a write maps them writable and dirty (a write
+    /// sweep takes no further fault on them, as in the engine).
+    fn map_resident(
+        &self,
+        ctl: &Ctl<'_>,
+        i: usize,
+        w: u64,
+        (rank, tid, write): (usize, u32, bool),
+        timer: &mut FaultTimer,
+    ) -> bool {
+        let ps = self.view.page;
+        let me = ctl::sharer_bit(rank);
+        let (first, end) = self.lock_near_cluster(ctl, i, (rank, tid), |w| w & me == 0);
         timer.lap(Cost::LockList);
         // Pages mapped from `a` on (an already mapped page counts): the
         // page and what follows it first, so that a neighbour before it
         // that fails cannot fail the fault.
+        let protect = self.track_dirty && !write;
         let map = |a: usize, b: usize| {
             a + resolve_run(
-                |done| {
-                    self.uffd
-                        .continue_(&self.reg, a * ps + done, (b - a) * ps - done, false, false)
-                },
+                |done| self.continue_at(a * ps + done, (b - a) * ps - done, protect),
                 (b - a) * ps,
                 ps,
             ) / ps
         };
         let upper = map(i, end);
         let lower = if first < i { map(first, i) } else { first };
+        if write && self.track_dirty && upper > i {
+            // Another thread of this process (threads mode) may have mapped
+            // it write-protected already.
+            let _ = self.uffd.writeprotect(&self.reg, i * ps, ps, false, false);
+        }
+        // Read after the runs: a failed `MODE_WP` left them writable.
+        let dirty = self.installed_dirty(write, self.continue_wp.load(Ordering::Relaxed));
         timer.lap(Cost::Pte);
         let mapped = |p: usize| if p < i { p < lower } else { p < upper };
         // Only a mapping that exists makes this member a sharer.
@@ -384,7 +522,7 @@ impl Member {
             } else {
                 ctl::unbusy(ctl.page(p).load(Ordering::Relaxed))
             };
-            let sharer = if mapped(p) { me } else { 0 };
+            let sharer = if mapped(p) { me | dirty } else { 0 };
             ctl.page(p).store(pw | sharer, Ordering::Release);
         }
         let ok = mapped(i);
@@ -423,13 +561,15 @@ impl Member {
     /// A missing fault: make room, then fill page `i` (and the following
     /// pages in the same state, up to the read-ahead) from the far file or
     /// with zeros, with the neighbours fault-around calls for where free
-    /// near memory allows (neighbours never evict).
+    /// near memory allows (neighbours never evict). A read installs far
+    /// pages write-protected and clean; a write, or a zero fill (mapped
+    /// writable by the kernel), installs them dirty.
     fn fill(
         &self,
         ctl: &Ctl<'_>,
         i: usize,
         w: u64,
-        (rank, tid): (usize, u32),
+        (rank, tid, write): (usize, u32, bool),
         timer: &mut FaultTimer,
     ) -> bool {
         let ps = self.view.page;
@@ -500,6 +640,7 @@ impl Member {
                 ctl::where_(ctl.page(p).load(Ordering::Relaxed))
             }
         };
+        let protect = self.installed_dirty(write, true) == 0;
         let me = ctl::sharer_bit(rank);
         let mut at_installed = false;
         // Installed pages: neighbours before and after the page's read-ahead
@@ -523,7 +664,10 @@ impl Member {
                             &self.reg,
                             s * ps + done,
                             src.sub(done, len - done),
-                            CopyMode::default(),
+                            CopyMode {
+                                write_protect: protect,
+                                dont_wake: false,
+                            },
                         )
                     },
                     len,
@@ -547,7 +691,8 @@ impl Member {
             }
             if done > 0 {
                 self.push_ring(ctl, rank, s, done);
-                self.publish(ctl, s, done, Where::Resident as u64, me);
+                let dirty = self.installed_dirty(write, k == Where::Far);
+                self.publish(ctl, s, done, Where::Resident as u64 | dirty, me);
                 for p in s..s + done {
                     if p < i {
                         before |= 1 << (p - first);
@@ -760,7 +905,7 @@ impl FaultHandler for Member {
         if f.signal != Signal::Bus {
             return Served::Forward;
         }
-        match self.resolve(f.addr, f.tid) {
+        match self.resolve(f.addr, f.tid, f.write) {
             Disposition::Retry => Served::Resolved,
             Disposition::Forward => Served::Forward,
         }

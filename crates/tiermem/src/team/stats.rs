@@ -49,6 +49,11 @@ pub struct MemberStats {
     /// fault on them (a lower bound: pages the member never faults on
     /// again are not counted).
     pub around_unused: u64,
+    /// Writes to pages mapped write-protected (dirty tracking): the page
+    /// becomes dirty and writable for this member.
+    pub wp_faults: u64,
+    /// Evicted pages that were clean: punched, not written back.
+    pub clean_evictions: u64,
 }
 
 impl MemberStats {
@@ -99,6 +104,8 @@ impl MemberStats {
             around_installed,
             around_used,
             around_unused,
+            wp_faults,
+            clean_evictions,
         } = o;
         let pairs = [
             (&mut self.missing_faults, missing_faults),
@@ -121,6 +128,8 @@ impl MemberStats {
             (&mut self.around_installed, around_installed),
             (&mut self.around_used, around_used),
             (&mut self.around_unused, around_unused),
+            (&mut self.wp_faults, wp_faults),
+            (&mut self.clean_evictions, clean_evictions),
         ];
         for (a, b) in pairs {
             *a = f(*a, *b);

@@ -81,10 +81,26 @@ fn audited(team: &TeamRegion, workers: usize) -> u64 {
 }
 
 fn churn_team(kind: TeamKind, workers: usize, policy: TeamPolicy, batch: usize) {
-    churn_team_with(kind, workers, policy, batch, true);
+    churn_team_with(kind, workers, policy, batch, (true, false));
 }
 
-fn churn_team_with(kind: TeamKind, workers: usize, policy: TeamPolicy, batch: usize, fault_around: bool) {
+/// Whether the kernel write-protects shared memory (what dirty tracking
+/// needs).
+fn shmem_wp() -> bool {
+    tiermem_sys::probe::SystemInfo::probe()
+        .uffd_features
+        .is_ok_and(|f| f.contains(tiermem_sys::uffd::Features::WP_HUGETLBFS_SHMEM))
+}
+
+/// The churn on a team of `workers`, with fault-around and dirty tracking
+/// as `(around, dirty)` say.
+fn churn_team_with(
+    kind: TeamKind,
+    workers: usize,
+    policy: TeamPolicy,
+    batch: usize,
+    (fault_around, dirty_tracking): (bool, bool),
+) {
     let virt = 8 * MIB;
     let pages = virt / 4096;
     let mut cfg = TeamConfig::new(virt, MIB, workers);
@@ -92,7 +108,11 @@ fn churn_team_with(kind: TeamKind, workers: usize, policy: TeamPolicy, batch: us
     cfg.policy = policy;
     cfg.evict_batch_pages = batch;
     cfg.fault_around = fault_around;
+    cfg.dirty_tracking = dirty_tracking;
     let team = TeamRegion::new(cfg).unwrap();
+    // Off only where asked, or where the kernel cannot (Linux < 5.19).
+    let tracking = team.config().dirty_tracking;
+    assert_eq!(tracking, dirty_tracking && shmem_wp());
     let rounds = 3;
     let audit = kind == TeamKind::Processes;
     let report = team.run(kind, |w| churn(w, pages, rounds, audit)).unwrap();
@@ -128,7 +148,14 @@ fn churn_team_with(kind: TeamKind, workers: usize, policy: TeamPolicy, batch: us
         "evicted pages mapped by others: {t:?}"
     );
     assert_eq!(t.errors, 0);
-    assert_eq!(t.bytes_out, t.evictions * 4096);
+    // Only dirty victims are written back. Every page is read back after
+    // its eviction in every round, so some are evicted clean.
+    assert_eq!(t.bytes_out, (t.evictions - t.clean_evictions) * 4096, "{t:?}");
+    if tracking {
+        assert!(t.clean_evictions > 0, "{t:?}");
+    } else {
+        assert_eq!((t.clean_evictions, t.wp_faults), (0, 0), "{t:?}");
+    }
     for (r, m) in s.members.iter().enumerate().take(workers) {
         assert!(m.missing_faults > 0, "worker {r} faulted: {m:?}");
     }
@@ -150,10 +177,100 @@ fn processes_share_pages_under_heavy_eviction_without_corruption() {
     if is_child("processes_share_pages_under_heavy_eviction_without_corruption") {
         churn_team(TeamKind::Processes, 3, TeamPolicy::Fifo, 16);
         churn_team(TeamKind::Processes, 2, TeamPolicy::SharerAware, 1);
-        churn_team_with(TeamKind::Processes, 2, TeamPolicy::Fifo, 8, false);
+        churn_team_with(TeamKind::Processes, 2, TeamPolicy::Fifo, 8, (false, true));
+        churn_team_with(TeamKind::Processes, 2, TeamPolicy::SharerAware, 16, (true, true));
         return;
     }
     let (st, err) = run_child("processes_share_pages_under_heavy_eviction_without_corruption");
+    assert!(st.success(), "{err}");
+}
+
+/// Pages written, evicted, read back by every worker (from far memory:
+/// mapped write-protected in each) and then written again, each worker its
+/// own word: every such write is a write-protect fault, and the pages must
+/// be written back when evicted again. Everyone checks every word after
+/// each eviction sweep. With fault-around a write-protect fault makes the
+/// neighbours this member maps writable too.
+fn write_after_read(kind: TeamKind, workers: usize, fault_around: bool) {
+    let (virt, near) = (8 * MIB, MIB);
+    let pages = virt / 4096;
+    let shared = 64; // a quarter of the budget
+    let mut cfg = TeamConfig::new(virt, near, workers);
+    cfg.cpus = (0..tiermem_sys::thread::online_cpus()).collect();
+    cfg.fault_around = fault_around;
+    cfg.dirty_tracking = true;
+    let team = TeamRegion::new(cfg).unwrap();
+    let tracking = team.config().dirty_tracking;
+    assert_eq!(tracking, shmem_wp());
+    let report = team
+        .run(kind, |w| {
+            let words = w.atomics();
+            let me = w.rank();
+            let mut bad = 0;
+            for round in [1, 2] {
+                for p in 0..shared {
+                    words[p * WORDS + me].store(value(p, me, round), Ordering::Relaxed);
+                }
+                w.barrier()?;
+                // Every worker sweeps its share of the rest: the budget is
+                // an eighth of the region, so the shared pages leave.
+                for p in (shared + me..pages).step_by(w.workers()) {
+                    words[p * WORDS].fetch_add(1, Ordering::Relaxed);
+                }
+                w.barrier()?;
+                // Read back from far memory by everyone (round 1: before
+                // round 2 writes them again).
+                bad += (0..shared)
+                    .flat_map(|p| (0..w.workers()).map(move |r| (p, r)))
+                    .filter(|&(p, r)| words[p * WORDS + r].load(Ordering::Relaxed) != value(p, r, round))
+                    .count();
+                w.barrier()?;
+            }
+            w.scratch()[me].store(bad as u64, Ordering::Relaxed);
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(report.workers.len(), workers);
+    let bad: u64 = (0..workers)
+        .map(|r| team.scratch()[r].load(Ordering::Relaxed))
+        .sum();
+    assert_eq!(bad, 0, "{kind:?}: words written after a read were lost");
+    let t = team.stats().total();
+    assert_eq!(t.errors, 0);
+    assert!(t.evictions >= 2 * (pages - near / 4096) as u64, "{t:?}");
+    if tracking {
+        // Every worker wrote every shared page it had mapped read-only
+        // (threads share one page table: the first write unprotects it for
+        // both), one fault per page, or per cluster with fault-around.
+        let pages = if kind == TeamKind::Processes {
+            workers * shared
+        } else {
+            shared
+        };
+        if fault_around {
+            assert!(
+                t.wp_faults > 0 && t.wp_faults < pages as u64 / 2,
+                "{kind:?}: {t:?}"
+            );
+        } else {
+            assert!(t.wp_faults >= pages as u64, "{kind:?}: {t:?}");
+        }
+    } else {
+        assert_eq!(t.wp_faults, 0);
+    }
+}
+
+#[test]
+fn writes_after_reads_are_written_back() {
+    if is_child("writes_after_reads_are_written_back") {
+        for around in [true, false] {
+            write_after_read(TeamKind::Processes, 2, around);
+            write_after_read(TeamKind::Processes, 3, around);
+            write_after_read(TeamKind::Threads, 2, around);
+        }
+        return;
+    }
+    let (st, err) = run_child("writes_after_reads_are_written_back");
     assert!(st.success(), "{err}");
 }
 
@@ -161,6 +278,7 @@ fn processes_share_pages_under_heavy_eviction_without_corruption() {
 fn threads_mode_runs_the_same_churn() {
     if is_child("threads_mode_runs_the_same_churn") {
         churn_team(TeamKind::Threads, 2, TeamPolicy::Fifo, 64);
+        churn_team_with(TeamKind::Threads, 2, TeamPolicy::Fifo, 16, (true, true));
         return;
     }
     let (st, err) = run_child("threads_mode_runs_the_same_churn");

@@ -1,13 +1,15 @@
 //! A member's evictions: a window of the oldest pages on the team's ring
 //! (FIFO, or fewest other sharers first), locked, sorted by page, and
 //! evicted run by run (splice into a pipe, punch, splice into the far
-//! file); batches grow over long runs.
+//! file; a run of clean pages is only punched); batches grow over long
+//! runs.
 
 use super::{Lane, Member, MAX_WINDOW};
 use crate::engine::{GROW_FACTOR, GROW_FROM, LONG_RUN};
 use crate::stats::{Cost, FaultTimer};
 use crate::team::ctl::{
-    self, Ctl, Stat, Where, BUSY, H_BATCH, H_BUDGET, H_POLICY, H_RESIDENT, H_RING_HEAD, H_RING_TAIL, H_WINDOW,
+    self, Ctl, Stat, Where, BUSY, DIRTY, H_BATCH, H_BUDGET, H_POLICY, H_RESIDENT, H_RING_HEAD, H_RING_TAIL,
+    H_WINDOW,
 };
 use crate::team::TeamPolicy;
 use std::os::fd::AsFd;
@@ -187,11 +189,23 @@ impl Member {
         let mut evicted = 0;
         let mut a = 0;
         while a < nv {
+            // A run: neighbours of one kind, clean (punched only) or dirty
+            // (written back through the pipe, whose size bounds it).
+            let dirty = words[a] & DIRTY != 0;
             let mut b = a + 1;
-            while b < nv && b - a < max_run && victims[b].0 == victims[b - 1].0 + 1 {
+            while b < nv
+                && (b - a < max_run || !dirty)
+                && victims[b].0 == victims[b - 1].0 + 1
+                && (words[b] & DIRTY != 0) == dirty
+            {
                 b += 1;
             }
-            evicted += self.evict_run(ctl, rank, lane, victims[a].0 as usize, &words[a..b], timer);
+            let first = victims[a].0 as usize;
+            evicted += if dirty {
+                self.evict_run(ctl, rank, lane, first, &words[a..b], timer)
+            } else {
+                self.evict_clean(ctl, rank, first, &words[a..b], timer)
+            };
             a = b;
         }
         lane.busy.store(false, Ordering::Release);
@@ -206,6 +220,30 @@ impl Member {
         if self.grown.load(Ordering::Relaxed) != next {
             self.grown.store(next, Ordering::Relaxed);
         }
+    }
+
+    /// Evicts the locked clean pages `first..first+words.len()`: their far
+    /// copies are current, so the punch (which unmaps them wherever they
+    /// are mapped) is all.
+    fn evict_clean(
+        &self,
+        ctl: &Ctl<'_>,
+        rank: usize,
+        first: usize,
+        words: &[u64],
+        timer: &mut FaultTimer,
+    ) -> usize {
+        let ps = self.view.page;
+        let n = words.len();
+        let data = self.view.data.as_fd();
+        if tiermem_sys::memfd::punch_hole(data, (first * ps) as u64, (n * ps) as u64).is_err() {
+            self.keep(ctl, rank, first, words, None);
+            return 0;
+        }
+        timer.lap(Cost::Tlb);
+        self.evicted(ctl, rank, first, words);
+        ctl.add(rank, Stat::CleanEvictions, n as u64);
+        n
     }
 
     /// Evicts the locked pages `first..first+words.len()`: splice them into
@@ -268,6 +306,15 @@ impl Member {
             return 0;
         }
         timer.lap(Cost::Transfer);
+        self.evicted(ctl, rank, first, words);
+        ctl.add(rank, Stat::BytesOut, bytes as u64);
+        n
+    }
+
+    /// Publishes the pages `first..first+words.len()` as far, and counts
+    /// them by sharers.
+    fn evicted(&self, ctl: &Ctl<'_>, rank: usize, first: usize, words: &[u64]) {
+        let n = words.len();
         let me = ctl::sharers(ctl::sharer_bit(rank));
         for (k, &w) in words.iter().enumerate() {
             let s = ctl::sharers(w);
@@ -287,19 +334,17 @@ impl Member {
         ctl.w[H_RESIDENT].fetch_sub(n as u64, Ordering::AcqRel);
         ctl.add(rank, Stat::Evictions, n as u64);
         ctl.add(rank, Stat::EvictCalls, 1);
-        ctl.add(rank, Stat::BytesOut, bytes as u64);
-        n
     }
 
     /// An eviction that could not complete: the pages stay near, back on
     /// the list, with their sharers, or `sharers` if they were copied back
-    /// (then only this member maps them).
+    /// (then only this member maps them, writable: dirty).
     fn keep(&self, ctl: &Ctl<'_>, rank: usize, first: usize, words: &[u64], sharers: Option<u64>) {
         ctl.add(rank, Stat::Errors, 1);
         self.push_ring(ctl, rank, first, words.len());
         for (k, &w) in words.iter().enumerate() {
             let w = ctl::unbusy(w);
-            let w = sharers.map_or(w, |s| ctl::with_where(0, Where::Resident) | s);
+            let w = sharers.map_or(w, |s| ctl::with_where(0, Where::Resident) | s | DIRTY);
             ctl.page(first + k).store(w, Ordering::Release);
         }
     }
