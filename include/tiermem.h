@@ -561,7 +561,8 @@ tm_decl_nodiscard tm_decl_export int tm_hugepages_reserve(size_t page_size, uint
                                   * pays where much is only read, costs a
                                   * fault per cluster read, then written; a
                                   * system call writing into a page the
-                                  * worker only read fails with EFAULT */
+                                  * worker only read fails with EFAULT; on
+                                  * Linux < 5.19 the team runs without it */
 /* tm_team_run kinds */
 #define TM_TEAM_PROCESSES 0 /* a page table per worker (PSPT) */
 #define TM_TEAM_THREADS 1   /* threads of this process: one page table */

@@ -311,9 +311,19 @@ impl Member {
     /// The cluster a demand fault of thread `tid` on page `i` calls for
     /// (the engine's fault-around decisions, this member's own history):
     /// the aligned window `[lo, hi)` around it, or None for the page alone.
-    fn around_window(&self, ctl: &Ctl<'_>, i: usize, tid: u32, rank: usize) -> Option<(usize, usize)> {
+    /// `wp`: a write-protect fault, on a page already near.
+    fn around_window(
+        &self,
+        ctl: &Ctl<'_>,
+        i: usize,
+        (rank, tid, wp): (usize, u32, bool),
+    ) -> Option<(usize, usize)> {
         let fa = self.around.as_ref()?;
-        if fa.refilled(i) {
+        if wp {
+            // A write-protect fault: the page is near, not refilled, and the
+            // write shows it used (as in the engine).
+            fa.written(i);
+        } else if fa.refilled(i) {
             ctl.add(rank, Stat::AroundUnused, 1);
         }
         fa.adapt(self.lanes.len() > 1);
@@ -368,15 +378,17 @@ impl Member {
 
     /// The near neighbours of page `i` (locked by the caller) that
     /// fault-around calls for and `fits` accepts, locked: `[first, end)`
-    /// around `i`, or `i` alone.
+    /// around `i`, or `i` alone. `fault`: the rank, thread and whether it
+    /// is a write-protect fault (see [`Member::around_window`]).
     fn lock_near_cluster(
         &self,
         ctl: &Ctl<'_>,
         i: usize,
-        (rank, tid): (usize, u32),
+        fault: (usize, u32, bool),
         fits: impl Fn(u64) -> bool,
     ) -> (usize, usize) {
-        let Some(win) = self.around_window(ctl, i, tid, rank) else {
+        let rank = fault.0;
+        let Some(win) = self.around_window(ctl, i, fault) else {
             return (i, i + 1);
         };
         let fits = |w: u64| ctl::where_(w) == Where::Resident && fits(w);
@@ -422,7 +434,7 @@ impl Member {
         let ps = self.view.page;
         let me = ctl::sharer_bit(rank);
         let mapped_here = |w: u64| w & me != 0;
-        let (first, end) = self.lock_near_cluster(ctl, i, (rank, tid), mapped_here);
+        let (first, end) = self.lock_near_cluster(ctl, i, (rank, tid, true), mapped_here);
         timer.lap(Cost::LockList);
         let ok = self
             .uffd
@@ -491,7 +503,7 @@ impl Member {
     ) -> bool {
         let ps = self.view.page;
         let me = ctl::sharer_bit(rank);
-        let (first, end) = self.lock_near_cluster(ctl, i, (rank, tid), |w| w & me == 0);
+        let (first, end) = self.lock_near_cluster(ctl, i, (rank, tid, false), |w| w & me == 0);
         timer.lap(Cost::LockList);
         // Pages mapped from `a` on (an already mapped page counts): the
         // page and what follows it first, so that a neighbour before it
@@ -603,7 +615,7 @@ impl Member {
         // Then the neighbours, as many as free near memory holds: locked
         // only now, so that no member waits on them through an eviction.
         let (mut first, mut end) = (i, i + n);
-        if let Some((lo, hi)) = self.around_window(ctl, i, tid, rank) {
+        if let Some((lo, hi)) = self.around_window(ctl, i, (rank, tid, false)) {
             let want = (hi.max(end) - end) + (i - lo);
             let room = self.take_free(ctl, want);
             if room > 0 {
