@@ -450,12 +450,8 @@ impl Member {
             ) == ps;
         timer.lap(Cost::Pte);
         for p in first..end {
-            let pw = if p == i {
-                w
-            } else {
-                ctl::unbusy(ctl.page(p).load(Ordering::Relaxed))
-            };
-            ctl.page(p).store(pw | DIRTY, Ordering::Release);
+            ctl.page(p)
+                .store(locked_word(ctl, p, (i, w)) | DIRTY, Ordering::Release);
         }
         ctl.add(rank, if ok { Stat::WpFaults } else { Stat::Errors }, 1);
         ok
@@ -479,14 +475,10 @@ impl Member {
         }
     }
 
-    /// The dirty bit of pages a fault installs: none where they are
-    /// mapped write-protected (a read fault, with dirty tracking).
-    fn installed_dirty(&self, write: bool, protectable: bool) -> u64 {
-        if self.track_dirty && !write && protectable {
-            0
-        } else {
-            DIRTY
-        }
+    /// Whether a fault installs its pages write-protected: a read, with
+    /// dirty tracking. Pages installed writable carry [`DIRTY`].
+    fn protects(&self, write: bool) -> bool {
+        self.track_dirty && !write
     }
 
     /// A minor fault: the page is near, map it here too, with the near
@@ -508,7 +500,7 @@ impl Member {
         // Pages mapped from `a` on (an already mapped page counts): the
         // page and what follows it first, so that a neighbour before it
         // that fails cannot fail the fault.
-        let protect = self.track_dirty && !write;
+        let protect = self.protects(write);
         let map = |a: usize, b: usize| {
             a + resolve_run(
                 |done| self.continue_at(a * ps + done, (b - a) * ps - done, protect),
@@ -520,20 +512,21 @@ impl Member {
         let lower = if first < i { map(first, i) } else { first };
         if write && self.track_dirty && upper > i {
             // Another thread of this process (threads mode) may have mapped
-            // it write-protected already.
+            // it write-protected already. Should this fail, the page stays
+            // protected, and the write faults again, to `unprotect`.
             let _ = self.uffd.writeprotect(&self.reg, i * ps, ps, false, false);
         }
         // Read after the runs: a failed `MODE_WP` left them writable.
-        let dirty = self.installed_dirty(write, self.continue_wp.load(Ordering::Relaxed));
+        let dirty = if protect && self.continue_wp.load(Ordering::Relaxed) {
+            0
+        } else {
+            DIRTY
+        };
         timer.lap(Cost::Pte);
         let mapped = |p: usize| if p < i { p < lower } else { p < upper };
         // Only a mapping that exists makes this member a sharer.
         for p in first..end {
-            let pw = if p == i {
-                w
-            } else {
-                ctl::unbusy(ctl.page(p).load(Ordering::Relaxed))
-            };
+            let pw = locked_word(ctl, p, (i, w));
             let sharer = if mapped(p) { me | dirty } else { 0 };
             ctl.page(p).store(pw | sharer, Ordering::Release);
         }
@@ -599,11 +592,7 @@ impl Member {
         ) - i;
         let unlock = |a: usize, b: usize| {
             for p in a..b {
-                let pw = if p == i {
-                    w
-                } else {
-                    ctl.page(p).load(Ordering::Relaxed)
-                };
+                let pw = locked_word(ctl, p, (i, w));
                 ctl.page(p).store(ctl::where_(pw) as u64, Ordering::Release);
             }
         };
@@ -652,7 +641,7 @@ impl Member {
                 ctl::where_(ctl.page(p).load(Ordering::Relaxed))
             }
         };
-        let protect = self.installed_dirty(write, true) == 0;
+        let protect = self.protects(write);
         let me = ctl::sharer_bit(rank);
         let mut at_installed = false;
         // Installed pages: neighbours before and after the page's read-ahead
@@ -703,7 +692,8 @@ impl Member {
             }
             if done > 0 {
                 self.push_ring(ctl, rank, s, done);
-                let dirty = self.installed_dirty(write, k == Where::Far);
+                // Zero fills are mapped writable whatever the fault.
+                let dirty = if protect && k == Where::Far { 0 } else { DIRTY };
                 self.publish(ctl, s, done, Where::Resident as u64 | dirty, me);
                 for p in s..s + done {
                     if p < i {
@@ -859,6 +849,17 @@ impl Member {
             }
         }
         true
+    }
+}
+
+/// The word of page `p` of a cluster locked around fault page `i`, as it
+/// was before locking: the faulting page's is `w` (taken before its lock),
+/// the neighbours' are their locked words without the lock.
+fn locked_word(ctl: &Ctl<'_>, p: usize, (i, w): (usize, u64)) -> u64 {
+    if p == i {
+        w
+    } else {
+        ctl::unbusy(ctl.page(p).load(Ordering::Relaxed))
     }
 }
 
