@@ -88,6 +88,9 @@ module tiermem
   integer(c_int), parameter, public :: TM_INSTALL_COPY = 0
   integer(c_int), parameter, public :: TM_INSTALL_MOVE = 1
   integer(c_int), parameter, public :: TM_INSTALL_AUTO = 2
+  !> tm_config%movers: one mover, working only while a CPU is free for it
+  !> and while it makes the program faster.
+  integer(c_int), parameter, public :: TM_MOVERS_AUTO = 65535
   integer(c_int), parameter, public :: TM_FAULT_IN_CONTEXT = 0
   integer(c_int), parameter, public :: TM_FAULT_HANDLER_THREAD = 1
   integer(c_int), parameter, public :: TM_DIRTY_WP_FAULT = 0

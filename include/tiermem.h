@@ -191,6 +191,11 @@ extern "C" {
  * default. */
 #define TM_INSTALL_AUTO 2
 
+/* tm_config.movers: one mover that stands down while the program keeps
+ * every CPU busy, and while trials without it show the program running
+ * faster (docs/movers.md). */
+#define TM_MOVERS_AUTO 65535
+
 /* tm_advise() advice. */
 #define TM_ADVICE_NORMAL 0     /* back to the default heuristics */
 #define TM_ADVICE_SEQUENTIAL 1 /* prefetch aggressively from the first fault */
@@ -281,7 +286,9 @@ struct tm_config {
    * below, so programs built against version 1 keep working. */
   uint32_t movers;            /* dedicated data-mover threads (paper 1's data movement
                                  cores): prefetch ahead of demand and evict behind it.
-                                 Default 0: all movement happens in faults. */
+                                 Default 0: all movement happens in faults.
+                                 TM_MOVERS_AUTO: one that works only while a CPU is
+                                 free for it and while it makes the program faster. */
   int32_t prefetch_off;       /* 1 turns fault-triggered stream prefetch off. Default 0
                                  (prefetch on whenever movers > 0). */
   uint32_t prefetch_max_pages; /* largest prefetch window in pages, 4 to 2048; 0 = default

@@ -444,6 +444,7 @@ contains
     call show('const', 'TM_INSTALL_COPY', int(TM_INSTALL_COPY, c_int64_t))
     call show('const', 'TM_INSTALL_MOVE', int(TM_INSTALL_MOVE, c_int64_t))
     call show('const', 'TM_INSTALL_AUTO', int(TM_INSTALL_AUTO, c_int64_t))
+    call show('const', 'TM_MOVERS_AUTO', int(TM_MOVERS_AUTO, c_int64_t))
     call show('const', 'TM_ADVICE_NORMAL', int(TM_ADVICE_NORMAL, c_int64_t))
     call show('const', 'TM_ADVICE_SEQUENTIAL', int(TM_ADVICE_SEQUENTIAL, c_int64_t))
     call show('const', 'TM_ADVICE_RANDOM', int(TM_ADVICE_RANDOM, c_int64_t))

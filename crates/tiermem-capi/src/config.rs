@@ -80,6 +80,9 @@ pub const TM_INSTALL_COPY: i32 = 0;
 pub const TM_INSTALL_MOVE: i32 = 1;
 /// `install`: recycling without movers, copies with them (default).
 pub const TM_INSTALL_AUTO: i32 = 2;
+/// `tm_config.movers`: one mover per region that works only while a CPU
+/// is free for it and while it pays (`--movers auto`; docs/movers.md).
+pub const TM_MOVERS_AUTO: u32 = 65535;
 /// The `install` values [`config_from_c`] accepts.
 const INSTALLS: Table<InstallMethod> =
     named![InstallMethod: TM_INSTALL_COPY => Copy, TM_INSTALL_MOVE => Move, TM_INSTALL_AUTO => Auto];
@@ -143,7 +146,8 @@ pub struct tm_config {
     pub handler_threads: u32,
     // Version 2 (tiermem 0.2): movers and prefetch. Zero means the default,
     // so version-1 callers get it.
-    /// Dedicated data-mover threads; default 0 (movement in faults only).
+    /// Dedicated data-mover threads; default 0 (movement in faults only);
+    /// `TM_MOVERS_AUTO`: one, working only while a CPU is free and it pays.
     pub movers: u32,
     /// 1 turns fault-triggered prefetch off; default 0 (on with movers).
     pub prefetch_off: i32,
@@ -173,7 +177,7 @@ const _: () = assert!(CONFIG_SIZE_V1 == 72 && size_of::<tm_config>() == 104);
 impl tm_config {
     /// The C view of [`Config::new`]'s defaults. A file store's path is
     /// not carried over (far_path stays NULL): the defaults never name one.
-    fn from_defaults(c: &Config) -> tm_config {
+    pub(crate) fn from_defaults(c: &Config) -> tm_config {
         tm_config {
             struct_size: size_of::<tm_config>() as u32,
             reserved0: 0,
@@ -206,7 +210,11 @@ impl tm_config {
             },
             evict_batch_pages: u32::try_from(c.evict_batch_pages).unwrap_or(u32::MAX),
             handler_threads: u32::try_from(c.handler_threads).unwrap_or(u32::MAX),
-            movers: u32::try_from(c.movers).unwrap_or(u32::MAX),
+            movers: if c.movers_auto {
+                TM_MOVERS_AUTO
+            } else {
+                u32::try_from(c.movers).unwrap_or(u32::MAX)
+            },
             prefetch_off: i32::from(!c.prefetch),
             prefetch_max_pages: u32::try_from(c.prefetch_max_pages).unwrap_or(u32::MAX),
             install: match c.install {
@@ -349,7 +357,8 @@ pub(crate) unsafe fn config_from_c(c: &tm_config) -> Result<Config, Failure> {
     config.dirty_tracking = decode("dirty_tracking", c.dirty_tracking, DIRTY_TRACKINGS)?;
     config.evict_batch_pages = c.evict_batch_pages as usize;
     config.handler_threads = c.handler_threads as usize;
-    config.movers = c.movers as usize;
+    config.movers_auto = c.movers == TM_MOVERS_AUTO;
+    config.movers = if config.movers_auto { 1 } else { c.movers as usize };
     config.prefetch = !flag("prefetch_off", c.prefetch_off)?;
     config.fault_around = !flag("fault_around_off", c.fault_around_off)?;
     if c.prefetch_max_pages != 0 {

@@ -85,6 +85,20 @@ fn config_init_gives_core_defaults() {
 }
 
 #[test]
+fn movers_auto_is_asked_for_and_read_back() {
+    let mut c = config(1 << 30, 1 << 28);
+    c.movers = TM_MOVERS_AUTO;
+    // SAFETY: c is initialised; far_path is NULL.
+    let rust = unsafe { config_from_c(&c) }.unwrap();
+    assert_eq!((rust.movers, rust.movers_auto), (1, true));
+    assert_eq!(tm_config::from_defaults(&rust).movers, TM_MOVERS_AUTO);
+    c.movers = 2;
+    // SAFETY: as above.
+    let rust = unsafe { config_from_c(&c) }.unwrap();
+    assert_eq!((rust.movers, rust.movers_auto), (2, false));
+}
+
+#[test]
 fn create_write_through_evictions_and_destroy() {
     let (virt, near) = (8u64 << 20, 2u64 << 20);
     let (rc, r) = create(&config(virt, near));
@@ -517,6 +531,7 @@ fn header_matches_the_abi() {
         ("TM_INSTALL_COPY", TM_INSTALL_COPY),
         ("TM_INSTALL_MOVE", TM_INSTALL_MOVE),
         ("TM_INSTALL_AUTO", TM_INSTALL_AUTO),
+        ("TM_MOVERS_AUTO", TM_MOVERS_AUTO as c_int),
         ("TM_SEGMENT_2M", TM_SEGMENT_2M),
         ("TM_SEGMENT_NO_FALLBACK", TM_SEGMENT_NO_FALLBACK),
         ("TM_ADVICE_NORMAL", TM_ADVICE_NORMAL),

@@ -122,8 +122,13 @@ pub struct Cost {
     pub movers: usize,
     /// `--movers auto`: the mover stands down while no CPU is free.
     pub movers_auto: bool,
-    /// Times the `auto` mover stood down, and for how long in all.
+    /// Times the `auto` mover stood down because no CPU was free, and for
+    /// how long it was stood down in all (for either reason).
     pub mover_stand_downs: u64,
+    /// Trials of the `auto` mover (a few windows without it, or with it
+    /// again), and how many found that it did not pay.
+    pub mover_trials: u64,
+    pub mover_unpaid: u64,
     /// See `mover_stand_downs`.
     pub mover_stood_down_seconds: f64,
     /// CPU time of the mover threads, all of it (spinning included).
@@ -396,13 +401,15 @@ fn cost(s: &Settings, r: &Report) -> Cost {
         bytes_out: sum(&|st| st.bytes_out),
         fault_seconds: sum(&|st| st.fault_ns_total) as f64 * 1e-9,
         // `auto` on one usable CPU starts none (as the region decided).
-        movers: if s.region.movers_auto && tiermem_sys::thread::launch_cpus().len() < 2 {
+        movers: if s.region.movers_auto && tiermem_sys::thread::usable_cpus() < 1.5 {
             0
         } else {
             s.region.movers
         },
         movers_auto: s.region.movers_auto,
         mover_stand_downs: sum(&|st| st.mover.stand_downs),
+        mover_trials: sum(&|st| st.mover.trials),
+        mover_unpaid: sum(&|st| st.mover.unpaid),
         mover_stood_down_seconds: sum(&|st| st.mover.stood_down_ns) as f64 * 1e-9,
         mover_cpu_seconds: threads_cpu_seconds("tiermem-mover"),
         mover_busy_seconds: sum(&|st| st.mover.busy_ns) as f64 * 1e-9,
@@ -412,6 +419,32 @@ fn cost(s: &Settings, r: &Report) -> Cost {
         far_ram_bytes: if far_kind == "memory" { far_held_bytes } else { 0 },
         far_held_bytes,
     }
+}
+
+/// The `auto` mover's stand-downs, in words: "; stood down 5.3 s in all:
+/// no CPU was free 1 time, did not pay 1 time (4 trials)".
+fn auto_mover_story(c: &Cost) -> String {
+    let times = |n: u64| format!("{n} time{}", if n == 1 { "" } else { "s" });
+    let mut why = Vec::new();
+    if c.mover_stand_downs > 0 {
+        why.push(format!("no CPU was free {}", times(c.mover_stand_downs)));
+    }
+    if c.mover_unpaid > 0 {
+        why.push(format!("did not pay {}", times(c.mover_unpaid)));
+    }
+    if why.is_empty() {
+        let n = c.mover_trials;
+        return format!(
+            "; worked throughout: {n} trial{} without it ran no faster",
+            if n == 1 { "" } else { "s" }
+        );
+    }
+    format!(
+        "; stood down {:.1} s in all: {} ({} trials)",
+        c.mover_stood_down_seconds,
+        why.join(", "),
+        c.mover_trials
+    )
 }
 
 fn mib(b: u64) -> String {
@@ -517,13 +550,8 @@ pub fn summary(r: &Report) -> String {
                     ", mover CPU {:.3} s ({:.3} s of it moving pages{})",
                     c.mover_cpu_seconds,
                     c.mover_busy_seconds,
-                    if c.movers_auto && c.mover_stand_downs > 0 {
-                        format!(
-                            "; stood down {} time{} for {:.1} s in all: no CPU was free",
-                            c.mover_stand_downs,
-                            if c.mover_stand_downs == 1 { "" } else { "s" },
-                            c.mover_stood_down_seconds
-                        )
+                    if c.movers_auto && (c.mover_stand_downs > 0 || c.mover_trials > 0) {
+                        auto_mover_story(c)
                     } else {
                         String::new()
                     }

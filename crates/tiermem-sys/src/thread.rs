@@ -33,6 +33,32 @@ pub fn process_cpu_time() -> Duration {
     cpu_clock(libc::CLOCK_PROCESS_CPUTIME_ID)
 }
 
+/// User-mode CPU time of all threads of the process (`RUSAGE_SELF`), or
+/// of the calling thread (`RUSAGE_THREAD`): the time they ran their own
+/// code, not the kernel's. Sampled at the scheduler's tick, so a reading
+/// is good to a few ms.
+pub fn user_time(whole_process: bool) -> Duration {
+    // SAFETY: rusage is plain old data; all zeroes is a valid value.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    let who = if whole_process {
+        libc::RUSAGE_SELF
+    } else {
+        libc::RUSAGE_THREAD
+    };
+    // SAFETY: getrusage writes the rusage we own; `who` is valid.
+    // Untrapped for the reason `cpu_clock` gives.
+    let r = unsafe {
+        crate::trampoline::untrapped_syscall(
+            libc::SYS_getrusage,
+            [who as u64, &mut ru as *mut _ as u64, 0, 0, 0, 0],
+        )
+    };
+    if r != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(ru.ru_utime.tv_sec as u64, ru.ru_utime.tv_usec as u32 * 1000)
+}
+
 fn cpu_clock(clock: libc::clockid_t) -> Duration {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -101,6 +127,81 @@ pub fn note_launch_cpus(given: Option<Vec<usize>>) {
             LAUNCH_CPUS[c / 64].fetch_or(1 << (c % 64), Ordering::Relaxed);
         }
     });
+}
+
+/// CPUs' worth of time the process may use: its launch CPUs
+/// ([`launch_cpus`]), or fewer where its cgroup caps its CPU time (a
+/// container's `--cpus`, a systemd `CPUQuota`, a Slurm job with
+/// `ConstrainCores` off but a quota); at least 1.
+pub fn usable_cpus() -> f64 {
+    let n = launch_cpus().len().max(1) as f64;
+    cgroup_cpu_quota().map_or(n, |q| q.min(n)).max(1.0)
+}
+
+/// The tightest CPU quota on the way from the process's cgroup to the
+/// root, in CPUs (`cpu.max` in cgroup v2; `cpu.cfs_quota_us` over
+/// `cpu.cfs_period_us` in v1); None without one, or where the files
+/// cannot be read.
+pub fn cgroup_cpu_quota() -> Option<f64> {
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let mut best: Option<f64> = None;
+    let mut take = |q: Option<f64>| {
+        if let Some(q) = q {
+            best = Some(best.map_or(q, |b| b.min(q)));
+        }
+    };
+    for line in own.lines() {
+        let mut f = line.splitn(3, ':');
+        let (_, controllers, path) = (f.next(), f.next().unwrap_or(""), f.next().unwrap_or(""));
+        let v2 = controllers.is_empty();
+        if !v2 && !controllers.split(',').any(|c| c == "cpu") {
+            continue;
+        }
+        let roots: &[&str] = if v2 {
+            &["/sys/fs/cgroup", "/sys/fs/cgroup/unified"]
+        } else {
+            &["/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"]
+        };
+        for root in roots {
+            // From the process's own cgroup up to the root of the mount.
+            let mut dir = std::path::PathBuf::from(format!("{root}{path}"));
+            loop {
+                take(if v2 {
+                    std::fs::read_to_string(dir.join("cpu.max"))
+                        .ok()
+                        .and_then(|t| parse_cpu_max(&t))
+                } else {
+                    let read = |n: &str| {
+                        std::fs::read_to_string(dir.join(n))
+                            .ok()?
+                            .trim()
+                            .parse::<i64>()
+                            .ok()
+                    };
+                    quota_share(read("cpu.cfs_quota_us"), read("cpu.cfs_period_us"))
+                });
+                if dir.as_os_str().len() <= root.len() || !dir.pop() {
+                    break;
+                }
+            }
+        }
+    }
+    best
+}
+
+/// `cpu.max` of cgroup v2 ("max 100000", "150000 100000") in CPUs.
+pub fn parse_cpu_max(text: &str) -> Option<f64> {
+    let mut f = text.split_whitespace();
+    let quota = f.next()?.parse::<i64>().ok();
+    let period = f.next().map_or(Some(100_000), |p| p.parse::<i64>().ok());
+    quota_share(quota, period)
+}
+
+fn quota_share(quota: Option<i64>, period: Option<i64>) -> Option<f64> {
+    match (quota, period) {
+        (Some(q), Some(p)) if q > 0 && p > 0 => Some(q as f64 / p as f64),
+        _ => None,
+    }
 }
 
 /// The CPUs the process was started on ([`note_launch_cpus`], noted now
@@ -247,6 +348,21 @@ mod tests {
     use super::*;
     use std::sync::atomic::Ordering;
     use std::sync::Arc;
+
+    #[test]
+    fn cgroup_cpu_limits_read_as_cpus() {
+        assert_eq!(parse_cpu_max("max 100000\n"), None);
+        assert_eq!(parse_cpu_max("150000 100000\n"), Some(1.5));
+        assert_eq!(parse_cpu_max("50000"), Some(0.5));
+        assert_eq!(parse_cpu_max(""), None);
+        assert_eq!(quota_share(Some(-1), Some(100_000)), None);
+        assert_eq!(quota_share(Some(200_000), Some(100_000)), Some(2.0));
+        let usable = usable_cpus();
+        assert!(
+            usable >= 1.0 && usable <= launch_cpus().len().max(1) as f64,
+            "{usable}"
+        );
+    }
 
     #[test]
     fn cpu_clocks_and_run_delay_advance() {

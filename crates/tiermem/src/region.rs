@@ -163,7 +163,7 @@ impl Region {
         // `movers = auto`: one mover, and only with a CPU the application
         // may leave free.
         if config.movers_auto {
-            config.movers = usize::from(tiermem_sys::thread::launch_cpus().len() >= 2);
+            config.movers = usize::from(tiermem_sys::thread::usable_cpus() >= 1.5);
         }
         // Which process makes descriptors for the engine's shared state
         // (a `vfork` child faulting on it must not).

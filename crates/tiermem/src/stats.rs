@@ -189,6 +189,8 @@ pub(crate) struct Stats {
     pub(crate) mover_copy_calls: AtomicU64,
     pub(crate) mover_unmap_calls: AtomicU64,
     pub(crate) mover_stand_downs: AtomicU64,
+    pub(crate) mover_trials: AtomicU64,
+    pub(crate) mover_unpaid: AtomicU64,
     pub(crate) mover_stood_down_ns: AtomicU64,
     pub(crate) zero_fill_races: AtomicU64,
     pub(crate) rewrite_installs: AtomicU64,
@@ -242,6 +244,8 @@ impl Stats {
             mover_copy_calls: AtomicU64::new(0),
             mover_unmap_calls: AtomicU64::new(0),
             mover_stand_downs: AtomicU64::new(0),
+            mover_trials: AtomicU64::new(0),
+            mover_unpaid: AtomicU64::new(0),
             mover_stood_down_ns: AtomicU64::new(0),
             zero_fill_races: AtomicU64::new(0),
             rewrite_installs: AtomicU64::new(0),
@@ -327,6 +331,8 @@ impl Stats {
             &self.mover_copy_calls,
             &self.mover_unmap_calls,
             &self.mover_stand_downs,
+            &self.mover_trials,
+            &self.mover_unpaid,
             &self.mover_stood_down_ns,
             &self.zero_fill_races,
             &self.rewrite_installs,
@@ -414,6 +420,8 @@ impl Stats {
                 copy_calls: ld(&self.mover_copy_calls),
                 unmap_calls: ld(&self.mover_unmap_calls),
                 stand_downs: ld(&self.mover_stand_downs),
+                trials: ld(&self.mover_trials),
+                unpaid: ld(&self.mover_unpaid),
                 stood_down_ns: ld(&self.mover_stood_down_ns),
             },
             zero_fill_races: ld(&self.zero_fill_races),
@@ -679,6 +687,14 @@ pub struct MoverWork {
     /// application kept every CPU busy.
     #[serde(default)]
     pub stand_downs: u64,
+    /// `movers = auto`: trials of the other state (working or not), to
+    /// see whether the movers pay (see `docs/movers.md`).
+    #[serde(default)]
+    pub trials: u64,
+    /// `movers = auto`: times a trial found that the movers did not pay,
+    /// so they stood down (or stayed so).
+    #[serde(default)]
+    pub unpaid: u64,
     /// `movers = auto`: time the movers spent stood down (counted a
     /// sampling window at a time).
     #[serde(default)]

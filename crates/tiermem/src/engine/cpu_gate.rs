@@ -1,4 +1,5 @@
-//! `movers = auto`: the mover works only while a CPU is free for it.
+//! `movers = auto`: the mover works only while a CPU is free for it, and
+//! only while it pays.
 //!
 //! A mover pays where it runs beside the application on a CPU the
 //! application leaves idle: NPB class A on one OpenMP thread at near 50%,
@@ -19,8 +20,26 @@
 //! A stand-down after a short spell of work holds it down for twice as
 //! long as the last one did (from one window up to [`MAX_HOLD`]), so a
 //! program whose phases flip quickly pays for a few windows, not for each
-//! flip. The decision is [`Gate::sample`], a pure function of the clocks,
-//! so that it can be tested without a scheduler.
+//! flip.
+//!
+//! A free CPU is not enough: on IS a mover made the program 2.5x slower
+//! with a CPU to spare (its free margin and read-ahead push out the hot
+//! bucket pages, which fault straight back), and no fault statistic told
+//! IS from MG, where the same mover halves the time. Nor does the time in
+//! faults: on IS most of what the mover costs lies outside them (the TLB
+//! shootdowns of its evictions, three times the traffic). So the gate
+//! measures what the mover is there for, the application's **progress**:
+//! the user-mode CPU time of its threads per wall second, the time they
+//! run the program's own code. Now and then it **tries the other state**
+//! for [`TRIAL`] windows (the first one not counted, the queues settle)
+//! and compares their progress with that of the windows just before. The
+//! mover stays stood down ("does not pay") when the trial without it made
+//! clearly more progress, and comes back when a trial with it does; a
+//! trial that changes nothing doubles the time to the next one
+//! (from [`TRIAL_EVERY`] windows up to [`MAX_TRIAL_EVERY`]), so a choice
+//! that holds costs a few windows in a hundred. The decision is
+//! [`Gate::sample`], a pure function of the clocks, so that it can be
+//! tested without a scheduler.
 
 use std::time::Duration;
 
@@ -30,6 +49,23 @@ pub(crate) const WINDOW: Duration = Duration::from_millis(100);
 const MAX_HOLD: u32 = 32;
 /// A spell of work at least this long (in windows) resets the hold.
 const LONG_SPELL: u32 = 10;
+/// Windows of a trial of the other state, the first not counted.
+pub(crate) const TRIAL: u32 = 4;
+/// Windows of the current state between trials, at first and after a
+/// switch; doubled after each trial that changed nothing.
+const TRIAL_EVERY: u32 = 10;
+const MAX_TRIAL_EVERY: u32 = 160;
+/// Windows kept of the current state: the baseline a trial is compared
+/// with is their mean.
+const RECENT: usize = 6;
+/// A trial wins when the baseline's progress is below this share of its
+/// own and at least [`MIN_GAIN`] of wall time less (user time is sampled
+/// at the tick, and phases change within a window).
+const WIN_SHARE: f64 = 0.85;
+const MIN_GAIN: f64 = 0.03;
+/// No trials while the application spends less than this share of its
+/// wall time in faults: there is little for a mover to win or lose.
+const MIN_STALL: f64 = 0.03;
 
 /// Clock readings at one sample.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -45,6 +81,11 @@ pub(crate) struct Clocks {
     pub(crate) movers_cpu: Duration,
     /// The mover's run delay (runnable, waiting for a CPU).
     pub(crate) mover_delay: Duration,
+    /// Time the application's threads spent in the region's faults.
+    pub(crate) stall: Duration,
+    /// User-mode CPU time of the application's threads (the process's
+    /// less that of every `auto` mover): the time they ran its own code.
+    pub(crate) app_user: Duration,
 }
 
 /// What a sample decided.
@@ -56,29 +97,82 @@ pub(crate) enum Change {
     StandDown,
     /// Work again: a CPU is free.
     Engage,
+    /// Stop working for a trial without the mover.
+    TrialOff,
+    /// Work again for a trial with the mover.
+    TrialOn,
+    /// A trial found that the mover does not pay: it stays stood down (or
+    /// stands down again after a trial with it).
+    Unpaid,
+    /// A trial found that the mover pays: it works (or works again after a
+    /// trial without it).
+    Pays,
+}
+
+/// Why a gate that does not work stands down.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Down {
+    /// The application needs every CPU.
+    Cpus,
+    /// It did not pay.
+    Unpaid,
+}
+
+/// A trial in progress.
+#[derive(Clone, Copy, Debug)]
+struct Trial {
+    /// Progress of the state tried against.
+    baseline: f64,
+    /// Windows counted so far (after the first) and their progress.
+    windows: u32,
+    progress: f64,
+}
+
+/// One window: the application's progress (user CPU per wall second)
+/// and stall (time in the region's faults per wall second).
+#[derive(Clone, Copy, Debug)]
+struct Window {
+    progress: f64,
+    stall: f64,
 }
 
 /// The state of one mover's gate.
 #[derive(Debug)]
 pub(crate) struct Gate {
-    cpus: u32,
+    /// CPUs' worth of time the process may use.
+    cpus: f64,
     last: Clocks,
+    /// Whether the mover works now (in a trial too).
     working: bool,
+    /// Why it is stood down (outside a trial with it).
+    down: Down,
     /// Windows this state has lasted.
     spell: u32,
     /// Windows a stand-down lasts at least.
     hold: u32,
+    /// The recent windows of this state, newest last.
+    recent: Vec<Window>,
+    /// Windows of this state before the next trial, and the interval.
+    next_trial: u32,
+    trial_every: u32,
+    trial: Option<Trial>,
 }
 
 impl Gate {
-    /// A gate for a process that may run on `cpus` CPUs; it starts working.
-    pub(crate) fn new(cpus: usize, at: Clocks) -> Gate {
+    /// A gate for a process that may use `cpus` CPUs' worth of time
+    /// (`tiermem_sys::thread::usable_cpus`); it starts working.
+    pub(crate) fn new(cpus: f64, at: Clocks) -> Gate {
         Gate {
-            cpus: cpus.max(1) as u32,
+            cpus: cpus.max(1.0),
             last: at,
             working: true,
+            down: Down::Cpus,
             spell: 0,
             hold: 1,
+            recent: Vec::with_capacity(RECENT),
+            next_trial: TRIAL_EVERY,
+            trial_every: TRIAL_EVERY,
+            trial: None,
         }
     }
 
@@ -94,13 +188,18 @@ impl Gate {
     /// Looks at the clocks; call once a window (see `due`).
     pub(crate) fn sample(&mut self, now: Clocks) -> Change {
         let d = |a: Duration, b: Duration| a.saturating_sub(b).as_secs_f64();
-        let wall = d(now.wall, self.last.wall);
+        let wall = d(now.wall, self.last.wall).max(1e-9);
         let mover_cpu = d(now.mover_cpu, self.last.mover_cpu);
         let delay = d(now.mover_delay, self.last.mover_delay);
         let movers_cpu = d(now.movers_cpu, self.last.movers_cpu).max(mover_cpu);
-        let app_cpus = (d(now.process_cpu, self.last.process_cpu) - movers_cpu).max(0.0) / wall.max(1e-9);
+        let app_cpus = (d(now.process_cpu, self.last.process_cpu) - movers_cpu).max(0.0) / wall;
+        let here = Window {
+            progress: d(now.app_user, self.last.app_user) / wall,
+            stall: d(now.stall, self.last.stall) / wall,
+        };
         self.last = now;
         self.spell = self.spell.saturating_add(1);
+        let cpu_free = app_cpus <= self.cpus - 0.9;
         if self.working {
             // Too little wanted run time says nothing (an idle mover).
             let wanted = mover_cpu + delay;
@@ -110,16 +209,86 @@ impl Gate {
                 } else {
                     1
                 };
-                self.working = false;
-                self.spell = 0;
+                self.set(false, Down::Cpus);
                 return Change::StandDown;
             }
-        } else if self.spell >= self.hold && app_cpus <= self.cpus as f64 - 0.9 {
-            self.working = true;
-            self.spell = 0;
-            return Change::Engage;
+        } else if self.down == Down::Cpus {
+            if self.spell >= self.hold && cpu_free {
+                self.set(true, Down::Cpus);
+                return Change::Engage;
+            }
+            return Change::Stay;
         }
-        Change::Stay
+        // Working, or stood down because the mover did not pay.
+        if let Some(mut t) = self.trial {
+            if self.spell > 1 {
+                t.windows += 1;
+                t.progress += here.progress;
+            }
+            self.trial = Some(t);
+            if t.windows < TRIAL - 1 {
+                return Change::Stay;
+            }
+            let tried = t.progress / t.windows as f64;
+            let better = t.baseline < WIN_SHARE * tried && tried - t.baseline >= MIN_GAIN;
+            if better {
+                // The state tried becomes the state: trials come soon again.
+                self.trial_every = TRIAL_EVERY;
+                let working = self.working;
+                self.set(working, Down::Unpaid);
+                self.recent.push(Window {
+                    progress: tried,
+                    stall: MIN_STALL,
+                });
+                return if working { Change::Pays } else { Change::Unpaid };
+            }
+            // Back to the state tried against; the next trial waits longer.
+            self.trial_every = (self.trial_every * 2).min(MAX_TRIAL_EVERY);
+            let working = !self.working;
+            self.set(working, Down::Unpaid);
+            return if working { Change::Pays } else { Change::Unpaid };
+        }
+        // The first window of a state is its transition: not counted.
+        if self.spell > 1 {
+            if self.recent.len() == RECENT {
+                self.recent.remove(0);
+            }
+            self.recent.push(here);
+        }
+        if self.spell < self.next_trial || self.recent.is_empty() || (!self.working && !cpu_free) {
+            return Change::Stay;
+        }
+        let mean = |f: fn(&Window) -> f64| self.recent.iter().map(f).sum::<f64>() / self.recent.len() as f64;
+        let baseline = mean(|w| w.progress);
+        if mean(|w| w.stall) < MIN_STALL {
+            // Faults cost the application almost nothing: a mover cannot
+            // cost it much either.
+            self.next_trial = self.spell + self.trial_every;
+            return Change::Stay;
+        }
+        self.working = !self.working;
+        self.down = Down::Unpaid;
+        self.spell = 0;
+        self.trial = Some(Trial {
+            baseline,
+            windows: 0,
+            progress: 0.0,
+        });
+        if self.working {
+            Change::TrialOn
+        } else {
+            Change::TrialOff
+        }
+    }
+
+    /// Enters a state (not a trial): its stall history starts over.
+    fn set(&mut self, working: bool, down: Down) {
+        self.working = working;
+        self.down = down;
+        self.spell = 0;
+        self.trial = None;
+        self.recent.clear();
+        self.next_trial = self.trial_every;
     }
 }
 
@@ -130,24 +299,132 @@ mod tests {
     /// Feeds windows of (application CPUs, mover CPU share, mover delay
     /// share) and returns the changes.
     fn run(gate: &mut Gate, clocks: &mut Clocks, windows: &[(f64, f64, f64)]) -> Vec<Change> {
-        let w = WINDOW.as_secs_f64();
         windows
             .iter()
-            .map(|&(app, mover, delay)| {
-                clocks.wall += WINDOW;
-                clocks.mover_cpu += Duration::from_secs_f64(mover * w);
-                clocks.movers_cpu = clocks.mover_cpu;
-                clocks.process_cpu += Duration::from_secs_f64((app + mover) * w);
-                clocks.mover_delay += Duration::from_secs_f64(delay * w);
-                gate.sample(*clocks)
-            })
+            .map(|&(app, mover, delay)| window(gate, clocks, app, mover, delay, 0.0, 0.0))
             .collect()
+    }
+
+    /// One window; `stall` is the application's share of it in faults,
+    /// `progress` that in its own code.
+    fn window(
+        gate: &mut Gate,
+        clocks: &mut Clocks,
+        app: f64,
+        mover: f64,
+        delay: f64,
+        stall: f64,
+        progress: f64,
+    ) -> Change {
+        let w = WINDOW.as_secs_f64();
+        clocks.wall += WINDOW;
+        clocks.mover_cpu += Duration::from_secs_f64(mover * w);
+        clocks.movers_cpu = clocks.mover_cpu;
+        clocks.process_cpu += Duration::from_secs_f64((app + mover) * w);
+        clocks.mover_delay += Duration::from_secs_f64(delay * w);
+        clocks.stall += Duration::from_secs_f64(stall * w);
+        clocks.app_user += Duration::from_secs_f64(progress * w);
+        gate.sample(*clocks)
+    }
+
+    /// One application thread on two CPUs whose (stall, progress) is `on`
+    /// with the mover working and `off` without, for `windows` windows:
+    /// the share of them the mover worked, and the changes.
+    fn closed_loop(on: (f64, f64), off: (f64, f64), windows: usize) -> (f64, Vec<Change>) {
+        let mut c = Clocks::default();
+        let mut g = Gate::new(2.0, c);
+        let mut worked = 0;
+        let mut changes = Vec::new();
+        for _ in 0..windows {
+            let working = g.working();
+            worked += working as usize;
+            let (mover, (stall, progress)) = if working { (0.5, on) } else { (0.0, off) };
+            let ch = window(&mut g, &mut c, 1.0, mover, 0.0, stall, progress);
+            if ch != Change::Stay {
+                changes.push(ch);
+            }
+        }
+        (worked as f64 / windows as f64, changes)
+    }
+
+    #[test]
+    fn a_mover_that_slows_the_application_stands_down_and_retries_ever_less() {
+        // IS with a mover at 25%: as much time in faults, but far less in
+        // its own code (the rest goes to shootdowns and traffic).
+        let (worked, changes) = closed_loop((0.45, 0.2), (0.45, 0.5), 400);
+        assert_eq!(changes[..2], [Change::TrialOff, Change::Unpaid], "{changes:?}");
+        assert!(worked < 0.15, "worked {worked}: {changes:?}");
+        // Its later trials with the mover lose too, and come ever later.
+        let ons = changes.iter().filter(|&&x| x == Change::TrialOn).count();
+        assert!((2..=5).contains(&ons), "{changes:?}");
+        assert!(!changes.contains(&Change::Pays), "{changes:?}");
+    }
+
+    #[test]
+    fn a_mover_that_lowers_the_stall_keeps_working_with_rarer_trials() {
+        // MG: the mover halves the time in faults.
+        let (worked, changes) = closed_loop((0.3, 0.7), (0.7, 0.3), 400);
+        assert_eq!(changes[..2], [Change::TrialOff, Change::Pays], "{changes:?}");
+        assert!(worked > 0.93, "worked {worked}: {changes:?}");
+        assert!(!changes.contains(&Change::Unpaid), "{changes:?}");
+    }
+
+    #[test]
+    fn a_trial_that_changes_little_keeps_the_state() {
+        let (worked, changes) = closed_loop((0.5, 0.5), (0.45, 0.53), 400);
+        assert!(worked > 0.93, "worked {worked}: {changes:?}");
+        assert!(!changes.contains(&Change::Unpaid), "{changes:?}");
+    }
+
+    #[test]
+    fn a_phase_where_the_mover_starts_to_pay_brings_it_back() {
+        let mut c = Clocks::default();
+        let mut g = Gate::new(2.0, c);
+        let mut seen = Vec::new();
+        // 100 windows where it hurts, then 300 where it pays.
+        for k in 0..400 {
+            let hurts = k < 100;
+            let progress = match (g.working(), hurts) {
+                (true, true) | (false, false) => 0.2,
+                _ => 0.6,
+            };
+            let mover = if g.working() { 0.5 } else { 0.0 };
+            seen.push(g.working());
+            window(&mut g, &mut c, 1.0, mover, 0.0, 0.5, progress);
+        }
+        let down_early = seen[..100].iter().filter(|&&w| !w).count();
+        let up_late = seen[200..].iter().filter(|&&w| w).count();
+        assert!(down_early > 60, "{down_early} of 100 windows stood down");
+        assert!(up_late > 180, "{up_late} of 200 windows working");
+    }
+
+    #[test]
+    fn little_stall_needs_no_trial() {
+        let (worked, changes) = closed_loop((0.02, 0.9), (0.01, 0.98), 200);
+        assert_eq!(worked, 1.0);
+        assert!(changes.is_empty(), "{changes:?}");
+    }
+
+    #[test]
+    fn no_trial_with_the_mover_while_the_application_keeps_every_cpu() {
+        let mut c = Clocks::default();
+        let mut g = Gate::new(2.0, c);
+        for _ in 0..TRIAL_EVERY + TRIAL {
+            let (mover, progress) = if g.working() { (0.5, 0.2) } else { (0.0, 0.6) };
+            window(&mut g, &mut c, 1.0, mover, 0.0, 0.4, progress);
+        }
+        assert!(!g.working());
+        // Unpaid; now two busy threads: no trial with the mover starts.
+        for _ in 0..200 {
+            assert_eq!(window(&mut g, &mut c, 2.0, 0.0, 0.0, 0.4, 1.2), Change::Stay);
+        }
+        assert!(!g.working());
     }
 
     #[test]
     fn one_application_thread_on_two_cpus_keeps_the_mover_working() {
         let mut c = Clocks::default();
-        let mut g = Gate::new(2, c);
+        let mut g = Gate::new(2.0, c);
         let changes = run(&mut g, &mut c, &[(1.0, 0.9, 0.01); 50]);
         assert!(changes.iter().all(|&x| x == Change::Stay), "{changes:?}");
         assert!(g.working());
@@ -156,7 +433,7 @@ mod tests {
     #[test]
     fn a_mover_that_waits_for_cpus_stands_down_until_one_is_free() {
         let mut c = Clocks::default();
-        let mut g = Gate::new(2, c);
+        let mut g = Gate::new(2.0, c);
         // Two busy threads and a mover: it waits half the time it wants.
         assert_eq!(run(&mut g, &mut c, &[(1.4, 0.6, 0.4)]), [Change::StandDown]);
         assert!(!g.working());
@@ -170,7 +447,7 @@ mod tests {
     #[test]
     fn quick_flips_double_the_hold_and_a_long_spell_resets_it() {
         let mut c = Clocks::default();
-        let mut g = Gate::new(2, c);
+        let mut g = Gate::new(2.0, c);
         let contended = (1.4, 0.6, 0.4);
         let free = (1.0, 0.0, 0.0);
         assert_eq!(run(&mut g, &mut c, &[contended]), [Change::StandDown]);
@@ -190,7 +467,7 @@ mod tests {
     #[test]
     fn an_idle_mover_is_never_judged_by_its_delay() {
         let mut c = Clocks::default();
-        let mut g = Gate::new(2, c);
+        let mut g = Gate::new(2.0, c);
         // 1% of a window wanted, all of it waiting: too little to judge.
         let changes = run(&mut g, &mut c, &[(2.0, 0.005, 0.005); 10]);
         assert!(changes.iter().all(|&x| x == Change::Stay), "{changes:?}");
@@ -199,7 +476,7 @@ mod tests {
     #[test]
     fn one_cpu_never_engages() {
         let mut c = Clocks::default();
-        let mut g = Gate::new(1, c);
+        let mut g = Gate::new(1.0, c);
         assert_eq!(run(&mut g, &mut c, &[(0.6, 0.4, 0.3)]), [Change::StandDown]);
         let changes = run(&mut g, &mut c, &[(0.5, 0.0, 0.0); 40]);
         assert!(changes.iter().all(|&x| x == Change::Stay), "{changes:?}");

@@ -396,9 +396,7 @@ impl RegionCore {
         } else {
             None
         };
-        let gate_cpus = config
-            .movers_auto
-            .then(|| tiermem_sys::thread::launch_cpus().len());
+        let gate_cpus = config.movers_auto.then(tiermem_sys::thread::usable_cpus);
         let movers = (config.movers > 0).then(|| MoverShared::new(budget, gate_cpus));
         // Windows are capped by the budget (`prefetch::BUDGET_SHARE`); a
         // budget whose share is below the smallest window (4 pages, so

@@ -103,7 +103,7 @@ pub(crate) struct MoverShared {
     /// The budget is below [`SMALL_BUDGET`].
     small: bool,
     /// `movers = auto`: the CPUs the process may run on, for the gate.
-    gate_cpus: Option<usize>,
+    gate_cpus: Option<f64>,
     /// The gate stood the movers down: no CPU is free for them (see
     /// `cpu_gate`). The fault path then acts as without movers.
     stood_down: AtomicBool,
@@ -111,7 +111,7 @@ pub(crate) struct MoverShared {
 
 impl MoverShared {
     /// `gate_cpus`: `movers = auto`, for a process on that many CPUs.
-    pub(crate) fn new(budget_pages: usize, gate_cpus: Option<usize>) -> MoverShared {
+    pub(crate) fn new(budget_pages: usize, gate_cpus: Option<f64>) -> MoverShared {
         let batch = crate::config::MAX_EVICT_BATCH.min((budget_pages / BUDGET_SHARE).max(1));
         MoverShared {
             queue: ArrayQueue::new(4096),
@@ -289,7 +289,7 @@ fn run(core: &RegionCore, first: bool) {
         if core.config.mover_cpus.is_empty() {
             pin_to_last_launch_cpu();
         }
-        CpuGate::new(cpus)
+        CpuGate::new(cpus, core)
     });
     loop {
         if m.stopping() {
@@ -368,9 +368,10 @@ fn pin_to_last_launch_cpu() {
     }
 }
 
-/// CPU time of every `auto` mover in the process, in ns (each adds its
-/// own at each look): the application's CPU use is the rest.
+/// CPU time and user-mode CPU time of every `auto` mover in the process,
+/// in ns (each adds its own at each look): the application's is the rest.
 static AUTO_MOVERS_CPU_NS: AtomicU64 = AtomicU64::new(0);
+static AUTO_MOVERS_USER_NS: AtomicU64 = AtomicU64::new(0);
 
 /// The gate of `movers = auto` with its clocks (see `cpu_gate`).
 struct CpuGate {
@@ -378,12 +379,13 @@ struct CpuGate {
     start: Instant,
     delay: Option<tiermem_sys::thread::RunDelay>,
     last_look: Instant,
-    /// This mover's CPU time at the last look.
+    /// This mover's CPU time and user-mode CPU time at the last look.
     own_cpu: Duration,
+    own_user: Duration,
 }
 
 impl CpuGate {
-    fn new(cpus: usize) -> CpuGate {
+    fn new(cpus: f64, core: &RegionCore) -> CpuGate {
         let start = Instant::now();
         let mut g = CpuGate {
             gate: Gate::new(cpus, Clocks::default()),
@@ -391,16 +393,22 @@ impl CpuGate {
             delay: tiermem_sys::thread::RunDelay::open(),
             last_look: start,
             own_cpu: tiermem_sys::thread::thread_cpu_time(),
+            own_user: tiermem_sys::thread::user_time(false),
         };
-        g.gate = Gate::new(cpus, g.clocks());
+        g.gate = Gate::new(cpus, g.clocks(core));
         g
     }
 
-    fn clocks(&mut self) -> Clocks {
+    fn clocks(&mut self, core: &RegionCore) -> Clocks {
         let own = tiermem_sys::thread::thread_cpu_time();
         let added = own.saturating_sub(self.own_cpu).as_nanos() as u64;
         let all = AUTO_MOVERS_CPU_NS.fetch_add(added, Ordering::Relaxed) + added;
         self.own_cpu = own;
+        let own_user = tiermem_sys::thread::user_time(false);
+        let added = own_user.saturating_sub(self.own_user).as_nanos() as u64;
+        let movers_user = AUTO_MOVERS_USER_NS.fetch_add(added, Ordering::Relaxed) + added;
+        self.own_user = own_user;
+        let process_user = tiermem_sys::thread::user_time(true);
         Clocks {
             wall: self.start.elapsed(),
             process_cpu: tiermem_sys::thread::process_cpu_time(),
@@ -409,6 +417,8 @@ impl CpuGate {
             // Without scheduler statistics the mover never stands down:
             // it works as a fixed mover would.
             mover_delay: self.delay.as_ref().and_then(|d| d.read()).unwrap_or_default(),
+            stall: Duration::from_nanos(core.stats.fault_ns()),
+            app_user: process_user.saturating_sub(Duration::from_nanos(movers_user)),
         }
     }
 
@@ -425,21 +435,32 @@ impl CpuGate {
                 .fetch_add(self.last_look.elapsed().as_nanos() as u64, Ordering::Relaxed);
         }
         self.last_look = Instant::now();
-        let now = self.clocks();
-        match self.gate.sample(now) {
+        let now = self.clocks(core);
+        let change = self.gate.sample(now);
+        let count = |c: &AtomicU64| {
+            c.fetch_add(1, Ordering::Relaxed);
+        };
+        match change {
             Change::Stay => {}
-            Change::StandDown => {
-                m.stood_down.store(true, Ordering::Relaxed);
-                core.stats.mover_stand_downs.fetch_add(1, Ordering::Relaxed);
-                // Not filled on a CPU the application needs: dropped hints
-                // (requests own no pages; a fault fills what it needs).
-                while let Some(r) = m.queue.pop() {
-                    if let Some(pf) = &core.prefetcher {
-                        pf.dropped.fetch_add(r.count as u64, Ordering::Relaxed);
-                    }
+            Change::StandDown => count(&core.stats.mover_stand_downs),
+            Change::TrialOff | Change::TrialOn => count(&core.stats.mover_trials),
+            Change::Unpaid => count(&core.stats.mover_unpaid),
+            Change::Engage | Change::Pays => {}
+        }
+        if change == Change::Stay {
+            return;
+        }
+        let working = self.gate.working();
+        let was_down = m.stood_down.swap(!working, Ordering::Relaxed);
+        if !working && !was_down {
+            // Not filled on a CPU the application needs, or by a mover that
+            // does not pay: dropped hints (requests own no pages; a fault
+            // fills what it needs).
+            while let Some(r) = m.queue.pop() {
+                if let Some(pf) = &core.prefetcher {
+                    pf.dropped.fetch_add(r.count as u64, Ordering::Relaxed);
                 }
             }
-            Change::Engage => m.stood_down.store(false, Ordering::Relaxed),
         }
     }
 }
