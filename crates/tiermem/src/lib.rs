@@ -53,8 +53,10 @@
 //!    - [`far`]: far memory tiermem can map twice (memfd allocations, file
 //!      ranges).
 //! 5. **Around them**: [`launcher`] (the job launcher, MPI or Slurm, and a
-//!    rank's share of its node), [`live`] (the live view), [`hugepages`]
-//!    (pools).
+//!    rank's share of its node), `party` (private: workers on one node,
+//!    threads or forked processes, their barrier and abort; team mode and
+//!    the SVM's forked team run on it), [`live`] (the live view),
+//!    [`hugepages`] (pools).
 //!
 
 #![deny(unsafe_code)]
@@ -74,6 +76,7 @@ pub mod launcher;
 pub mod live;
 pub mod overshadow;
 mod page;
+mod party;
 pub mod policy;
 mod pool_request;
 pub mod region;

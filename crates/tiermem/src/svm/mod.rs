@@ -34,8 +34,9 @@
 //! Modules: [`protocol`] (the per-process state machine), [`transport`]
 //! (how home copies and metadata are reached: [`LocalShm`] on one node),
 //! `mpi` (cargo feature `mpi`: the same inside an MPI job, across nodes),
-//! `meta` (the shared metadata layout). The forked team of processes is
-//! [`crate::team`]'s: its fork, barrier and failure handling.
+//! `meta` (the shared metadata layout). The forked team of processes is a
+//! [`crate::team`] region, whose workers run on the crate's party launcher
+//! (fork, barrier, failure handling), which neither feature owns.
 //!
 //! Inside an MPI job (the program started by `mpirun`, tiermem built with
 //! the `mpi` feature), [`Svm::new`] is collective over `MPI_COMM_WORLD`,
@@ -906,7 +907,7 @@ impl<'a> AllocGuard<'a> {
     fn take(m: &meta::Meta<'a>, rank: usize) -> Result<AllocGuard<'a>, Error> {
         let word = m.h(meta::H_ALLOC_LOCK);
         let start = Instant::now();
-        let mut backoff = crate::team::Backoff::new(Duration::from_micros(20));
+        let mut backoff = crate::party::Backoff::new(Duration::from_micros(20));
         // Acquire/Release: the table's relaxed accesses happen inside.
         while word
             .compare_exchange(0, rank as u64 + 1, Ordering::Acquire, Ordering::Relaxed)

@@ -16,7 +16,7 @@
 
 use super::meta::{self, Meta, MAX_LOCKS, NOTICE_CAP};
 use crate::error::Error;
-use crate::team::Backoff;
+use crate::party::Backoff;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};

@@ -9,6 +9,7 @@
 //! page that differs from its far copy, or may), bits 10-63 the sharer
 //! mask (bit `10 + rank`: that member maps the page).
 
+use crate::party::Party;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 pub(crate) const MAGIC: u64 = 0x7469_6572_7465_616d; // "tierteam"
@@ -163,9 +164,15 @@ pub(crate) struct Ctl<'a> {
 }
 
 impl<'a> Ctl<'a> {
-    /// Records that `rank` failed, unless a failure is recorded already.
-    pub(crate) fn abort(&self, rank: usize) {
-        let _ = self.w[H_ABORT].compare_exchange(0, rank as u64 + 1, Ordering::AcqRel, Ordering::Relaxed);
+    /// The words of the workers' party: abort flag, barrier, pids.
+    pub(crate) fn party(&self) -> Party<'a> {
+        Party {
+            abort: &self.w[H_ABORT],
+            arrived: &self.w[H_BAR_COUNT],
+            generation: &self.w[H_BAR_GEN],
+            size: &self.w[H_PARTY],
+            pids: &self.w[PIDS..PIDS + MAX_MEMBERS],
+        }
     }
 
     pub(crate) fn new(w: &'a [AtomicU64]) -> Ctl<'a> {

@@ -22,6 +22,7 @@ use super::ctl::{self, Ctl, Stat, Where, BUSY, H_ABORT, H_BATCH, H_BUDGET, H_LOC
 use super::ctl::{DIRTY, H_AROUND, H_DIRTY, H_RESIDENT, H_RING_TAIL};
 use crate::engine::locality::FaultAround;
 use crate::fault::{Fault, FaultHandler, RangeGuard, Served, Signal};
+use crate::party::EXIT_ABORTED;
 use crate::stats::{Cost, FaultTimer};
 use evict::{Window, WindowScratch};
 use std::cell::Cell;
@@ -39,9 +40,6 @@ use tiermem_sys::uffd::{
 };
 
 mod evict;
-
-/// Exit code of a worker that stopped because another member failed.
-pub const EXIT_ABORTED: i32 = 86;
 
 /// Victims examined at most per eviction (stack buffers, no allocation).
 pub(crate) const MAX_WINDOW: usize = 512;
@@ -822,10 +820,10 @@ impl Member {
     }
 
     fn owner_dead(&self, ctl: &Ctl<'_>, rank: usize) -> bool {
-        let pid = ctl.pid(rank).load(Ordering::Acquire) & !super::PID_FINISHED;
+        let pid = ctl.pid(rank).load(Ordering::Acquire) & !crate::party::PID_FINISHED;
         let dead = pid != 0 && !process::exists(pid as u32);
         if dead {
-            ctl.abort(rank);
+            ctl.party().abort(rank);
         }
         dead
     }

@@ -37,13 +37,14 @@ mod run;
 mod shm;
 mod stats;
 
+pub use crate::party::{WorkerExit, EXIT_ABORTED};
 pub use ctl::{MARKS, MAX_MEMBERS, SCRATCH_WORDS};
-pub use member::{set_thread_rank, EXIT_ABORTED};
+pub use member::set_thread_rank;
 pub use stats::{MemberStats, TeamStats};
 
 use crate::error::Error;
 use crate::stats::Cost;
-use ctl::{Ctl, Stat};
+use ctl::Stat;
 use member::{Member, View, MAX_WINDOW};
 use serde::Serialize;
 use shm::{anon_file, shm_path, sized, sweep_stale_named, valid_name, OwnFile};
@@ -55,10 +56,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tiermem_sys::mm::{MapOptions, Mapping, UserAccess};
-use tiermem_sys::process::{self, ExitStatus, Forked};
-
-/// Set in a member's pid word once it finished cleanly.
-pub(crate) const PID_FINISHED: u64 = 1 << 63;
+use tiermem_sys::process::ExitStatus;
 
 /// Replacement policy of a team region.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -214,22 +212,6 @@ impl TeamConfig {
     }
 }
 
-/// How one worker ended.
-#[derive(Clone, Debug, Serialize)]
-pub struct WorkerExit {
-    /// Rank.
-    pub rank: usize,
-    /// Process id (threads mode: this process).
-    pub pid: u32,
-    /// CPU it was pinned to.
-    pub cpu: Option<usize>,
-    /// Exit status (threads: 0, 1 for an error, 101 for a panic).
-    #[serde(skip)]
-    pub status: ExitStatus,
-    /// `status` in words.
-    pub how: String,
-}
-
 /// The outcome of [`TeamRegion::run`].
 #[derive(Clone, Debug, Serialize)]
 pub struct TeamReport {
@@ -258,7 +240,7 @@ impl Worker<'_> {
     }
     /// Waits until every worker arrived; an error if another worker died.
     pub fn barrier(&self) -> Result<(), Error> {
-        barrier(&self.member.view.ctl())
+        self.member.view.ctl().party().barrier()
     }
     /// The region as 64-bit atomics (relaxed loads and stores compile to
     /// plain moves; the barrier orders them between workers).
@@ -304,66 +286,6 @@ impl Worker<'_> {
     pub fn mark(&self, k: usize) {
         assert!(k < MARKS, "mark {k} out of 0..{MARKS}");
         self.member.view.ctl().snapshot(k);
-    }
-}
-
-/// How a process waits for another (a barrier, a lock): spin, then yield,
-/// then sleep `sleep` per round. Polling, because a cross-CPU wake-up costs
-/// about 50 us on these machines; the caller checks for dead members
-/// between rounds.
-pub(crate) struct Backoff {
-    spins: u64,
-    sleep: Duration,
-}
-
-impl Backoff {
-    pub(crate) fn new(sleep: Duration) -> Backoff {
-        Backoff { spins: 0, sleep }
-    }
-
-    pub(crate) fn snooze(&mut self) {
-        self.spins += 1;
-        if self.spins < 200 {
-            std::hint::spin_loop();
-        } else if self.spins < 2000 {
-            std::thread::yield_now();
-        } else {
-            tiermem_sys::thread::sleep(self.sleep);
-        }
-    }
-}
-
-fn barrier(ctl: &Ctl<'_>) -> Result<(), Error> {
-    let gen = ctl.get(ctl::H_BAR_GEN);
-    let party = ctl.get(ctl::H_PARTY);
-    if ctl.w[ctl::H_BAR_COUNT].fetch_add(1, Ordering::AcqRel) + 1 == party {
-        ctl.set(ctl::H_BAR_COUNT, 0);
-        ctl.w[ctl::H_BAR_GEN].fetch_add(1, Ordering::AcqRel);
-        return Ok(());
-    }
-    let mut backoff = Backoff::new(Duration::from_micros(50));
-    let mut last_check = Instant::now();
-    loop {
-        if ctl.get(ctl::H_BAR_GEN) != gen {
-            return Ok(());
-        }
-        let abort = ctl.get(ctl::H_ABORT);
-        if abort != 0 {
-            return Err(Error::Team(format!(
-                "worker {} failed; the team stopped",
-                abort - 1
-            )));
-        }
-        backoff.snooze();
-        if last_check.elapsed() > Duration::from_millis(20) {
-            last_check = Instant::now();
-            for r in 0..MAX_MEMBERS {
-                let pid = ctl.pid(r).load(Ordering::Acquire);
-                if pid != 0 && pid & PID_FINISHED == 0 && !process::running(pid as u32) {
-                    ctl.abort(r);
-                }
-            }
-        }
     }
 }
 
@@ -603,13 +525,12 @@ impl TeamRegion {
                 "the host of TeamRegion::new is not in the workers' barrier".into(),
             ));
         }
-        barrier(&self.member.view.ctl())
+        self.member.view.ctl().party().barrier()
     }
 
     /// Whether a member failed (the region's contents may be incomplete).
     pub fn failed_rank(&self) -> Option<usize> {
-        let a = self.member.view.ctl().get(ctl::H_ABORT);
-        (a != 0).then(|| a as usize - 1)
+        self.member.view.ctl().party().failed()
     }
 
     /// Current statistics.
@@ -679,7 +600,8 @@ impl TeamRegion {
 impl Drop for TeamRegion {
     fn drop(&mut self) {
         let ctl = self.member.view.ctl();
-        ctl.pid(self.member.rank).fetch_or(PID_FINISHED, Ordering::AcqRel);
+        ctl.pid(self.member.rank)
+            .fetch_or(crate::party::PID_FINISHED, Ordering::AcqRel);
         Member::leave(&self.member);
         for n in &self.names {
             n.remove();
