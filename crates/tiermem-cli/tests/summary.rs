@@ -233,7 +233,11 @@ fn mover_cpu_time_stands_beside_the_time_in_faults() {
     let c = &r["cost"];
     assert_eq!(c["movers_auto"], true, "{c}");
     assert!(c["mover_stand_downs"].is_u64(), "{c}");
-    assert!(r["heap"]["region"]["mover"]["stood_down_ns"].is_u64(), "{r}");
+    // Trials, and how many found the mover not paying: never more.
+    let (trials, unpaid) = (c["mover_trials"].as_u64(), c["mover_unpaid"].as_u64());
+    assert!(trials.is_some() && unpaid <= trials, "{c}");
+    let m = &r["heap"]["region"]["mover"];
+    assert!(m["stood_down_ns"].is_u64() && m["trials"].is_u64() && m["unpaid"].is_u64(), "{r}");
 }
 
 #[test]

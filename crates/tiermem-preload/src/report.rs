@@ -120,13 +120,14 @@ pub struct Cost {
     pub fault_seconds: f64,
     /// Mover threads configured.
     pub movers: usize,
-    /// `--movers auto`: the mover stands down while no CPU is free.
+    /// `--movers auto`: the mover stands down while no CPU is free, and
+    /// while it does not pay.
     pub movers_auto: bool,
     /// Times the `auto` mover stood down because no CPU was free, and for
     /// how long it was stood down in all (for either reason).
     pub mover_stand_downs: u64,
     /// Trials of the `auto` mover (a few windows without it, or with it
-    /// again), and how many found that it did not pay.
+    /// again), and how many of them found that it did not pay.
     pub mover_trials: u64,
     pub mover_unpaid: u64,
     /// See `mover_stand_downs`.
@@ -401,7 +402,7 @@ fn cost(s: &Settings, r: &Report) -> Cost {
         bytes_out: sum(&|st| st.bytes_out),
         fault_seconds: sum(&|st| st.fault_ns_total) as f64 * 1e-9,
         // `auto` on one usable CPU starts none (as the region decided).
-        movers: if s.region.movers_auto && tiermem_sys::thread::usable_cpus() < 1.5 {
+        movers: if s.region.movers_auto && tiermem_sys::thread::usable_cpus() < 1.9 {
             0
         } else {
             s.region.movers
@@ -422,28 +423,30 @@ fn cost(s: &Settings, r: &Report) -> Cost {
 }
 
 /// The `auto` mover's stand-downs, in words: "; stood down 5.3 s in all:
-/// no CPU was free 1 time, did not pay 1 time (4 trials)".
+/// no CPU was free 1 time, 2 of 3 trials found it did not pay".
 fn auto_mover_story(c: &Cost) -> String {
-    let times = |n: u64| format!("{n} time{}", if n == 1 { "" } else { "s" });
-    let mut why = Vec::new();
-    if c.mover_stand_downs > 0 {
-        why.push(format!("no CPU was free {}", times(c.mover_stand_downs)));
-    }
-    if c.mover_unpaid > 0 {
-        why.push(format!("did not pay {}", times(c.mover_unpaid)));
-    }
-    if why.is_empty() {
-        let n = c.mover_trials;
+    let plural = |n: u64, one: &str| format!("{n} {one}{}", if n == 1 { "" } else { "s" });
+    if c.mover_stand_downs == 0 && c.mover_unpaid == 0 {
         return format!(
-            "; worked throughout: {n} trial{} without it ran no faster",
-            if n == 1 { "" } else { "s" }
+            "; worked throughout: {} without it ran no faster",
+            plural(c.mover_trials, "trial")
         );
     }
+    let mut why = Vec::new();
+    if c.mover_stand_downs > 0 {
+        why.push(format!("no CPU was free {}", plural(c.mover_stand_downs, "time")));
+    }
+    if c.mover_trials > 0 {
+        why.push(format!(
+            "{} of {} found it did not pay",
+            c.mover_unpaid,
+            plural(c.mover_trials, "trial")
+        ));
+    }
     format!(
-        "; stood down {:.1} s in all: {} ({} trials)",
+        "; stood down {:.1} s in all: {}",
         c.mover_stood_down_seconds,
-        why.join(", "),
-        c.mover_trials
+        why.join(", ")
     )
 }
 

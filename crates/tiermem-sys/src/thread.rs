@@ -164,7 +164,7 @@ pub fn cgroup_cpu_quota() -> Option<f64> {
         };
         for root in roots {
             // From the process's own cgroup up to the root of the mount.
-            let mut dir = std::path::PathBuf::from(format!("{root}{path}"));
+            let mut dir = std::path::PathBuf::from(format!("{root}{}", path.trim_end_matches('/')));
             loop {
                 take(if v2 {
                     std::fs::read_to_string(dir.join("cpu.max"))

@@ -163,7 +163,7 @@ impl Region {
         // `movers = auto`: one mover, and only with a CPU the application
         // may leave free.
         if config.movers_auto {
-            config.movers = usize::from(tiermem_sys::thread::usable_cpus() >= 1.5);
+            config.movers = usize::from(tiermem_sys::thread::usable_cpus() >= 1.9);
         }
         // Which process makes descriptors for the engine's shared state
         // (a `vfork` child faulting on it must not).
@@ -698,6 +698,14 @@ fn map_region(
 
 fn check_pool(config: &Config) -> Result<(), Error> {
     crate::hugepages::check_available(HugePageSize::Size2M, config.near_pages() as u64, "a near budget")
+}
+
+/// Tests only: whether `movers = auto` gates made from now on run their
+/// trials (on by default; docs/movers.md), so that a test of the rule for
+/// busy CPUs is not also a test of the trials.
+#[doc(hidden)]
+pub fn set_mover_trials(on: bool) {
+    crate::engine::cpu_gate::TRIALS.store(on, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// Prefetches `[addr, addr+len)`, which must lie in one region of this

@@ -203,7 +203,7 @@ pub const MOVERS: Opt = Opt {
     kind: Kind::Movers,
     unit: "count (0-64) or auto",
     default: DefaultValue::Value("0"),
-    doc: "Dedicated data-mover threads: prefetch ahead of demand, evict behind it (0: movement in faults only). auto: one mover, which stands down while the application keeps every CPU busy (none on one CPU; docs/movers.md).",
+    doc: "Dedicated data-mover threads: prefetch ahead of demand, evict behind it (0: movement in faults only). auto: one mover, which stands down while the application keeps every CPU busy, and while trials without it show the application running faster (none with under 1.9 CPUs' worth of time; docs/movers.md).",
     apply: Some(|c, _, v| {
         (c.movers, c.movers_auto) = match parse_movers(v)? {
             Some(n) => (n, false),

@@ -41,7 +41,12 @@
 //! [`Gate::sample`], a pure function of the clocks, so that it can be
 //! tested without a scheduler.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+
+/// Whether gates made from now on run trials (tests of the CPU rule alone
+/// turn them off: `tiermem::region::set_mover_trials`).
+pub(crate) static TRIALS: AtomicBool = AtomicBool::new(true);
 
 /// How often the mover looks.
 pub(crate) const WINDOW: Duration = Duration::from_millis(100);
@@ -66,6 +71,10 @@ const MIN_GAIN: f64 = 0.03;
 /// No trials while the application spends less than this share of its
 /// wall time in faults: there is little for a mover to win or lose.
 const MIN_STALL: f64 = 0.03;
+/// A trial whose application used this many CPUs more or fewer than the
+/// baseline's says nothing: the application changed (threads woke up or
+/// went to sleep), not the mover's effect on it.
+const SAME_CPUS: f64 = 0.5;
 
 /// Clock readings at one sample.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -121,11 +130,14 @@ enum Down {
 /// A trial in progress.
 #[derive(Clone, Copy, Debug)]
 struct Trial {
-    /// Progress of the state tried against.
+    /// Progress and CPU use of the state tried against.
     baseline: f64,
-    /// Windows counted so far (after the first) and their progress.
+    baseline_cpus: f64,
+    /// Windows counted so far (after the first), their progress and CPU
+    /// use.
     windows: u32,
     progress: f64,
+    cpus: f64,
 }
 
 /// One window: the application's progress (user CPU per wall second)
@@ -134,6 +146,8 @@ struct Trial {
 struct Window {
     progress: f64,
     stall: f64,
+    /// The application's CPU use (CPUs).
+    cpus: f64,
 }
 
 /// The state of one mover's gate.
@@ -146,16 +160,24 @@ pub(crate) struct Gate {
     working: bool,
     /// Why it is stood down (outside a trial with it).
     down: Down,
+    /// The last verdict: the mover does not pay. It outlives stand-downs
+    /// for CPUs (a parallel phase in the middle of a trial with it).
+    unpaid: bool,
     /// Windows this state has lasted.
     spell: u32,
-    /// Windows a stand-down lasts at least.
+    /// Windows worked since the last stand-down for CPUs (trials do not
+    /// interrupt it), and windows such a stand-down lasts at least.
+    worked: u32,
     hold: u32,
     /// The recent windows of this state, newest last.
     recent: Vec<Window>,
-    /// Windows of this state before the next trial, and the interval.
-    next_trial: u32,
+    /// Windows until the next trial, counted in the state a trial starts
+    /// from (not reset when the CPUs come and go), and the interval.
+    until_trial: u32,
     trial_every: u32,
     trial: Option<Trial>,
+    /// Trials at all ([`TRIALS`] when the gate was made).
+    trials: bool,
 }
 
 impl Gate {
@@ -167,12 +189,15 @@ impl Gate {
             last: at,
             working: true,
             down: Down::Cpus,
+            unpaid: false,
             spell: 0,
+            worked: 0,
             hold: 1,
             recent: Vec::with_capacity(RECENT),
-            next_trial: TRIAL_EVERY,
+            until_trial: TRIAL_EVERY,
             trial_every: TRIAL_EVERY,
             trial: None,
+            trials: TRIALS.load(Ordering::Relaxed),
         }
     }
 
@@ -196,25 +221,31 @@ impl Gate {
         let here = Window {
             progress: d(now.app_user, self.last.app_user) / wall,
             stall: d(now.stall, self.last.stall) / wall,
+            cpus: app_cpus,
         };
         self.last = now;
         self.spell = self.spell.saturating_add(1);
         let cpu_free = app_cpus <= self.cpus - 0.9;
         if self.working {
+            self.worked = self.worked.saturating_add(1);
             // Too little wanted run time says nothing (an idle mover).
             let wanted = mover_cpu + delay;
             if wanted > 0.05 * wall && delay > 0.25 * wanted {
-                self.hold = if self.spell < LONG_SPELL {
+                self.hold = if self.worked < LONG_SPELL {
                     (self.hold * 2).min(MAX_HOLD)
                 } else {
                     1
                 };
-                self.set(false, Down::Cpus);
+                self.worked = 0;
+                // A trial with a mover that did not pay ends unjudged, and
+                // the verdict stands.
+                let down = if self.unpaid { Down::Unpaid } else { Down::Cpus };
+                self.enter(false, down);
                 return Change::StandDown;
             }
         } else if self.down == Down::Cpus {
             if self.spell >= self.hold && cpu_free {
-                self.set(true, Down::Cpus);
+                self.enter(true, Down::Cpus);
                 return Change::Engage;
             }
             return Change::Stay;
@@ -224,29 +255,37 @@ impl Gate {
             if self.spell > 1 {
                 t.windows += 1;
                 t.progress += here.progress;
+                t.cpus += here.cpus;
             }
             self.trial = Some(t);
             if t.windows < TRIAL - 1 {
                 return Change::Stay;
             }
             let tried = t.progress / t.windows as f64;
-            let better = t.baseline < WIN_SHARE * tried && tried - t.baseline >= MIN_GAIN;
-            if better {
-                // The state tried becomes the state: trials come soon again.
+            let comparable = (t.cpus / t.windows as f64 - t.baseline_cpus).abs() <= SAME_CPUS;
+            let better = comparable && t.baseline < WIN_SHARE * tried && tried - t.baseline >= MIN_GAIN;
+            // The state tried becomes the state, and trials come soon
+            // again; or back to the state before, and the next waits
+            // longer (unless the trial said nothing).
+            let working = if better {
                 self.trial_every = TRIAL_EVERY;
-                let working = self.working;
-                self.set(working, Down::Unpaid);
-                self.recent.push(Window {
-                    progress: tried,
-                    stall: MIN_STALL,
-                });
-                return if working { Change::Pays } else { Change::Unpaid };
-            }
-            // Back to the state tried against; the next trial waits longer.
-            self.trial_every = (self.trial_every * 2).min(MAX_TRIAL_EVERY);
-            let working = !self.working;
-            self.set(working, Down::Unpaid);
+                self.working
+            } else {
+                if comparable {
+                    self.trial_every = (self.trial_every * 2).min(MAX_TRIAL_EVERY);
+                }
+                !self.working
+            };
+            self.unpaid = !working;
+            self.until_trial = self.trial_every;
+            self.enter(working, Down::Unpaid);
             return if working { Change::Pays } else { Change::Unpaid };
+        }
+        if !self.working && !cpu_free {
+            // No trial with the mover now, and these windows (every CPU
+            // busy) are no baseline for one in a freer phase.
+            self.recent.clear();
+            return Change::Stay;
         }
         // The first window of a state is its transition: not counted.
         if self.spell > 1 {
@@ -255,24 +294,25 @@ impl Gate {
             }
             self.recent.push(here);
         }
-        if self.spell < self.next_trial || self.recent.is_empty() || (!self.working && !cpu_free) {
+        self.until_trial = self.until_trial.saturating_sub(1);
+        if self.until_trial > 0 || self.recent.is_empty() || !self.trials {
             return Change::Stay;
         }
+        self.until_trial = self.trial_every;
         let mean = |f: fn(&Window) -> f64| self.recent.iter().map(f).sum::<f64>() / self.recent.len() as f64;
-        let baseline = mean(|w| w.progress);
         if mean(|w| w.stall) < MIN_STALL {
             // Faults cost the application almost nothing: a mover cannot
             // cost it much either.
-            self.next_trial = self.spell + self.trial_every;
             return Change::Stay;
         }
-        self.working = !self.working;
-        self.down = Down::Unpaid;
-        self.spell = 0;
+        let (baseline, baseline_cpus) = (mean(|w| w.progress), mean(|w| w.cpus));
+        self.enter(!self.working, Down::Unpaid);
         self.trial = Some(Trial {
             baseline,
+            baseline_cpus,
             windows: 0,
             progress: 0.0,
+            cpus: 0.0,
         });
         if self.working {
             Change::TrialOn
@@ -281,14 +321,13 @@ impl Gate {
         }
     }
 
-    /// Enters a state (not a trial): its stall history starts over.
-    fn set(&mut self, working: bool, down: Down) {
+    /// Enters a state: no trial, and its history starts over.
+    fn enter(&mut self, working: bool, down: Down) {
         self.working = working;
         self.down = down;
         self.spell = 0;
         self.trial = None;
         self.recent.clear();
-        self.next_trial = self.trial_every;
     }
 }
 
@@ -396,6 +435,101 @@ mod tests {
         let up_late = seen[200..].iter().filter(|&&w| w).count();
         assert!(down_early > 60, "{down_early} of 100 windows stood down");
         assert!(up_late > 180, "{up_late} of 200 windows working");
+    }
+
+    /// Drives the gate until a trial without the mover has found that it
+    /// does not pay (one application thread; progress 0.2 with the
+    /// mover, 0.6 without).
+    fn unpaid_gate() -> (Gate, Clocks) {
+        let mut c = Clocks::default();
+        let mut g = Gate::new(2.0, c);
+        for _ in 0..TRIAL_EVERY + TRIAL + 1 {
+            let (mover, progress) = if g.working() { (0.5, 0.2) } else { (0.0, 0.6) };
+            window(&mut g, &mut c, 1.0, mover, 0.0, 0.4, progress);
+        }
+        assert!(!g.working() && g.unpaid, "{g:?}");
+        (g, c)
+    }
+
+    #[test]
+    fn a_parallel_phase_in_a_trial_with_the_mover_keeps_the_verdict() {
+        let (mut g, mut c) = unpaid_gate();
+        let mut k = 0;
+        while window(&mut g, &mut c, 1.0, 0.0, 0.0, 0.4, 0.6) != Change::TrialOn {
+            k += 1;
+            assert!(k < 200, "no trial with the mover");
+        }
+        // The application's second thread wakes up: the mover waits.
+        assert_eq!(window(&mut g, &mut c, 1.4, 0.6, 0.4, 0.4, 1.0), Change::StandDown);
+        // Serial again: the mover that did not pay does not come back
+        // before its next trial.
+        let changes: Vec<_> = (0..TRIAL_EVERY - 1)
+            .map(|_| window(&mut g, &mut c, 1.0, 0.0, 0.0, 0.4, 0.6))
+            .collect();
+        assert!(changes.iter().all(|&x| x == Change::Stay), "{changes:?}");
+        assert!(!g.working());
+    }
+
+    #[test]
+    fn phases_that_flip_faster_than_the_trials_still_get_judged() {
+        // Serial windows where the mover hurts, parallel ones where it
+        // waits for a CPU, 5 of each in turn.
+        let mut c = Clocks::default();
+        let mut g = Gate::new(2.0, c);
+        let (mut serial, mut serial_worked) = (0, 0);
+        for k in 0..600 {
+            let parallel = (k / 5) % 2 == 1;
+            let w = g.working();
+            if parallel {
+                let (mover, delay) = if w { (0.5, 0.5) } else { (0.0, 0.0) };
+                window(&mut g, &mut c, 2.0 - mover, mover, delay, 0.4, 1.2);
+            } else {
+                serial += 1;
+                serial_worked += w as usize;
+                let (mover, progress) = if w { (0.5, 0.2) } else { (0.0, 0.6) };
+                window(&mut g, &mut c, 1.0, mover, 0.0, 0.4, progress);
+            }
+        }
+        let share = serial_worked as f64 / serial as f64;
+        assert!(
+            share < 0.35,
+            "the mover worked {share} of the serial windows: {g:?}"
+        );
+    }
+
+    #[test]
+    fn busy_windows_are_no_baseline_for_a_serial_phase() {
+        let (mut g, mut c) = unpaid_gate();
+        // Two busy threads (much user time per wall second), then a serial
+        // phase where the mover pays (0.7 against 0.4 without).
+        for _ in 0..50 {
+            window(&mut g, &mut c, 2.0, 0.0, 0.0, 0.4, 1.8);
+        }
+        for _ in 0..60 {
+            let (mover, progress) = if g.working() { (0.5, 0.7) } else { (0.0, 0.4) };
+            window(&mut g, &mut c, 1.0, mover, 0.0, 0.4, progress);
+        }
+        assert!(g.working() && !g.unpaid, "{g:?}");
+    }
+
+    #[test]
+    fn threads_that_wake_during_a_trial_are_no_verdict() {
+        let mut c = Clocks::default();
+        let mut g = Gate::new(2.0, c);
+        // The mover pays a little (0.5 against 0.45) for one thread.
+        let mut k = 0;
+        while window(&mut g, &mut c, 1.0, 0.3, 0.0, 0.4, 0.5) != Change::TrialOff {
+            k += 1;
+            assert!(k < 100, "no trial");
+        }
+        // Without the mover, a second thread wakes up: twice the progress,
+        // but not the mover's doing.
+        let mut changes = Vec::new();
+        for _ in 0..TRIAL {
+            changes.push(window(&mut g, &mut c, 2.0, 0.0, 0.0, 0.4, 1.0));
+        }
+        assert_eq!(changes.last(), Some(&Change::Pays), "{changes:?}");
+        assert!(g.working() && !g.unpaid);
     }
 
     #[test]

@@ -43,7 +43,7 @@
 mod access;
 mod around;
 pub(crate) mod budget;
-mod cpu_gate;
+pub(crate) mod cpu_gate;
 mod discard;
 mod errors;
 mod evict;
