@@ -237,7 +237,10 @@ fn mover_cpu_time_stands_beside_the_time_in_faults() {
     let (trials, unpaid) = (c["mover_trials"].as_u64(), c["mover_unpaid"].as_u64());
     assert!(trials.is_some() && unpaid <= trials, "{c}");
     let m = &r["heap"]["region"]["mover"];
-    assert!(m["stood_down_ns"].is_u64() && m["trials"].is_u64() && m["unpaid"].is_u64(), "{r}");
+    assert!(
+        m["stood_down_ns"].is_u64() && m["trials"].is_u64() && m["unpaid"].is_u64(),
+        "{r}"
+    );
 }
 
 #[test]

@@ -272,6 +272,12 @@ impl Stats {
         self.fault_ns.load(Ordering::Relaxed)
     }
 
+    /// Time application threads spent moving data to and from the far
+    /// store in faults and explicit evictions, ns (`Cost::Transfer`).
+    pub(crate) fn transfer_ns(&self) -> u64 {
+        self.cost_ns[Cost::Transfer as usize].load(Ordering::Relaxed)
+    }
+
     /// Records one served fault.
     pub(crate) fn record_fault(&self, kind: FaultKind, tid: u32, timer: FaultTimer) {
         let counter = match kind {

@@ -56,6 +56,11 @@ const MAX_HOLD: u32 = 32;
 const LONG_SPELL: u32 = 10;
 /// Windows of a trial of the other state, the first not counted.
 pub(crate) const TRIAL: u32 = 4;
+/// Counted windows a trial that looks like a win goes on to before the
+/// state changes: a switch is judged on twice the windows (a false "does
+/// not pay" on MG.A, where the mover pays 1.7x, came in one trial of three
+/// with 3 windows).
+const CONFIRM: u32 = 2 * (TRIAL - 1);
 /// Windows of the current state between trials, at first and after a
 /// switch; doubled after each trial that changed nothing.
 const TRIAL_EVERY: u32 = 10;
@@ -264,6 +269,9 @@ impl Gate {
             let tried = t.progress / t.windows as f64;
             let comparable = (t.cpus / t.windows as f64 - t.baseline_cpus).abs() <= SAME_CPUS;
             let better = comparable && t.baseline < WIN_SHARE * tried && tried - t.baseline >= MIN_GAIN;
+            if better && t.windows < CONFIRM {
+                return Change::Stay;
+            }
             // The state tried becomes the state, and trials come soon
             // again; or back to the state before, and the next waits
             // longer (unless the trial said nothing).
@@ -443,7 +451,7 @@ mod tests {
     fn unpaid_gate() -> (Gate, Clocks) {
         let mut c = Clocks::default();
         let mut g = Gate::new(2.0, c);
-        for _ in 0..TRIAL_EVERY + TRIAL + 1 {
+        for _ in 0..TRIAL_EVERY + CONFIRM + 2 {
             let (mover, progress) = if g.working() { (0.5, 0.2) } else { (0.0, 0.6) };
             window(&mut g, &mut c, 1.0, mover, 0.0, 0.4, progress);
         }
@@ -528,7 +536,7 @@ mod tests {
         for _ in 0..TRIAL {
             changes.push(window(&mut g, &mut c, 2.0, 0.0, 0.0, 0.4, 1.0));
         }
-        assert_eq!(changes.last(), Some(&Change::Pays), "{changes:?}");
+        assert!(changes.contains(&Change::Pays), "{changes:?}");
         assert!(g.working() && !g.unpaid);
     }
 
@@ -543,7 +551,7 @@ mod tests {
     fn no_trial_with_the_mover_while_the_application_keeps_every_cpu() {
         let mut c = Clocks::default();
         let mut g = Gate::new(2.0, c);
-        for _ in 0..TRIAL_EVERY + TRIAL {
+        for _ in 0..TRIAL_EVERY + CONFIRM + 2 {
             let (mover, progress) = if g.working() { (0.5, 0.2) } else { (0.0, 0.6) };
             window(&mut g, &mut c, 1.0, mover, 0.0, 0.4, progress);
         }

@@ -409,6 +409,14 @@ impl CpuGate {
         let movers_user = AUTO_MOVERS_USER_NS.fetch_add(added, Ordering::Relaxed) + added;
         self.own_user = own_user;
         let process_user = tiermem_sys::thread::user_time(true);
+        // With the memory store, the faults' transfers are copies in user
+        // mode (write-backs, ring fills): tiermem's work, not the
+        // application's progress. A stood-down mover hands its evictions
+        // to the faults, so counting them would favour standing down.
+        let tiermem_copies = match core.config.far {
+            crate::config::FarStoreConfig::Memory => core.stats.transfer_ns(),
+            _ => 0,
+        };
         Clocks {
             wall: self.start.elapsed(),
             process_cpu: tiermem_sys::thread::process_cpu_time(),
@@ -418,7 +426,7 @@ impl CpuGate {
             // it works as a fixed mover would.
             mover_delay: self.delay.as_ref().and_then(|d| d.read()).unwrap_or_default(),
             stall: Duration::from_nanos(core.stats.fault_ns()),
-            app_user: process_user.saturating_sub(Duration::from_nanos(movers_user)),
+            app_user: process_user.saturating_sub(Duration::from_nanos(movers_user + tiermem_copies)),
         }
     }
 
