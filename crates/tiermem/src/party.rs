@@ -165,8 +165,14 @@ impl Party<'_> {
         for r in 0..workers {
             match process::fork(true) {
                 Ok(Forked::Child) => {
-                    pin(r, cpu(r));
-                    self.worker_exit(r, child(r))
+                    // A forked worker never returns, panic or not: it would
+                    // go on as a second copy of its parent.
+                    let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        pin(r, cpu(r));
+                        child(r)
+                    }))
+                    .unwrap_or(101);
+                    self.worker_exit(r, code)
                 }
                 Ok(Forked::Parent(pid)) => pids.push(pid),
                 Err(errno) => {

@@ -66,8 +66,9 @@ const CONFIRM: u32 = 2 * (TRIAL - 1);
 const TRIAL_EVERY: u32 = 10;
 const MAX_TRIAL_EVERY: u32 = 160;
 /// Windows kept of the current state: the baseline a trial is compared
-/// with is their mean.
+/// with is their mean, of at least [`MIN_BASELINE`] of them.
 const RECENT: usize = 6;
+const MIN_BASELINE: usize = 3;
 /// A trial wins when the baseline's progress is below this share of its
 /// own and at least [`MIN_GAIN`] of wall time less (user time is sampled
 /// at the tick, and phases change within a window).
@@ -121,6 +122,9 @@ pub(crate) enum Change {
     /// A trial found that the mover pays: it works (or works again after a
     /// trial without it).
     Pays,
+    /// A trial said nothing (the application changed its CPU use): back
+    /// to the state before.
+    NoVerdict,
 }
 
 /// Why a gate that does not work stands down.
@@ -236,16 +240,19 @@ impl Gate {
             // Too little wanted run time says nothing (an idle mover).
             let wanted = mover_cpu + delay;
             if wanted > 0.05 * wall && delay > 0.25 * wanted {
+                // A trial with a mover that did not pay ends unjudged, and
+                // the verdict stands (the hold is for the CPU rule alone).
+                if self.unpaid {
+                    self.enter(false, Down::Unpaid);
+                    return Change::StandDown;
+                }
                 self.hold = if self.worked < LONG_SPELL {
                     (self.hold * 2).min(MAX_HOLD)
                 } else {
                     1
                 };
                 self.worked = 0;
-                // A trial with a mover that did not pay ends unjudged, and
-                // the verdict stands.
-                let down = if self.unpaid { Down::Unpaid } else { Down::Cpus };
-                self.enter(false, down);
+                self.enter(false, Down::Cpus);
                 return Change::StandDown;
             }
         } else if self.down == Down::Cpus {
@@ -287,12 +294,18 @@ impl Gate {
             self.unpaid = !working;
             self.until_trial = self.trial_every;
             self.enter(working, Down::Unpaid);
-            return if working { Change::Pays } else { Change::Unpaid };
+            return match (comparable, working) {
+                (false, _) => Change::NoVerdict,
+                (true, true) => Change::Pays,
+                (true, false) => Change::Unpaid,
+            };
         }
         if !self.working && !cpu_free {
             // No trial with the mover now, and these windows (every CPU
-            // busy) are no baseline for one in a freer phase.
+            // busy) are no baseline for one in a freer phase; nor is the
+            // first free one after them (part busy).
             self.recent.clear();
+            self.spell = 0;
             return Change::Stay;
         }
         // The first window of a state is its transition: not counted.
@@ -303,7 +316,7 @@ impl Gate {
             self.recent.push(here);
         }
         self.until_trial = self.until_trial.saturating_sub(1);
-        if self.until_trial > 0 || self.recent.is_empty() || !self.trials {
+        if self.until_trial > 0 || self.recent.len() < MIN_BASELINE || !self.trials {
             return Change::Stay;
         }
         self.until_trial = self.trial_every;
@@ -469,6 +482,8 @@ mod tests {
         }
         // The application's second thread wakes up: the mover waits.
         assert_eq!(window(&mut g, &mut c, 1.4, 0.6, 0.4, 0.4, 1.0), Change::StandDown);
+        // The CPU rule's hold is its own, not a trial's.
+        assert_eq!(g.hold, 1);
         // Serial again: the mover that did not pay does not come back
         // before its next trial.
         let changes: Vec<_> = (0..TRIAL_EVERY - 1)
@@ -536,7 +551,7 @@ mod tests {
         for _ in 0..TRIAL {
             changes.push(window(&mut g, &mut c, 2.0, 0.0, 0.0, 0.4, 1.0));
         }
-        assert!(changes.contains(&Change::Pays), "{changes:?}");
+        assert!(changes.contains(&Change::NoVerdict), "{changes:?}");
         assert!(g.working() && !g.unpaid);
     }
 

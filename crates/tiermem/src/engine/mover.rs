@@ -382,6 +382,10 @@ struct CpuGate {
     /// This mover's CPU time and user-mode CPU time at the last look.
     own_cpu: Duration,
     own_user: Duration,
+    /// The faults' copies with the memory store so far (ns), and the
+    /// statistics' reading at the last look.
+    copies_ns: u64,
+    last_transfer_ns: u64,
 }
 
 impl CpuGate {
@@ -394,6 +398,8 @@ impl CpuGate {
             last_look: start,
             own_cpu: tiermem_sys::thread::thread_cpu_time(),
             own_user: tiermem_sys::thread::user_time(false),
+            copies_ns: 0,
+            last_transfer_ns: core.stats.transfer_ns(),
         };
         g.gate = Gate::new(cpus, g.clocks(core));
         g
@@ -413,10 +419,14 @@ impl CpuGate {
         // mode (write-backs, ring fills): tiermem's work, not the
         // application's progress. A stood-down mover hands its evictions
         // to the faults, so counting them would favour standing down.
-        let tiermem_copies = match core.config.far {
-            crate::config::FarStoreConfig::Memory => core.stats.transfer_ns(),
-            _ => 0,
-        };
+        if let crate::config::FarStoreConfig::Memory = core.config.far {
+            // Counted through `Region::reset_stats`, which zeroes the
+            // statistics under a running mover.
+            let now = core.stats.transfer_ns();
+            self.copies_ns += now.checked_sub(self.last_transfer_ns).unwrap_or(now);
+            self.last_transfer_ns = now;
+        }
+        let tiermem_copies = self.copies_ns;
         Clocks {
             wall: self.start.elapsed(),
             process_cpu: tiermem_sys::thread::process_cpu_time(),
@@ -453,7 +463,7 @@ impl CpuGate {
             Change::StandDown => count(&core.stats.mover_stand_downs),
             Change::TrialOff | Change::TrialOn => count(&core.stats.mover_trials),
             Change::Unpaid => count(&core.stats.mover_unpaid),
-            Change::Engage | Change::Pays => {}
+            Change::Engage | Change::Pays | Change::NoVerdict => {}
         }
         if change == Change::Stay {
             return;
