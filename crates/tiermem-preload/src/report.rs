@@ -402,7 +402,7 @@ fn cost(s: &Settings, r: &Report) -> Cost {
         bytes_out: sum(&|st| st.bytes_out),
         fault_seconds: sum(&|st| st.fault_ns_total) as f64 * 1e-9,
         // `auto` on one usable CPU starts none (as the region decided).
-        movers: if s.region.movers_auto && tiermem_sys::thread::usable_cpus() < 1.9 {
+        movers: if s.region.movers_auto && !tiermem::region::auto_mover_fits() {
             0
         } else {
             s.region.movers

@@ -243,10 +243,15 @@ impl Party<'_> {
             .collect())
     }
 
-    /// A forked worker's end: marks its pid finished (a barrier no longer
-    /// takes its exit for a death) and leaves with `_exit(code)`.
-    fn worker_exit(&self, rank: usize, code: i32) -> ! {
+    /// Marks member `rank` finished: a barrier no longer takes its exit
+    /// for a death.
+    pub(crate) fn mark_finished(&self, rank: usize) {
         self.pids[rank].fetch_or(PID_FINISHED, Ordering::AcqRel);
+    }
+
+    /// A forked worker's end: finished, and `_exit(code)`.
+    fn worker_exit(&self, rank: usize, code: i32) -> ! {
+        self.mark_finished(rank);
         process::exit_now(code)
     }
 }

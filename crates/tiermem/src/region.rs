@@ -163,7 +163,7 @@ impl Region {
         // `movers = auto`: one mover, and only with a CPU the application
         // may leave free.
         if config.movers_auto {
-            config.movers = usize::from(tiermem_sys::thread::usable_cpus() >= 1.9);
+            config.movers = usize::from(auto_mover_fits());
         }
         // Which process makes descriptors for the engine's shared state
         // (a `vfork` child faulting on it must not).
@@ -698,6 +698,12 @@ fn map_region(
 
 fn check_pool(config: &Config) -> Result<(), Error> {
     crate::hugepages::check_available(HugePageSize::Size2M, config.near_pages() as u64, "a near budget")
+}
+
+/// Whether this process has CPU time enough for a `movers = auto` mover
+/// (`tiermem_sys::thread::usable_cpus`): without, such a region has none.
+pub fn auto_mover_fits() -> bool {
+    tiermem_sys::thread::usable_cpus() >= crate::engine::cpu_gate::MIN_CPUS
 }
 
 /// Tests only: whether `movers = auto` gates made from now on run their

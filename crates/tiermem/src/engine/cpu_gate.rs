@@ -52,6 +52,12 @@ pub(crate) static TRIALS: AtomicBool = AtomicBool::new(true);
 pub(crate) const WINDOW: Duration = Duration::from_millis(100);
 /// The longest hold after a stand-down, in windows.
 const MAX_HOLD: u32 = 32;
+/// A CPU is free for the mover while the application leaves this much
+/// of one unused.
+const FREE_CPU: f64 = 0.9;
+/// CPUs' worth of time a process needs for an `auto` mover to be worth
+/// starting: with fewer, the gate could never find a CPU free.
+pub(crate) const MIN_CPUS: f64 = 1.0 + FREE_CPU;
 /// A spell of work at least this long (in windows) resets the hold.
 const LONG_SPELL: u32 = 10;
 /// Windows of a trial of the other state, the first not counted.
@@ -127,15 +133,6 @@ pub(crate) enum Change {
     NoVerdict,
 }
 
-/// Why a gate that does not work stands down.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Down {
-    /// The application needs every CPU.
-    Cpus,
-    /// It did not pay.
-    Unpaid,
-}
-
 /// A trial in progress.
 #[derive(Clone, Copy, Debug)]
 struct Trial {
@@ -167,10 +164,9 @@ pub(crate) struct Gate {
     last: Clocks,
     /// Whether the mover works now (in a trial too).
     working: bool,
-    /// Why it is stood down (outside a trial with it).
-    down: Down,
     /// The last verdict: the mover does not pay. It outlives stand-downs
-    /// for CPUs (a parallel phase in the middle of a trial with it).
+    /// for CPUs (a parallel phase in the middle of a trial with it). Not
+    /// working, in no trial and not unpaid: stood down for CPUs.
     unpaid: bool,
     /// Windows this state has lasted.
     spell: u32,
@@ -197,7 +193,6 @@ impl Gate {
             cpus: cpus.max(1.0),
             last: at,
             working: true,
-            down: Down::Cpus,
             unpaid: false,
             spell: 0,
             worked: 0,
@@ -234,7 +229,7 @@ impl Gate {
         };
         self.last = now;
         self.spell = self.spell.saturating_add(1);
-        let cpu_free = app_cpus <= self.cpus - 0.9;
+        let cpu_free = app_cpus <= self.cpus - FREE_CPU;
         if self.working {
             self.worked = self.worked.saturating_add(1);
             // Too little wanted run time says nothing (an idle mover).
@@ -243,7 +238,7 @@ impl Gate {
                 // A trial with a mover that did not pay ends unjudged, and
                 // the verdict stands (the hold is for the CPU rule alone).
                 if self.unpaid {
-                    self.enter(false, Down::Unpaid);
+                    self.enter(false);
                     return Change::StandDown;
                 }
                 self.hold = if self.worked < LONG_SPELL {
@@ -252,12 +247,13 @@ impl Gate {
                     1
                 };
                 self.worked = 0;
-                self.enter(false, Down::Cpus);
+                self.enter(false);
                 return Change::StandDown;
             }
-        } else if self.down == Down::Cpus {
+        } else if self.trial.is_none() && !self.unpaid {
+            // Stood down for CPUs.
             if self.spell >= self.hold && cpu_free {
-                self.enter(true, Down::Cpus);
+                self.enter(true);
                 return Change::Engage;
             }
             return Change::Stay;
@@ -293,7 +289,7 @@ impl Gate {
             };
             self.unpaid = !working;
             self.until_trial = self.trial_every;
-            self.enter(working, Down::Unpaid);
+            self.enter(working);
             return match (comparable, working) {
                 (false, _) => Change::NoVerdict,
                 (true, true) => Change::Pays,
@@ -327,7 +323,7 @@ impl Gate {
             return Change::Stay;
         }
         let (baseline, baseline_cpus) = (mean(|w| w.progress), mean(|w| w.cpus));
-        self.enter(!self.working, Down::Unpaid);
+        self.enter(!self.working);
         self.trial = Some(Trial {
             baseline,
             baseline_cpus,
@@ -343,9 +339,8 @@ impl Gate {
     }
 
     /// Enters a state: no trial, and its history starts over.
-    fn enter(&mut self, working: bool, down: Down) {
+    fn enter(&mut self, working: bool) {
         self.working = working;
-        self.down = down;
         self.spell = 0;
         self.trial = None;
         self.recent.clear();

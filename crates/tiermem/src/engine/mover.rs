@@ -104,8 +104,9 @@ pub(crate) struct MoverShared {
     small: bool,
     /// `movers = auto`: the CPUs the process may run on, for the gate.
     gate_cpus: Option<f64>,
-    /// The gate stood the movers down: no CPU is free for them (see
-    /// `cpu_gate`). The fault path then acts as without movers.
+    /// The gate stood the movers down: no CPU is free for them, or they
+    /// do not pay (see `cpu_gate`). The fault path then acts as without
+    /// movers.
     stood_down: AtomicBool,
 }
 
@@ -406,14 +407,20 @@ impl CpuGate {
     }
 
     fn clocks(&mut self, core: &RegionCore) -> Clocks {
+        // This mover's clock now, its growth added to every auto mover's
+        // total: the total.
+        let share = |now: Duration, last: &mut Duration, all: &AtomicU64| {
+            let added = now.saturating_sub(*last).as_nanos() as u64;
+            *last = now;
+            all.fetch_add(added, Ordering::Relaxed) + added
+        };
         let own = tiermem_sys::thread::thread_cpu_time();
-        let added = own.saturating_sub(self.own_cpu).as_nanos() as u64;
-        let all = AUTO_MOVERS_CPU_NS.fetch_add(added, Ordering::Relaxed) + added;
-        self.own_cpu = own;
-        let own_user = tiermem_sys::thread::user_time(false);
-        let added = own_user.saturating_sub(self.own_user).as_nanos() as u64;
-        let movers_user = AUTO_MOVERS_USER_NS.fetch_add(added, Ordering::Relaxed) + added;
-        self.own_user = own_user;
+        let all = share(own, &mut self.own_cpu, &AUTO_MOVERS_CPU_NS);
+        let movers_user = share(
+            tiermem_sys::thread::user_time(false),
+            &mut self.own_user,
+            &AUTO_MOVERS_USER_NS,
+        );
         let process_user = tiermem_sys::thread::user_time(true);
         // With the memory store, the faults' transfers are copies in user
         // mode (write-backs, ring fills): tiermem's work, not the
@@ -426,7 +433,6 @@ impl CpuGate {
             self.copies_ns += now.checked_sub(self.last_transfer_ns).unwrap_or(now);
             self.last_transfer_ns = now;
         }
-        let tiermem_copies = self.copies_ns;
         Clocks {
             wall: self.start.elapsed(),
             process_cpu: tiermem_sys::thread::process_cpu_time(),
@@ -436,7 +442,7 @@ impl CpuGate {
             // it works as a fixed mover would.
             mover_delay: self.delay.as_ref().and_then(|d| d.read()).unwrap_or_default(),
             stall: Duration::from_nanos(core.stats.fault_ns()),
-            app_user: process_user.saturating_sub(Duration::from_nanos(movers_user + tiermem_copies)),
+            app_user: process_user.saturating_sub(Duration::from_nanos(movers_user + self.copies_ns)),
         }
     }
 

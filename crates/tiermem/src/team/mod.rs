@@ -599,9 +599,7 @@ impl TeamRegion {
 
 impl Drop for TeamRegion {
     fn drop(&mut self) {
-        let ctl = self.member.view.ctl();
-        ctl.pid(self.member.rank)
-            .fetch_or(crate::party::PID_FINISHED, Ordering::AcqRel);
+        self.member.view.ctl().party().mark_finished(self.member.rank);
         Member::leave(&self.member);
         for n in &self.names {
             n.remove();
