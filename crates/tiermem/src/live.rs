@@ -575,10 +575,10 @@ fn collect(s: &mut State) -> Option<(Page, Sample)> {
         p.regions += 1;
         p.near_bytes += resident * page;
         p.near_peak_bytes += ld(&st.resident_peak).max(resident) * page;
-        let b = Arc::as_ptr(&core.budget);
+        let b = Arc::as_ptr(&core.slots.budget);
         if !budgets.contains(&b) {
             budgets.push(b);
-            p.budget_bytes += core.budget.limit_bytes();
+            p.budget_bytes += core.slots.budget.limit_bytes();
         }
         p.zero_fills += ld(&st.zero_fills);
         p.far_fills += ld(&st.far_fills);

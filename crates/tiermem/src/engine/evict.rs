@@ -74,7 +74,7 @@ impl RegionCore {
     pub(crate) fn fault_batch(&self) -> usize {
         self.config
             .evict_batch_pages
-            .min((self.budget_pages / FAULT_BATCH_SHARE).max(1))
+            .min((self.slots.own_pages() / FAULT_BATCH_SHARE).max(1))
     }
 
     /// Evicts up to `want` pages chosen by the policy, sparing those `keep`

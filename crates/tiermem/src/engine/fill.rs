@@ -10,7 +10,7 @@ use crate::stats::{Cost, FaultKind, FaultTimer};
 use crate::store::{StagingPool, StagingSlot, StoreError};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-use tiermem_sys::uffd::{CopyMode, Resolved, UffdError};
+use tiermem_sys::uffd::{Resolved, UffdError};
 
 /// What [`RegionCore::install_by_move`] did with a run.
 #[derive(Default)]
@@ -231,13 +231,6 @@ impl RegionCore {
         Outcome::Resolved
     }
 
-    /// The frame ring when faulting threads recycle frames themselves: a
-    /// ring (`install = move`) and no movers (with movers, they fill from
-    /// the ring and faulting threads copy).
-    pub(super) fn sync_ring(&self) -> Option<&FrameRing> {
-        self.ring.as_ref().filter(|_| self.movers.is_none())
-    }
-
     /// `fill` by frame recycling, for a far page or a write to an untouched
     /// one (a read of an untouched page maps the shared zero page, which
     /// costs no frame). None: no ring, or the move failed; `fill` goes on
@@ -307,20 +300,6 @@ impl RegionCore {
         self.stats.zero_fill_races.fetch_add(1, Ordering::Relaxed);
         let _ = self.uffd.writeprotect(&self.reg, off, ps, false, true);
         Ok(true)
-    }
-
-    /// Whether a read fill of page `p`, which was `w`, installs it
-    /// writable: it is far, and was written during its recent stays in
-    /// near memory (see `rewrite`).
-    pub(super) fn expects_rewrite(&self, p: usize, w: PageWord) -> bool {
-        w.state() == PageState::Far && self.rewrites.as_ref().is_some_and(|h| h.expected(p))
-    }
-
-    /// Counts `n` pages installed writable for a read by the rewrite hint.
-    pub(super) fn count_rewrites(&self, n: usize) {
-        if n > 0 {
-            self.stats.rewrite_installs.fetch_add(n as u64, Ordering::Relaxed);
-        }
     }
 
     /// The state of a page just filled for a read or a write. A THP block
@@ -431,31 +410,6 @@ impl RegionCore {
         }
     }
 
-    /// UFFDIO_COPY of one page, retrying while the kernel says EAGAIN. A page
-    /// that is somehow already mapped counts as installed.
-    pub(super) fn copy_in(
-        &self,
-        off: usize,
-        src: tiermem_sys::mm::MemRange<'_>,
-        wp: bool,
-        dont_wake: bool,
-    ) -> Result<(), UffdError> {
-        let mode = CopyMode {
-            write_protect: wp,
-            dont_wake,
-        };
-        self.retry_again(|| self.uffd.copy(&self.reg, off, src, mode))
-    }
-
-    fn retry_again(&self, mut op: impl FnMut() -> Result<Resolved, UffdError>) -> Result<(), UffdError> {
-        loop {
-            match op()? {
-                Resolved::Done | Resolved::AlreadyMapped => return Ok(()),
-                Resolved::Partial { .. } => std::thread::yield_now(),
-            }
-        }
-    }
-
     /// Takes one near slot, evicting a batch first if the budget is full.
     fn reserve_slot(
         &self,
@@ -494,17 +448,17 @@ impl RegionCore {
                     self.stats.inline_evictions.fetch_add(n as u64, Ordering::Relaxed);
                 }
                 Ok(_) if self.evict_elsewhere(keep, None, timer) > 0 => stuck_since = None,
-                Ok(_) if server == Server::HandlerThread && self.budget.progress.turn_of_other(tid) => {
+                Ok(_) if server == Server::HandlerThread && self.slots.budget.progress.turn_of_other(tid) => {
                     return Err(NoRoom::Later);
                 }
                 Ok(_) => {
                     // Every resident page is being filled by another thread
                     // right now, or spared for another thread's turn: let
                     // them finish (a turn held too long ends here).
-                    self.budget.progress.stuck(keep);
+                    self.slots.budget.progress.stuck(keep);
                     let t0 = *stuck_since.get_or_insert_with(Instant::now);
                     let own_pins = crate::fault::holds_call_pins(tid);
-                    if self.budget.has_pins() && (own_pins || t0.elapsed() > PINNED_PATIENCE) {
+                    if self.slots.budget.has_pins() && (own_pins || t0.elapsed() > PINNED_PATIENCE) {
                         // Or pinned for system calls (half the budget at
                         // most) while the rest is spared: with four pages,
                         // two pinned and this thread's last fills leave
@@ -541,7 +495,7 @@ impl RegionCore {
     /// `pages` of them) when this one has none to give. Returns pages
     /// evicted.
     pub(super) fn evict_elsewhere(&self, keep: Keep, pages: Option<usize>, timer: &mut FaultTimer) -> usize {
-        for other in self.budget.others(self) {
+        for other in self.slots.budget.others(self) {
             let want = pages.unwrap_or_else(|| other.fault_batch());
             if let Ok(n) = other.evict_batch(want, keep, timer) {
                 if n > 0 {
@@ -742,40 +696,5 @@ impl RegionCore {
         }
         timer.lap(Cost::LockList);
         installed
-    }
-
-    /// UFFDIO_COPY of a multi-page run, resuming after partial copies and
-    /// skipping pages that turn out to be mapped already.
-    pub(super) fn copy_run(
-        &self,
-        off: usize,
-        src: tiermem_sys::mm::MemRange<'_>,
-        wp: bool,
-    ) -> Result<(), ()> {
-        let mode = CopyMode {
-            write_protect: wp,
-            dont_wake: false,
-        };
-        let mover = super::mover::on_mover();
-        let mut done = 0;
-        while done < src.len() {
-            if mover {
-                self.stats.mover_copy_calls.fetch_add(1, Ordering::Relaxed);
-            }
-            match self
-                .uffd
-                .copy(&self.reg, off + done, src.sub(done, src.len() - done), mode)
-            {
-                Ok(Resolved::Done) => return Ok(()),
-                Ok(Resolved::Partial { bytes }) => done += bytes,
-                Ok(Resolved::AlreadyMapped) => done += self.page_bytes,
-                Err(e) => {
-                    self.errors
-                        .record((off + done) as u64, OP_INSTALL, e.errno().map_or(0, |e| e.raw()));
-                    return Err(());
-                }
-            }
-        }
-        Ok(())
     }
 }

@@ -12,37 +12,12 @@
 //! not take a 16 KiB budget whole, and the program's other pages keep the
 //! room they had.
 //!
-//! Pages the kernel has pinned are held too, for a while. A pin taken
-//! outside tiermem's view (another process's `process_vm_writev`, which an
-//! MPI library's single-copy transport makes, pins up to 4 MiB of this
-//! process's pages before it copies into any of them; a direct read no
-//! trap saw; io_uring fixed buffers) must not lose its page: evicted and
-//! unmapped, the page would take the copy after the region had let it go,
-//! and the data would read stale. An eviction that moves its victims out
-//! (UFFDIO_MOVE, the frame ring) learns of the pin from the kernel, which
-//! refuses to move a pinned page (EBUSY; it also refuses a page a fork()ed
-//! child shares, or once shared, which only the pin ring holds, and not
-//! while pagemap shows it shared: `ring_evict`): the page stays resident, off the
-//! lists and outside the budget (the fill that wanted its slot goes on),
-//! and goes back on the lists after [`PINNED_RETRY`] more evictions or
-//! refusals; if it is still pinned then, the next try finds out the same
-//! way. The kernel pins a call's pages up to 4 MiB (1,024 pages) at a time
-//! and lets them all go before it pins the next ones, so a page held that
-//! long ago is free, and a page of the batch in progress is not: retried
-//! sooner, it is only refused again (the 64 of a first version churned:
-//! millions of refusals). Refusals count because while every victim is
-//! pinned nothing is evicted: counting evictions alone, a 16 MiB message at
-//! a 16 KiB budget was held whole (15.9 MiB at the peak).
+//! Pages an eviction found pinned by the kernel are held too, for a while
+//! (`pinned`): they share the room beyond the budget.
 
 use super::RegionCore;
-use crate::page::PageState;
-use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
-
-/// Evictions and refusals after which a page found pinned goes back on the
-/// policy's lists: the pages the kernel pins at most at once.
-const PINNED_RETRY: u64 = 1024;
 
 /// The held page ranges of one region.
 pub(crate) struct Held {
@@ -50,17 +25,6 @@ pub(crate) struct Held {
     ranges: Mutex<Vec<(usize, usize)>>,
     /// Whether `ranges` may be non-empty: discards look only then.
     any: AtomicBool,
-    /// Pages held now (the region's own budget grows by them).
-    pages: AtomicUsize,
-    /// Most pages held at once.
-    peak: AtomicUsize,
-    /// Pages an eviction found pinned by the kernel (see the module doc),
-    /// oldest first, each with the count of evictions and refusals when it
-    /// was held.
-    pinned: Mutex<VecDeque<(usize, u64)>>,
-    pinned_any: AtomicBool,
-    /// Evictions refused because the kernel had the page pinned.
-    pinned_refusals: AtomicU64,
 }
 
 impl Held {
@@ -68,17 +32,7 @@ impl Held {
         Held {
             ranges: Mutex::new(Vec::new()),
             any: AtomicBool::new(false),
-            pages: AtomicUsize::new(0),
-            peak: AtomicUsize::new(0),
-            pinned: Mutex::new(VecDeque::new()),
-            pinned_any: AtomicBool::new(false),
-            pinned_refusals: AtomicU64::new(0),
         }
-    }
-
-    /// Pages held now.
-    pub(crate) fn pages(&self) -> usize {
-        self.pages.load(Ordering::Relaxed)
     }
 
     fn lock(&self) -> MutexGuard<'_, Vec<(usize, usize)>> {
@@ -107,12 +61,7 @@ fn outside(a: usize, b: usize, held: &[(usize, usize)]) -> Vec<(usize, usize)> {
 impl RegionCore {
     /// Most pages held at once.
     pub(crate) fn held_peak_pages(&self) -> usize {
-        self.held.peak.load(Ordering::Relaxed)
-    }
-
-    /// Evictions refused because the kernel had the page pinned.
-    pub(crate) fn pinned_refusals(&self) -> u64 {
-        self.held.pinned_refusals.load(Ordering::Relaxed)
+        self.slots.held().1
     }
 
     /// Holds pages `[first, first + count)` resident, writable and out of
@@ -173,7 +122,7 @@ impl RegionCore {
                 self.pages.unpin(p);
                 self.policy().on_fill(p);
             }
-            self.change_held(-((y - x) as isize));
+            self.slots.change_held(-((y - x) as isize));
             if s < x {
                 kept.push((s, x));
             }
@@ -185,109 +134,21 @@ impl RegionCore {
         *ranges = kept;
     }
 
-    /// An eviction found page `i` pinned by the kernel: it stays resident
-    /// (the caller unlocks it as it was), off the policy's lists (the
-    /// victim selection took it off) and outside the budget, so that the
-    /// fill waiting for a slot goes on (see the module doc).
-    pub(super) fn hold_pinned(&self, i: usize) {
-        let mut pinned = self.held.pinned.lock().unwrap_or_else(|p| p.into_inner());
-        self.change_held(1);
-        let refusals = self.held.pinned_refusals.fetch_add(1, Ordering::Relaxed) + 1;
-        pinned.push_back((i, self.stats.evictions.load(Ordering::Relaxed) + refusals));
-        self.held.pinned_any.store(true, Ordering::Release);
-    }
-
-    /// Puts the pages found pinned [`PINNED_RETRY`] evictions and refusals
-    /// ago back on the policy's lists: an eviction that finds one still
-    /// pinned holds it again.
-    pub(super) fn retry_pinned(&self) {
-        if !self.held.pinned_any.load(Ordering::Acquire) {
-            return;
-        }
-        let now =
-            self.stats.evictions.load(Ordering::Relaxed) + self.held.pinned_refusals.load(Ordering::Relaxed);
-        let mut pinned = self.held.pinned.lock().unwrap_or_else(|p| p.into_inner());
-        let due = pinned
-            .iter()
-            .take_while(|&&(_, at)| at + PINNED_RETRY <= now)
-            .count();
-        if due == 0 {
-            return;
-        }
-        let pages: Vec<usize> = pinned.drain(..due).map(|(p, _)| p).collect();
-        self.held.pinned_any.store(!pinned.is_empty(), Ordering::Release);
-        drop(pinned);
-        self.release_pinned(pages);
-    }
-
-    /// Ends the holds of pages found pinned in `[first, end)` (a discard
-    /// is about to drop them).
-    fn unhold_pinned(&self, first: usize, end: usize) {
-        if !self.held.pinned_any.load(Ordering::Acquire) {
-            return;
-        }
-        let mut pinned = self.held.pinned.lock().unwrap_or_else(|p| p.into_inner());
-        let gone: Vec<usize> = pinned
-            .iter()
-            .map(|&(p, _)| p)
-            .filter(|&p| p >= first && p < end)
-            .collect();
-        pinned.retain(|&(p, _)| p < first || p >= end);
-        self.held.pinned_any.store(!pinned.is_empty(), Ordering::Release);
-        drop(pinned);
-        self.release_pinned(gone);
-    }
-
-    fn release_pinned(&self, pages: Vec<usize>) {
-        if pages.is_empty() {
-            return;
-        }
-        let mut policy = self.policy();
-        for &p in &pages {
-            // Resident pages go back on the lists. One in transition (a
-            // fault marking it written) stays off them: never evicted, it
-            // costs a slot, where a page on the lists that a discard racing
-            // with this has just dropped would cost a wrong victim.
-            if matches!(self.pages.load(p).state(), PageState::Clean | PageState::Dirty) {
-                policy.on_fill(p);
-            }
-        }
-        drop(policy);
-        self.change_held(-(pages.len() as isize));
-    }
-
     /// Holds page `i`; false if it cannot be brought in.
     fn hold_page(&self, i: usize, tid: u32) -> bool {
         if !self.access.reachable(i) {
             return false;
         }
         // Room first: the fill below must not evict for it.
-        self.change_held(1);
+        self.slots.change_held(1);
         // Writable: the kernel's writes must not meet write protection.
         if self.bring_in_pinned(i, true, tid) {
             // Off the lists: victim scans need not pass it over.
             self.policy().on_remove(i, false);
             true
         } else {
-            self.change_held(-1);
+            self.slots.change_held(-1);
             false
-        }
-    }
-
-    /// Grows (or shrinks) the room held pages get beyond the budget.
-    pub(super) fn change_held(&self, pages: isize) {
-        let bytes = (pages.unsigned_abs() * self.page_bytes) as u64;
-        if pages >= 0 {
-            let now = self.held.pages.fetch_add(pages as usize, Ordering::Relaxed) + pages as usize;
-            self.held.peak.fetch_max(now, Ordering::Relaxed);
-            if self.shared_budget {
-                self.budget.hold(bytes);
-            }
-        } else {
-            self.held.pages.fetch_sub(pages.unsigned_abs(), Ordering::Relaxed);
-            if self.shared_budget {
-                self.budget.unhold(bytes);
-            }
         }
     }
 }

@@ -43,8 +43,8 @@
 mod access;
 mod around;
 pub(crate) mod budget;
+mod copy;
 pub(crate) mod cpu_gate;
-mod discard;
 mod errors;
 mod evict;
 mod fill;
@@ -52,18 +52,23 @@ pub(crate) mod handler_thread;
 mod hold;
 pub(crate) mod in_context;
 mod inherit;
+#[cfg(test)]
+mod layers;
 pub(crate) mod locality;
 pub(crate) mod mover;
 mod pin;
 mod pinned;
 mod piped;
+mod poison;
 pub(crate) mod prefetch;
 mod progress;
 mod request_fill;
+mod resolve;
 mod rewrite;
 pub(crate) mod ring;
 mod ring_evict;
 mod scratch;
+mod slots;
 mod stride;
 
 pub(crate) use around::out_of_near;
@@ -71,15 +76,15 @@ pub use errors::IoErrorRecord;
 pub(crate) use evict::{Evicted, GROW_FACTOR, GROW_FROM, LONG_RUN};
 
 use crate::config::{Config, DirtyTracking, FaultPath, PageSize};
-use crate::page::{PageState, PageTable, PageWord};
+use crate::page::PageTable;
 use crate::policy::Policy;
-use crate::stats::{Cost, FaultKind, FaultTimer, Stats};
-use crate::store::{FarStore, StagingPool, StagingSlot, StoreError};
-use errors::{ErrorLog, OP_INSTALL};
+use crate::stats::Stats;
+use crate::store::{FarStore, StagingPool, StagingSlot};
+use errors::ErrorLog;
 use mover::MoverShared;
-use prefetch::{Advice, Prefetcher};
+use prefetch::Prefetcher;
 use ring::FrameRing;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tiermem_sys::mm::Mapping;
 use tiermem_sys::pagemap::PagemapScanner;
@@ -171,18 +176,12 @@ pub(crate) struct RegionCore {
     pub(crate) pages: PageTable,
     /// Which pages the program can reach (see `access`).
     pub(crate) access: access::Access,
-    /// This region's share of the budget in its own pages (all of it when
-    /// the budget is shared): sizes mover batches.
-    budget_pages: usize,
-    /// The near budget shared with other regions, or this region's own
-    /// (whose slots it does not use: its resident count is its budget).
-    /// Either way it keeps the forward-progress state and the pin count.
-    pub(crate) budget: Arc<budget::Budget>,
-    shared_budget: bool,
-    /// Pages of this region resident (or reserved for a fill).
-    resident: AtomicUsize,
+    /// This region's near slots: its budget, its resident and held pages.
+    pub(crate) slots: slots::Slots,
     /// Pages held resident for good outside the budget (stacks).
     held: hold::Held,
+    /// Pages an eviction found pinned by the kernel, held for a while.
+    refused: pinned::Refused,
     policy: Mutex<Box<dyn Policy>>,
     store: Box<dyn FarStore>,
     /// `store.describe()`, made at creation: the fault path names the
@@ -308,13 +307,11 @@ impl FaultingThreads {
 
 impl Drop for RegionCore {
     fn drop(&mut self) {
-        // A shared budget outlives the region: give its pages' room back,
-        // and its frame ring's.
-        if self.shared_budget {
+        // A shared budget outlives the region: give its frame ring's room
+        // back (the slots give back their pages').
+        if self.slots.shared() {
             let ring = self.ring.as_ref().map_or(0, |r| r.cap);
-            self.budget
-                .give_back(self.resident.load(Ordering::Relaxed), self.page_bytes);
-            self.budget.give_back_kept(ring, self.page_bytes);
+            self.slots.budget.give_back_kept(ring, self.page_bytes);
         }
     }
 }
@@ -434,9 +431,7 @@ impl RegionCore {
             rewrites,
             thp_staging,
             thp_stale: AtomicU64::new(0),
-            budget_pages: budget,
-            shared_budget: shared.is_some(),
-            budget: shared.unwrap_or_else(|| budget::Budget::new((budget * page_bytes) as u64)),
+            slots: slots::Slots::new(shared, budget, page_bytes),
             ring,
             pin_ring: std::sync::OnceLock::new(),
             checked_threads: pinned::CheckedThreads::new(),
@@ -449,8 +444,8 @@ impl RegionCore {
             uffd: parts.uffd,
             pages: PageTable::try_new(pages)?,
             access: access::Access::new(pages, page_bytes)?,
-            resident: AtomicUsize::new(0),
             held: hold::Held::new(),
+            refused: pinned::Refused::new(),
             policy: Mutex::new(parts.policy),
             store_name: parts.store.describe().into(),
             said_full: AtomicBool::new(false),
@@ -490,7 +485,7 @@ impl RegionCore {
     }
 
     pub(crate) fn resident_pages(&self) -> usize {
-        self.resident.load(Ordering::Relaxed)
+        self.slots.resident()
     }
 
     pub(crate) fn store_description(&self) -> String {
@@ -508,7 +503,7 @@ impl RegionCore {
 
     /// Whether an eviction that spares `keep` must leave page `i` alone.
     fn spares(&self, keep: progress::Keep, i: usize) -> bool {
-        self.budget.progress.spares(keep, self.page_key(i))
+        self.slots.budget.progress.spares(keep, self.page_key(i))
     }
 
     /// What the `auto` policy did, if the region has it.
@@ -526,218 +521,9 @@ impl RegionCore {
         self.policy.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Waits (counted) until page `i`, in transition, is published.
-    pub(crate) fn wait_page(&self, i: usize) {
-        let t = std::time::Instant::now();
-        self.pages.wait_not_busy(i);
-        self.stats.waits.fetch_add(1, Ordering::Relaxed);
-        self.stats
-            .wait_ns
-            .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
-    }
-
-    /// A fault on the region's descriptor outside the region: a hole of
-    /// the frame ring, which only the kernel itself touches (a raw
-    /// `mlockall` system call populates every accessible mapping,
-    /// `tiermem_sys::locks`). It gets a zero page, so that the call goes on;
-    /// the eviction that finds the hole taken empties it again.
-    pub(crate) fn resolve_outside(&self, addr: usize) {
-        let Some(ring) = &self.ring else {
-            return;
-        };
-        if ring.map.contains(addr) {
-            let off = (addr - ring.map.addr()) & !(self.page_bytes - 1);
-            let _ = self.uffd.zeropage(&ring.reg, off, self.page_bytes, false);
-        }
-    }
-
-    /// Serves a fault at `addr` (in the region) for thread `tid`.
-    pub(crate) fn resolve(&self, addr: usize, write: bool, tid: u32, server: Server) -> Outcome {
-        let i = self.page_of(addr);
-        let mut timer = FaultTimer::start();
-        loop {
-            let w = self.pages.load(i);
-            match w.state() {
-                PageState::Busy => {
-                    self.wait_page(i);
-                    timer.lap(Cost::LockList);
-                }
-                PageState::Untouched | PageState::Far => {
-                    if !self.pages.try_lock(i, w) {
-                        continue;
-                    }
-                    timer.lap(Cost::LockList);
-                    let foreign = self.note_faulting_process(tid, server);
-                    let outcome = self.fill(i, w, write, tid, foreign, server, timer);
-                    if outcome == Outcome::Resolved {
-                        if !foreign {
-                            self.budget.progress.filled(tid, self.page_key(i));
-                        }
-                        self.stride_ahead(tid, i, write);
-                        self.after_demand_fault(tid, i, write);
-                    }
-                    return outcome;
-                }
-                PageState::Clean | PageState::Dirty => {
-                    // wp-fault mode: a write to a resident page is a
-                    // write-protect fault (on a Clean page normally; on a
-                    // Dirty page when an abandoned eviction left it
-                    // protected, or a racing fill made it Dirty first:
-                    // unprotecting again is harmless). Anything else, and
-                    // everything in wp-async mode, was resolved by another
-                    // thread after this one faulted.
-                    let wp = write && self.config.dirty_tracking == DirtyTracking::WpFault;
-                    if !wp {
-                        if server == Server::HandlerThread {
-                            let _ = self.uffd.wake(&self.reg, i * self.page_bytes, self.page_bytes);
-                        }
-                        self.stats.record_fault(FaultKind::Spurious, tid, timer);
-                        return Outcome::Spurious;
-                    }
-                    if !self.pages.try_lock(i, w) {
-                        continue;
-                    }
-                    timer.lap(Cost::LockList);
-                    let r = self.uffd.writeprotect(
-                        &self.reg,
-                        i * self.page_bytes,
-                        self.page_bytes,
-                        false,
-                        server == Server::InContext,
-                    );
-                    timer.lap(Cost::Pte);
-                    let dirty = PageWord::new(PageState::Dirty, w.far_valid());
-                    if let Err(e) = r {
-                        // The page is intact, only unwritable: report it and
-                        // fail the access rather than loop on the fault.
-                        self.errors.record(
-                            (i * self.page_bytes) as u64,
-                            OP_INSTALL,
-                            e.errno().map_or(0, |e| e.raw()),
-                        );
-                        self.pages.unlock(i, dirty);
-                        return Outcome::Poisoned;
-                    }
-                    let kind = if w.state() == PageState::Clean {
-                        FaultKind::WriteProtect
-                    } else {
-                        FaultKind::Spurious
-                    };
-                    // Record before publishing (see `fill`).
-                    self.stats.record_fault(kind, tid, timer);
-                    self.pages.unlock(i, dirty);
-                    // A write to a clean page is an access the policy can use.
-                    self.policy().on_access(i);
-                    if let Some(fa) = &self.around {
-                        fa.written(i);
-                    }
-                    return Outcome::Resolved;
-                }
-                PageState::Poisoned => {
-                    if server == Server::HandlerThread {
-                        // The pte may already carry the poison marker; make
-                        // sure the waiting thread is released into SIGBUS.
-                        self.place_poison_marker(i * self.page_bytes);
-                        let _ = self.uffd.wake(&self.reg, i * self.page_bytes, self.page_bytes);
-                    }
-                    return Outcome::Poisoned;
-                }
-            }
-        }
-    }
-
-    /// Feeds a demand fault to the prefetcher and queues what it asks for.
-    fn after_demand_fault(&self, tid: u32, page: usize, write: bool) {
-        let (Some(pf), Some(m)) = (&self.prefetcher, &self.movers) else {
-            return;
-        };
-        if m.stood_down() {
-            return;
-        }
-        let reqs = pf.on_fault(&self.pages, tid, page, write);
-        for r in reqs.as_slice() {
-            if !m.submit(*r) {
-                pf.dropped.fetch_add(r.count as u64, Ordering::Relaxed);
-            }
-        }
-        if !reqs.as_slice().is_empty() {
-            m.wake();
-        }
-        if reqs.inline.count > 0 {
-            // Not marked prefetched: the thread is right there.
-            let n = self.fill_on_caller(&reqs.inline, false);
-            pf.inline.fetch_add(n as u64, Ordering::Relaxed);
-        }
-    }
-
-    /// Near slots free now.
-    pub(crate) fn free_slots(&self) -> usize {
-        if self.shared_budget {
-            self.budget.free(self.page_bytes)
-        } else {
-            (self.budget_pages + self.held.pages()).saturating_sub(self.resident.load(Ordering::Relaxed))
-        }
-    }
-
-    /// Takes up to `n` near slots for this region; returns how many.
-    fn take_slots(&self, n: usize) -> usize {
-        let (got, r) = if self.shared_budget {
-            let got = self.budget.take(n, self.page_bytes);
-            (got, self.resident.fetch_add(got, Ordering::Relaxed) + got)
-        } else {
-            // A region's own budget is its resident count: one CAS.
-            let mut r = self.resident.load(Ordering::Relaxed);
-            loop {
-                let got = n.min((self.budget_pages + self.held.pages()).saturating_sub(r));
-                if got == 0 {
-                    return 0;
-                }
-                // Relaxed: the counter is a budget, not a publication; page
-                // data is ordered by the page-state words.
-                match self
-                    .resident
-                    .compare_exchange_weak(r, r + got, Ordering::Relaxed, Ordering::Relaxed)
-                {
-                    Ok(_) => break (got, r + got),
-                    Err(now) => r = now,
-                }
-            }
-        };
-        // Read first: the high-water mark rarely moves, and a write to a
-        // shared line on every fault would cost more than the check.
-        if got > 0 && r as u64 > self.stats.resident_peak.load(Ordering::Relaxed) {
-            self.stats.resident_peak.fetch_max(r as u64, Ordering::Relaxed);
-        }
-        got
-    }
-
-    /// Gives back `n` slots (pages that left, or fills that failed).
-    pub(crate) fn release_slots(&self, n: usize) {
-        self.resident.fetch_sub(n, Ordering::Relaxed);
-        if self.shared_budget {
-            self.budget.give_back(n, self.page_bytes);
-        }
-    }
-
     /// A mover's staging buffer for file-store runs.
     pub(crate) fn mover_staging(&self) -> Option<StagingSlot<'_>> {
         self.mover_pool.as_ref().map(StagingPool::claim)
-    }
-
-    /// Access advice for `[first, first+count)`.
-    pub(crate) fn advise(&self, first: usize, count: usize, advice: Advice) -> Result<(), StoreError> {
-        match advice {
-            Advice::WillNeed => self.prefetch_range(first, count),
-            Advice::DontNeed => {
-                self.evict_range(first, count)?;
-            }
-            _ => {
-                if let Some(pf) = &self.prefetcher {
-                    pf.set_advice(first, first + count, advice);
-                }
-            }
-        }
-        Ok(())
     }
 
     pub(crate) fn fault_path(&self) -> FaultPath {

@@ -51,8 +51,8 @@ impl RegionCore {
         for i in self.page_of(addr)..=self.page_of(addr + len - 1) {
             self.pages.unpin(i);
             match kind {
-                PinKind::Call => self.budget.unpin(self.page_bytes),
-                PinKind::Io => self.change_held(-1),
+                PinKind::Call => self.slots.budget.unpin(self.page_bytes),
+                PinKind::Io => self.slots.change_held(-1),
             }
         }
     }
@@ -62,10 +62,10 @@ impl RegionCore {
             return false;
         }
         // Room first: bringing the page in must not evict for it.
-        self.change_held(1);
+        self.slots.change_held(1);
         let pinned = self.bring_in_pinned(i, write, tid);
         if !pinned {
-            self.change_held(-1);
+            self.slots.change_held(-1);
         }
         pinned
     }
@@ -78,12 +78,12 @@ impl RegionCore {
         }
         // At most half the budget pinned (with the other regions of a
         // shared one): faults must always find victims.
-        if !self.budget.try_pin(self.page_bytes) {
+        if !self.slots.budget.try_pin(self.page_bytes) {
             return false;
         }
         let pinned = self.bring_in_pinned(i, write, tid);
         if !pinned {
-            self.budget.unpin(self.page_bytes);
+            self.slots.budget.unpin(self.page_bytes);
         }
         pinned
     }

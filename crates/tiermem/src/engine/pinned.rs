@@ -15,16 +15,40 @@
 //! thread of another process has faulted on the region, every eviction
 //! moves its victims out into a ring of its own (the *pin ring*) before
 //! writing them back (`evict_run_to_ring`), a page the kernel refuses stays
-//! resident, held outside the budget for a while (`hold`), and the ring is
+//! resident, held outside the budget for a while (below), and the ring is
 //! emptied after each eviction, so that it holds no memory. A region that
 //! only its own threads fault on evicts as before. Needs `UFFDIO_MOVE`,
 //! 4 KiB pages and wp-fault dirty tracking (the ring's conditions); without
 //! them the loss stays possible (docs/transparent.md).
+//!
+//! The same holds for other pins outside tiermem's view (a direct read no
+//! trap saw, io_uring fixed buffers), wherever an eviction moves its
+//! victims out (the frame ring too). The kernel also refuses a page a
+//! fork()ed child shares, or once shared, which only the pin ring holds,
+//! and not while pagemap shows it shared (`ring_evict`). A refused page
+//! stays resident, off the lists and outside the budget (the fill that
+//! wanted its slot goes on), and goes back on the lists after
+//! [`PINNED_RETRY`] more evictions or refusals; if it is still pinned then,
+//! the next try finds out the same way. The kernel pins a call's pages up
+//! to 4 MiB (1,024 pages) at a time and lets them all go before it pins the
+//! next ones, so a page held that long ago is free, and a page of the batch
+//! in progress is not: retried sooner, it is only refused again (the 64 of
+//! a first version churned: millions of refusals). Refusals count because
+//! while every victim is pinned nothing is evicted: counting evictions
+//! alone, a 16 MiB message at a 16 KiB budget was held whole (15.9 MiB at
+//! the peak).
 
 use super::ring::FrameRing;
 use super::{RegionCore, Server};
 use crate::config::{DirtyTracking, PageSize};
-use std::sync::atomic::{AtomicU32, Ordering};
+use crate::page::PageState;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// Evictions and refusals after which a page found pinned goes back on the
+/// policy's lists: the pages the kernel pins at most at once.
+const PINNED_RETRY: u64 = 1024;
 
 /// Threads recently checked for belonging to another process, hashed by
 /// thread id: the thread id, with [`FOREIGN`] set for another process's.
@@ -56,7 +80,32 @@ impl CheckedThreads {
     }
 }
 
+/// The pages an eviction found pinned by the kernel.
+pub(super) struct Refused {
+    /// Oldest first, each with the count of evictions and refusals when
+    /// it was held.
+    pages: Mutex<VecDeque<(usize, u64)>>,
+    any: AtomicBool,
+    /// Evictions refused because the kernel had the page pinned.
+    refusals: AtomicU64,
+}
+
+impl Refused {
+    pub(super) fn new() -> Refused {
+        Refused {
+            pages: Mutex::new(VecDeque::new()),
+            any: AtomicBool::new(false),
+            refusals: AtomicU64::new(0),
+        }
+    }
+}
+
 impl RegionCore {
+    /// Evictions refused because the kernel had the page pinned.
+    pub(crate) fn pinned_refusals(&self) -> u64 {
+        self.refused.refusals.load(Ordering::Relaxed)
+    }
+
     /// Notes a fault of thread `tid` and says whether the thread is another
     /// process's: the first such fault makes the pin ring. Such a thread is
     /// in a system call that pins this process's pages one by one
@@ -115,5 +164,76 @@ impl RegionCore {
             }
             st.dropped(spare);
         }
+    }
+
+    /// An eviction found page `i` pinned by the kernel: it stays resident
+    /// (the caller unlocks it as it was), off the policy's lists (the
+    /// victim selection took it off) and outside the budget, so that the
+    /// fill waiting for a slot goes on (see the module doc).
+    pub(super) fn hold_pinned(&self, i: usize) {
+        let mut pinned = self.refused.pages.lock().unwrap_or_else(|p| p.into_inner());
+        self.slots.change_held(1);
+        let refusals = self.refused.refusals.fetch_add(1, Ordering::Relaxed) + 1;
+        pinned.push_back((i, self.stats.evictions.load(Ordering::Relaxed) + refusals));
+        self.refused.any.store(true, Ordering::Release);
+    }
+
+    /// Puts the pages found pinned [`PINNED_RETRY`] evictions and refusals
+    /// ago back on the policy's lists: an eviction that finds one still
+    /// pinned holds it again.
+    pub(super) fn retry_pinned(&self) {
+        if !self.refused.any.load(Ordering::Acquire) {
+            return;
+        }
+        let now =
+            self.stats.evictions.load(Ordering::Relaxed) + self.refused.refusals.load(Ordering::Relaxed);
+        let mut pinned = self.refused.pages.lock().unwrap_or_else(|p| p.into_inner());
+        let due = pinned
+            .iter()
+            .take_while(|&&(_, at)| at + PINNED_RETRY <= now)
+            .count();
+        if due == 0 {
+            return;
+        }
+        let pages: Vec<usize> = pinned.drain(..due).map(|(p, _)| p).collect();
+        self.refused.any.store(!pinned.is_empty(), Ordering::Release);
+        drop(pinned);
+        self.release_pinned(pages);
+    }
+
+    /// Ends the holds of pages found pinned in `[first, end)` (a discard
+    /// is about to drop them).
+    pub(super) fn unhold_pinned(&self, first: usize, end: usize) {
+        if !self.refused.any.load(Ordering::Acquire) {
+            return;
+        }
+        let mut pinned = self.refused.pages.lock().unwrap_or_else(|p| p.into_inner());
+        let gone: Vec<usize> = pinned
+            .iter()
+            .map(|&(p, _)| p)
+            .filter(|&p| p >= first && p < end)
+            .collect();
+        pinned.retain(|&(p, _)| p < first || p >= end);
+        self.refused.any.store(!pinned.is_empty(), Ordering::Release);
+        drop(pinned);
+        self.release_pinned(gone);
+    }
+
+    fn release_pinned(&self, pages: Vec<usize>) {
+        if pages.is_empty() {
+            return;
+        }
+        let mut policy = self.policy();
+        for &p in &pages {
+            // Resident pages go back on the lists. One in transition (a
+            // fault marking it written) stays off them: never evicted, it
+            // costs a slot, where a page on the lists that a discard racing
+            // with this has just dropped would cost a wrong victim.
+            if matches!(self.pages.load(p).state(), PageState::Clean | PageState::Dirty) {
+                policy.on_fill(p);
+            }
+        }
+        drop(policy);
+        self.slots.change_held(-(pages.len() as isize));
     }
 }

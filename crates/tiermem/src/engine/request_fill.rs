@@ -174,7 +174,7 @@ impl RegionCore {
     /// A run longer than half the budget is cut there: making room for it
     /// would evict pages still in use.
     fn reserve_up_to(&self, want: usize, timer: &mut FaultTimer) -> usize {
-        let want = want.min((self.budget_pages / 2).max(1));
+        let want = want.min((self.slots.own_pages() / 2).max(1));
         let mut got = 0;
         loop {
             got += self.take_slots(want - got);

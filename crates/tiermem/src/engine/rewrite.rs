@@ -18,6 +18,8 @@
 //! written once (initialisation) lose it after `CREDIT` read-only stays.
 //! Only the owner of a page (its state `Busy`) reads or changes its credit.
 
+use super::RegionCore;
+use crate::page::{PageState, PageWord};
 use std::sync::atomic::{AtomicU8, Ordering};
 use tiermem_sys::mm::MmError;
 use tiermem_sys::zeroed::ZeroedArray;
@@ -56,6 +58,22 @@ impl RewriteHistory {
     /// Whether a read fill of page `p` should install it writable.
     pub(crate) fn expected(&self, p: usize) -> bool {
         self.credit[p].load(Ordering::Relaxed) > 0
+    }
+}
+
+impl RegionCore {
+    /// Whether a read fill of page `p`, which was `w`, installs it
+    /// writable: it is far, and was written during its recent stays in
+    /// near memory (see `rewrite`).
+    pub(crate) fn expects_rewrite(&self, p: usize, w: PageWord) -> bool {
+        w.state() == PageState::Far && self.rewrites.as_ref().is_some_and(|h| h.expected(p))
+    }
+
+    /// Counts `n` pages installed writable for a read by the rewrite hint.
+    pub(crate) fn count_rewrites(&self, n: usize) {
+        if n > 0 {
+            self.stats.rewrite_installs.fetch_add(n as u64, Ordering::Relaxed);
+        }
     }
 }
 

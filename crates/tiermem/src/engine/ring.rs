@@ -38,6 +38,7 @@
 //! Frames in the ring are near memory: the ring's size is taken from the
 //! region's budget.
 
+use super::RegionCore;
 use std::sync::{Mutex, MutexGuard};
 use tiermem_sys::mm::{MapOptions, Mapping};
 use tiermem_sys::uffd::{RegisterMode, Registration, Uffd};
@@ -174,6 +175,15 @@ impl FrameRing {
             Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
             Err(std::sync::TryLockError::WouldBlock) => None,
         }
+    }
+}
+
+impl RegionCore {
+    /// The frame ring when faulting threads recycle frames themselves: a
+    /// ring (`install = move`) and no movers (with movers, they fill from
+    /// the ring and faulting threads copy).
+    pub(crate) fn sync_ring(&self) -> Option<&FrameRing> {
+        self.ring.as_ref().filter(|_| self.movers.is_none())
     }
 }
 
