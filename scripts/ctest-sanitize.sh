@@ -19,16 +19,8 @@
 #
 #   scripts/ctest-sanitize.sh          # after scripts/ctest.sh
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
-root=$(pwd)
-target=${CARGO_TARGET_DIR:-target}
-case $target in
-/*) ;;
-*) target=$root/$target ;;
-esac
-lib=$target/release
-out=$target/ctest-sanitize
-mkdir -p "$out"
+# shellcheck source=scripts/clib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/clib.sh" ctest-sanitize
 cc=${CC:-gcc}
 
 if [[ ! -f $lib/libtiermem.so ]]; then
@@ -41,7 +33,6 @@ if ! echo 'int main(void){return 0;}' | "$cc" -x c -fsanitize=address,undefined 
   exit 0
 fi
 
-failed=0
 flags=(-std=c11 -Wall -Wextra -Werror -pedantic -O1 -g -fno-omit-frame-pointer
   -fsanitize=address,undefined -fno-sanitize-recover=all -I"$root/include")
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}

@@ -10,17 +10,8 @@
 #   CC=clang CXX=clang++ scripts/ctest.sh         # other compilers
 set -euo pipefail
 
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
-root=$(pwd)
-
-target=${CARGO_TARGET_DIR:-target}
-case $target in
-/*) ;;
-*) target=$root/$target ;;
-esac
-lib=$target/release
-out=$target/ctest
-mkdir -p "$out"
+# shellcheck source=scripts/clib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/clib.sh" ctest
 
 cc=${CC:-cc}
 cxx=${CXX:-c++}
@@ -30,18 +21,7 @@ cxxflags=(-std=c++17 -Wall -Wextra -Werror -pedantic -O2 -g -I"$root/include")
 # (as `cargo rustc -- --print native-static-libs` reports, minus libc).
 static_libs=(-lgcc_s -lutil -lrt -lpthread -lm -ldl)
 
-echo "== cargo build --release -p tiermem-capi -p tiermem-preload -p tiermem-cli (target dir $target)"
-CARGO_TARGET_DIR=$target cargo build --release -p tiermem-capi -p tiermem-preload -p tiermem-cli
-
-failed=0
-report() { # report NAME STATUS
-  if [[ $2 -eq 0 ]]; then
-    echo "PASS $1"
-  else
-    echo "FAIL $1 (exit status $2)"
-    failed=1
-  fi
-}
+build_lib tiermem-capi tiermem-preload tiermem-cli
 
 # build NAME COMMAND...: compiles; a failure is reported and the program skipped.
 built=()

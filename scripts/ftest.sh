@@ -13,17 +13,8 @@
 #   FC=gfortran-13 CC=clang scripts/ftest.sh      # other compilers
 set -euo pipefail
 
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
-root=$(pwd)
-
-target=${CARGO_TARGET_DIR:-target}
-case $target in
-/*) ;;
-*) target=$root/$target ;;
-esac
-lib=$target/release
-out=$target/ftest
-mkdir -p "$out"
+# shellcheck source=scripts/clib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/clib.sh" ftest
 
 fc=${FC:-gfortran}
 cc=${CC:-cc}
@@ -38,8 +29,7 @@ if ! command -v "$fc" >/dev/null 2>&1; then
   exit 0
 fi
 
-echo "== cargo build --release -p tiermem-capi (target dir $target)"
-CARGO_TARGET_DIR=$target cargo build --release -p tiermem-capi
+build_lib tiermem-capi
 
 # The module as users compile it: standard Fortran 2008, no warning. The
 # programs: the same, save exact real comparisons (the values are exact),
@@ -48,15 +38,13 @@ fflags=(-std=f2008 -Wall -Wextra -Werror)
 pflags=("${fflags[@]}" -Wno-compare-reals -fcheck=all -O2 -g -I"$out" -J"$out")
 # shellcheck disable=SC2054 # the commas are part of -Wl,-rpath,DIR
 link=("$out/tiermem.o" -L"$lib" -ltiermem -Wl,-rpath,"$lib")
-
-failed=0
-report() { # report NAME STATUS
-  if [[ $2 -eq 0 ]]; then
-    echo "PASS $1"
-  else
-    echo "FAIL $1 (exit status $2)"
-    failed=1
-  fi
+# build_program SOURCE PROGRAM: a program using the module, built as above.
+build_program() { "$fc" "${pflags[@]}" "$1" "${link[@]}" -o "$2"; }
+# build_and_run SOURCE PROGRAM: builds it and runs it (a hang is a failure:
+# 5 minutes); 1 if it does not build, else the program's exit status.
+build_and_run() {
+  build_program "$1" "$2" || return 1
+  timeout -k 10 300 "$2"
 }
 
 echo "== $fc ${fflags[*]} -c include/tiermem.f90"
@@ -107,7 +95,7 @@ echo "== struct layouts and constants against include/tiermem.h"
 } >"$out/layout.c"
 status=0
 if "$cc" -std=c11 -Wall -Wextra -Werror -I"$root/include" "$out/layout.c" -o "$out/layout" &&
-  "$fc" "${pflags[@]}" tests/fortran/test_module.f90 "${link[@]}" -o "$out/test_module"; then
+  build_program tests/fortran/test_module.f90 "$out/test_module"; then
   "$out/layout" | sort >"$out/layout-c.txt"
   "$out/test_module" layout | sort >"$out/layout-f.txt"
   if [[ $(grep -c '^offset' "$out/layout-c.txt") -lt 60 ]]; then
@@ -155,11 +143,7 @@ restore_pool
 
 echo "== examples/fortran/example.f90"
 status=0
-if "$fc" "${pflags[@]}" examples/fortran/example.f90 "${link[@]}" -o "$out/example"; then
-  timeout -k 10 300 "$out/example" || status=$?
-else
-  status=1
-fi
+build_and_run examples/fortran/example.f90 "$out/example" || status=$?
 report "example" "$status"
 
 # docs/fortran.md's program, exactly as printed: its first ```fortran block.
@@ -169,10 +153,8 @@ awk '/^```fortran$/ { p = 1; next } p && /^```$/ { exit } p' docs/fortran.md >"$
 if [[ ! -s $out/doc.f90 ]]; then
   echo "docs/fortran.md: no \`\`\`fortran block"
   status=1
-elif "$fc" "${pflags[@]}" "$out/doc.f90" "${link[@]}" -o "$out/doc"; then
-  timeout -k 10 300 "$out/doc" || status=$?
 else
-  status=1
+  build_and_run "$out/doc.f90" "$out/doc" || status=$?
 fi
 report "docs/fortran.md program" "$status"
 

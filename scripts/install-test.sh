@@ -100,10 +100,22 @@ else
     echo "skipped: pkg-config check: no pkg-config"
 fi
 
+# cmake_build DIR WHAT: configures and builds, against the installed
+# prefix, the CMake project in $work/DIR whose CMakeLists.txt is read from
+# stdin; if either fails, prints cmake's output and fails "cmake: WHAT".
+cmake_build() {
+    mkdir -p "$work/$1"
+    cat >"$work/$1/CMakeLists.txt"
+    if ! { cmake -S "$work/$1" -B "$work/$1/build" -DCMAKE_PREFIX_PATH="$P" &&
+        cmake --build "$work/$1/build"; } >"$work/$1.log" 2>&1; then
+        cat "$work/$1.log"
+        fail "cmake: $2"
+    fi
+}
+
 # C through CMake: the shared and the static imported targets.
 if command -v cmake >/dev/null 2>&1 && command -v make >/dev/null 2>&1; then
-    mkdir -p "$work/cm"
-    cat >"$work/cm/CMakeLists.txt" <<EOF
+    cmake_build cm build <<EOF
 cmake_minimum_required(VERSION 3.16)
 project(tiermem_consumer C)
 find_package(tiermem 0.1 REQUIRED)
@@ -112,11 +124,6 @@ target_link_libraries(example_shared PRIVATE tiermem::tiermem)
 add_executable(example_static "$root/examples/c/example.c")
 target_link_libraries(example_static PRIVATE tiermem::tiermem_static)
 EOF
-    if ! { cmake -S "$work/cm" -B "$work/cm/build" -DCMAKE_PREFIX_PATH="$P" &&
-        cmake --build "$work/cm/build"; } >"$work/cmake.log" 2>&1; then
-        cat "$work/cmake.log"
-        fail "cmake: build"
-    fi
     check_example "$work/cm/build/example_shared" cmake-shared
     check_example "$work/cm/build/example_static" cmake-static
     if readelf -d "$work/cm/build/example_static" | grep -q "libtiermem"; then fail "cmake: the static target loads libtiermem.so"; fi
@@ -153,19 +160,13 @@ if [ -f "$root/include/tiermem.f90" ] && [ -f "$root/examples/fortran/example.f9
             check_fortran "$work/example-f-pc" fortran-pc
         fi
         if command -v cmake >/dev/null 2>&1 && command -v make >/dev/null 2>&1; then
-            mkdir -p "$work/cmf"
-            cat >"$work/cmf/CMakeLists.txt" <<EOF
+            cmake_build cmf "Fortran build with tiermem::fortran" <<EOF
 cmake_minimum_required(VERSION 3.16)
 project(tiermem_fortran_consumer Fortran)
 find_package(tiermem 0.1 REQUIRED)
 add_executable(example_f "$root/examples/fortran/example.f90")
 target_link_libraries(example_f PRIVATE tiermem::fortran)
 EOF
-            if ! { cmake -S "$work/cmf" -B "$work/cmf/build" -DCMAKE_PREFIX_PATH="$P" &&
-                cmake --build "$work/cmf/build"; } >"$work/cmake-f.log" 2>&1; then
-                cat "$work/cmake-f.log"
-                fail "cmake: Fortran build with tiermem::fortran"
-            fi
             check_fortran "$work/cmf/build/example_f" fortran-cmake
         fi
         pass "Fortran example built with -ltiermem_fortran -ltiermem, pkg-config tiermem-fortran and CMake tiermem::fortran"

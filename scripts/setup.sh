@@ -1,5 +1,18 @@
 # Sourced by run.sh and test.sh: makes sure the tools tiermem needs are
 # there. Installs missing system packages with apt-get when running as root.
+# install_needed PKG...: installs those system packages with apt-get when
+# running as root; otherwise says they are missing and exits.
+install_needed() {
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "installing $*"
+        # A fresh machine may have empty package lists.
+        DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@" >/dev/null
+    else
+        echo "missing: $* (install them, or run as root for apt-get)" >&2
+        exit 1
+    fi
+}
 need_pkgs=()
 command -v cc >/dev/null 2>&1 || need_pkgs+=(gcc)
 command -v c++ >/dev/null 2>&1 || need_pkgs+=(g++)
@@ -11,15 +24,7 @@ have_tool() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ] || [ -x "
 have_tool mkswap || need_pkgs+=(util-linux)
 { have_tool swapon && have_tool swapoff && have_tool mount && have_tool umount; } || need_pkgs+=(mount)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-        echo "installing ${need_pkgs[*]}"
-        # A fresh machine may have empty package lists.
-        DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need_pkgs[@]}" >/dev/null
-    else
-        echo "missing: ${need_pkgs[*]} (install them, or run as root for apt-get)" >&2
-        exit 1
-    fi
+    install_needed "${need_pkgs[@]}"
 fi
 if ! command -v cargo >/dev/null 2>&1; then
     if [ -x "$HOME/.cargo/bin/cargo" ]; then

@@ -147,14 +147,7 @@ mpi_pkgs=()
 command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1 || mpi_pkgs+=(libopenmpi-dev openmpi-bin)
 ls /usr/lib/llvm-*/lib/libclang.so >/dev/null 2>&1 || mpi_pkgs+=(libclang-dev)
 if [ ${#mpi_pkgs[@]} -gt 0 ]; then
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-        echo "installing ${mpi_pkgs[*]}"
-        DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${mpi_pkgs[@]}" >/dev/null
-    else
-        echo "missing: ${mpi_pkgs[*]} (install them, or run as root for apt-get)" >&2
-        exit 1
-    fi
+    install_needed "${mpi_pkgs[@]}" # scripts/setup.sh
 fi
 # Open MPI refuses root without these; 2 CPUs need oversubscription.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1

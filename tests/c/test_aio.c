@@ -94,6 +94,16 @@ static int submit(aio_context_t ctx, int fd, unsigned char **buf, uint16_t op, i
     return 1;
 }
 
+/* One I/O of `op` per block (see submit), with other memory coming in,
+ * evicting, before it is submitted and while the device works: -1 if it
+ * was not all submitted, else 0 when each completed whole. */
+static int transfer(aio_context_t ctx, int fd, unsigned char **buf, uint16_t op, int vectored, const char *what) {
+    churn();
+    if (submit(ctx, fd, buf, op, vectored, what)) return -1;
+    churn();
+    return reap(ctx, BLOCKS, what);
+}
+
 int main(int argc, char **argv) {
     unsigned char *plain;
     int fd = direct_file("test_aio", argc, argv, &plain);
@@ -118,26 +128,17 @@ int main(int argc, char **argv) {
     for (int round = 0; round < 3; round++) {
         /* Reads: half plain, half vectored (two halves each). */
         for (int b = 0; b < BLOCKS; b++) memset(buf[b], 0xAA, BLOCK);
-        churn();
-        if (submit(ctx, fd, buf, IOCB_CMD_PREAD, 1, "reads")) {
-            failed = 1;
-            break;
-        }
-        /* While the device works: other memory comes in, evicting. */
-        churn();
-        failed |= reap(ctx, BLOCKS, "reads");
+        int done = transfer(ctx, fd, buf, IOCB_CMD_PREAD, 1, "reads");
+        failed |= done != 0;
+        if (done < 0) break;
         size_t bad = 0;
         for (size_t b = 0; b < BLOCKS; b++) bad += pages_wrong(buf[b], b, round);
         /* Writes of the next round's pattern from evicted buffers. */
         for (size_t b = 0; b < BLOCKS; b++)
             for (size_t i = 0; i < BLOCK; i++) buf[b][i] = pattern(b, i, round + 1);
-        churn();
-        if (submit(ctx, fd, buf, IOCB_CMD_PWRITE, 0, "writes")) {
-            failed = 1;
-            break;
-        }
-        churn();
-        failed |= reap(ctx, BLOCKS, "writes");
+        done = transfer(ctx, fd, buf, IOCB_CMD_PWRITE, 0, "writes");
+        failed |= done != 0;
+        if (done < 0) break;
         size_t bad_written = 0;
         for (size_t b = 0; b < BLOCKS; b++) {
             if (pread(fd, plain, BLOCK, (off_t)(b * BLOCK)) != (ssize_t)BLOCK) return 2;

@@ -17,6 +17,9 @@
 
 #include <tiermem.h>
 
+#define CHECK_LAST_ERROR
+#include "check.h"
+
 /* The ABI that the Rust side checks too (crates/tiermem-capi). */
 _Static_assert(sizeof(struct tm_config) == 104, "struct tm_config version 2 is 104 bytes");
 _Static_assert(offsetof(struct tm_config, far_path) == 40, "tm_config.far_path offset");
@@ -27,28 +30,6 @@ _Static_assert(offsetof(struct tm_stats, faults_zero_fill) == 8, "tm_stats.fault
 #define KiB ((uint64_t)1 << 10)
 #define MiB ((uint64_t)1 << 20)
 #define PAGE ((uint64_t)4096)
-
-static int failures;
-static int checks;
-
-#define CHECK(cond, ...)                                                      \
-  do {                                                                        \
-    checks++;                                                                 \
-    if (!(cond)) {                                                            \
-      failures++;                                                             \
-      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);         \
-      fprintf(stderr, __VA_ARGS__);                                           \
-      fprintf(stderr, " [last error: \"%s\"]\n", tm_last_error());            \
-    }                                                                         \
-  } while (0)
-
-static uint64_t mix(uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdULL;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ULL;
-  return x ^ (x >> 33);
-}
 
 static struct tm_stats stats_of(const tm_region *r) {
   struct tm_stats s;
@@ -241,18 +222,14 @@ static void expect_error(int line, const struct tm_config *cfg, int code, const 
   }
 }
 #define EXPECT_ERROR(cfg, code, what) expect_error(__LINE__, cfg, code, what)
-
-static uint64_t read_sys_u64(const char *path) {
-  FILE *f = fopen(path, "r");
-  unsigned long long v = 0;
-  if (f != NULL) {
-    if (fscanf(f, "%llu", &v) != 1) {
-      v = 0;
-    }
-    fclose(f);
-  }
-  return v;
-}
+/* The same for a 1 MiB config, all defaults but `field` = `value`: TM_EINVAL. */
+#define EXPECT_BAD_FIELD(field, value, what)  \
+  do {                                        \
+    struct tm_config bad_;                    \
+    tm_config_init(&bad_, 1 * MiB, 1 * MiB);  \
+    bad_.field = value;                       \
+    EXPECT_ERROR(&bad_, TM_EINVAL, what);     \
+  } while (0)
 
 static void test_bad_inputs(void) {
   struct tm_config cfg;
@@ -280,39 +257,24 @@ static void test_bad_inputs(void) {
   EXPECT_ERROR(&cfg, TM_EINVAL, "far_path is NULL");
 
   /* 2 MiB pages: ask for 4 more than the pool can give right now. */
-  uint64_t free_pages = read_sys_u64("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages");
-  uint64_t reserved = read_sys_u64("/sys/kernel/mm/hugepages/hugepages-2048kB/resv_hugepages");
-  uint64_t available = free_pages > reserved ? free_pages - reserved : 0;
+  long free_pages = read_long("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages");
+  long reserved = read_long("/sys/kernel/mm/hugepages/hugepages-2048kB/resv_hugepages");
+  if (reserved < 0) reserved = 0;
+  uint64_t available = free_pages > reserved ? (uint64_t)(free_pages - reserved) : 0;
   uint64_t huge = 2 * MiB, near = (available + 4) * huge;
   tm_config_init(&cfg, 2 * near, near);
   cfg.page_size_bytes = huge;
   EXPECT_ERROR(&cfg, TM_EHUGEPAGES, "nr_hugepages");
 
   /* Unknown enumeration values and sizes are refused, never guessed. */
-  tm_config_init(&cfg, 1 * MiB, 1 * MiB);
-  cfg.page_size_bytes = 65536;
-  EXPECT_ERROR(&cfg, TM_EINVAL, "page_size_bytes");
-  tm_config_init(&cfg, 1 * MiB, 1 * MiB);
-  cfg.far_kind = 5;
-  EXPECT_ERROR(&cfg, TM_EINVAL, "far_kind = 5");
-  tm_config_init(&cfg, 1 * MiB, 1 * MiB);
-  cfg.policy = 4;
-  EXPECT_ERROR(&cfg, TM_EINVAL, "policy = 4");
-  tm_config_init(&cfg, 1 * MiB, 1 * MiB);
-  cfg.fault_path = -1;
-  EXPECT_ERROR(&cfg, TM_EINVAL, "fault_path = -1");
-  tm_config_init(&cfg, 1 * MiB, 1 * MiB);
-  cfg.dirty_tracking = 2;
-  EXPECT_ERROR(&cfg, TM_EINVAL, "dirty_tracking = 2");
-  tm_config_init(&cfg, 1 * MiB, 1 * MiB);
-  cfg.evict_batch_pages = 513;
-  EXPECT_ERROR(&cfg, TM_EINVAL, "evict_batch_pages");
-  tm_config_init(&cfg, 1 * MiB, 1 * MiB);
-  cfg.far_path = "/tmp";
-  EXPECT_ERROR(&cfg, TM_EINVAL, "TM_FAR_MEMORY");
-  tm_config_init(&cfg, 1 * MiB, 1 * MiB);
-  cfg.struct_size = 8;
-  EXPECT_ERROR(&cfg, TM_EINVAL, "struct_size = 8");
+  EXPECT_BAD_FIELD(page_size_bytes, 65536, "page_size_bytes");
+  EXPECT_BAD_FIELD(far_kind, 5, "far_kind = 5");
+  EXPECT_BAD_FIELD(policy, 4, "policy = 4");
+  EXPECT_BAD_FIELD(fault_path, -1, "fault_path = -1");
+  EXPECT_BAD_FIELD(dirty_tracking, 2, "dirty_tracking = 2");
+  EXPECT_BAD_FIELD(evict_batch_pages, 513, "evict_batch_pages");
+  EXPECT_BAD_FIELD(far_path, "/tmp", "TM_FAR_MEMORY");
+  EXPECT_BAD_FIELD(struct_size, 8, "struct_size = 8");
 
   /* Stats: NULL arguments and a forgotten struct_size. */
   struct tm_stats s;
@@ -631,16 +593,6 @@ static void test_overshadow(void) {
   unlink(path);
 }
 
-static long read_pool(const char *path) {
-  FILE *f = fopen(path, "r");
-  long v = -1;
-  if (f != NULL) {
-    if (fscanf(f, "%ld", &v) != 1) v = -1;
-    fclose(f);
-  }
-  return v;
-}
-
 static void write_pool(const char *path, long v) {
   FILE *f = fopen(path, "w");
   if (f != NULL) {
@@ -682,14 +634,14 @@ static void test_segments_and_thp(void) {
   /* No 1 GiB pages and no fallback: the error names the fix. */
   const char *pool1g = "/sys/kernel/mm/hugepages/hugepages-1048576kB/nr_hugepages";
   const char *pool2m = "/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages";
-  if (read_pool(pool1g) == 0) {
+  if (read_long(pool1g) == 0) {
     rc = tm_segment_create(1 << 30, TM_SEGMENT_NO_FALLBACK, &seg);
     CHECK(rc == TM_EHUGEPAGES, "empty 1 GiB pool: %d", rc);
     CHECK(strstr(tm_last_error(), "tiermem hugepages reserve 1G:1") != NULL, "names the command");
   }
 
   /* A 2 MiB segment from a pool reserved here (root), restored after. */
-  long before = read_pool(pool2m);
+  long before = read_long(pool2m);
   uint64_t avail = 0;
   rc = tm_hugepages_reserve(2 * MiB, 2, &avail);
   if (rc == TM_EPERM) {

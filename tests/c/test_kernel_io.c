@@ -339,34 +339,17 @@ static void longjmp_case(void) {
   free(buf);
 }
 
-struct test_case {
-  const char *name;
-  void (*run)(void);
-};
-
 static void socket_case(void) { blocked_reader_case(SOCKET); }
 static void pipe_case(void) { blocked_reader_case(PIPE); }
 static void vector_case(void) { blocked_reader_case(VECTOR); }
 static void message_case(void) { blocked_reader_case(MESSAGE); }
 
-static const struct test_case cases[] = {
+static const struct check_case cases[] = {
     {"recv", blocked_recv_case}, {"socket", socket_case},     {"pipe", pipe_case},         {"vector", vector_case},
     {"message", message_case},   {"threads", threads_case},   {"datagram", datagram_case},
     {"vmsplice", vmsplice_case}, {"longjmp", longjmp_case},
 };
 
 int main(int argc, char **argv) {
-  size_t n = sizeof cases / sizeof cases[0];
-  if (argc == 2) {
-    for (size_t k = 0; k < n; k++)
-      if (strcmp(argv[1], cases[k].name) == 0) cases[k].run();
-    if (checks == 0) {
-      fprintf(stderr, "no case %s\n", argv[1]);
-      return 2;
-    }
-    return failures ? 1 : 0;
-  }
-  const char *names[sizeof cases / sizeof cases[0]];
-  for (size_t k = 0; k < n; k++) names[k] = cases[k].name;
-  return run_each_case(argv[0], names, n, "test_kernel_io") ? 1 : 0;
+  return run_cases(argc, argv, cases, sizeof cases / sizeof cases[0], "test_kernel_io");
 }

@@ -23,20 +23,11 @@
 
 #include <tiermem.h>
 
+#define CHECK_LAST_ERROR
+#include "check.h"
+
 #define MiB ((size_t)1 << 20)
 #define PAGE ((size_t)4096)
-
-static int failures;
-
-#define CHECK(cond, ...)                                                      \
-  do {                                                                        \
-    if (!(cond)) {                                                            \
-      failures++;                                                             \
-      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);         \
-      fprintf(stderr, __VA_ARGS__);                                           \
-      fprintf(stderr, " [last error: \"%s\"]\n", tm_last_error());            \
-    }                                                                         \
-  } while (0)
 
 /* rc is the documented error and tm_last_error says something. */
 #define EXPECT_RC(expr, code)                                                 \
@@ -599,16 +590,6 @@ static void existing_file_kept(void) {
  * into 2 MiB pages, keep them, and report TM_EHUGEPAGES). Root only; the
  * pool is put back as found whatever happens (see main). */
 static const char *const nr_2m = "/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages";
-
-static long read_long(const char *path) {
-  FILE *f = fopen(path, "r");
-  long v = -1;
-  if (f != NULL) {
-    if (fscanf(f, "%ld", &v) != 1) v = -1;
-    fclose(f);
-  }
-  return v;
-}
 
 static void hugepages_beyond_memory(void) {
   long before = read_long(nr_2m);

@@ -101,31 +101,31 @@ static void on_alarm_jump(int sig) {
   }
 }
 
-static void test_siglongjmp_out_of_reads(int path) {
-  atomic_store(&current_case, "siglongjmp out of region reads");
-  tm_region *r = make_region(path, 0);
+/* Runs `slice` (an endless loop over r's words w from *pos, counting the
+ * wrong ones in *bad) in time slices that a SIGALRM every `usec` µs cuts
+ * short with a siglongjmp, `rounds` times; then stops the timer and checks
+ * that no word was wrong. */
+typedef void slice_fn(tm_region *r, volatile uint64_t *w, volatile size_t *pos, volatile uint64_t *bad);
+
+static void jump_out_of(int path, tm_region *r, suseconds_t usec, unsigned rounds, slice_fn *slice) {
   volatile uint64_t *w = tm_region_base(r);
   atomic_store(&slice_tid, (int)syscall(SYS_gettid));
   atomic_store(&slice_stray, 0);
   struct sigaction sa = {0};
   sa.sa_handler = on_alarm_jump;
   sigaction(SIGALRM, &sa, NULL);
-  struct itimerval it = {{0, 200}, {0, 200}};
+  struct itimerval it = {{0, usec}, {0, usec}};
   setitimer(ITIMER_REAL, &it, NULL);
   volatile unsigned jumps = 0;
   volatile uint64_t bad = 0;
   volatile size_t pos = 0;
-  while (jumps < 3000) {
+  while (jumps < rounds) {
     if (sigsetjmp(slice_jump, 1)) {
       jumps++;
       continue;
     }
     slice_armed = 1;
-    for (;;) { /* a time slice of plain reads, cut short by the timer */
-      size_t i = (pos * 577) % ((size_t)PAGES * PAGE / 8);
-      if (w[i] != mix(i)) bad++;
-      pos++;
-    }
+    slice(r, w, &pos, &bad);
   }
   slice_armed = 0;
   struct itimerval off = {{0, 0}, {0, 0}};
@@ -136,6 +136,22 @@ static void test_siglongjmp_out_of_reads(int path) {
   for (size_t i = 0; i < (size_t)PAGES * PAGE / 8; i += 512)
     if (w[i] != mix(i)) bad++;
   CHECK(bad == 0, "%s: %lu bad words after %u jumps", path_name(path), (unsigned long)bad, jumps);
+}
+
+/* A time slice of plain reads. */
+static void read_slice(tm_region *r, volatile uint64_t *w, volatile size_t *pos, volatile uint64_t *bad) {
+  (void)r;
+  for (;;) {
+    size_t i = (*pos * 577) % ((size_t)PAGES * PAGE / 8);
+    if (w[i] != mix(i)) (*bad)++;
+    (*pos)++;
+  }
+}
+
+static void test_siglongjmp_out_of_reads(int path) {
+  atomic_store(&current_case, "siglongjmp out of region reads");
+  tm_region *r = make_region(path, 0);
+  jump_out_of(path, r, 200, 3000, read_slice);
   char name[32];
   CHECK(atomic_load(&slice_stray) == 0, "%s: %lu SIGALRM handlers ran on another thread (last: %d, %s)",
         path_name(path), (unsigned long)atomic_load(&slice_stray), atomic_load(&stray_tid),
@@ -148,45 +164,25 @@ static void test_siglongjmp_out_of_reads(int path) {
  * lookup for a moment, which an abandoned call would keep forever (the
  * next access hung or died of SIGBUS, or destroy hung) ---- */
 
+/* A time slice of tiermem calls, each followed by a read. */
+static void call_slice(tm_region *r, volatile uint64_t *w, volatile size_t *k, volatile uint64_t *bad) {
+  for (;;) {
+    void *at = (void *)(w + (*k % (PAGES / 8)) * 8 * (PAGE / 8));
+    switch ((*k)++ % 4) {
+    case 0: tm_region_evict_all(r); break;
+    case 1: tm_advise(at, 8 * PAGE, TM_ADVICE_DONTNEED); break;
+    case 2: tm_prefetch(at, 8 * PAGE); break;
+    default: tm_touch(at, 8 * PAGE); break;
+    }
+    size_t i = (*k * 577) % ((size_t)PAGES * PAGE / 8);
+    if (w[i] != mix(i)) (*bad)++;
+  }
+}
+
 static void test_siglongjmp_out_of_calls(int path) {
   atomic_store(&current_case, "siglongjmp out of tiermem calls");
   tm_region *r = make_region(path, 0);
-  volatile uint64_t *w = tm_region_base(r);
-  atomic_store(&slice_tid, (int)syscall(SYS_gettid));
-  atomic_store(&slice_stray, 0);
-  struct sigaction sa = {0};
-  sa.sa_handler = on_alarm_jump;
-  sigaction(SIGALRM, &sa, NULL);
-  struct itimerval it = {{0, 100}, {0, 100}};
-  setitimer(ITIMER_REAL, &it, NULL);
-  volatile unsigned jumps = 0;
-  volatile uint64_t bad = 0;
-  volatile size_t k = 0;
-  while (jumps < 2000) {
-    if (sigsetjmp(slice_jump, 1)) {
-      jumps++;
-      continue;
-    }
-    slice_armed = 1;
-    for (;;) {
-      void *at = (void *)(w + (k % (PAGES / 8)) * 8 * (PAGE / 8));
-      switch (k++ % 4) {
-      case 0: tm_region_evict_all(r); break;
-      case 1: tm_advise(at, 8 * PAGE, TM_ADVICE_DONTNEED); break;
-      case 2: tm_prefetch(at, 8 * PAGE); break;
-      default: tm_touch(at, 8 * PAGE); break;
-      }
-      size_t i = (k * 577) % ((size_t)PAGES * PAGE / 8);
-      if (w[i] != mix(i)) bad++;
-    }
-  }
-  slice_armed = 0;
-  struct itimerval off = {{0, 0}, {0, 0}};
-  setitimer(ITIMER_REAL, &off, NULL);
-  signal(SIGALRM, SIG_DFL);
-  for (size_t i = 0; i < (size_t)PAGES * PAGE / 8; i += 512)
-    if (w[i] != mix(i)) bad++;
-  CHECK(bad == 0, "%s: %lu bad words after %u jumps", path_name(path), (unsigned long)bad, jumps);
+  jump_out_of(path, r, 100, 2000, call_slice);
   CHECK(tm_region_evict_all(r) >= 0, "%s: evict_all after the jumps: %s", path_name(path), tm_last_error());
   tm_region_destroy(r); /* a lookup left open would hang here */
 }

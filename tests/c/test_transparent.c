@@ -783,12 +783,7 @@ static void test_exit_with_live_memory(void) {
   CHECK(bad_words(left_for_destructor, MIB, 51) == 0, "late data");
 }
 
-struct test_case {
-  const char *name;
-  void (*run)(void);
-};
-
-static const struct test_case cases[] = {
+static const struct check_case cases[] = {
     {"alloc", test_alloc_surface},       {"mmap", test_mmap},   {"kernel-access", test_kernel_access},
     {"statics", test_statics},           {"fork", test_fork},   {"threads", test_threads_and_dlopen},
     {"exit", test_exit_with_live_memory}, {"exec", test_exec},
@@ -801,16 +796,5 @@ static const struct test_case cases[] = {
 int main(int argc, char **argv) {
   if (argc >= 2 && strcmp(argv[1], "read-into") == 0) return read_into(argc - 2, argv + 2);
   if (argc == 2 && strcmp(argv[1], "exec-noaslr") == 0) return noaslr_children();
-  if (argc == 2) {
-    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
-      if (strcmp(argv[1], cases[k].name) == 0) cases[k].run();
-    if (checks == 0) {
-      fprintf(stderr, "no case %s\n", argv[1]);
-      return 2;
-    }
-    return failures ? 1 : 0;
-  }
-  const char *names[sizeof cases / sizeof cases[0]];
-  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) names[k] = cases[k].name;
-  return run_each_case(argv[0], names, sizeof cases / sizeof cases[0], "test_transparent") ? 1 : 0;
+  return run_cases(argc, argv, cases, sizeof cases / sizeof cases[0], "test_transparent");
 }
