@@ -89,7 +89,7 @@ if command -v pkg-config >/dev/null 2>&1; then
     # shellcheck disable=SC2046 # pkg-config's words are meant to split
     cc -std=c11 -Wall -Werror $(pkg-config --cflags tiermem) "$root/examples/c/example.c" \
         $(pkg-config --libs tiermem) -Wl,-rpath,"$P/lib" -o "$work/example-pc"
-    ldd "$work/example-pc" | grep -q "libtiermem.so.0 => $P/lib/libtiermem.so.0" ||
+    ldd "$work/example-pc" | grep "libtiermem.so.0 => $P/lib/libtiermem.so.0" >/dev/null ||
         { ldd "$work/example-pc"; fail "pkg-config: the program does not load $P/lib/libtiermem.so.0"; }
     check_example "$work/example-pc" example-pc
     [ "$(pkg-config --modversion tiermem)" = "$("$P/bin/tiermem" --version | awk '{print $2}')" ] ||
@@ -126,7 +126,7 @@ target_link_libraries(example_static PRIVATE tiermem::tiermem_static)
 EOF
     check_example "$work/cm/build/example_shared" cmake-shared
     check_example "$work/cm/build/example_static" cmake-static
-    if readelf -d "$work/cm/build/example_static" | grep -q "libtiermem"; then fail "cmake: the static target loads libtiermem.so"; fi
+    if readelf -d "$work/cm/build/example_static" | grep "libtiermem" >/dev/null; then fail "cmake: the static target loads libtiermem.so"; fi
     # A version above this one must be refused.
     sed -i 's/find_package(tiermem 0.1 REQUIRED)/find_package(tiermem 9.0 REQUIRED)/' "$work/cm/CMakeLists.txt"
     if cmake -S "$work/cm" -B "$work/cm/build9" -DCMAKE_PREFIX_PATH="$P" >/dev/null 2>&1; then
@@ -143,7 +143,7 @@ if [ -f "$root/include/tiermem.f90" ] && [ -f "$root/examples/fortran/example.f9
         [ -f "$P/include/tiermem.mod" ] || fail "fortran: $P/include/tiermem.mod was not installed"
         [ -f "$P/include/tiermem.f90" ] || fail "fortran: $P/include/tiermem.f90 was not installed"
         [ -f "$P/lib/libtiermem_fortran.a" ] || fail "fortran: $P/lib/libtiermem_fortran.a was not installed"
-        if find "$P" -name '*.o' | grep -q .; then fail "fortran: an object file was left in $P"; fi
+        if find "$P" -name '*.o' | grep . >/dev/null; then fail "fortran: an object file was left in $P"; fi
         # By hand, through pkg-config, and through CMake's tiermem::fortran.
         gfortran -I"$P/include" "$root/examples/fortran/example.f90" -L"$P/lib" -ltiermem_fortran -ltiermem \
             -Wl,-rpath,"$P/lib" -o "$work/example-f"

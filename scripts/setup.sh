@@ -38,7 +38,7 @@ fi
 # rustup manages the toolchain (the minimal profile lacks them).
 if command -v rustup >/dev/null 2>&1; then
     for component in rustfmt clippy; do
-        if ! rustup component list --installed 2>/dev/null | grep -q "^$component"; then
+        if ! rustup component list --installed 2>/dev/null | grep "^$component" >/dev/null; then
             echo "installing the $component component"
             rustup component add "$component" >/dev/null 2>&1 || echo "warning: could not add $component" >&2
         fi
