@@ -34,11 +34,23 @@
 //! the error is recorded, and a fault that cannot get near memory at all
 //! fails visibly (SIGBUS) instead of hanging.
 //!
-//! This file holds `RegionCore`, its construction and the fault entry
-//! (`resolve`); the rest of the fault path lives in sibling files: `fill`
-//! (near slots, fills and installs), `evict` (victim runs, write-back,
-//! publish), `piped` (dirty victims read through a pipe), `ring_evict`
-//! (eviction into the frame ring), `discard` (discard and poison) and `errors` (the error log).
+//! The engine is cut into parts, bottom to top, and calls between parts
+//! only go down (`layers.rs` lists them and tests it; docs/design.md, "The
+//! engine's parts", draws them):
+//! 1. core: this file (`RegionCore`, its construction, accessors), `slots`
+//!    (the near budget's slots: resident and held pages), `copy`
+//!    (`UFFDIO_COPY` primitives), `ring` (frames for zero-copy installs),
+//!    `rewrite`, `errors`, `scratch`, `locality`, `progress`, `budget`;
+//! 2. the evictor: `evict` (victim runs, write-back, publish), `piped`
+//!    (dirty victims read through a pipe), `ring_evict` (eviction into the
+//!    frame ring), `pinned` (pages the kernel pins);
+//! 3. the installer: `fill` (demand fills, installs), `around`
+//!    (fault-around clusters), `request_fill` (runs asked for by movers and
+//!    prefetch), `stride`, `poison`;
+//! 4. the movers: `mover`, `prefetch`, `cpu_gate`;
+//! 5. the top: `resolve` (a fault, a discard or advice from the program),
+//!    the fault paths (`in_context`, `handler_thread`) and kernel accesses
+//!    (`pin`, `hold`).
 
 mod access;
 mod around;
