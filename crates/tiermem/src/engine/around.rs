@@ -28,7 +28,6 @@
 
 use super::locality::MAX_CLUSTER;
 use super::{Outcome, RegionCore, Server};
-use crate::config::PageSize;
 use crate::page::{PageState, PageTable, PageWord};
 use crate::stats::{Cost, FaultKind, FaultTimer};
 use std::sync::atomic::Ordering;
@@ -308,11 +307,6 @@ impl RegionCore {
         };
         self.pages.unlock(c.at, next);
         Some(Outcome::Resolved)
-    }
-
-    /// Whether fault-around applies to this region's pages at all.
-    pub(super) fn around_enabled(config: &crate::config::Config) -> bool {
-        config.fault_around && config.page_size == PageSize::Base4K
     }
 }
 

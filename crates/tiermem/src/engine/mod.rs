@@ -40,7 +40,8 @@
 //! 1. core: this file (`RegionCore`, its construction, accessors), `slots`
 //!    (the near budget's slots: resident and held pages), `copy`
 //!    (`UFFDIO_COPY` primitives), `ring` (frames for zero-copy installs),
-//!    `rewrite`, `errors`, `scratch`, `locality`, `progress`, `budget`;
+//!    `rewrite`, `errors`, `scratch`, `locality`, `progress`, `budget`,
+//!    `access`;
 //! 2. the evictor: `evict` (victim runs, write-back, publish), `piped`
 //!    (dirty victims read through a pipe), `ring_evict` (eviction into the
 //!    frame ring), `pinned` (pages the kernel pins);
@@ -50,7 +51,7 @@
 //! 4. the movers: `mover`, `prefetch`, `cpu_gate`;
 //! 5. the top: `resolve` (a fault, a discard or advice from the program),
 //!    the fault paths (`in_context`, `handler_thread`) and kernel accesses
-//!    (`pin`, `hold`).
+//!    (`pin`, `hold`), a forked child's copy (`inherit`).
 
 mod access;
 mod around;
@@ -257,14 +258,6 @@ pub(crate) struct Parts {
     pub(crate) shared_budget: Option<Arc<budget::Budget>>,
 }
 
-/// Takes `n` pages for good from a shared budget (the frame ring's: near
-/// memory like resident pages); all or nothing, and never past a quarter
-/// of it (see `Budget::keep`). True for a region's own budget, which the
-/// caller shrinks instead.
-fn take_from_shared(shared: &Option<Arc<budget::Budget>>, n: usize, page_bytes: usize) -> bool {
-    shared.as_ref().is_none_or(|b| b.keep(n, page_bytes))
-}
-
 /// Whether several threads fault in a region now: the thread that faulted
 /// last, and when another one last took its place (milliseconds since the
 /// region was made). A program whose main thread fills the data and whose
@@ -317,17 +310,6 @@ impl FaultingThreads {
     }
 }
 
-impl Drop for RegionCore {
-    fn drop(&mut self) {
-        // A shared budget outlives the region: give its frame ring's room
-        // back (the slots give back their pages').
-        if self.slots.shared() {
-            let ring = self.ring.as_ref().map_or(0, |r| r.cap);
-            self.slots.budget.give_back_kept(ring, self.page_bytes);
-        }
-    }
-}
-
 impl RegionCore {
     pub(crate) fn new(config: Config, parts: Parts) -> Result<RegionCore, crate::Error> {
         let page_bytes = config.page_size.bytes();
@@ -376,23 +358,19 @@ impl RegionCore {
         // Only when asked (`install = move`): auto copies, which measured
         // faster (see `InstallMethod::Auto`).
         let recycle = config.install == crate::config::InstallMethod::Move;
+        // The ring's slots, kept out of a shared budget: given back when
+        // `kept` goes, with the slots or on an error return below.
+        let mut kept = slots::Kept::new(shared.as_ref(), page_bytes);
         let ring = if recycle
             && parts.uffd.features().contains(tiermem_sys::uffd::Features::MOVE)
             && config.page_size == PageSize::Base4K
             && config.dirty_tracking == DirtyTracking::WpFault
             && ring_pages >= 16
-            && take_from_shared(&shared, ring_pages, page_bytes)
+            && kept.keep(ring_pages)
         {
             budget -= ring_pages;
-            match FrameRing::new(&parts.uffd, ring_pages, page_bytes) {
-                Ok(ring) => Some(ring),
-                Err(e) => {
-                    if let Some(b) = &shared {
-                        b.give_back_kept(ring_pages, page_bytes);
-                    }
-                    return Err(e);
-                }
-            }
+            // On an error, `kept` gives the slots back.
+            Some(FrameRing::new(&parts.uffd, ring_pages, page_bytes)?)
         } else {
             None
         };
@@ -443,7 +421,7 @@ impl RegionCore {
             rewrites,
             thp_staging,
             thp_stale: AtomicU64::new(0),
-            slots: slots::Slots::new(shared, budget, page_bytes),
+            slots: slots::Slots::new(shared, budget, page_bytes, kept),
             ring,
             pin_ring: std::sync::OnceLock::new(),
             checked_threads: pinned::CheckedThreads::new(),
@@ -544,5 +522,10 @@ impl RegionCore {
 
     pub(crate) fn uffd(&self) -> &Uffd {
         &self.uffd
+    }
+
+    /// Whether fault-around applies to this region's pages at all.
+    fn around_enabled(config: &crate::config::Config) -> bool {
+        config.fault_around && config.page_size == PageSize::Base4K
     }
 }

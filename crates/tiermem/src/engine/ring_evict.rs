@@ -65,7 +65,7 @@ impl RegionCore {
         // as frames only once written back (see `FrameRing`).
         let pos_of = &mut bufs.pos_of[..n];
         let mut moved = 0;
-        // The kernel refused the page at `moved` as pinned (see `hold`).
+        // The kernel refused the page at `moved` as pinned (see `pinned`).
         let mut pinned = false;
         while moved < n && holes > 0 {
             let k = holes.min(ring.cap - at).min(n - moved);
@@ -180,7 +180,7 @@ impl RegionCore {
         }
         if moved < n && pinned {
             // Pinned by the kernel: unmapped now, the page would lose what
-            // the pinning call writes into it. It stays, held (see `hold`),
+            // the pinning call writes into it. It stays, held (see `pinned`),
             // and the rest of the run goes on.
             let (p, w) = run[moved];
             self.pages.unlock(p, w);

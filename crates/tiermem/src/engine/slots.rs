@@ -31,12 +31,54 @@ pub(crate) struct Slots {
     held: AtomicUsize,
     /// Most pages held at once.
     held_peak: AtomicUsize,
+    /// What the region keeps for good out of a shared budget.
+    _kept: Kept,
+}
+
+/// Slots a region keeps for good (its frame ring's) out of a shared
+/// budget: all or nothing, never past a quarter of it (`Budget::keep`),
+/// and given back when this goes. A region's own budget keeps nothing:
+/// its owner makes the budget smaller instead.
+pub(crate) struct Kept {
+    shared: Option<Arc<Budget>>,
+    pages: usize,
+    page_bytes: usize,
+}
+
+impl Kept {
+    pub(crate) fn new(shared: Option<&Arc<Budget>>, page_bytes: usize) -> Kept {
+        Kept {
+            shared: shared.cloned(),
+            pages: 0,
+            page_bytes,
+        }
+    }
+
+    /// Keeps `n` slots more; false if the shared budget cannot spare them.
+    pub(crate) fn keep(&mut self, n: usize) -> bool {
+        match &self.shared {
+            Some(b) if !b.keep(n, self.page_bytes) => false,
+            _ => {
+                self.pages += n;
+                true
+            }
+        }
+    }
+}
+
+impl Drop for Kept {
+    fn drop(&mut self) {
+        if let Some(b) = &self.shared {
+            b.give_back_kept(self.pages, self.page_bytes);
+        }
+    }
 }
 
 impl Slots {
     /// `own_pages` of `page_bytes` each, out of `shared` if given (the
-    /// caller sized them from it), else a budget of their own.
-    pub(crate) fn new(shared: Option<Arc<Budget>>, own_pages: usize, page_bytes: usize) -> Slots {
+    /// caller sized them from it), else a budget of their own; with what
+    /// the region keeps for good.
+    pub(crate) fn new(shared: Option<Arc<Budget>>, own_pages: usize, page_bytes: usize, kept: Kept) -> Slots {
         Slots {
             shared: shared.is_some(),
             budget: shared.unwrap_or_else(|| Budget::new((own_pages * page_bytes) as u64)),
@@ -45,12 +87,8 @@ impl Slots {
             resident: AtomicUsize::new(0),
             held: AtomicUsize::new(0),
             held_peak: AtomicUsize::new(0),
+            _kept: kept,
         }
-    }
-
-    /// Whether the budget is shared with other regions.
-    pub(crate) fn shared(&self) -> bool {
-        self.shared
     }
 
     /// This region's share of the budget, in its pages.
@@ -134,9 +172,13 @@ impl Slots {
 
 impl Drop for Slots {
     fn drop(&mut self) {
-        // A shared budget outlives the region: give its pages' room back.
+        // A shared budget outlives the region: give its pages' room back,
+        // and the room its held pages added (the kept slots go with
+        // `_kept`).
         if self.shared {
             self.budget.give_back(self.resident(), self.page_bytes);
+            self.budget
+                .unhold((self.held.load(Ordering::Relaxed) * self.page_bytes) as u64);
         }
     }
 }
@@ -170,7 +212,7 @@ mod tests {
 
     #[test]
     fn own_slots_are_the_resident_count_and_grow_by_held_pages() {
-        let s = Slots::new(None, 4, 4096);
+        let s = Slots::new(None, 4, 4096, Kept::new(None, 4096));
         assert_eq!(s.take(3), (3, 3));
         assert_eq!(s.take(3), (1, 4), "only what is left");
         assert_eq!(s.take(1), (0, 4));
@@ -185,8 +227,8 @@ mod tests {
     #[test]
     fn shared_slots_count_in_the_budget_and_go_back_when_dropped() {
         let b = Budget::new(8 * 4096);
-        let a = Slots::new(Some(b.clone()), 8, 4096);
-        let c = Slots::new(Some(b.clone()), 8, 4096);
+        let a = Slots::new(Some(b.clone()), 8, 4096, Kept::new(Some(&b), 4096));
+        let c = Slots::new(Some(b.clone()), 8, 4096, Kept::new(Some(&b), 4096));
         assert_eq!(a.take(5).0, 5);
         assert_eq!(c.take(5).0, 3, "the other region took the rest");
         assert_eq!(a.free(), 0);
@@ -199,5 +241,27 @@ mod tests {
         assert_eq!(c.free(), 8);
         drop(c);
         assert_eq!(b.free(4096), 8);
+    }
+
+    #[test]
+    fn a_dropped_region_gives_back_its_held_room_and_kept_slots() {
+        let b = Budget::new(16 * 4096);
+        let mut kept = Kept::new(Some(&b), 4096);
+        assert!(kept.keep(4));
+        assert!(!kept.keep(1), "never past a quarter");
+        let a = Slots::new(Some(b.clone()), 12, 4096, kept);
+        assert_eq!(b.free(4096), 12);
+        a.change_held(3);
+        assert_eq!(a.take(15).0, 15);
+        drop(a);
+        assert_eq!(b.free(4096), 16, "resident, held and kept all came back");
+        let mut failed = Kept::new(Some(&b), 4096);
+        assert!(failed.keep(4));
+        drop(failed);
+        assert_eq!(
+            b.free(4096),
+            16,
+            "a construction that failed gives its kept slots back"
+        );
     }
 }
