@@ -596,11 +596,23 @@ impl Drop for Window {
 }
 
 /// The local side of a contiguous one-sided transfer: where a get writes,
-/// or what a put reads.
+/// or what a put reads, and how many elements.
 #[derive(Clone, Copy)]
 enum Origin {
-    Get(*mut c_void),
-    Put(*const c_void),
+    Get(*mut c_void, usize),
+    Put(*const c_void, usize),
+}
+
+impl Origin {
+    /// A get into the elements of `out`.
+    fn get_into<T>(out: &mut [T]) -> Origin {
+        Origin::Get(out.as_mut_ptr().cast(), out.len())
+    }
+
+    /// A put of the elements of `src`.
+    fn put_from<T>(src: &[T]) -> Origin {
+        Origin::Put(src.as_ptr().cast(), src.len())
+    }
 }
 
 /// One-sided operations on a [`Window`]. Buffers handed to an operation
@@ -627,55 +639,31 @@ impl<'a> Batch<'a> {
         dst_offset: usize,
         len: usize,
     ) -> Result<(), MpiError> {
-        let dst_ptr = dst.range(dst_offset, len).addr();
-        // SAFETY: dst_ptr..+len is inside the live mapping dst (range()
+        let origin = Origin::Get(dst.range(dst_offset, len).addr() as *mut c_void, len);
+        // SAFETY: the origin is inside the live mapping dst (range()
         // checks), which stays borrowed until the flush; the caller's page
         // protocol gives this batch the bytes (nothing else writes them).
-        unsafe {
-            self.transfer(
-                target,
-                disp,
-                Origin::Get(dst_ptr as *mut c_void),
-                len,
-                byte_type(),
-            )
-        }
+        unsafe { self.transfer(target, disp, origin, byte_type()) }
     }
 
     /// `MPI_Get` of `out.len()` bytes at byte `disp` of `target`'s window.
     pub fn get_bytes(&mut self, target: usize, disp: usize, out: &'a mut [u8]) -> Result<(), MpiError> {
         // SAFETY: out is borrowed mutably until the flush.
-        unsafe {
-            self.transfer(
-                target,
-                disp,
-                Origin::Get(out.as_mut_ptr().cast()),
-                out.len(),
-                byte_type(),
-            )
-        }
+        unsafe { self.transfer(target, disp, Origin::get_into(out), byte_type()) }
     }
 
     /// `MPI_Get` of `out.len()` words at byte `disp` of `target`'s window.
     pub fn get_words(&mut self, target: usize, disp: usize, out: &'a mut [u64]) -> Result<(), MpiError> {
         // SAFETY: out is borrowed mutably until the flush.
-        unsafe {
-            self.transfer(
-                target,
-                disp,
-                Origin::Get(out.as_mut_ptr().cast()),
-                out.len(),
-                u64_type(),
-            )
-        }
+        unsafe { self.transfer(target, disp, Origin::get_into(out), u64_type()) }
     }
 
-    /// Starts a contiguous `MPI_Get` or `MPI_Put` (by `origin`) of `count`
-    /// elements of type `ty` between the origin buffer and byte `disp` of
-    /// `target`'s window.
+    /// Starts a contiguous `MPI_Get` or `MPI_Put` (by `origin`) of the
+    /// origin's elements, of type `ty`, from or to byte `disp` of `target`'s
+    /// window.
     ///
     /// # Safety
-    /// The origin buffer must be valid for `count` elements (writable, and
+    /// The origin buffer must be valid for its elements (writable, and
     /// written by nothing else, for a get; readable for a put) and stay so
     /// until the flush.
     unsafe fn transfer(
@@ -683,12 +671,11 @@ impl<'a> Batch<'a> {
         target: usize,
         disp: usize,
         origin: Origin,
-        count: usize,
         ty: ffi::MPI_Datatype,
     ) -> Result<(), MpiError> {
-        let (call, what) = match origin {
-            Origin::Get(_) => ("MPI_Get", "a get length"),
-            Origin::Put(_) => ("MPI_Put", "a put length"),
+        let (call, what, count) = match origin {
+            Origin::Get(_, count) => ("MPI_Get", "a get length", count),
+            Origin::Put(_, count) => ("MPI_Put", "a put length", count),
         };
         let n = int(count, what)?;
         self.pending = true;
@@ -697,8 +684,8 @@ impl<'a> Batch<'a> {
         // in its epoch.
         let rc = unsafe {
             match origin {
-                Origin::Get(dst) => ffi::MPI_Get(dst, n, ty, t, d, n, ty, w),
-                Origin::Put(src) => ffi::MPI_Put(src, n, ty, t, d, n, ty, w),
+                Origin::Get(dst, _) => ffi::MPI_Get(dst, n, ty, t, d, n, ty, w),
+                Origin::Put(src, _) => ffi::MPI_Put(src, n, ty, t, d, n, ty, w),
             }
         };
         check(call, rc)
@@ -772,29 +759,13 @@ impl<'a> Batch<'a> {
     /// `MPI_Put` of `src` bytes to byte `disp` of `target`'s window.
     pub fn put_bytes(&mut self, target: usize, disp: usize, src: &'a [u8]) -> Result<(), MpiError> {
         // SAFETY: src is borrowed until the flush.
-        unsafe {
-            self.transfer(
-                target,
-                disp,
-                Origin::Put(src.as_ptr().cast()),
-                src.len(),
-                byte_type(),
-            )
-        }
+        unsafe { self.transfer(target, disp, Origin::put_from(src), byte_type()) }
     }
 
     /// `MPI_Put` of `src` words to byte `disp` of `target`'s window.
     pub fn put_words(&mut self, target: usize, disp: usize, src: &'a [u64]) -> Result<(), MpiError> {
         // SAFETY: src is borrowed until the flush.
-        unsafe {
-            self.transfer(
-                target,
-                disp,
-                Origin::Put(src.as_ptr().cast()),
-                src.len(),
-                u64_type(),
-            )
-        }
+        unsafe { self.transfer(target, disp, Origin::put_from(src), u64_type()) }
     }
 
     /// `MPI_Fetch_and_op(MPI_SUM)` on the word at byte `disp` of `target`'s
