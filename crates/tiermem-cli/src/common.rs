@@ -42,6 +42,24 @@ pub fn save<R: serde::Serialize>(
     Ok(())
 }
 
+/// [`save`] for a benchmark whose chart is the one file `--plot` names.
+pub fn save_chart<R: serde::Serialize>(
+    r: &R,
+    json: &Option<PathBuf>,
+    plot: &Option<PathBuf>,
+    draw: impl FnOnce(&R, &Path) -> Result<(), String>,
+) -> Result<(), String> {
+    save(r, json, plot, |r, pl| draw(r, pl).map(|()| vec![pl.to_owned()]))
+}
+
+/// Refuses the sizes of a region (`--virt`, `--near`) that tiermem would
+/// refuse, before a benchmark starts.
+pub fn check_sizes(virt: u64, near: u64) -> Result<(), String> {
+    tiermem::Config::new(virt, near)
+        .validate()
+        .map_err(|e| e.to_string())
+}
+
 pub fn list<T>(s: &str, what: &str, f: impl Fn(&str) -> Option<T>) -> Result<Vec<T>, String> {
     s.split(',')
         .map(str::trim)

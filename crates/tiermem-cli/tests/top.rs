@@ -149,6 +149,20 @@ fn wait(mut c: Child) -> std::process::Output {
     c.wait_with_output().unwrap()
 }
 
+/// Waits for `c`, which must succeed, and checks that no live page is left
+/// in `dir` (every tiermem process removes its own as it ends).
+fn wait_until_gone(c: Child, dir: &Path) {
+    let out = wait(c);
+    assert!(
+        out.status.success(),
+        "{:?}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let left = pages_in(dir);
+    assert!(left.is_empty(), "{left:?}");
+}
+
 /// The pid of a process that has ended.
 fn dead_pid() -> u32 {
     let mut c = Command::new("true").spawn().unwrap();
@@ -239,16 +253,8 @@ fn top_lists_a_tiered_run_and_its_forked_child_and_the_report_has_a_time_series(
         !left.contains(&format!("{}.page", std::process::id())),
         "{left:?}"
     );
-    let out = wait(run);
-    assert!(
-        out.status.success(),
-        "{:?}: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
     // Both processes removed their pages as they ended.
-    let left = pages_in(&dir);
-    assert!(left.is_empty(), "{left:?}");
+    wait_until_gone(run, &dir);
     // The report's time series: about one sample a second, times rising.
     let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
     let t = r["timeline"].as_array().unwrap();
@@ -298,15 +304,7 @@ fn top_lists_a_library_user_and_forgets_it_when_it_ends() {
     assert!(me["near_bytes"].as_u64() <= Some(4 << 20), "{me}");
     assert!(me["faults"].as_u64() > Some(0), "{me}");
     assert_eq!(me["forked"], false, "{me}");
-    let out = wait(c);
-    assert!(
-        out.status.success(),
-        "{:?}: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let left = pages_in(&dir);
-    assert!(left.is_empty(), "{left:?}");
+    wait_until_gone(c, &dir);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

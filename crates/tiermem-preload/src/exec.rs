@@ -288,19 +288,56 @@ fn missing(name: &str) -> c_int {
     -1
 }
 
-/// `execve(2)`, on copies (module doc).
-///
-/// # Safety
-/// As for the C function.
-#[no_mangle]
-pub unsafe extern "C" fn execve(
-    path: *const c_char,
-    argv: *const *const c_char,
-    envp: *const *const c_char,
-) -> c_int {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    // SAFETY: as for the C function.
-    unsafe { exec_on_copies(&NEXT, c"execve", path, argv, envp) }
+/// Defines `$name`, the C library's `execve` or `execvpe` (the same
+/// arguments) run on copies, and `$for_execl`, the same function for
+/// src/execl.c (`execl`, `execle`, `execlp`: C variadic functions, which
+/// stable Rust cannot define).
+macro_rules! exec_on_copies_fns {
+    (
+        $(#[$doc:meta])* fn $name:ident = $cname:literal ($path:ident);
+        $(#[$execl_doc:meta])* fn $for_execl:ident
+    ) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// As for the C function.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            $path: *const c_char,
+            argv: *const *const c_char,
+            envp: *const *const c_char,
+        ) -> c_int {
+            static NEXT: AtomicUsize = AtomicUsize::new(0);
+            // SAFETY: as for the C function.
+            unsafe { exec_on_copies(&NEXT, $cname, $path, argv, envp) }
+        }
+
+        $(#[$execl_doc])*
+        ///
+        /// # Safety
+        /// As for the C function.
+        #[no_mangle]
+        pub unsafe extern "C" fn $for_execl(
+            $path: *const c_char, argv: *const *const c_char, envp: *const *const c_char,
+        ) -> c_int {
+            // SAFETY: as above.
+            unsafe { $name($path, argv, envp) }
+        }
+    };
+}
+
+exec_on_copies_fns! {
+    /// `execve(2)`, on copies (module doc).
+    fn execve = c"execve" (path);
+    /// `execve` for src/execl.c (`execl`, `execle`).
+    fn tiermem_preload_execve
+}
+
+exec_on_copies_fns! {
+    /// `execvpe(3)`, on copies.
+    fn execvpe = c"execvpe" (file);
+    /// `execvpe` for src/execl.c (`execlp`).
+    fn tiermem_preload_execvpe
 }
 
 /// `execv(3)`: `execve` with the process's environment.
@@ -311,21 +348,6 @@ pub unsafe extern "C" fn execve(
 pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) -> c_int {
     // SAFETY: as above.
     unsafe { execve(path, argv, env()) }
-}
-
-/// `execvpe(3)`, on copies.
-///
-/// # Safety
-/// As for the C function.
-#[no_mangle]
-pub unsafe extern "C" fn execvpe(
-    file: *const c_char,
-    argv: *const *const c_char,
-    envp: *const *const c_char,
-) -> c_int {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    // SAFETY: as for the C function.
-    unsafe { exec_on_copies(&NEXT, c"execvpe", file, argv, envp) }
 }
 
 /// Runs the C library's `name` (`execve` or `execvpe`, looked up into
@@ -412,35 +434,6 @@ pub unsafe extern "C" fn execveat(
     }
 }
 
-/// `execve` for src/execl.c (`execl`, `execle`: C variadic functions,
-/// which stable Rust cannot define).
-///
-/// # Safety
-/// As for `execve`.
-#[no_mangle]
-pub unsafe extern "C" fn tiermem_preload_execve(
-    path: *const c_char,
-    argv: *const *const c_char,
-    envp: *const *const c_char,
-) -> c_int {
-    // SAFETY: as above.
-    unsafe { execve(path, argv, envp) }
-}
-
-/// `execvpe` for src/execl.c (`execlp`).
-///
-/// # Safety
-/// As for `execvpe`.
-#[no_mangle]
-pub unsafe extern "C" fn tiermem_preload_execvpe(
-    file: *const c_char,
-    argv: *const *const c_char,
-    envp: *const *const c_char,
-) -> c_int {
-    // SAFETY: as above.
-    unsafe { execvpe(file, argv, envp) }
-}
-
 type SpawnFn = unsafe extern "C" fn(
     *mut pid_t,
     *const c_char,
@@ -475,40 +468,38 @@ unsafe fn spawn(
     unsafe { with_copies(path, argv, envp, |p, a, e| real(pid, p, actions, attr, a, e)) }
 }
 
-/// `posix_spawn(3)`, on copies.
-///
-/// # Safety
-/// As for the C function.
-#[no_mangle]
-pub unsafe extern "C" fn posix_spawn(
-    pid: *mut pid_t,
-    path: *const c_char,
-    actions: *const libc::posix_spawn_file_actions_t,
-    attr: *const libc::posix_spawnattr_t,
-    argv: *const *const c_char,
-    envp: *const *const c_char,
-) -> c_int {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    // SAFETY: as above.
-    unsafe { spawn(next(&NEXT, c"posix_spawn"), pid, path, actions, attr, argv, envp) }
+/// Defines `$name`, the C library's `posix_spawn` or `posix_spawnp` (the
+/// same arguments) run on copies.
+macro_rules! spawn_on_copies_fn {
+    ($(#[$doc:meta])* fn $name:ident = $cname:literal ($path:ident)) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// As for the C function.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            pid: *mut pid_t,
+            $path: *const c_char,
+            actions: *const libc::posix_spawn_file_actions_t,
+            attr: *const libc::posix_spawnattr_t,
+            argv: *const *const c_char,
+            envp: *const *const c_char,
+        ) -> c_int {
+            static NEXT: AtomicUsize = AtomicUsize::new(0);
+            // SAFETY: as for the C function.
+            unsafe { spawn(next(&NEXT, $cname), pid, $path, actions, attr, argv, envp) }
+        }
+    };
 }
 
-/// `posix_spawnp(3)`, on copies.
-///
-/// # Safety
-/// As for the C function.
-#[no_mangle]
-pub unsafe extern "C" fn posix_spawnp(
-    pid: *mut pid_t,
-    file: *const c_char,
-    actions: *const libc::posix_spawn_file_actions_t,
-    attr: *const libc::posix_spawnattr_t,
-    argv: *const *const c_char,
-    envp: *const *const c_char,
-) -> c_int {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    // SAFETY: as above.
-    unsafe { spawn(next(&NEXT, c"posix_spawnp"), pid, file, actions, attr, argv, envp) }
+spawn_on_copies_fn! {
+    /// `posix_spawn(3)`, on copies.
+    fn posix_spawn = c"posix_spawn" (path)
+}
+
+spawn_on_copies_fn! {
+    /// `posix_spawnp(3)`, on copies.
+    fn posix_spawnp = c"posix_spawnp" (file)
 }
 
 /// Runs `f` with the command copied and `environ` pointing at a copy of

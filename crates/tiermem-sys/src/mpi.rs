@@ -359,42 +359,24 @@ impl Comm {
 
     /// `MPI_Ibarrier`: completes when every process entered it.
     pub fn ibarrier(&self) -> Result<Pending, MpiError> {
-        let mut req = ffi::MPI_Request(std::ptr::null_mut());
-        // SAFETY: valid communicator; req receives the request.
-        check("MPI_Ibarrier", unsafe { ffi::MPI_Ibarrier(self.raw.0, &mut req) })?;
-        Ok(Pending {
-            req: Handle(req),
-            done: false,
-            send: Vec::new(),
-            recv: Vec::new(),
+        let comm = self.raw.0;
+        Pending::start("MPI_Ibarrier", Vec::new(), Vec::new(), |_, _, req| {
+            // SAFETY: valid communicator; req receives the request.
+            unsafe { ffi::MPI_Ibarrier(comm, req) }
         })
     }
 
     /// `MPI_Iallreduce` of `send` (u64 elements): the result is the
     /// `Vec` that [`Pending::test`] returns when done.
     pub fn iallreduce(&self, op: ReduceOp, send: Vec<u64>) -> Result<Pending, MpiError> {
-        let mut recv = vec![0u64; send.len()];
+        let recv = vec![0u64; send.len()];
         let n = int(send.len(), "a reduction length")?;
-        let mut req = ffi::MPI_Request(std::ptr::null_mut());
-        // SAFETY: both buffers are heap allocations owned by the returned
-        // Pending, which keeps them alive until the request completes (or
-        // leaks them if it is dropped before).
-        check("MPI_Iallreduce", unsafe {
-            ffi::MPI_Iallreduce(
-                send.as_ptr().cast(),
-                recv.as_mut_ptr().cast(),
-                n,
-                u64_type(),
-                op.raw(),
-                self.raw.0,
-                &mut req,
-            )
-        })?;
-        Ok(Pending {
-            req: Handle(req),
-            done: false,
-            send,
-            recv,
+        let (op, comm) = (op.raw(), self.raw.0);
+        Pending::start("MPI_Iallreduce", send, recv, |s, r, req| {
+            // SAFETY: both buffers are heap allocations owned by the
+            // returned Pending, which keeps them alive until the request
+            // completes (or leaks them if it is dropped before).
+            unsafe { ffi::MPI_Iallreduce(s, r, n, u64_type(), op, comm, req) }
         })
     }
 
@@ -402,28 +384,13 @@ impl Comm {
     /// process): the result, `size()` times `send.len()` words in rank
     /// order, is the `Vec` that [`Pending::test`] returns when done.
     pub fn iallgather(&self, send: Vec<u64>) -> Result<Pending, MpiError> {
-        let mut recv = vec![0u64; send.len() * self.size];
+        let recv = vec![0u64; send.len() * self.size];
         let n = int(send.len(), "an allgather length")?;
-        let mut req = ffi::MPI_Request(std::ptr::null_mut());
-        // SAFETY: both buffers are heap allocations owned by the returned
-        // Pending (see iallreduce).
-        check("MPI_Iallgather", unsafe {
-            ffi::MPI_Iallgather(
-                send.as_ptr().cast(),
-                n,
-                u64_type(),
-                recv.as_mut_ptr().cast(),
-                n,
-                u64_type(),
-                self.raw.0,
-                &mut req,
-            )
-        })?;
-        Ok(Pending {
-            req: Handle(req),
-            done: false,
-            send,
-            recv,
+        let comm = self.raw.0;
+        Pending::start("MPI_Iallgather", send, recv, |s, r, req| {
+            // SAFETY: both buffers are heap allocations owned by the
+            // returned Pending (see iallreduce).
+            unsafe { ffi::MPI_Iallgather(s, n, u64_type(), r, n, u64_type(), comm, req) }
         })
     }
 
@@ -487,6 +454,29 @@ pub struct Pending {
 }
 
 impl Pending {
+    /// Starts a nonblocking operation `call` with `start` (given the
+    /// buffers' addresses and the request to fill), and returns it owning
+    /// `send` and `recv`: moving a `Vec` leaves its heap buffer in place,
+    /// so the addresses stay valid until the request completes.
+    fn start(
+        call: &'static str,
+        send: Vec<u64>,
+        mut recv: Vec<u64>,
+        start: impl FnOnce(*const c_void, *mut c_void, &mut ffi::MPI_Request) -> c_int,
+    ) -> Result<Pending, MpiError> {
+        let mut req = ffi::MPI_Request(std::ptr::null_mut());
+        check(
+            call,
+            start(send.as_ptr().cast(), recv.as_mut_ptr().cast(), &mut req),
+        )?;
+        Ok(Pending {
+            req: Handle(req),
+            done: false,
+            send,
+            recv,
+        })
+    }
+
     /// `MPI_Test`: `Some(result)` once complete (the reduced words; empty
     /// for a barrier).
     pub fn test(&mut self) -> Result<Option<Vec<u64>>, MpiError> {
@@ -605,6 +595,26 @@ impl Drop for Window {
     }
 }
 
+/// The local side of a contiguous one-sided transfer: where a get writes,
+/// or what a put reads, and how many elements.
+#[derive(Clone, Copy)]
+enum Origin {
+    Get(*mut c_void, usize),
+    Put(*const c_void, usize),
+}
+
+impl Origin {
+    /// A get into the elements of `out`.
+    fn get_into<T>(out: &mut [T]) -> Origin {
+        Origin::Get(out.as_mut_ptr().cast(), out.len())
+    }
+
+    /// A put of the elements of `src`.
+    fn put_from<T>(src: &[T]) -> Origin {
+        Origin::Put(src.as_ptr().cast(), src.len())
+    }
+}
+
 /// One-sided operations on a [`Window`]. Buffers handed to an operation
 /// stay borrowed until [`Batch::flush`] (`MPI_Win_flush_all`) has completed
 /// it at origin and target; dropping an unflushed batch flushes it.
@@ -629,54 +639,56 @@ impl<'a> Batch<'a> {
         dst_offset: usize,
         len: usize,
     ) -> Result<(), MpiError> {
-        let dst_ptr = dst.range(dst_offset, len).addr();
-        // SAFETY: dst_ptr..+len is inside the live mapping dst (range()
+        let origin = Origin::Get(dst.range(dst_offset, len).addr() as *mut c_void, len);
+        // SAFETY: the origin is inside the live mapping dst (range()
         // checks), which stays borrowed until the flush; the caller's page
         // protocol gives this batch the bytes (nothing else writes them).
-        unsafe { self.get_raw(target, disp, dst_ptr as *mut c_void, len, byte_type()) }
+        unsafe { self.transfer(target, disp, origin, byte_type()) }
     }
 
     /// `MPI_Get` of `out.len()` bytes at byte `disp` of `target`'s window.
     pub fn get_bytes(&mut self, target: usize, disp: usize, out: &'a mut [u8]) -> Result<(), MpiError> {
         // SAFETY: out is borrowed mutably until the flush.
-        unsafe { self.get_raw(target, disp, out.as_mut_ptr().cast(), out.len(), byte_type()) }
+        unsafe { self.transfer(target, disp, Origin::get_into(out), byte_type()) }
     }
 
     /// `MPI_Get` of `out.len()` words at byte `disp` of `target`'s window.
     pub fn get_words(&mut self, target: usize, disp: usize, out: &'a mut [u64]) -> Result<(), MpiError> {
         // SAFETY: out is borrowed mutably until the flush.
-        unsafe { self.get_raw(target, disp, out.as_mut_ptr().cast(), out.len(), u64_type()) }
+        unsafe { self.transfer(target, disp, Origin::get_into(out), u64_type()) }
     }
 
-    /// `MPI_Get` of `count` elements of type `ty` at byte `disp` of
-    /// `target`'s window into `dst`.
+    /// Starts a contiguous `MPI_Get` or `MPI_Put` (by `origin`) of the
+    /// origin's elements, of type `ty`, from or to byte `disp` of `target`'s
+    /// window.
     ///
     /// # Safety
-    /// `dst` must be writable for `count` elements and stay valid, and
-    /// written by nothing else, until the flush.
-    unsafe fn get_raw(
+    /// The origin buffer must be valid for its elements (writable, and
+    /// written by nothing else, for a get; readable for a put) and stay so
+    /// until the flush.
+    unsafe fn transfer(
         &mut self,
         target: usize,
         disp: usize,
-        dst: *mut c_void,
-        count: usize,
+        origin: Origin,
         ty: ffi::MPI_Datatype,
     ) -> Result<(), MpiError> {
-        let n = int(count, "a get length")?;
+        let (call, what, count) = match origin {
+            Origin::Get(_, count) => ("MPI_Get", "a get length", count),
+            Origin::Put(_, count) => ("MPI_Put", "a put length", count),
+        };
+        let n = int(count, what)?;
         self.pending = true;
-        // SAFETY: the caller's guarantee on dst; our window, in its epoch.
-        check("MPI_Get", unsafe {
-            ffi::MPI_Get(
-                dst,
-                n,
-                ty,
-                self.win.target(target),
-                disp as ffi::MPI_Aint,
-                n,
-                ty,
-                self.win.raw.0,
-            )
-        })
+        let (t, d, w) = (self.win.target(target), disp as ffi::MPI_Aint, self.win.raw.0);
+        // SAFETY: the caller's guarantee on the origin buffer; our window,
+        // in its epoch.
+        let rc = unsafe {
+            match origin {
+                Origin::Get(dst, _) => ffi::MPI_Get(dst, n, ty, t, d, n, ty, w),
+                Origin::Put(src, _) => ffi::MPI_Put(src, n, ty, t, d, n, ty, w),
+            }
+        };
+        check(call, rc)
     }
 
     /// `MPI_Put` of the byte runs `(offset, len)` of `src` to the same
@@ -747,44 +759,13 @@ impl<'a> Batch<'a> {
     /// `MPI_Put` of `src` bytes to byte `disp` of `target`'s window.
     pub fn put_bytes(&mut self, target: usize, disp: usize, src: &'a [u8]) -> Result<(), MpiError> {
         // SAFETY: src is borrowed until the flush.
-        unsafe { self.put_raw(target, disp, src.as_ptr().cast(), src.len(), byte_type()) }
+        unsafe { self.transfer(target, disp, Origin::put_from(src), byte_type()) }
     }
 
     /// `MPI_Put` of `src` words to byte `disp` of `target`'s window.
     pub fn put_words(&mut self, target: usize, disp: usize, src: &'a [u64]) -> Result<(), MpiError> {
         // SAFETY: src is borrowed until the flush.
-        unsafe { self.put_raw(target, disp, src.as_ptr().cast(), src.len(), u64_type()) }
-    }
-
-    /// `MPI_Put` of `count` elements of type `ty` from `src` to byte `disp`
-    /// of `target`'s window.
-    ///
-    /// # Safety
-    /// `src` must be readable for `count` elements and stay valid until the
-    /// flush.
-    unsafe fn put_raw(
-        &mut self,
-        target: usize,
-        disp: usize,
-        src: *const c_void,
-        count: usize,
-        ty: ffi::MPI_Datatype,
-    ) -> Result<(), MpiError> {
-        let n = int(count, "a put length")?;
-        self.pending = true;
-        // SAFETY: the caller's guarantee on src; our window, in its epoch.
-        check("MPI_Put", unsafe {
-            ffi::MPI_Put(
-                src,
-                n,
-                ty,
-                self.win.target(target),
-                disp as ffi::MPI_Aint,
-                n,
-                ty,
-                self.win.raw.0,
-            )
-        })
+        unsafe { self.transfer(target, disp, Origin::put_from(src), u64_type()) }
     }
 
     /// `MPI_Fetch_and_op(MPI_SUM)` on the word at byte `disp` of `target`'s

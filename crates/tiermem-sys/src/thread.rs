@@ -39,44 +39,48 @@ pub fn process_cpu_time() -> Duration {
 /// is good to a few ms.
 pub fn user_time(whole_process: bool) -> Duration {
     // SAFETY: rusage is plain old data; all zeroes is a valid value.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    let ru: libc::rusage = unsafe { std::mem::zeroed() };
     let who = if whole_process {
         libc::RUSAGE_SELF
     } else {
         libc::RUSAGE_THREAD
     };
-    // SAFETY: getrusage writes the rusage we own; `who` is valid.
-    // Untrapped for the reason `cpu_clock` gives.
-    let r = unsafe {
-        crate::trampoline::untrapped_syscall(
-            libc::SYS_getrusage,
-            [who as u64, &mut ru as *mut _ as u64, 0, 0, 0, 0],
-        )
-    };
-    if r != 0 {
-        return Duration::ZERO;
+    // SAFETY: getrusage(who, &ru) writes only the rusage; `who` is valid.
+    match unsafe { untrapped_filling(libc::SYS_getrusage, who as u64, ru) } {
+        Some(ru) => Duration::new(ru.ru_utime.tv_sec as u64, ru.ru_utime.tv_usec as u32 * 1000),
+        None => Duration::ZERO,
     }
-    Duration::new(ru.ru_utime.tv_sec as u64, ru.ru_utime.tv_usec as u32 * 1000)
+}
+
+/// `d` as the kernel takes a time (`struct timespec`).
+fn timespec(d: Duration) -> libc::timespec {
+    libc::timespec {
+        tv_sec: d.as_secs() as libc::time_t,
+        tv_nsec: d.subsec_nanos() as libc::c_long,
+    }
 }
 
 fn cpu_clock(clock: libc::clockid_t) -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes the timespec we own; the clock id is
-    // valid. Untrapped: a CPU-time clock is a real system call, and `ts` may
-    // lie on a tiered stack (the kernel-access trap's `clock_gettime` rule).
-    let r = unsafe {
-        crate::trampoline::untrapped_syscall(
-            libc::SYS_clock_gettime,
-            [clock as u64, &mut ts as *mut _ as u64, 0, 0, 0, 0],
-        )
-    };
-    if r != 0 {
-        return Duration::ZERO;
+    // SAFETY: clock_gettime(clock, &ts) writes only the timespec; the
+    // clock id is valid.
+    match unsafe { untrapped_filling(libc::SYS_clock_gettime, clock as u64, timespec(Duration::ZERO)) } {
+        Some(ts) => Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32),
+        None => Duration::ZERO,
     }
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// Makes system call `nr(arg, &out)`, which fills `out`: `None` where it
+/// fails. Untrapped: a clock or usage read is a real system call, and `out`
+/// may lie on a tiered stack (the kernel-access trap's `clock_gettime`
+/// rule).
+///
+/// # Safety
+/// `nr` must be a system call that takes `arg` and a `T` to write, and
+/// writes nothing else.
+unsafe fn untrapped_filling<T>(nr: i64, arg: u64, mut out: T) -> Option<T> {
+    // SAFETY: the caller's system call; `out` is ours for the call.
+    let r = unsafe { crate::trampoline::untrapped_syscall(nr, [arg, &mut out as *mut T as u64, 0, 0, 0, 0]) };
+    (r == 0).then_some(out)
 }
 
 /// The process id.
@@ -262,15 +266,9 @@ where
 /// `std::thread::sleep`), not a cancellation point, so a thread with a
 /// pending `pthread_cancel` is never cancelled inside a fault service.
 pub fn sleep(d: Duration) {
-    let mut ts = libc::timespec {
-        tv_sec: d.as_secs() as libc::time_t,
-        tv_nsec: d.subsec_nanos() as libc::c_long,
-    };
+    let mut ts = timespec(d);
     loop {
-        let mut rem = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
+        let mut rem = timespec(Duration::ZERO);
         // SAFETY: both timespecs are valid for the call. Untrapped: they
         // may lie on a tiered stack, and this runs in fault handlers.
         let r = unsafe {
@@ -298,10 +296,7 @@ pub fn signal_mask() -> libc::sigset_t {
 /// Sleeps while `*word == expected` (futex wait), up to `timeout`.
 /// Returns on wake-up, timeout, signal, or when the value already differs.
 pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) {
-    let ts = timeout.map(|d| libc::timespec {
-        tv_sec: d.as_secs() as libc::time_t,
-        tv_nsec: d.subsec_nanos() as libc::c_long,
-    });
+    let ts = timeout.map(timespec);
     let tsp = ts
         .as_ref()
         .map_or(std::ptr::null(), |t| t as *const libc::timespec);

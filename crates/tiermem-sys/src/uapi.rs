@@ -55,6 +55,16 @@ pub struct UffdioRange {
     pub len: u64,
 }
 
+impl UffdioRange {
+    /// The range of `len` bytes at address `start`.
+    pub fn new(start: usize, len: usize) -> Self {
+        UffdioRange {
+            start: start as u64,
+            len: len as u64,
+        }
+    }
+}
+
 #[repr(C)]
 #[derive(Clone, Copy, Default, Debug)]
 pub struct UffdioRegister {

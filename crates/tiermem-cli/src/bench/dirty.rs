@@ -1,10 +1,10 @@
 //! `tiermem bench dirty`: the two dirty-tracking designs on sweeps.
 
-use crate::common::{progress_printer, save};
+use crate::common::{check_sizes, progress_printer, save_chart};
 use clap::Args;
 use std::path::PathBuf;
 use tiermem::config::parse_size;
-use tiermem::{Config, DirtyTracking};
+use tiermem::DirtyTracking;
 
 #[derive(Args)]
 pub struct DirtyArgs {
@@ -29,9 +29,7 @@ pub struct DirtyArgs {
 }
 
 pub fn run(a: DirtyArgs) -> Result<(), String> {
-    Config::new(a.virt, a.near)
-        .validate()
-        .map_err(|e| e.to_string())?;
+    check_sizes(a.virt, a.near)?;
     eprintln!(
         "bench dirty: {} MiB over {} MiB, {} passes x {} rounds, faulting thread unpinned",
         a.virt >> 20,
@@ -50,8 +48,6 @@ pub fn run(a: DirtyArgs) -> Result<(), String> {
     )
     .map_err(|e| e.to_string())?;
     print!("{}", tiermem_workloads::dirty::table(&r));
-    save(&r, &a.json, &a.plot, |r, pl| {
-        tiermem_workloads::dirty::plot(r, pl).map(|()| vec![pl.to_owned()])
-    })?;
+    save_chart(&r, &a.json, &a.plot, tiermem_workloads::dirty::plot)?;
     Ok(())
 }

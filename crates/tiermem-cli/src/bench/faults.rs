@@ -1,6 +1,6 @@
 //! `tiermem bench faults`: latency of one 4 KiB fault by kind and design.
 
-use crate::common::{list, progress_printer, save};
+use crate::common::{list, progress_printer, save_chart};
 use clap::Args;
 use std::path::PathBuf;
 use tiermem_workloads::faults::{self, FaultBenchParams};
@@ -81,8 +81,6 @@ pub fn run(a: FaultsArgs) -> Result<(), String> {
     let mut p = progress_printer();
     let r = faults::run(&params, &designs, &kinds, &mut p).map_err(|e| e.to_string())?;
     print!("{}", faults::table(&r));
-    save(&r, &a.json, &a.plot, |r, pl| {
-        faults::plot(r, pl).map(|()| vec![pl.to_owned()])
-    })?;
+    save_chart(&r, &a.json, &a.plot, faults::plot)?;
     Ok(())
 }

@@ -1,10 +1,10 @@
 //! `tiermem bench random`: GUPS-style random updates per policy and movers.
 
-use crate::common::{list, parse_on_off, progress_printer, save};
+use crate::common::{check_sizes, list, parse_on_off, progress_printer, save_chart};
 use clap::Args;
 use std::path::PathBuf;
 use tiermem::config::parse_size;
-use tiermem::{Config, PolicyKind};
+use tiermem::PolicyKind;
 
 #[derive(Args)]
 pub struct RandomArgs {
@@ -44,9 +44,7 @@ pub fn run(a: RandomArgs) -> Result<(), String> {
     if !a.virt.is_power_of_two() || !a.virt.is_multiple_of(4096) {
         return Err("--virt must be a power of two of at least 4K".into());
     }
-    Config::new(a.virt, a.near)
-        .validate()
-        .map_err(|e| e.to_string())?;
+    check_sizes(a.virt, a.near)?;
     let policies = list(&a.policy, "policy", PolicyKind::from_name)?;
     let movers = list(&a.movers, "mover count", |x| x.parse::<usize>().ok())?;
     let fault_around = list(&a.fault_around, "fault-around setting", parse_on_off)?;
@@ -72,9 +70,7 @@ pub fn run(a: RandomArgs) -> Result<(), String> {
     )
     .map_err(|e| e.to_string())?;
     print!("{}", tiermem_workloads::random::table(&r));
-    save(&r, &a.json, &a.plot, |r, pl| {
-        tiermem_workloads::random::plot(r, pl).map(|()| vec![pl.to_owned()])
-    })?;
+    save_chart(&r, &a.json, &a.plot, tiermem_workloads::random::plot)?;
     if r.results.iter().any(|x| !x.valid) {
         return Err("a run failed verification".into());
     }

@@ -1,6 +1,6 @@
 //! `tiermem bench router`: the fault router's lookup cost by table size.
 
-use crate::common::{list, save};
+use crate::common::{list, save_chart};
 use clap::Args;
 use std::path::PathBuf;
 
@@ -25,7 +25,5 @@ pub fn run(a: RouterArgs) -> Result<(), String> {
         s.parse::<usize>().ok().filter(|&n| n > 0)
     })?;
     let r = tiermem_workloads::router::run(&sizes, a.samples.max(10));
-    save(&r, &a.json, &a.plot, |r, pl| {
-        tiermem_workloads::router::plot(r, pl).map(|()| vec![pl.to_owned()])
-    })
+    save_chart(&r, &a.json, &a.plot, tiermem_workloads::router::plot)
 }

@@ -1,6 +1,6 @@
 //! `tiermem bench svm`: the SVM workloads in SPM and hybrid page modes.
 
-use crate::common::{list, save};
+use crate::common::{list, save_chart};
 use clap::Args;
 use std::path::PathBuf;
 use tiermem::config::parse_cpu_list;
@@ -78,6 +78,24 @@ pub struct SvmArgs {
     export_graph: Option<PathBuf>,
 }
 
+impl SvmArgs {
+    /// The workloads' sizes given on the command line.
+    fn params(&self) -> tiermem_workloads::svm::SvmBenchParams {
+        tiermem_workloads::svm::SvmBenchParams {
+            keys: self.keys,
+            bucket_keys: self.bucket_keys,
+            records: self.records,
+            sites: self.sites,
+            scale: self.scale,
+            roots: self.roots,
+            black_list: self.black_list,
+            lock_items: self.lock_items,
+            lock_task: self.lock_task,
+            lock_stripes: self.lock_stripes,
+        }
+    }
+}
+
 /// Appends one JSON line per record to `f`.
 fn append_records(
     f: &std::path::Path,
@@ -99,7 +117,7 @@ fn append_records(
 /// `bench svm --mpi`: every workload and mode `reps` times inside this MPI
 /// job, interleaved; rank 0 reports.
 fn run_mpi(a: SvmArgs) -> Result<(), String> {
-    use tiermem_workloads::svm::{self as w, BenchMode, SvmBenchParams, Workload};
+    use tiermem_workloads::svm::{self as w, BenchMode, Workload};
     let workloads = list(&a.workloads, "workload", Workload::parse)?;
     let default_modes = "spm-coherent,spm-noncoherent,hybrid,hybrid-noncoherent";
     let modes_arg = if a.modes == default_modes {
@@ -108,18 +126,7 @@ fn run_mpi(a: SvmArgs) -> Result<(), String> {
         &a.modes
     };
     let modes = list(modes_arg, "mode", BenchMode::parse)?;
-    let prm = SvmBenchParams {
-        keys: a.keys,
-        bucket_keys: a.bucket_keys,
-        records: a.records,
-        sites: a.sites,
-        scale: a.scale,
-        roots: a.roots,
-        black_list: a.black_list,
-        lock_items: a.lock_items,
-        lock_task: a.lock_task,
-        lock_stripes: a.lock_stripes,
-    };
+    let prm = a.params();
     let mut runs = Vec::new();
     for rep in 0..a.reps.max(1) {
         for &wl in &workloads {
@@ -151,9 +158,7 @@ fn run_mpi(a: SvmArgs) -> Result<(), String> {
     let records: Vec<w::Record> = runs.iter().map(w::Record::of).collect();
     let c = w::compare(records)?;
     print!("{}", w::render_comparison(&c));
-    save(&c, &a.json, &a.plot, |c, pl| {
-        w::plot_comparison(c, pl).map(|()| vec![pl.to_owned()])
-    })?;
+    save_chart(&c, &a.json, &a.plot, w::plot_comparison)?;
     if runs.iter().any(|r| !r.valid) {
         return Err("a run failed its checks".into());
     }
@@ -175,9 +180,7 @@ pub fn compare(records: &[PathBuf], json: Option<PathBuf>, plot: Option<PathBuf>
     let c = w::compare(all)?;
     print!("{}", w::render_comparison(&c));
     println!("times: medians of the measured part, seconds; valid: the workload's checks and the checksum of the one-rank run");
-    save(&c, &json, &plot, |c, pl| {
-        w::plot_comparison(c, pl).map(|()| vec![pl.to_owned()])
-    })?;
+    save_chart(&c, &json, &plot, w::plot_comparison)?;
     if c.records.iter().any(|r| !r.valid) {
         return Err("a run failed verification".into());
     }
@@ -185,7 +188,7 @@ pub fn compare(records: &[PathBuf], json: Option<PathBuf>, plot: Option<PathBuf>
 }
 
 pub fn run(a: SvmArgs) -> Result<(), String> {
-    use tiermem_workloads::svm::{self as w, BenchMode, SvmBenchParams, Workload};
+    use tiermem_workloads::svm::{self as w, BenchMode, Workload};
     if let Some(g) = &a.export_graph {
         w::export_graph(a.scale, g)?;
         eprintln!("wrote {}", g.display());
@@ -217,18 +220,7 @@ pub fn run(a: SvmArgs) -> Result<(), String> {
     if !(4..=24).contains(&a.scale) || a.roots == 0 {
         return Err("BFS scale must be 4 to 24 and roots positive".into());
     }
-    let prm = SvmBenchParams {
-        keys: a.keys,
-        bucket_keys: a.bucket_keys,
-        records: a.records,
-        sites: a.sites,
-        scale: a.scale,
-        roots: a.roots,
-        black_list: a.black_list,
-        lock_items: a.lock_items,
-        lock_task: a.lock_task,
-        lock_stripes: a.lock_stripes,
-    };
+    let prm = a.params();
     if procs.iter().any(|&n| n > cpus.len()) {
         eprintln!(
             "bench svm: more processes than the {} CPUs used: they share CPUs (oversubscribed)",
@@ -261,9 +253,7 @@ pub fn run(a: SvmArgs) -> Result<(), String> {
             }),
         )?;
     }
-    save(&b, &a.json, &a.plot, |b, pl| {
-        w::plot(b, pl).map(|()| vec![pl.to_owned()])
-    })?;
+    save_chart(&b, &a.json, &a.plot, w::plot)?;
     if b.runs.iter().any(|r| !r.valid) {
         return Err("a run failed verification".into());
     }

@@ -1,7 +1,7 @@
 //! `tiermem bench gups|bfs|cg|chase|translation-report`: the address
 //! translation workloads, which share their options, sweep and tables.
 
-use crate::common::{list, progress_printer, save};
+use crate::common::{list, progress_printer, save_chart};
 use clap::Args;
 use std::path::{Path, PathBuf};
 use tiermem::config::{format_size, parse_size};
@@ -157,9 +157,7 @@ fn run_translation<S>(
     for s in &r.skipped {
         eprintln!("skipped: {s}");
     }
-    save(&r, &a.json, &a.plot, |r, pl| {
-        translation::plot(r, pl).map(|()| vec![pl.to_owned()])
-    })?;
+    save_chart(&r, &a.json, &a.plot, translation::plot)?;
     if r.records.is_empty() {
         return Err("nothing ran".into());
     }

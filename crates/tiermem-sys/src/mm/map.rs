@@ -31,7 +31,7 @@ impl Mapping {
         }
         // SAFETY: the caller gives up the old contents of the range.
         let p = unsafe {
-            crate::raw::mmap(
+            Self::mmap_checked(
                 addr as *mut libc::c_void,
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
@@ -39,21 +39,8 @@ impl Mapping {
                 -1,
                 0,
             )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(MmError::Map {
-                len,
-                errno: Errno::last(),
-            });
-        }
-        let map = Mapping {
-            addr: NonNull::new(p as *mut u8).expect("mmap returned null"),
-            len,
-            page_size: page,
-            dontfork_generation: None,
-            shared: false,
-            kept_unlocked: true,
-        };
+        }?;
+        let map = Mapping::fresh(p.cast(), len, page, false, true);
         crate::locks::record(addr, len, None);
         Ok((map, UserAccess { addr }))
     }
@@ -118,16 +105,46 @@ impl Mapping {
             fd.as_raw_fd(),
             offset,
         )?;
-        let map = Mapping {
-            addr: NonNull::new(p).expect("mmap returned null"),
+        let map = Mapping::fresh(p, len, page_size, true, false);
+        let user = UserAccess { addr };
+        Ok((map, user))
+    }
+
+    /// The `Mapping` of what `mmap` just mapped at `addr` (not `MADV_DONTFORK`).
+    fn fresh(addr: *mut u8, len: usize, page_size: usize, shared: bool, kept_unlocked: bool) -> Mapping {
+        Mapping {
+            addr: NonNull::new(addr).expect("mmap returned null"),
             len,
             page_size,
             dontfork_generation: None,
-            shared: true,
-            kept_unlocked: false,
-        };
-        let user = UserAccess { addr };
-        Ok((map, user))
+            shared,
+            kept_unlocked,
+        }
+    }
+
+    /// `mmap(2)` (made directly, [`crate::raw::mmap`]), a failure as
+    /// [`MmError::Map`] of `len` bytes.
+    ///
+    /// # Safety
+    /// As for `mmap(2)`: a fixed address must be a range the caller may
+    /// replace.
+    pub(super) unsafe fn mmap_checked(
+        addr: *mut libc::c_void,
+        len: usize,
+        prot: libc::c_int,
+        flags: libc::c_int,
+        fd: libc::c_int,
+        offset: u64,
+    ) -> Result<*mut libc::c_void, MmError> {
+        // SAFETY: forwarded from the caller.
+        let p = unsafe { crate::raw::mmap(addr, len, prot, flags, fd, offset as libc::off_t) };
+        if p == libc::MAP_FAILED {
+            return Err(MmError::Map {
+                len,
+                errno: Errno::last(),
+            });
+        }
+        Ok(p)
     }
 
     pub(super) fn map(
@@ -169,32 +186,11 @@ impl Mapping {
         } else {
             // SAFETY: a fresh mapping at a kernel-chosen address touches no
             // existing memory; the result is checked below.
-            let p = unsafe {
-                crate::raw::mmap(
-                    std::ptr::null_mut(),
-                    len,
-                    prot,
-                    flags,
-                    raw_fd,
-                    offset as libc::off_t,
-                )
-            };
-            if p == libc::MAP_FAILED {
-                return Err(MmError::Map {
-                    len,
-                    errno: Errno::last(),
-                });
-            }
+            let p = unsafe { Self::mmap_checked(std::ptr::null_mut(), len, prot, flags, raw_fd, offset) }?;
             p as *mut u8
         };
-        let mut map = Mapping {
-            addr: NonNull::new(addr).expect("mmap returned null"),
-            len,
-            page_size,
-            dontfork_generation: None,
-            shared: fd.is_some() && flags & libc::MAP_SHARED != 0,
-            kept_unlocked: keep_unlocked,
-        };
+        let shared = fd.is_some() && flags & libc::MAP_SHARED != 0;
+        let mut map = Mapping::fresh(addr, len, page_size, shared, keep_unlocked);
         if keep_unlocked {
             // SAFETY: our fresh mapping; munlock changes no contents (it
             // fails harmlessly with nothing locked, or without the right
@@ -234,21 +230,15 @@ impl Mapping {
         // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping;
         // the result is checked below.
         let p = unsafe {
-            crate::raw::mmap(
+            Self::mmap_checked(
                 at as *mut libc::c_void,
                 len,
                 prot,
                 flags | libc::MAP_FIXED_NOREPLACE,
                 raw_fd,
-                offset as libc::off_t,
+                offset,
             )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(MmError::Map {
-                len,
-                errno: Errno::last(),
-            });
-        }
+        }?;
         if p as usize != at {
             // Kernels before 4.17 take the flag as a hint.
             // SAFETY: the mapping just made, at the address returned.
@@ -274,7 +264,7 @@ impl Mapping {
         let span = len + align;
         // SAFETY: a fresh PROT_NONE reservation at a kernel-chosen address.
         let res = unsafe {
-            crate::raw::mmap(
+            Self::mmap_checked(
                 std::ptr::null_mut(),
                 span,
                 libc::PROT_NONE,
@@ -282,13 +272,7 @@ impl Mapping {
                 -1,
                 0,
             )
-        };
-        if res == libc::MAP_FAILED {
-            return Err(MmError::Map {
-                len: span,
-                errno: Errno::last(),
-            });
-        }
+        }?;
         let base = res as usize;
         let start = (base + align - 1) & !(align - 1);
         // SAFETY: [start, start+len) lies inside the reservation made above,

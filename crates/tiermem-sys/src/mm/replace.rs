@@ -37,21 +37,15 @@ impl Mapping {
         // protocol that says what the new bytes are (the SVM's modes), as
         // with `move_pages_to`.
         let p = unsafe {
-            crate::raw::mmap(
+            Self::mmap_checked(
                 self.as_ptr().add(offset).cast(),
                 len,
                 first_prot,
                 flags | libc::MAP_FIXED,
                 fd,
-                file_offset as libc::off_t,
+                file_offset,
             )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(MmError::Map {
-                len,
-                errno: Errno::last(),
-            });
-        }
+        }?;
         if out_of_lock {
             crate::locks::munlock(p as usize, len);
             self.protect(offset, len, prot)?;

@@ -374,10 +374,7 @@ impl Uffd {
     /// Registers the whole of `map`.
     pub fn register(&self, map: &Mapping, mode: RegisterMode) -> Result<Registration, UffdError> {
         let mut r = uapi::UffdioRegister {
-            range: uapi::UffdioRange {
-                start: map.addr() as u64,
-                len: map.len() as u64,
-            },
+            range: uapi::UffdioRange::new(map.addr(), map.len()),
             mode: mode.bits(),
             ioctls: 0,
         };
@@ -402,10 +399,7 @@ impl Uffd {
 
     /// Unregisters a range; waiting threads are woken and fault normally.
     pub fn unregister(&self, reg: Registration) -> Result<(), UffdError> {
-        let mut r = uapi::UffdioRange {
-            start: reg.start as u64,
-            len: reg.len as u64,
-        };
+        let mut r = uapi::UffdioRange::new(reg.start, reg.len);
         // SAFETY: reads a struct we own.
         check(unsafe { libc::ioctl(self.fd.as_raw_fd(), uapi::UFFDIO_UNREGISTER as _, &mut r) })
             .map(|_| ())
@@ -462,10 +456,7 @@ impl Uffd {
     /// Wakes threads waiting on a range (`UFFDIO_WAKE`).
     pub fn wake(&self, reg: &Registration, offset: usize, len: usize) -> Result<(), UffdError> {
         let dst = reg.addr(offset, len);
-        let mut w = uapi::UffdioRange {
-            start: dst as u64,
-            len: len as u64,
-        };
+        let mut w = uapi::UffdioRange::new(dst, len);
         // SAFETY: struct ours.
         let r = unsafe { libc::ioctl(self.fd.as_raw_fd(), uapi::UFFDIO_WAKE as _, &mut w) };
         check(r).map(|_| ()).map_err(|errno| UffdError::Ioctl {
@@ -496,10 +487,7 @@ impl Uffd {
             bit(dont_wake, uapi::UFFDIO_WRITEPROTECT_MODE_DONTWAKE)
         };
         let mut w = uapi::UffdioWriteprotect {
-            range: uapi::UffdioRange {
-                start: dst as u64,
-                len: len as u64,
-            },
+            range: uapi::UffdioRange::new(dst, len),
             mode,
         };
         loop {
@@ -571,10 +559,7 @@ impl Uffd {
         mode: u64,
     ) -> Result<Resolved, UffdError> {
         let mut a = uapi::UffdioRangeOp {
-            range: uapi::UffdioRange {
-                start: dst as u64,
-                len: len as u64,
-            },
+            range: uapi::UffdioRange::new(dst, len),
             mode,
             result: 0,
         };

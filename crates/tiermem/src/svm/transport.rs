@@ -122,27 +122,30 @@ pub trait Transport: Send + Sync {
         Ok(self.node().meta().lock_holder(id).load(Ordering::Relaxed))
     }
     /// Copies home page `page` into `dst` at `dst_offset` (signal-safe).
-    fn fetch_page(&self, page: usize, dst: &Mapping, dst_offset: usize);
+    /// This method and the two next ones default to this node's home file
+    /// ([`Transport::node`]), which is where both transports here do them.
+    fn fetch_page(&self, page: usize, dst: &Mapping, dst_offset: usize) {
+        dst.copy_in(dst_offset, self.node().home_range(page));
+    }
     /// Writes the byte runs `(offset, len)` of `src` (one page) into home
     /// page `page`, and nothing else.
-    fn apply_runs(&self, page: usize, src: MemRange<'_>, runs: &[(u32, u32)]);
+    fn apply_runs(&self, page: usize, src: MemRange<'_>, runs: &[(u32, u32)]) {
+        let node = self.node();
+        node.home.copy_runs(page * node.page_bytes, src, runs);
+    }
     /// Applies the diff of `cur` against `twin` (one page) to home page
-    /// `page`: only the bytes that differ. Returns (bytes, runs). The
-    /// default computes the runs and calls [`Transport::apply_runs`] (what
-    /// a remote transport sends).
+    /// `page`: only the bytes that differ. Returns (bytes, runs). `runs` is
+    /// scratch for a transport that sends the runs (computed with
+    /// [`MemRange::diff_runs`], applied with [`Transport::apply_runs`]).
     fn apply_diff(
         &self,
         page: usize,
         cur: MemRange<'_>,
         twin: MemRange<'_>,
-        runs: &mut Vec<(u32, u32)>,
+        _runs: &mut Vec<(u32, u32)>,
     ) -> (usize, usize) {
-        runs.clear();
-        let bytes = cur.diff_runs(twin, runs);
-        if bytes > 0 {
-            self.apply_runs(page, cur, runs);
-        }
-        (bytes, runs.len())
+        let node = self.node();
+        node.home.apply_diff(page * node.page_bytes, cur, twin)
     }
     /// The home copy's version: bumped after every change that cached
     /// copies must not miss (signal-safe).
@@ -304,24 +307,6 @@ impl LocalShm {
 impl Transport for LocalShm {
     fn node(&self) -> &LocalShm {
         self
-    }
-
-    fn fetch_page(&self, page: usize, dst: &Mapping, dst_offset: usize) {
-        dst.copy_in(dst_offset, self.home_range(page));
-    }
-
-    fn apply_runs(&self, page: usize, src: MemRange<'_>, runs: &[(u32, u32)]) {
-        self.home.copy_runs(page * self.page_bytes, src, runs);
-    }
-
-    fn apply_diff(
-        &self,
-        page: usize,
-        cur: MemRange<'_>,
-        twin: MemRange<'_>,
-        _runs: &mut Vec<(u32, u32)>,
-    ) -> (usize, usize) {
-        self.home.apply_diff(page * self.page_bytes, cur, twin)
     }
 
     fn version(&self, page: usize) -> u64 {

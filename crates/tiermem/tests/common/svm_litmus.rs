@@ -6,7 +6,7 @@ use crate::common::mix;
 use std::fmt::Debug;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
-use tiermem::svm::{SpmFlavour, SvmMode, SvmProc};
+use tiermem::svm::{SpmFlavour, SvmMode, SvmProc, MAX_LOCKS};
 use tiermem::Error;
 
 pub const PAGE: usize = 4096;
@@ -61,6 +61,40 @@ pub fn check(ok: bool, what: impl FnOnce() -> String) -> Result<(), Error> {
     } else {
         Err(Error::Usage(what()))
     }
+}
+
+/// Fails a worker unless `r` is an error: bad use `what` was accepted.
+pub fn refused<T>(r: Result<T, Error>, what: &str) -> Result<(), Error> {
+    check(r.is_err(), || format!("{what} accepted"))
+}
+
+/// The bad arguments refused in every process of a run, on one node and
+/// in an MPI job alike. Returns the page it allocated (collectively; free
+/// it the same way).
+pub fn refuses_bad_arguments(p: &SvmProc<'_>) -> Result<usize, Error> {
+    refused(p.malloc(0), "malloc(0)")?;
+    refused(p.malloc(1 << 30), "malloc larger than the heap")?;
+    let a = p.malloc(PAGE)?;
+    refused(p.lock(MAX_LOCKS), "lock id out of range")?;
+    refused(p.unlock(3), "unlock of a lock not held")?;
+    p.lock(3)?;
+    refused(p.lock(3), "recursive lock")?;
+    p.unlock(3)?;
+    refused(p.set_mode(a + 1, PAGE, SvmMode::Dsm), "unaligned set_mode")?;
+    refused(p.free(a + 8), "free of an inner pointer")?;
+    Ok(a)
+}
+
+/// Allocates a page in `mode`; after a barrier, rank 1 takes lock `lock`
+/// and writes the page, so that it holds a lock the others will want.
+pub fn rank_1_takes_lock(p: &SvmProc<'_>, mode: SvmMode, lock: usize) -> Result<(), Error> {
+    let a = alloc(p, mode, 1)?;
+    p.barrier()?;
+    if p.rank() == 1 {
+        p.lock(lock)?;
+        p.u64s(a, 1)?[0].store(7, Relaxed);
+    }
+    Ok(())
 }
 
 pub fn spin_until(deadline: Instant, what: &str) -> Result<(), Error> {

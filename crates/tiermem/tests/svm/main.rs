@@ -21,10 +21,10 @@ mod common;
 mod litmus;
 
 use common::{is_child, mix, run_child};
-use litmus::{check, spin_until, Kind, PAGE};
+use litmus::{check, refused, spin_until, Kind, PAGE};
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
-use tiermem::svm::{Svm, SvmConfig, SvmMode, SvmProc, MAX_LOCKS};
+use tiermem::svm::{Svm, SvmConfig, SvmMode, SvmProc};
 use tiermem::Error;
 
 const KINDS: [Kind; 5] = [
@@ -256,11 +256,8 @@ child_test!(a_process_dying_with_a_lock_is_reported_not_waited_for, {
             let s = svm(kind, procs, 1 << 20);
             let t0 = Instant::now();
             let r = s.run(|p| {
-                let a = alloc(p, kind, 1)?;
-                p.barrier()?;
+                litmus::rank_1_takes_lock(p, kind.mode(p.rank()), 5)?;
                 if p.rank() == 1 {
-                    p.lock(5)?;
-                    p.u64s(a, 1)?[0].store(7, Relaxed);
                     p.scratch()[63].store(1, Relaxed);
                     std::process::abort();
                 }
@@ -295,21 +292,11 @@ child_test!(bad_input_is_refused, {
     assert!(Svm::new(SvmConfig::new(1 << 20, 500)).is_err());
     let s = svm(Kind::Dsm, 2, 64 * PAGE);
     s.run(|p| {
-        let err = |r: Result<(), Error>, what: &str| check(r.is_err(), || format!("{what} accepted"));
-        err(p.malloc(0).map(|_| ()), "malloc(0)")?;
-        err(p.malloc(1 << 30).map(|_| ()), "malloc larger than the heap")?;
-        let a = p.malloc(PAGE)?;
-        err(p.lock(MAX_LOCKS), "lock id out of range")?;
-        err(p.unlock(3), "unlock of a lock not held")?;
-        p.lock(3)?;
-        err(p.lock(3), "recursive lock")?;
-        p.unlock(3)?;
-        err(p.set_mode(a + 1, PAGE, SvmMode::Dsm), "unaligned set_mode")?;
-        err(p.set_mode(a, 100, SvmMode::Dsm), "partial page set_mode")?;
-        err(p.set_mode(4096, PAGE, SvmMode::Dsm), "set_mode outside the heap")?;
-        err(p.free(a + 8), "free of an inner pointer")?;
-        err(p.free(12345), "free of a foreign pointer")?;
-        err(p.u64s(a + 4, 1).map(|_| ()), "unaligned u64 view")?;
+        let a = litmus::refuses_bad_arguments(p)?;
+        refused(p.set_mode(a, 100, SvmMode::Dsm), "partial page set_mode")?;
+        refused(p.set_mode(4096, PAGE, SvmMode::Dsm), "set_mode outside the heap")?;
+        refused(p.free(12345), "free of a foreign pointer")?;
+        refused(p.u64s(a + 4, 1), "unaligned u64 view")?;
         // A mismatched collective malloc is refused.
         p.barrier()?;
         if p.rank() == 0 {
@@ -319,7 +306,7 @@ child_test!(bad_input_is_refused, {
             while p.scratch()[0].load(Relaxed) == 0 {
                 std::thread::yield_now();
             }
-            err(p.malloc(3 * PAGE).map(|_| ()), "mismatched collective malloc")?;
+            refused(p.malloc(3 * PAGE), "mismatched collective malloc")?;
         }
         p.barrier()?;
         p.free(a)?;

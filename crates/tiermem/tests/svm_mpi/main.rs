@@ -27,12 +27,12 @@ mod common;
 mod litmus;
 
 use common::mix;
-use litmus::{check, Kind, PAGE};
+use litmus::{check, refused, Kind, PAGE};
 use std::io::Read;
 use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
-use tiermem::svm::{Distribution, SpmFlavour, Svm, SvmConfig, SvmMode, SvmProc, MAX_LOCKS};
+use tiermem::svm::{Distribution, SpmFlavour, Svm, SvmConfig, SvmMode, SvmProc};
 use tiermem::Error;
 
 const BODY: &str = "TIERMEM_MPI_TEST_BODY";
@@ -476,11 +476,8 @@ fn failing_rank() {
     let s = svm(Kind::Dsm, 1 << 20);
     let t0 = Instant::now();
     let r = s.run(|p| {
-        let a = alloc(p, Kind::Dsm, 1)?;
-        p.barrier()?;
+        litmus::rank_1_takes_lock(p, SvmMode::Dsm, 5)?;
         if p.rank() == 1 {
-            p.lock(5)?;
-            p.u64s(a, 1)?[0].store(7, Relaxed);
             return Err(Error::Usage("rank 1 gives up".into()));
         }
         p.barrier()
@@ -501,12 +498,7 @@ fn failing_rank() {
 fn dying_rank() {
     let s = svm(Kind::Dsm, 1 << 20);
     let r = s.run(|p| {
-        let a = alloc(p, Kind::Dsm, 1)?;
-        p.barrier()?;
-        if p.rank() == 1 {
-            p.lock(5)?;
-            p.u64s(a, 1)?[0].store(7, Relaxed);
-        }
+        litmus::rank_1_takes_lock(p, SvmMode::Dsm, 5)?;
         p.allreduce_sum(0)?; // rank 1 holds the lock now
         if p.rank() == 1 {
             std::process::abort();
@@ -539,18 +531,8 @@ fn bad_use() {
     }
     let s = svm(Kind::Dsm, 64 * PAGE);
     s.run(|p| {
-        let err = |r: Result<(), Error>, what: &str| check(r.is_err(), || format!("{what} accepted"));
-        err(p.malloc(0).map(|_| ()), "malloc(0)")?;
-        err(p.malloc(1 << 30).map(|_| ()), "malloc larger than the heap")?;
-        let a = p.malloc(PAGE)?;
-        err(p.lock(MAX_LOCKS), "lock id out of range")?;
-        err(p.unlock(3), "unlock of a lock not held")?;
-        err(p.unlock(4), "unlock of a lock homed on rank 0 or 1, not held")?;
-        p.lock(3)?;
-        err(p.lock(3), "recursive lock")?;
-        p.unlock(3)?;
-        err(p.set_mode(a + 1, PAGE, SvmMode::Dsm), "unaligned set_mode")?;
-        err(p.free(a + 8), "free of an inner pointer")?;
+        let a = litmus::refuses_bad_arguments(p)?;
+        refused(p.unlock(4), "unlock of a lock homed on rank 0 or 1, not held")?;
         // An unbalanced collective malloc is refused in every rank.
         let size = if p.rank() == 0 { PAGE } else { 3 * PAGE };
         let e = p.malloc(size).err();

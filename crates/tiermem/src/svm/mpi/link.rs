@@ -19,24 +19,6 @@ impl Transport for MpiLink {
             .count()
     }
 
-    fn fetch_page(&self, page: usize, dst: &Mapping, dst_offset: usize) {
-        self.node.fetch_page(page, dst, dst_offset);
-    }
-
-    fn apply_runs(&self, page: usize, src: MemRange<'_>, runs: &[(u32, u32)]) {
-        self.node.apply_runs(page, src, runs);
-    }
-
-    fn apply_diff(
-        &self,
-        page: usize,
-        cur: MemRange<'_>,
-        twin: MemRange<'_>,
-        runs: &mut Vec<(u32, u32)>,
-    ) -> (usize, usize) {
-        self.node.apply_diff(page, cur, twin, runs)
-    }
-
     fn version(&self, page: usize) -> u64 {
         if self.is_local(page) {
             return self.node.version(page);
