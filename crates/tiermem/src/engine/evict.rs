@@ -271,6 +271,9 @@ impl RegionCore {
         }
         if ring.is_none() {
             self.flush_unmaps(&mut unmaps);
+            // The unmap is the batch's TLB shootdown: its own lap, not the
+            // first piped write-back's.
+            timer.lap(Cost::Tlb);
             let mut start = 0;
             while start < k {
                 let end = run_end(start);
