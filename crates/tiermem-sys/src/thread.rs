@@ -345,6 +345,23 @@ mod tests {
     use std::sync::Arc;
 
     #[test]
+    fn idle_ticks_sum_the_cpus_asked_for() {
+        let stat = "cpu  10 0 5 700 7 0 0 0 0 0\n\
+                    cpu0 5 0 2 300 3 0 0 0 0 0\n\
+                    cpu1 5 0 3 400 4 0 0 0 0 0\n\
+                    intr 1 2 3\n";
+        assert_eq!(idle_ticks(stat, |c| c == 1), Some(404));
+        assert_eq!(idle_ticks(stat, |_| true), Some(707), "not the all-CPU line");
+        assert_eq!(idle_ticks(stat, |c| c == 2), None);
+        // This machine's: the idle time of its CPUs never goes back.
+        let all: Vec<usize> = (0..online_cpus()).collect();
+        let t = IdleTime::new(&all).expect("/proc/stat");
+        let a = t.read().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        assert!(t.read().unwrap() >= a);
+    }
+
+    #[test]
     fn cgroup_cpu_limits_read_as_cpus() {
         assert_eq!(parse_cpu_max("max 100000\n"), None);
         assert_eq!(parse_cpu_max("150000 100000\n"), Some(1.5));
@@ -362,8 +379,12 @@ mod tests {
     #[test]
     fn cpu_clocks_and_run_delay_advance() {
         let (p0, t0) = (process_cpu_time(), thread_cpu_time());
+        // Until this thread has run 10 ms (a wall-clock spin got less on
+        // a loaded machine), or 10 s have passed.
         let start = std::time::Instant::now();
-        while start.elapsed() < std::time::Duration::from_millis(30) {
+        while thread_cpu_time() - t0 < std::time::Duration::from_millis(10)
+            && start.elapsed() < std::time::Duration::from_secs(10)
+        {
             std::hint::spin_loop();
         }
         let (p1, t1) = (process_cpu_time(), thread_cpu_time());
@@ -676,6 +697,71 @@ mod fork_tests {
         assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
         assert_eq!(fork_generation(), g);
     }
+}
+
+/// Idle time of a set of CPUs (`idle` and `iowait` of their lines in
+/// `/proc/stat`): whether a CPU is free for another thread, whoever keeps
+/// the others busy (this process, or another on the same node).
+pub struct IdleTime {
+    /// Bit per CPU of the set (up to 64 * 16).
+    set: [u64; 16],
+    /// Clock ticks per second (`_SC_CLK_TCK`).
+    hz: u64,
+}
+
+impl IdleTime {
+    /// For `cpus`; None where `/proc/stat` cannot be read or names none of
+    /// them.
+    pub fn new(cpus: &[usize]) -> Option<IdleTime> {
+        let mut set = [0u64; 16];
+        for &c in cpus.iter().filter(|&&c| c < 64 * 16) {
+            set[c / 64] |= 1 << (c % 64);
+        }
+        // SAFETY: sysconf reads a constant of the C library.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        let t = IdleTime {
+            set,
+            hz: if hz > 0 { hz as u64 } else { 100 },
+        };
+        t.read().map(|_| t)
+    }
+
+    /// Idle time of the set so far, summed over its CPUs (tick-grained).
+    pub fn read(&self) -> Option<Duration> {
+        let text = std::fs::read_to_string("/proc/stat").ok()?;
+        let ticks = idle_ticks(&text, |c| c < 64 * 16 && self.set[c / 64] & (1 << (c % 64)) != 0)?;
+        Some(Duration::from_nanos(
+            ticks.saturating_mul(1_000_000_000) / self.hz,
+        ))
+    }
+}
+
+/// The `idle` plus `iowait` ticks of the CPUs of `/proc/stat` (`text`)
+/// that `wanted` takes; None if it takes none of them.
+pub fn idle_ticks(text: &str, wanted: impl Fn(usize) -> bool) -> Option<u64> {
+    let mut total = None;
+    for line in text.lines() {
+        // "cpuN ...", not the "cpu  ..." line of all CPUs.
+        let Some(rest) = line
+            .strip_prefix("cpu")
+            .filter(|r| r.starts_with(|c: char| c.is_ascii_digit()))
+        else {
+            continue;
+        };
+        let mut f = rest.split_ascii_whitespace();
+        let Some(cpu) = f.next().and_then(|n| n.parse::<usize>().ok()) else {
+            continue;
+        };
+        if !wanted(cpu) {
+            continue;
+        }
+        // user nice system idle iowait ...
+        let mut f = f.skip(3);
+        let idle: u64 = f.next()?.parse().ok()?;
+        let iowait: u64 = f.next().and_then(|x| x.parse().ok()).unwrap_or(0);
+        *total.get_or_insert(0) += idle + iowait;
+    }
+    total
 }
 
 /// The time the calling thread has spent runnable but waiting for a CPU

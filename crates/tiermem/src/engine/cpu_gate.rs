@@ -15,7 +15,9 @@
 //!   faults evict inline and nothing is prefetched. It reads the
 //!   application's CPU use (the process's CPU time less that of every
 //!   `auto` mover): once that leaves a CPU free (at most `cpus - 0.9` in
-//!   use), it works again.
+//!   use) and the process's CPUs are idle for most of one (`/proc/stat`:
+//!   another process, a compile or a second job on the node, may use what
+//!   the application leaves), it works again.
 //!
 //! A stand-down after a short spell of work holds it down for twice as
 //! long as the last one did (from one window up to [`MAX_HOLD`]), so a
@@ -55,6 +57,9 @@ const MAX_HOLD: u32 = 32;
 /// A CPU is free for the mover while the application leaves this much
 /// of one unused.
 const FREE_CPU: f64 = 0.9;
+/// ... and its CPUs are idle this much (idle time comes in clock ticks, a
+/// tenth of a window at 100 Hz: an idle CPU reads 0.9 to 1.1).
+const IDLE_CPU: f64 = 0.75;
 /// CPUs' worth of time a process needs for an `auto` mover to be worth
 /// starting: with fewer, the gate could never find a CPU free.
 pub(crate) const MIN_CPUS: f64 = 1.0 + FREE_CPU;
@@ -107,6 +112,9 @@ pub(crate) struct Clocks {
     /// User-mode CPU time of the application's threads (the process's
     /// less that of every `auto` mover): the time they ran its own code.
     pub(crate) app_user: Duration,
+    /// Idle time of the process's CPUs, summed (None: unknown): another
+    /// process may keep busy what the application leaves.
+    pub(crate) idle: Option<Duration>,
 }
 
 /// What a sample decided.
@@ -222,6 +230,10 @@ impl Gate {
         let delay = d(now.mover_delay, self.last.mover_delay);
         let movers_cpu = d(now.movers_cpu, self.last.movers_cpu).max(mover_cpu);
         let app_cpus = (d(now.process_cpu, self.last.process_cpu) - movers_cpu).max(0.0) / wall;
+        let idle_cpus = match (now.idle, self.last.idle) {
+            (Some(now), Some(last)) => d(now, last) / wall,
+            _ => f64::INFINITY,
+        };
         let here = Window {
             progress: d(now.app_user, self.last.app_user) / wall,
             stall: d(now.stall, self.last.stall) / wall,
@@ -229,7 +241,7 @@ impl Gate {
         };
         self.last = now;
         self.spell = self.spell.saturating_add(1);
-        let cpu_free = app_cpus <= self.cpus - FREE_CPU;
+        let cpu_free = app_cpus <= self.cpus - FREE_CPU && idle_cpus >= IDLE_CPU;
         if self.working {
             self.worked = self.worked.saturating_add(1);
             // Too little wanted run time says nothing (an idle mover).
@@ -380,6 +392,25 @@ mod tests {
         clocks.stall += Duration::from_secs_f64(stall * w);
         clocks.app_user += Duration::from_secs_f64(progress * w);
         gate.sample(*clocks)
+    }
+
+    #[test]
+    fn a_cpu_another_process_keeps_busy_is_not_free() {
+        let mut c = Clocks {
+            idle: Some(Duration::ZERO),
+            ..Clocks::default()
+        };
+        let mut g = Gate::new(2.0, c);
+        // Two busy threads: the mover waits half the time it wants.
+        assert_eq!(run(&mut g, &mut c, &[(2.0, 0.2, 0.2)]), [Change::StandDown]);
+        // One of them stops, but another process takes its CPU: no CPU is
+        // idle, so none is free.
+        let busy = run(&mut g, &mut c, &[(1.0, 0.0, 0.0); 20]);
+        assert!(busy.iter().all(|&ch| ch == Change::Stay), "{busy:?}");
+        // That process goes: one CPU idle.
+        let w = WINDOW.as_secs_f64();
+        c.idle = c.idle.map(|i| i + Duration::from_secs_f64(0.9 * w));
+        assert_eq!(window(&mut g, &mut c, 1.0, 0.0, 0.0, 0.0, 0.0), Change::Engage);
     }
 
     /// One application thread on two CPUs whose (stall, progress) is `on`

@@ -379,6 +379,8 @@ struct CpuGate {
     gate: Gate,
     start: Instant,
     delay: Option<tiermem_sys::thread::RunDelay>,
+    /// The process's CPUs' idle time.
+    idle: Option<tiermem_sys::thread::IdleTime>,
     last_look: Instant,
     /// This mover's CPU time and user-mode CPU time at the last look.
     own_cpu: Duration,
@@ -396,6 +398,7 @@ impl CpuGate {
             gate: Gate::new(cpus, Clocks::default()),
             start,
             delay: tiermem_sys::thread::RunDelay::open(),
+            idle: tiermem_sys::thread::IdleTime::new(&tiermem_sys::thread::launch_cpus()),
             last_look: start,
             own_cpu: tiermem_sys::thread::thread_cpu_time(),
             own_user: tiermem_sys::thread::user_time(false),
@@ -443,6 +446,7 @@ impl CpuGate {
             mover_delay: self.delay.as_ref().and_then(|d| d.read()).unwrap_or_default(),
             stall: Duration::from_nanos(core.stats.fault_ns()),
             app_user: process_user.saturating_sub(Duration::from_nanos(movers_user + self.copies_ns)),
+            idle: self.idle.as_ref().and_then(|t| t.read()),
         }
     }
 
