@@ -15,10 +15,6 @@ fn pct(v: &mut [f64], p: f64) -> f64 {
     v[((v.len() - 1) as f64 * p) as usize]
 }
 
-fn run(handler_cpu: Option<usize>, spin: bool) -> Vec<f64> {
-    run_policy(handler_cpu, spin, false)
-}
-
 fn run_policy(handler_cpu: Option<usize>, spin: bool, idle: bool) -> Vec<f64> {
     let (map, _) = Mapping::anonymous(N * PAGE, &MapOptions::default()).unwrap();
     let uffd = Uffd::open(&UffdOptions {
@@ -77,28 +73,17 @@ fn run_policy(handler_cpu: Option<usize>, spin: bool, idle: bool) -> Vec<f64> {
 
 fn main() {
     for round in 0..2 {
-        for (name, cpu, spin) in [
-            ("handler pinned to same CPU (poll)", Some(0), false),
-            ("handler pinned to other CPU (poll)", Some(1), false),
-            ("handler unpinned (poll)", None, false),
-            ("handler spinning on other CPU", Some(1), true),
-        ] {
-            let mut v = run(cpu, spin);
-            if round == 1 {
-                println!(
-                    "{name:<40} p50 {:7.2} us p90 {:7.2} p99 {:7.2}",
-                    pct(&mut v, 0.5),
-                    pct(&mut v, 0.9),
-                    pct(&mut v, 0.99)
-                );
-            }
-        }
-        {
+        for (name, cpu, spin, idle) in [
+            ("handler pinned to same CPU (poll)", Some(0), false, false),
+            ("handler pinned to other CPU (poll)", Some(1), false, false),
+            ("handler unpinned (poll)", None, false, false),
+            ("handler spinning on other CPU", Some(1), true, false),
             // A busy-polling handler under SCHED_IDLE on the faulting CPU:
             // it runs exactly while the application thread sleeps in its
             // fault, so no wake-up is needed for it.
-            let name = "SCHED_IDLE spinner on same CPU";
-            let mut v = run_policy(Some(0), true, true);
+            ("SCHED_IDLE spinner on same CPU", Some(0), true, true),
+        ] {
+            let mut v = run_policy(cpu, spin, idle);
             if round == 1 {
                 println!(
                     "{name:<40} p50 {:7.2} us p90 {:7.2} p99 {:7.2}",

@@ -74,8 +74,7 @@ pub(crate) struct FaultAround {
     /// they evict each other), doubled back while few do (see `adapt`).
     cap: AtomicUsize,
     /// `installed` and `evicted_unused` at the last look.
-    seen_installed: AtomicU64,
-    seen_unused: AtomicU64,
+    look: WasteLook,
     /// Halvings of `cap`.
     shrinks: AtomicU64,
     /// Stride detection over the same history (None: off).
@@ -97,8 +96,7 @@ impl FaultAround {
             used: AtomicU64::new(0),
             evicted_unused: AtomicU64::new(0),
             cap: AtomicUsize::new(MAX_CLUSTER),
-            seen_installed: AtomicU64::new(0),
-            seen_unused: AtomicU64::new(0),
+            look: WasteLook::default(),
             shrinks: AtomicU64::new(0),
         })
     }
@@ -165,34 +163,13 @@ impl FaultAround {
     /// page is used): at a third its clusters shrank and its faults doubled.
     pub(crate) fn adapt(&self, many_threads: bool) {
         let installed = self.installed.load(Ordering::Relaxed);
-        let seen = self.seen_installed.load(Ordering::Relaxed);
-        // A counter reset since the last look: start afresh.
-        if installed < seen {
-            self.seen_installed.store(installed, Ordering::Relaxed);
-            self.seen_unused
-                .store(self.evicted_unused.load(Ordering::Relaxed), Ordering::Relaxed);
+        let unused = || self.evicted_unused.load(Ordering::Relaxed);
+        let Some(look) = self.look.look(installed, ADAPT_EVERY, unused) else {
             return;
-        }
-        if installed - seen < ADAPT_EVERY
-            || self
-                .seen_installed
-                .compare_exchange(seen, installed, Ordering::Relaxed, Ordering::Relaxed)
-                .is_err()
-        {
-            return;
-        }
-        let unused = self.evicted_unused.load(Ordering::Relaxed);
-        let wasted = unused.saturating_sub(self.seen_unused.swap(unused, Ordering::Relaxed));
+        };
         let cap = self.cap.load(Ordering::Relaxed);
         let bound = if many_threads { 2 } else { 3 };
-        let next = if bound * wasted > installed - seen {
-            self.shrinks.fetch_add(1, Ordering::Relaxed);
-            (cap / 2).max(2)
-        } else if 8 * wasted < installed - seen {
-            (cap * 2).min(MAX_CLUSTER)
-        } else {
-            cap
-        };
+        let next = adapted_cap(cap, look, bound, (2, MAX_CLUSTER), &self.shrinks);
         self.cap.store(next, Ordering::Relaxed);
     }
 
@@ -308,6 +285,61 @@ impl FaultAround {
         ] {
             c.store(0, Ordering::Relaxed);
         }
+    }
+}
+
+/// The counters at the last look at the waste of pages installed ahead
+/// of their use (fault-around's neighbours, stride's pages ahead), whose
+/// caps adapt to it.
+#[derive(Default)]
+pub(crate) struct WasteLook {
+    seen_installed: AtomicU64,
+    seen_unused: AtomicU64,
+}
+
+impl WasteLook {
+    /// Every `every` pages installed: `(installed, wasted)` since the last
+    /// look, for the one thread that wins the look (None for the others and
+    /// between looks). A counter reset starts afresh. `unused` reads the
+    /// count of pages evicted unused, only when needed.
+    pub(crate) fn look(&self, installed: u64, every: u64, unused: impl Fn() -> u64) -> Option<(u64, u64)> {
+        let seen = self.seen_installed.load(Ordering::Relaxed);
+        if installed < seen {
+            self.seen_installed.store(installed, Ordering::Relaxed);
+            self.seen_unused.store(unused(), Ordering::Relaxed);
+            return None;
+        }
+        if installed - seen < every
+            || self
+                .seen_installed
+                .compare_exchange(seen, installed, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return None;
+        }
+        let unused = unused();
+        let wasted = unused.saturating_sub(self.seen_unused.swap(unused, Ordering::Relaxed));
+        Some((installed - seen, wasted))
+    }
+}
+
+/// The cap after a look that found `wasted` of `installed` pages unused:
+/// halved (down to `min`, counted in `shrinks`) when more than one in
+/// `shrink_over` were, doubled (up to `max`) when under an eighth were.
+pub(crate) fn adapted_cap(
+    cap: usize,
+    (installed, wasted): (u64, u64),
+    shrink_over: u64,
+    (min, max): (usize, usize),
+    shrinks: &AtomicU64,
+) -> usize {
+    if shrink_over * wasted > installed {
+        shrinks.fetch_add(1, Ordering::Relaxed);
+        (cap / 2).max(min)
+    } else if 8 * wasted < installed {
+        (cap * 2).min(max)
+    } else {
+        cap
     }
 }
 

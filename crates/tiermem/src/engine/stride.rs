@@ -35,7 +35,7 @@
 //! a quarter of them go unused (see [`WasteCap`]): at 41%, zstd's cap
 //! stayed at 2 under a half, and its points alone doubled its faults.
 
-use super::locality::{MarkBits, HISTORY, MAX_CLUSTER, SLOTS};
+use super::locality::{adapted_cap, MarkBits, WasteLook, HISTORY, MAX_CLUSTER, SLOTS};
 use super::RegionCore;
 use crate::page::{PageState, PageTable, PageWord};
 use crate::stats::{FaultTimer, StrideStats};
@@ -81,8 +81,7 @@ struct WasteCap {
     /// Whether under an eighth of the pages installed in the last look
     /// went unused (true until the first look).
     precise: AtomicBool,
-    seen_installed: AtomicU64,
-    seen_unused: AtomicU64,
+    look: WasteLook,
     shrinks: AtomicU64,
 }
 
@@ -91,40 +90,19 @@ impl WasteCap {
         WasteCap {
             cap: AtomicUsize::new(cap),
             precise: AtomicBool::new(true),
-            seen_installed: AtomicU64::new(0),
-            seen_unused: AtomicU64::new(0),
+            look: WasteLook::default(),
             shrinks: AtomicU64::new(0),
         }
     }
 
     fn adapt(&self, installed: u64, unused: u64, min: usize, max: usize) {
-        let seen = self.seen_installed.load(Ordering::Relaxed);
-        if installed < seen {
-            // A counter reset: start afresh.
-            self.seen_installed.store(installed, Ordering::Relaxed);
-            self.seen_unused.store(unused, Ordering::Relaxed);
+        let Some(look) = self.look.look(installed, ADAPT_EVERY, || unused) else {
             return;
-        }
-        if installed - seen < ADAPT_EVERY
-            || self
-                .seen_installed
-                .compare_exchange(seen, installed, Ordering::Relaxed, Ordering::Relaxed)
-                .is_err()
-        {
-            return;
-        }
-        let wasted = unused.saturating_sub(self.seen_unused.swap(unused, Ordering::Relaxed));
-        let cap = self.cap.load(Ordering::Relaxed);
-        self.precise
-            .store(8 * wasted < installed - seen, Ordering::Relaxed);
-        let next = if 4 * wasted > installed - seen {
-            self.shrinks.fetch_add(1, Ordering::Relaxed);
-            (cap / 2).max(min)
-        } else if 8 * wasted < installed - seen {
-            (cap * 2).min(max)
-        } else {
-            cap
         };
+        let cap = self.cap.load(Ordering::Relaxed);
+        let (installed, wasted) = look;
+        self.precise.store(8 * wasted < installed, Ordering::Relaxed);
+        let next = adapted_cap(cap, look, 4, (min, max), &self.shrinks);
         self.cap.store(next, Ordering::Relaxed);
     }
 }

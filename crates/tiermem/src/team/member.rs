@@ -101,6 +101,17 @@ struct Lane {
     bounce: Mapping,
 }
 
+/// A fault being resolved: page `i`, locked by thread `tid` of `rank`
+/// (its word was `w` before), and whether the access is a write.
+#[derive(Clone, Copy)]
+struct LockedFault {
+    i: usize,
+    w: u64,
+    rank: usize,
+    tid: u32,
+    write: bool,
+}
+
 /// This process's membership.
 pub(crate) struct Member {
     pub(crate) view: Arc<View>,
@@ -285,12 +296,19 @@ impl Member {
             }
             timer.lap(Cost::LockList);
             let mapped_here = w & ctl::sharer_bit(rank) != 0;
+            let f = LockedFault {
+                i,
+                w,
+                rank,
+                tid,
+                write,
+            };
             let ok = if at == Where::Resident && write && self.track_dirty && mapped_here {
-                self.unprotect(&ctl, i, w, (rank, tid), &mut timer)
+                self.unprotect(&ctl, f, &mut timer)
             } else if at == Where::Resident {
-                self.map_resident(&ctl, i, w, (rank, tid, write), &mut timer)
+                self.map_resident(&ctl, f, &mut timer)
             } else {
-                self.fill(&ctl, i, w, (rank, tid, write), &mut timer)
+                self.fill(&ctl, f, &mut timer)
             };
             let (total, split) = timer.finish();
             for (k, ns) in split.iter().enumerate() {
@@ -421,14 +439,8 @@ impl Member {
     /// writes, takes one such fault per cluster, as the engine's write
     /// faults install their clusters writable. The page is mapped again if
     /// the kernel dropped the mapping meanwhile.
-    fn unprotect(
-        &self,
-        ctl: &Ctl<'_>,
-        i: usize,
-        w: u64,
-        (rank, tid): (usize, u32),
-        timer: &mut FaultTimer,
-    ) -> bool {
+    fn unprotect(&self, ctl: &Ctl<'_>, f: LockedFault, timer: &mut FaultTimer) -> bool {
+        let (i, w, rank, tid) = (f.i, f.w, f.rank, f.tid);
         let ps = self.view.page;
         let me = ctl::sharer_bit(rank);
         let mapped_here = |w: u64| w & me != 0;
@@ -483,14 +495,8 @@ impl Member {
     /// neighbours not mapped here that fault-around calls for. A read maps
     /// them write-protected; a write maps them writable and dirty (a write
     /// sweep takes no further fault on them, as in the engine).
-    fn map_resident(
-        &self,
-        ctl: &Ctl<'_>,
-        i: usize,
-        w: u64,
-        (rank, tid, write): (usize, u32, bool),
-        timer: &mut FaultTimer,
-    ) -> bool {
+    fn map_resident(&self, ctl: &Ctl<'_>, f: LockedFault, timer: &mut FaultTimer) -> bool {
+        let (i, w, rank, tid, write) = (f.i, f.w, f.rank, f.tid, f.write);
         let ps = self.view.page;
         let me = ctl::sharer_bit(rank);
         let (first, end) = self.lock_near_cluster(ctl, i, (rank, tid, false), |w| w & me == 0);
@@ -567,14 +573,8 @@ impl Member {
     /// near memory allows (neighbours never evict). A read installs far
     /// pages write-protected and clean; a write, or a zero fill (mapped
     /// writable by the kernel), installs them dirty.
-    fn fill(
-        &self,
-        ctl: &Ctl<'_>,
-        i: usize,
-        w: u64,
-        (rank, tid, write): (usize, u32, bool),
-        timer: &mut FaultTimer,
-    ) -> bool {
+    fn fill(&self, ctl: &Ctl<'_>, f: LockedFault, timer: &mut FaultTimer) -> bool {
+        let (i, w, rank, tid, write) = (f.i, f.w, f.rank, f.tid, f.write);
         let ps = self.view.page;
         let at = ctl::where_(w);
         let ahead = ctl.get(H_READAHEAD).max(1) as usize;

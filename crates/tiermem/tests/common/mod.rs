@@ -1,7 +1,7 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code, missing_docs)]
 
-use tiermem::{Config, DirtyTracking, FarStoreConfig, FaultPath};
+use tiermem::{Config, DirtyTracking, FarStoreConfig, FaultPath, Region};
 
 /// Every fault path x dirty tracking x store combination.
 pub fn variants() -> Vec<(FaultPath, DirtyTracking, &'static str)> {
@@ -28,6 +28,22 @@ pub fn config(virt: u64, near: u64, fp: FaultPath, dt: DirtyTracking, store: &st
         };
     }
     c
+}
+
+/// Asserts that a settled region kept to its budget (`resident_bytes`
+/// from its stats, at most `budget`), recorded no I/O error, holds no page
+/// busy or poisoned, and counts exactly its near pages as resident.
+pub fn assert_settled(r: &Region, resident_bytes: u64, budget: u64, what: &str) {
+    const PAGE: u64 = 4096;
+    assert!(resident_bytes <= budget, "{what}: budget exceeded");
+    assert!(r.errors().is_empty(), "{what}: {:?}", r.errors());
+    let census = r.page_census();
+    assert_eq!(census.busy + census.poisoned, 0, "{what}");
+    assert_eq!(
+        (census.clean + census.dirty) as u64 * PAGE,
+        resident_bytes,
+        "{what}"
+    );
 }
 
 /// A 64-bit mix for per-word patterns.

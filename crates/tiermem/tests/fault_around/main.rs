@@ -5,7 +5,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
-use common::{config, mix, variants};
+use common::{assert_settled, config, mix, variants};
 use tiermem::{Config, Region};
 
 const MIB: u64 = 1 << 20;
@@ -78,15 +78,7 @@ fn sequential_sweeps_fault_around_and_keep_every_page() {
             "{what}: {:?}",
             s.fault_around
         );
-        assert!(s.resident_bytes <= 4 * MIB, "{what}: budget exceeded");
-        assert!(r.errors().is_empty(), "{what}: {:?}", r.errors());
-        let census = r.page_census();
-        assert_eq!(census.busy + census.poisoned, 0, "{what}");
-        assert_eq!(
-            (census.clean + census.dirty) as u64 * PAGE as u64,
-            s.resident_bytes,
-            "{what}"
-        );
+        assert_settled(&r, s.resident_bytes, 4 * MIB, &what);
     }
 }
 

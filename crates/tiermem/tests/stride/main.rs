@@ -7,7 +7,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
-use common::{config, mix, variants};
+use common::{assert_settled, config, mix, variants};
 use tiermem::{Config, Region};
 
 const MIB: u64 = 1 << 20;
@@ -82,15 +82,7 @@ fn a_column_walk_installs_along_the_stride_and_keeps_every_byte() {
         assert!(st.streams > 0 && st.installed > 0, "{what}: {st:?}");
         assert!(st.used > st.installed / 2, "{what}: {st:?}");
         assert!(s.evictions > 0, "{what}: the budget should have overflowed");
-        assert!(s.resident_bytes <= 8 * MIB, "{what}: budget exceeded");
-        assert!(r.errors().is_empty(), "{what}: {:?}", r.errors());
-        let census = r.page_census();
-        assert_eq!(census.busy + census.poisoned, 0, "{what}");
-        assert_eq!(
-            (census.clean + census.dirty) as u64 * PAGE as u64,
-            s.resident_bytes,
-            "{what}"
-        );
+        assert_settled(&r, s.resident_bytes, 8 * MIB, &what);
     }
 }
 

@@ -201,11 +201,7 @@ impl Member {
                 b += 1;
             }
             let first = victims[a].0 as usize;
-            evicted += if dirty {
-                self.evict_run(ctl, rank, lane, first, &words[a..b], timer)
-            } else {
-                self.evict_clean(ctl, rank, first, &words[a..b], timer)
-            };
+            evicted += self.evict_run(ctl, rank, dirty.then_some(lane), first, &words[a..b], timer);
             a = b;
         }
         lane.busy.store(false, Ordering::Release);
@@ -222,39 +218,16 @@ impl Member {
         }
     }
 
-    /// Evicts the locked clean pages `first..first+words.len()`: their far
-    /// copies are current, so the punch (which unmaps them wherever they
-    /// are mapped) is all.
-    fn evict_clean(
-        &self,
-        ctl: &Ctl<'_>,
-        rank: usize,
-        first: usize,
-        words: &[u64],
-        timer: &mut FaultTimer,
-    ) -> usize {
-        let ps = self.view.page;
-        let n = words.len();
-        let data = self.view.data.as_fd();
-        if tiermem_sys::memfd::punch_hole(data, (first * ps) as u64, (n * ps) as u64).is_err() {
-            self.keep(ctl, rank, first, words, None);
-            return 0;
-        }
-        timer.lap(Cost::Tlb);
-        self.evicted(ctl, rank, first, words);
-        ctl.add(rank, Stat::CleanEvictions, n as u64);
-        n
-    }
-
-    /// Evicts the locked pages `first..first+words.len()`: splice them into
-    /// the pipe (page references), punch them out of the region file (the
-    /// kernel unmaps them wherever they are mapped), splice the pipe into
-    /// the far file.
+    /// Evicts the locked pages `first..first+words.len()`. Dirty ones
+    /// (`write_back`: the lane that writes them back) are spliced into its
+    /// pipe (page references) before the punch and from the pipe into the
+    /// far file after it; clean ones have current far copies, so the punch
+    /// (which unmaps the pages wherever they are mapped) is all.
     fn evict_run(
         &self,
         ctl: &Ctl<'_>,
         rank: usize,
-        lane: &Lane,
+        write_back: Option<&Lane>,
         first: usize,
         words: &[u64],
         timer: &mut FaultTimer,
@@ -263,52 +236,70 @@ impl Member {
         let n = words.len();
         let (off, bytes) = ((first * ps) as u64, n * ps);
         let data = self.view.data.as_fd();
-        if lane.pipe.fill_from(&data, off, bytes).is_err() {
-            // Nothing changed yet: the pages stay near.
-            lane.pipe.clear();
-            self.keep(ctl, rank, first, words, None);
-            return 0;
+        if let Some(lane) = write_back {
+            if lane.pipe.fill_from(&data, off, bytes).is_err() {
+                // Nothing changed yet: the pages stay near.
+                lane.pipe.clear();
+                self.keep(ctl, rank, first, words, None);
+                return 0;
+            }
+            timer.lap(Cost::Transfer);
         }
-        timer.lap(Cost::Transfer);
         if tiermem_sys::memfd::punch_hole(data, off, bytes as u64).is_err() {
-            lane.pipe.clear();
+            if let Some(lane) = write_back {
+                lane.pipe.clear();
+            }
             self.keep(ctl, rank, first, words, None);
             return 0;
         }
         timer.lap(Cost::Tlb);
-        if lane.pipe.drain_to(&self.view.far.as_fd(), off, bytes).is_err() {
-            // The far file is full or failing: put the bytes back (the pages
-            // are unmapped everywhere now, so a copy fills them again, mapped
-            // here only).
-            let mut done = 0;
-            while done < bytes {
-                let chunk = (bytes - done).min(lane.bounce.len());
-                let got = lane.pipe.read_into(&lane.bounce, chunk);
-                if got == 0
-                    || self
-                        .copy_all(first * ps + done, lane.bounce.range(0, got))
-                        .is_err()
-                {
-                    break;
-                }
-                done += got;
+        if let Some(lane) = write_back {
+            if lane.pipe.drain_to(&self.view.far.as_fd(), off, bytes).is_err() {
+                self.put_back(ctl, rank, lane, first, words);
+                return 0;
             }
-            lane.pipe.clear();
-            let restored = done / ps;
-            let mine = ctl::sharer_bit(rank);
-            self.keep(ctl, rank, first, &words[..restored], Some(mine));
-            // Bytes that could not be put back are gone: say so on access
-            // (SIGBUS) rather than return stale far contents.
-            for k in restored..n {
-                ctl.page(first + k).store(Where::Lost as u64, Ordering::Release);
-            }
-            ctl.w[H_RESIDENT].fetch_sub((n - restored) as u64, Ordering::AcqRel);
-            return 0;
+            timer.lap(Cost::Transfer);
         }
-        timer.lap(Cost::Transfer);
         self.evicted(ctl, rank, first, words);
-        ctl.add(rank, Stat::BytesOut, bytes as u64);
+        if write_back.is_some() {
+            ctl.add(rank, Stat::BytesOut, bytes as u64);
+        } else {
+            ctl.add(rank, Stat::CleanEvictions, n as u64);
+        }
         n
+    }
+
+    /// After a failed write-back of the punched pages `first..first+words.len()`
+    /// (the far file is full or failing): puts the bytes in `lane`'s pipe
+    /// back (the pages are unmapped everywhere now, so a copy fills them
+    /// again, mapped here only), and marks those it could not put back lost.
+    fn put_back(&self, ctl: &Ctl<'_>, rank: usize, lane: &Lane, first: usize, words: &[u64]) {
+        let ps = self.view.page;
+        let n = words.len();
+        let bytes = n * ps;
+        let mut done = 0;
+        while done < bytes {
+            let chunk = (bytes - done).min(lane.bounce.len());
+            let got = lane.pipe.read_into(&lane.bounce, chunk);
+            if got == 0
+                || self
+                    .copy_all(first * ps + done, lane.bounce.range(0, got))
+                    .is_err()
+            {
+                break;
+            }
+            done += got;
+        }
+        lane.pipe.clear();
+        let restored = done / ps;
+        let mine = ctl::sharer_bit(rank);
+        self.keep(ctl, rank, first, &words[..restored], Some(mine));
+        // Bytes that could not be put back are gone: say so on access
+        // (SIGBUS) rather than return stale far contents.
+        for k in restored..n {
+            ctl.page(first + k).store(Where::Lost as u64, Ordering::Release);
+        }
+        ctl.w[H_RESIDENT].fetch_sub((n - restored) as u64, Ordering::AcqRel);
     }
 
     /// Publishes the pages `first..first+words.len()` as far, and counts
