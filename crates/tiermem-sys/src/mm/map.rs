@@ -185,7 +185,7 @@ impl Mapping {
             Self::map_aligned(len, align, flags, prot, raw_fd, offset)?
         } else {
             // SAFETY: a fresh mapping at a kernel-chosen address touches no
-            // existing memory; the result is checked below.
+            // existing memory; `mmap_checked` turns MAP_FAILED into an error.
             let p = unsafe { Self::mmap_checked(std::ptr::null_mut(), len, prot, flags, raw_fd, offset) }?;
             p as *mut u8
         };
