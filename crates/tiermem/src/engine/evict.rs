@@ -10,7 +10,6 @@ use crate::stats::{Cost, FaultTimer};
 use crate::store::StoreError;
 use std::sync::atomic::Ordering;
 use tiermem_sys::mm::Protection;
-use tiermem_sys::pagemap::{Categories, PageRegion, ScanRequest};
 
 /// The per-run arrays of an eviction (at least as long as the run).
 pub(super) struct RunBufs<'a> {
@@ -819,54 +818,6 @@ impl RegionCore {
             self.store.same_as((page * self.page_bytes) as u64, data) == Some(true)
         } else {
             data.is_zero()
-        }
-    }
-
-    /// wp-async: lifts the freeze of a run. A range left read-only would
-    /// make its next writers spin on SIGSEGV, so insist, and record a
-    /// failure (they then end with SIGSEGV rather than hang).
-    fn unfreeze(&self, off: usize, bytes: usize) {
-        for _ in 0..100 {
-            match self.mapping.protect(off, bytes, Protection::ReadWrite) {
-                Ok(()) => return,
-                Err(_) => std::thread::yield_now(),
-            }
-        }
-        self.errors.record(off as u64, OP_EVICT, libc::ENOMEM);
-    }
-
-    /// wp-async: marks pages of `[first, first+n)` that were written since
-    /// they were installed (excluding zero-page mappings).
-    #[inline(never)] // its 1.5 KiB of results stay off the frame of every eviction (signal stacks)
-    fn scan_written(&self, first: usize, n: usize, dirty: &mut [bool]) {
-        let scanner = self.scanner.as_ref().expect("wp-async has a pagemap scanner");
-        let start = self.mapping.addr() + first * self.page_bytes;
-        let end = start + n * self.page_bytes;
-        let mut out = [PageRegion::default(); 64];
-        let mut at = start;
-        while at < end {
-            let req = ScanRequest::new(at, end)
-                .require(Categories::WRITTEN)
-                .exclude(Categories::PFNZERO)
-                .report(Categories::WRITTEN);
-            match scanner.scan(&req, &mut out) {
-                Ok(r) => {
-                    for reg in &out[..r.regions] {
-                        let a = (reg.start - start) / self.page_bytes;
-                        let b = (reg.end - start).div_ceil(self.page_bytes);
-                        dirty[a..b.min(n)].iter_mut().for_each(|d| *d = true);
-                    }
-                    if r.walk_end <= at {
-                        break;
-                    }
-                    at = r.walk_end;
-                }
-                Err(_) => {
-                    // Cannot tell: write everything back.
-                    dirty[..n].iter_mut().for_each(|d| *d = true);
-                    break;
-                }
-            }
         }
     }
 

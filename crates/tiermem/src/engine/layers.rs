@@ -25,7 +25,16 @@ pub(super) const PARTS: &[(&str, &[&str])] = &[
             "slots.rs",
         ],
     ),
-    ("evictor", &["evict.rs", "piped.rs", "pinned.rs", "ring_evict.rs"]),
+    (
+        "evictor",
+        &[
+            "evict.rs",
+            "piped.rs",
+            "pinned.rs",
+            "ring_evict.rs",
+            "wp_async.rs",
+        ],
+    ),
     (
         "installer",
         &[

@@ -44,7 +44,8 @@
 //!    `access`;
 //! 2. the evictor: `evict` (victim runs, write-back, publish), `piped`
 //!    (dirty victims read through a pipe), `ring_evict` (eviction into the
-//!    frame ring), `pinned` (pages the kernel pins);
+//!    frame ring), `pinned` (pages the kernel pins), `wp_async` (runs
+//!    frozen by `mprotect`, written pages named by `PAGEMAP_SCAN`);
 //! 3. the installer: `fill` (demand fills, installs), `around`
 //!    (fault-around clusters), `request_fill` (runs asked for by movers and
 //!    prefetch), `stride`, `poison`;
@@ -83,6 +84,7 @@ mod ring_evict;
 mod scratch;
 mod slots;
 mod stride;
+mod wp_async;
 
 pub(crate) use around::out_of_near;
 pub use errors::IoErrorRecord;
