@@ -703,8 +703,8 @@ mod fork_tests {
 /// `/proc/stat`): whether a CPU is free for another thread, whoever keeps
 /// the others busy (this process, or another on the same node).
 pub struct IdleTime {
-    /// Bit per CPU of the set (up to 64 * 16).
-    set: [u64; 16],
+    /// The CPUs, sorted.
+    cpus: Vec<usize>,
     /// Clock ticks per second (`_SC_CLK_TCK`).
     hz: u64,
 }
@@ -713,14 +713,12 @@ impl IdleTime {
     /// For `cpus`; None where `/proc/stat` cannot be read or names none of
     /// them.
     pub fn new(cpus: &[usize]) -> Option<IdleTime> {
-        let mut set = [0u64; 16];
-        for &c in cpus.iter().filter(|&&c| c < 64 * 16) {
-            set[c / 64] |= 1 << (c % 64);
-        }
+        let mut cpus = cpus.to_vec();
+        cpus.sort_unstable();
         // SAFETY: sysconf reads a constant of the C library.
         let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
         let t = IdleTime {
-            set,
+            cpus,
             hz: if hz > 0 { hz as u64 } else { 100 },
         };
         t.read().map(|_| t)
@@ -729,7 +727,7 @@ impl IdleTime {
     /// Idle time of the set so far, summed over its CPUs (tick-grained).
     pub fn read(&self) -> Option<Duration> {
         let text = std::fs::read_to_string("/proc/stat").ok()?;
-        let ticks = idle_ticks(&text, |c| c < 64 * 16 && self.set[c / 64] & (1 << (c % 64)) != 0)?;
+        let ticks = idle_ticks(&text, |c| self.cpus.binary_search(&c).is_ok())?;
         Some(Duration::from_nanos(
             ticks.saturating_mul(1_000_000_000) / self.hz,
         ))
