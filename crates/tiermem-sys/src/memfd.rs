@@ -80,6 +80,19 @@ impl AsFd for Memfd {
     }
 }
 
+/// Whether `fd` is a file of a memory file system without a size limit
+/// (a memfd, or a tmpfs mounted without `size=`): a write to it, through a
+/// mapping too, cannot fail for lack of space. A file of a sized tmpfs
+/// (/dev/shm) can, and a write through a mapping then raises SIGBUS.
+pub fn unbounded_memory(fd: BorrowedFd<'_>) -> bool {
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    // SAFETY: statfs is plain data.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: valid descriptor and struct; the kernel fills it.
+    let r = unsafe { libc::syscall(libc::SYS_fstatfs, fd.as_raw_fd(), &mut st) };
+    r == 0 && st.f_type as i64 == TMPFS_MAGIC && st.f_blocks == 0
+}
+
 /// `ftruncate(fd, len)`.
 pub fn set_len(fd: BorrowedFd<'_>, len: u64) -> Result<(), Errno> {
     // SAFETY: plain syscall on a borrowed, open descriptor.
@@ -135,6 +148,19 @@ mod tests {
         m.punch_hole(8192, 4096).unwrap();
         assert!(map.range(8192, 4096).is_zero());
         allocate(m.as_fd(), 0, 4096).unwrap();
+    }
+
+    #[test]
+    fn only_memory_without_a_size_limit_is_unbounded() {
+        let m = Memfd::create("t", false).unwrap();
+        assert!(unbounded_memory(m.as_fd()), "a memfd has no size limit");
+        let disk = std::fs::File::open("/proc/self/exe").unwrap();
+        assert!(!unbounded_memory(disk.as_fd()), "not a memory file system");
+        if let Ok(shm) = std::fs::File::open("/dev/shm") {
+            // Mounted with a size (by default half the memory) everywhere
+            // we know of.
+            assert!(!unbounded_memory(shm.as_fd()), "/dev/shm has a size");
+        }
     }
 
     #[test]

@@ -31,6 +31,16 @@ pub struct Pipe {
     capacity: usize,
 }
 
+/// A transfer out of the pipe that stopped part-way: `done` bytes reached
+/// the destination (in order, from the start), the rest are still queued.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Short {
+    /// Bytes moved before the error.
+    pub done: usize,
+    /// The error.
+    pub errno: Errno,
+}
+
 /// A new close-on-exec pipe: (read end, write end).
 ///
 /// Untrapped (as all of tiermem's calls with pointers): the descriptors'
@@ -84,10 +94,12 @@ impl Pipe {
             None,
             len,
         )
+        .map_err(|short| short.errno)
     }
 
-    /// Splices `len` bytes out of the pipe into `dst` at `offset`.
-    pub fn drain_to(&self, dst: &impl AsFd, offset: u64, len: usize) -> Result<(), Errno> {
+    /// Splices `len` bytes out of the pipe into `dst` at `offset`. On an
+    /// error (a full file) says how many reached `dst`.
+    pub fn drain_to(&self, dst: &impl AsFd, offset: u64, len: usize) -> Result<(), Short> {
         self.splice_all(
             self.read.as_raw_fd(),
             None,
@@ -174,7 +186,8 @@ impl Pipe {
 
     /// Reads exactly `len` queued bytes out of the pipe into `map` at
     /// `offset` (they must be queued: the call does not wait for more).
-    pub fn read_exact_into(&self, map: &crate::mm::Mapping, offset: usize, len: usize) -> Result<(), Errno> {
+    /// On an error says how many were read.
+    pub fn read_exact_into(&self, map: &crate::mm::Mapping, offset: usize, len: usize) -> Result<(), Short> {
         map.check_range(offset, len);
         let mut done = 0;
         while done < len {
@@ -195,10 +208,15 @@ impl Pipe {
                 )
             };
             match check_size(r as isize) {
-                Ok(0) => return Err(Errno(libc::EIO)),
+                Ok(0) => {
+                    return Err(Short {
+                        done,
+                        errno: Errno(libc::EIO),
+                    })
+                }
                 Ok(n) => done += n,
                 Err(Errno(libc::EINTR)) => continue,
-                Err(e) => return Err(e),
+                Err(errno) => return Err(Short { done, errno }),
             }
         }
         Ok(())
@@ -238,7 +256,7 @@ impl Pipe {
         to: libc::c_int,
         to_off: Option<u64>,
         len: usize,
-    ) -> Result<(), Errno> {
+    ) -> Result<(), Short> {
         let mut done = 0;
         while done < len {
             let mut fo = from_off.map(|o| (o + done as u64) as libc::loff_t);
@@ -264,10 +282,15 @@ impl Pipe {
                 ) as isize
             });
             match r {
-                Ok(0) => return Err(Errno(libc::EIO)),
+                Ok(0) => {
+                    return Err(Short {
+                        done,
+                        errno: Errno(libc::EIO),
+                    })
+                }
                 Ok(n) => done += n,
                 Err(Errno(libc::EINTR)) => continue,
-                Err(e) => return Err(e),
+                Err(errno) => return Err(Short { done, errno }),
             }
         }
         Ok(())
@@ -309,6 +332,64 @@ mod tests {
             .iter()
             .enumerate()
             .all(|(i, &b)| b == b'a' || i == 7 || i == 2 * 4096 + 9));
+    }
+
+    /// A file system of two pages (root only: a tmpfs mount), removed on
+    /// drop.
+    struct TwoPages(std::path::PathBuf);
+
+    impl TwoPages {
+        fn mount() -> Option<TwoPages> {
+            let dir = std::env::temp_dir().join(format!("tiermem-splice-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).ok()?;
+            let mounted = std::process::Command::new("mount")
+                .args(["-t", "tmpfs", "-o", "size=8k", "tiermem-test"])
+                .arg(&dir)
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if !mounted {
+                let _ = std::fs::remove_dir(&dir);
+                eprintln!("skipped: mounting a two-page tmpfs needs root");
+                return None;
+            }
+            Some(TwoPages(dir))
+        }
+    }
+
+    impl Drop for TwoPages {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(&self.0).status();
+            let _ = std::fs::remove_dir(&self.0);
+        }
+    }
+
+    #[test]
+    fn a_drain_into_a_full_file_says_how_much_it_wrote() {
+        let Some(fs) = TwoPages::mount() else { return };
+        let src = Memfd::create("src", false).unwrap();
+        src.set_len(3 * 4096).unwrap();
+        let (map, _u) = Mapping::shared(src.as_fd(), 0, 3 * 4096, 4096, &MapOptions::default()).unwrap();
+        for k in 0..3 {
+            map.fill(k * 4096, 4096, b'a' + k as u8);
+        }
+        let pipe = Pipe::new(1 << 16).unwrap();
+        pipe.fill_from(&src, 0, 3 * 4096).unwrap();
+        let dst = std::fs::File::create(fs.0.join("far")).unwrap();
+        let short = pipe.drain_to(&dst, 0, 3 * 4096).unwrap_err();
+        assert_eq!(
+            short,
+            Short {
+                done: 2 * 4096,
+                errno: Errno(libc::ENOSPC)
+            }
+        );
+        // The rest is still queued, from where the drain stopped.
+        let (rest, _r) = Mapping::anonymous(4096, &MapOptions::default()).unwrap();
+        pipe.read_exact_into(&rest, 0, 4096).unwrap();
+        let mut got = vec![0u8; 4096];
+        rest.copy_out(0, &mut got);
+        assert!(got.iter().all(|&b| b == b'c'));
     }
 
     #[test]

@@ -53,6 +53,10 @@ pub(crate) struct View {
     pub(crate) data_map: Mapping,
     pub(crate) far: File,
     pub(crate) far_map: Mapping,
+    /// Write-backs read the pipe into `far_map` (a memfd: a write cannot
+    /// fail for space) instead of splicing into `far` (a file of a sized
+    /// tmpfs, where that can fail: ENOSPC, not a SIGBUS).
+    pub(crate) far_in_place: bool,
     pub(crate) page: usize,
     pub(crate) npages: usize,
 }
@@ -74,7 +78,15 @@ impl View {
             Some(addr) => Mapping::shared_at(data.as_fd(), 0, len, page, addr)?,
             None => Mapping::shared(data.as_fd(), 0, len, page, &MapOptions::default())?,
         };
+        // Evictions unmap pages from every member's mapping: the kernel
+        // marks the young ones accessed on the page cache's LRU, an
+        // activation per page for nothing (tiermem replaces them), unless
+        // the mapping is MADV_RANDOM (which also stops file readahead,
+        // which userfaultfd ranges do not do anyway). A hint: if it
+        // fails, evictions only cost more.
+        let _ = data_map.advise(0, len, tiermem_sys::mm::Advice::Random);
         let (far_map, _) = Mapping::shared(far.as_fd(), 0, len, page, &MapOptions::default())?;
+        let far_in_place = tiermem_sys::memfd::unbounded_memory(far.as_fd());
         let view = View {
             ctl_map,
             ctl_user,
@@ -82,6 +94,7 @@ impl View {
             data_map,
             far,
             far_map,
+            far_in_place,
             page,
             npages,
         };

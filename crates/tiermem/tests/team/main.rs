@@ -573,6 +573,55 @@ fn named_regions_are_shared_with_attached_processes() {
     assert!(TeamRegion::attach(&name, 1).is_err(), "gone with its creator");
 }
 
+/// A far file that stops taking write-backs part-way through a run (here
+/// RLIMIT_FSIZE three and a half pages short of the region's end, as a
+/// full file system would: the write-back's splice writes up to the limit,
+/// then fails) loses nothing: the pages written are evicted, the rest,
+/// the half-written page too, are put back from the pipe, each at its own
+/// place. A named team's far file lies in /dev/shm, a sized tmpfs: its
+/// write-backs splice into the file (an unbounded memfd's go through its
+/// mapping, where no such failure is possible).
+#[test]
+fn a_far_file_full_part_way_through_a_write_back_loses_nothing() {
+    const NAME: &str = "a_far_file_full_part_way_through_a_write_back_loses_nothing";
+    if !is_child(NAME) {
+        let (st, err) = run_child(NAME);
+        assert!(st.success(), "{err}");
+        return;
+    }
+    const PAGES: usize = 256;
+    let mut cfg = TeamConfig::new(PAGES * 4096, 32 * 4096, 1);
+    cfg.evict_batch_pages = 16;
+    let team = TeamRegion::create_named(&format!("full-{}", std::process::id()), cfg).unwrap();
+    // SAFETY: plain calls on this single-threaded test process: writes
+    // past the limit fail with EFBIG instead of killing it.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+        let limit = ((PAGES - 4) * 4096 + 2048) as libc::rlim_t;
+        let r = libc::rlimit {
+            rlim_cur: limit,
+            rlim_max: libc::RLIM_INFINITY,
+        };
+        assert_eq!(libc::setrlimit(libc::RLIMIT_FSIZE, &r), 0);
+    }
+    let words = team.atomics();
+    for round in 0..3 {
+        for p in 0..PAGES {
+            for k in 0..WORDS {
+                words[p * WORDS + k].store(value(p, k, round), Ordering::Relaxed);
+            }
+        }
+        for p in 0..PAGES {
+            let bad =
+                (0..WORDS).filter(|&k| words[p * WORDS + k].load(Ordering::Relaxed) != value(p, k, round));
+            assert_eq!(bad.count(), 0, "page {p} after round {round}");
+        }
+    }
+    let s = team.stats();
+    let errors: u64 = s.members.iter().map(|m| m.errors).sum();
+    assert!(errors > 0, "no write-back failed: {s:?}");
+}
+
 #[test]
 fn bad_input_is_refused_with_a_message() {
     let bad = |cfg: TeamConfig, what: &str| {

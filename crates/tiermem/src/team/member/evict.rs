@@ -254,9 +254,16 @@ impl Member {
         }
         timer.lap(Cost::Tlb);
         if let Some(lane) = write_back {
-            if lane.pipe.drain_to(&self.view.far.as_fd(), off, bytes).is_err() {
-                self.put_back(ctl, rank, lane, first, words);
-                return 0;
+            // Through the far file's mapping where that cannot fail for
+            // space: no inode lock (the members' write-backs took turns
+            // on it) and no page cache look-up per page.
+            let drained = if self.view.far_in_place {
+                lane.pipe.read_exact_into(&self.view.far_map, off as usize, bytes)
+            } else {
+                lane.pipe.drain_to(&self.view.far.as_fd(), off, bytes)
+            };
+            if let Err(short) = drained {
+                return self.put_back(ctl, rank, lane, first, words, short.done);
             }
             timer.lap(Cost::Transfer);
         }
@@ -269,16 +276,44 @@ impl Member {
         n
     }
 
-    /// After a failed write-back of the punched pages `first..first+words.len()`
-    /// (the far file is full or failing): puts the bytes in `lane`'s pipe
-    /// back (the pages are unmapped everywhere now, so a copy fills them
-    /// again, mapped here only), and marks those it could not put back lost.
-    fn put_back(&self, ctl: &Ctl<'_>, rank: usize, lane: &Lane, first: usize, words: &[u64]) {
+    /// After a write-back of the punched pages `first..first+words.len()`
+    /// that stopped after `written` bytes (the far file is full or
+    /// failing): the pages written are evicted; the bytes still in
+    /// `lane`'s pipe are put back (the pages are unmapped everywhere now,
+    /// so a copy fills them again, mapped here only), and those it could
+    /// not put back are marked lost. Returns the pages evicted.
+    fn put_back(
+        &self,
+        ctl: &Ctl<'_>,
+        rank: usize,
+        lane: &Lane,
+        first: usize,
+        words: &[u64],
+        written: usize,
+    ) -> usize {
         let ps = self.view.page;
+        let whole = (written / ps).min(words.len());
+        if whole > 0 {
+            self.evicted(ctl, rank, first, &words[..whole]);
+            ctl.add(rank, Stat::BytesOut, (whole * ps) as u64);
+        }
+        let (first, words) = (first + whole, &words[whole..]);
         let n = words.len();
         let bytes = n * ps;
         let mut done = 0;
-        while done < bytes {
+        let mut failed = false;
+        // A page cut in two: its head reached the far file, its tail is
+        // next in the pipe.
+        let head = written % ps;
+        if head > 0 && n > 0 {
+            lane.bounce.copy_in(0, self.view.far_map.range(first * ps, head));
+            failed = lane.pipe.read_exact_into(&lane.bounce, head, ps - head).is_err()
+                || self.copy_all(first * ps, lane.bounce.range(0, ps)).is_err();
+            if !failed {
+                done = ps;
+            }
+        }
+        while !failed && done < bytes {
             let chunk = (bytes - done).min(lane.bounce.len());
             let got = lane.pipe.read_into(&lane.bounce, chunk);
             if got == 0
@@ -300,6 +335,7 @@ impl Member {
             ctl.page(first + k).store(Where::Lost as u64, Ordering::Release);
         }
         ctl.w[H_RESIDENT].fetch_sub((n - restored) as u64, Ordering::AcqRel);
+        whole
     }
 
     /// Publishes the pages `first..first+words.len()` as far, and counts
