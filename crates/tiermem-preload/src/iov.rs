@@ -272,7 +272,9 @@ macro_rules! iov_call {
             unsafe { vectored(fd, iov, cnt, $w, false, false, |v, n, _| real(fd, v, n)) }
         }
     };
-    // The positional forms: the offset moves on by what earlier pieces did.
+    // The positional forms: the offset moves on by what earlier pieces did,
+    // unless it is -1 (preadv2/pwritev2: the file position, which the
+    // kernel moves on itself).
     ($(#[$doc:meta])* fn $name:ident(off $(, $arg:ident: $ty:ty)*) = $cname:literal, writes $w:expr) => {
         $(#[$doc])*
         ///
@@ -285,8 +287,9 @@ macro_rules! iov_call {
             type Real = unsafe extern "C" fn(c_int, *const iovec, c_int, libc::off_t $(, $ty)*) -> ssize_t;
             // SAFETY: the C library's function of this signature.
             let real: Real = unsafe { std::mem::transmute(f) };
+            let at = |done: usize| if off < 0 { off } else { off + done as libc::off_t };
             // SAFETY: the caller's arguments.
-            unsafe { vectored(fd, iov, cnt, $w, false, false, |v, n, done| real(fd, v, n, off + done as libc::off_t $(, $arg)*)) }
+            unsafe { vectored(fd, iov, cnt, $w, false, false, |v, n, done| real(fd, v, n, at(done) $(, $arg)*)) }
         }
     };
 }

@@ -165,6 +165,7 @@ impl RegionCore {
                         wp_on_install,
                         dont_wake,
                     )
+                    .map_err(|short| short.err)
                 };
                 timer.lap(Cost::Pte);
                 (r, FaultKind::ZeroFill)
@@ -179,6 +180,7 @@ impl RegionCore {
                             self.install_thp(off, Some(src), dont_wake)
                         } else {
                             self.copy_in(off, src, wp_on_install, dont_wake)
+                                .map_err(|short| short.err)
                         };
                         timer.lap(Cost::Pte);
                         self.stats
@@ -332,16 +334,24 @@ impl RegionCore {
         if moved == self.page_bytes {
             return Ok(());
         }
-        let r = self.copy_in(
+        match self.copy_in(
             off + moved,
             data.sub(moved, self.page_bytes - moved),
             false,
             dont_wake,
-        );
-        if r.is_ok() && moved == 0 {
-            self.collapse(off, 1);
+        ) {
+            Ok(()) => {
+                if moved == 0 {
+                    self.collapse(off, 1);
+                }
+                Ok(())
+            }
+            Err(short) => {
+                // All of the block missing again, as its word says.
+                self.drop_part_of_block(off, moved + short.done);
+                Err(short.err)
+            }
         }
-        r
     }
 
     /// The fast path of [`Self::install_thp`]: builds the block in a staging
@@ -375,7 +385,8 @@ impl RegionCore {
                 false,
             ) {
                 Ok(Resolved::Done) => done = self.page_bytes,
-                Ok(Resolved::Partial { bytes }) => done += bytes,
+                Ok(Resolved::Partial { bytes }) if bytes > 0 => done += bytes,
+                // Refused, or no progress: the rest is copied.
                 _ => break,
             }
         }
@@ -634,6 +645,8 @@ impl RegionCore {
             }
             let off = run[s].0 * self.page_bytes;
             let len = (e - s) * self.page_bytes;
+            // Pages installed from `s`: the pages after a failed one are
+            // handed back with it.
             let installed = if far {
                 let src = self.store.fetch(off as u64, len, staging);
                 timer.lap(Cost::Transfer);
@@ -643,21 +656,21 @@ impl RegionCore {
                         // A prefetch is a hint: leave the pages in the far
                         // store; a demand fault will try again and report.
                         self.store_failed(off as u64, OP_READ, &err);
-                        Err(())
+                        0
                     }
                 }
             } else {
                 self.copy_run(off, self.zeros.range(0, len), !writable && !self.thp())
             };
-            if installed.is_ok() && self.thp() {
-                self.collapse(off, e - s);
+            if installed > 0 && self.thp() {
+                self.collapse(off, installed);
             }
             timer.lap(Cost::Pte);
-            if installed.is_ok() {
-                ok[s..e].iter_mut().for_each(|x| *x = true);
-                if far {
-                    self.stats.bytes_in.fetch_add(len as u64, Ordering::Relaxed);
-                }
+            ok[s..s + installed].iter_mut().for_each(|x| *x = true);
+            if far {
+                self.stats
+                    .bytes_in
+                    .fetch_add((installed * self.page_bytes) as u64, Ordering::Relaxed);
             }
             s = e;
         }

@@ -155,10 +155,7 @@ impl RegionCore {
                 // happen short of a kernel failure; the data still sits in
                 // the frame, so keep trying rather than publish a loss.
                 for k in s..e {
-                    while self
-                        .copy_run((first + k) * ps, ring.map.range(pos_of[k] * ps, ps), false)
-                        .is_err()
-                    {
+                    while self.copy_run((first + k) * ps, ring.map.range(pos_of[k] * ps, ps), false) == 0 {
                         std::thread::yield_now();
                     }
                     failed[k] = true;

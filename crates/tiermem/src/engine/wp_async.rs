@@ -44,6 +44,9 @@ impl RegionCore {
                         dirty[a..b.min(n)].iter_mut().for_each(|d| *d = true);
                     }
                     if r.walk_end <= at {
+                        // No progress: the rest cannot be told clean.
+                        let a = (at - start) / self.page_bytes;
+                        dirty[a..n].iter_mut().for_each(|d| *d = true);
                         break;
                     }
                     at = r.walk_end;
