@@ -81,9 +81,10 @@ impl AsFd for Memfd {
 }
 
 /// Whether `fd` is a file of a memory file system without a size limit
-/// (a memfd, or a tmpfs mounted without `size=`): a write to it, through a
-/// mapping too, cannot fail for lack of space. A file of a sized tmpfs
-/// (/dev/shm) can, and a write through a mapping then raises SIGBUS.
+/// (a memfd, or a tmpfs mounted with `size=0`): a write to it, through a
+/// mapping too, cannot fail for lack of space (only for lack of memory). A
+/// file of a sized tmpfs (/dev/shm) can: ENOSPC from `write`, SIGBUS on a
+/// store through a mapping, EFAULT part-way from a `read` into one.
 pub fn unbounded_memory(fd: BorrowedFd<'_>) -> bool {
     const TMPFS_MAGIC: i64 = 0x0102_1994;
     // SAFETY: statfs is plain data.

@@ -53,9 +53,12 @@ pub(crate) struct View {
     pub(crate) data_map: Mapping,
     pub(crate) far: File,
     pub(crate) far_map: Mapping,
-    /// Write-backs read the pipe into `far_map` (a memfd: a write cannot
-    /// fail for space) instead of splicing into `far` (a file of a sized
-    /// tmpfs, where that can fail: ENOSPC, not a SIGBUS).
+    /// Write-backs read the pipe into `far_map` where the far file cannot
+    /// run out of space (a memfd), and splice into `far` where it can (a
+    /// file of a sized tmpfs, /dev/shm: ENOSPC, the path the full-file
+    /// test takes). Either stops short on a failure (a read into a mapping
+    /// whose page cannot be allocated returns EFAULT part-way) and hands
+    /// the rest back (`put_back`).
     pub(crate) far_in_place: bool,
     pub(crate) page: usize,
     pub(crate) npages: usize,
@@ -81,9 +84,13 @@ impl View {
         // Evictions unmap pages from every member's mapping: the kernel
         // marks the young ones accessed on the page cache's LRU, an
         // activation per page for nothing (tiermem replaces them), unless
-        // the mapping is MADV_RANDOM (which also stops file readahead,
-        // which userfaultfd ranges do not do anyway). A hint: if it
-        // fails, evictions only cost more.
+        // the mapping is MADV_RANDOM (Linux 6.3: `vma_has_recency`). That
+        // also stops file readahead, which userfaultfd ranges do not do
+        // anyway, and makes the kernel's reclaim ignore the mapping's
+        // accessed bits: under memory pressure of the host it may swap
+        // hot team pages out as readily as cold ones (tiermem's budget is
+        // meant to fit in memory). A hint: if it fails, evictions only
+        // cost more.
         let _ = data_map.advise(0, len, tiermem_sys::mm::Advice::Random);
         let (far_map, _) = Mapping::shared(far.as_fd(), 0, len, page, &MapOptions::default())?;
         let far_in_place = tiermem_sys::memfd::unbounded_memory(far.as_fd());
@@ -736,8 +743,10 @@ impl Member {
         true
     }
 
-    fn copy_all(&self, off: usize, src: tiermem_sys::mm::MemRange<'_>) -> Result<(), ()> {
-        let done = resolve_run(
+    /// Copies `src` into the region at `off`; returns the bytes mapped
+    /// from the start (all of them, or fewer where a copy failed).
+    fn copy_some(&self, off: usize, src: tiermem_sys::mm::MemRange<'_>) -> usize {
+        resolve_run(
             |done| {
                 self.uffd.copy(
                     &self.reg,
@@ -748,12 +757,7 @@ impl Member {
             },
             src.len(),
             self.view.page,
-        );
-        if done == src.len() {
-            Ok(())
-        } else {
-            Err(())
-        }
+        )
     }
 
     /// Stores the final word of pages `i..i+n` (unlocking them).

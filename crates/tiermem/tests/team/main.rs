@@ -589,6 +589,13 @@ fn a_far_file_full_part_way_through_a_write_back_loses_nothing() {
         assert!(st.success(), "{err}");
         return;
     }
+    let shm = std::fs::File::open("/dev/shm").unwrap();
+    if tiermem_sys::memfd::unbounded_memory(std::os::fd::AsFd::as_fd(&shm)) {
+        // Then a named team writes back through the far file's mapping,
+        // which RLIMIT_FSIZE does not limit.
+        eprintln!("skipped: /dev/shm has no size here, so the far file cannot fill up");
+        return;
+    }
     const PAGES: usize = 256;
     let mut cfg = TeamConfig::new(PAGES * 4096, 32 * 4096, 1);
     cfg.evict_batch_pages = 16;

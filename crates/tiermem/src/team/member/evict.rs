@@ -308,7 +308,7 @@ impl Member {
         if head > 0 && n > 0 {
             lane.bounce.copy_in(0, self.view.far_map.range(first * ps, head));
             failed = lane.pipe.read_exact_into(&lane.bounce, head, ps - head).is_err()
-                || self.copy_all(first * ps, lane.bounce.range(0, ps)).is_err();
+                || self.copy_some(first * ps, lane.bounce.range(0, ps)) < ps;
             if !failed {
                 done = ps;
             }
@@ -316,14 +316,13 @@ impl Member {
         while !failed && done < bytes {
             let chunk = (bytes - done).min(lane.bounce.len());
             let got = lane.pipe.read_into(&lane.bounce, chunk);
-            if got == 0
-                || self
-                    .copy_all(first * ps + done, lane.bounce.range(0, got))
-                    .is_err()
-            {
+            // Pages mapped before a copy fails are restored too: they are
+            // in the file, mapped here.
+            let mapped = self.copy_some(first * ps + done, lane.bounce.range(0, got));
+            done += mapped;
+            if got == 0 || mapped < got {
                 break;
             }
-            done += got;
         }
         lane.pipe.clear();
         let restored = done / ps;
