@@ -915,6 +915,10 @@ impl RegionCore {
                         n += 1;
                         p += 1;
                     }
+                    // Evict what this call holds first: the page's owner
+                    // may be a fill that needs room only those pages can
+                    // give. Then wait, holding nothing.
+                    PageState::Busy if n > 0 => break,
                     PageState::Busy => {
                         self.pages.wait_not_busy(p);
                     }

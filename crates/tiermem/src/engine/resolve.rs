@@ -29,12 +29,13 @@ impl RegionCore {
     /// `tiermem_sys::locks`). It gets a zero page, so that the call goes on;
     /// the eviction that finds the hole taken empties it again.
     pub(crate) fn resolve_outside(&self, addr: usize) {
-        let Some(ring) = &self.ring else {
-            return;
-        };
-        if ring.map.contains(addr) {
-            let off = (addr - ring.map.addr()) & !(self.page_bytes - 1);
-            let _ = self.uffd.zeropage(&ring.reg, off, self.page_bytes, false);
+        // The frame ring, or the pin ring (handler-thread mode).
+        for ring in [self.ring.as_ref(), self.pin_ring()].into_iter().flatten() {
+            if ring.map.contains(addr) {
+                let off = (addr - ring.map.addr()) & !(self.page_bytes - 1);
+                let _ = self.uffd.zeropage(&ring.reg, off, self.page_bytes, false);
+                return;
+            }
         }
     }
 
@@ -81,28 +82,32 @@ impl RegionCore {
                         self.stats.record_fault(FaultKind::Spurious, tid, timer);
                         return Outcome::Spurious;
                     }
+                    if w.pinned() {
+                        match self.unprotect_pinned(i, w, server) {
+                            None => {
+                                std::thread::yield_now();
+                                continue;
+                            }
+                            Some(false) => return Outcome::Poisoned,
+                            Some(true) => {
+                                timer.lap(Cost::Pte);
+                                self.stats.record_fault(FaultKind::Spurious, tid, timer);
+                                return Outcome::Resolved;
+                            }
+                        }
+                    }
                     if !self.pages.try_lock(i, w) {
                         continue;
                     }
                     timer.lap(Cost::LockList);
-                    let r = self.uffd.writeprotect(
-                        &self.reg,
-                        i * self.page_bytes,
-                        self.page_bytes,
-                        false,
-                        server == Server::InContext,
-                    );
+                    let unprotected = self.unprotect_pte(i, server);
                     timer.lap(Cost::Pte);
                     let dirty = PageWord::new(PageState::Dirty, w.far_valid());
-                    if let Err(e) = r {
-                        // The page is intact, only unwritable: report it and
-                        // fail the access rather than loop on the fault.
-                        self.errors.record(
-                            (i * self.page_bytes) as u64,
-                            OP_INSTALL,
-                            e.errno().map_or(0, |e| e.raw()),
-                        );
+                    if !unprotected {
+                        // The page is intact, only unwritable: fail the
+                        // access rather than loop on the fault.
                         self.pages.unlock(i, dirty);
+                        self.wake_refused(i, server);
                         return Outcome::Poisoned;
                     }
                     let kind = if w.state() == PageState::Clean {
@@ -130,6 +135,58 @@ impl RegionCore {
                     return Outcome::Poisoned;
                 }
             }
+        }
+    }
+
+    /// A write-protect fault on page `i` that a system call has pinned
+    /// (`w`): it cannot be locked while the call lasts, which may be as
+    /// long as the call blocks (a `read` from a pipe this very thread is
+    /// to fill), so waiting for the lock would hold the thread, spinning,
+    /// until then. A pinned page is not evicted, and the pinner made it
+    /// Dirty (pins in wp-fault mode make pages writable first): a pin of
+    /// this thread's own keeps it so while its pte is made writable (an
+    /// abandoned eviction may have left it protected). Some(true): done;
+    /// Some(false): the kernel refused (recorded); None: the word changed,
+    /// or the page is Clean: look again.
+    fn unprotect_pinned(&self, i: usize, w: PageWord, server: Server) -> Option<bool> {
+        if w.state() != PageState::Dirty || !self.pages.try_pin(i, w) {
+            return None;
+        }
+        let unprotected = self.unprotect_pte(i, server);
+        self.pages.unpin(i);
+        if !unprotected {
+            self.wake_refused(i, server);
+        }
+        Some(unprotected)
+    }
+
+    /// Makes page `i`'s pte writable (a write-protect fault's answer,
+    /// waking a handler-thread fault); a refusal (the mapping changed
+    /// under it) is recorded.
+    fn unprotect_pte(&self, i: usize, server: Server) -> bool {
+        let r = self.uffd.writeprotect(
+            &self.reg,
+            i * self.page_bytes,
+            self.page_bytes,
+            false,
+            server == Server::InContext,
+        );
+        if let Err(e) = &r {
+            self.errors.record(
+                (i * self.page_bytes) as u64,
+                OP_INSTALL,
+                e.errno().map_or(0, |e| e.raw()),
+            );
+        }
+        r.is_ok()
+    }
+
+    /// After a refused unprotect: a handler-thread fault's thread is
+    /// woken, so that its access fails as the kernel decides (the mapping
+    /// changed under it) rather than sleep for good.
+    fn wake_refused(&self, i: usize, server: Server) {
+        if server == Server::HandlerThread {
+            let _ = self.uffd.wake(&self.reg, i * self.page_bytes, self.page_bytes);
         }
     }
 
@@ -243,5 +300,50 @@ impl RegionCore {
             }
         }
         n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::DirtyTracking;
+    use crate::fault::PinKind;
+    use crate::{Config, Region};
+    use std::sync::atomic::AtomicBool;
+    use std::time::{Duration, Instant};
+
+    /// A system call's pin may last as long as the call blocks: a write to
+    /// the page meanwhile must not wait for it (it spun in the fault
+    /// handler until the pin went).
+    #[test]
+    fn a_write_to_a_page_a_system_call_holds_does_not_wait_for_the_call() {
+        let mut cfg = Config::new(16 * 4096, 16 * 4096);
+        cfg.dirty_tracking = DirtyTracking::WpFault;
+        let region = Region::new(cfg).unwrap();
+        let words = region.as_atomic_u64();
+        words[0].store(1, Ordering::Relaxed);
+        let core = crate::fault::lookup::<RegionCore>(region.as_ptr() as usize).unwrap();
+        let at = region.as_ptr() as usize;
+        let tid = tiermem_sys::thread::gettid();
+        assert_eq!(core.pin(at, 4096, false, tid, PinKind::Call), 4096);
+        // As an abandoned eviction leaves a page: Dirty, pinned, protected.
+        core.uffd.writeprotect(&core.reg, 0, 4096, true, false).unwrap();
+        let done = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                words[1].store(2, Ordering::Relaxed);
+                done.store(true, Ordering::Release);
+            });
+            let t0 = Instant::now();
+            while !done.load(Ordering::Acquire) && t0.elapsed() < Duration::from_secs(5) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let served = done.load(Ordering::Acquire);
+            // Lets a writer that waits for the pin go on.
+            core.unpin(at, 4096, PinKind::Call);
+            assert!(served, "the write waited for the system call's pin");
+        });
+        assert_eq!(words[1].load(Ordering::Relaxed), 2);
+        assert_eq!(words[0].load(Ordering::Relaxed), 1);
     }
 }

@@ -104,7 +104,10 @@ impl RegionCore {
                     // path evicts it, as before.
                     Err(e) if e.errno().is_some_and(|e| e.raw() == libc::EBUSY) => {
                         let addr = self.mapping.addr() + (first + moved + done) * ps;
-                        pinned = pin_ring && tiermem_sys::pagemap::mapped_exclusively(addr) != Some(false);
+                        // Held wherever a pin ring exists (the process is
+                        // known to have pinners), whichever ring this is.
+                        pinned = self.pin_ring().is_some()
+                            && tiermem_sys::pagemap::mapped_exclusively(addr) != Some(false);
                         break;
                     }
                     _ => break,
@@ -186,6 +189,13 @@ impl RegionCore {
                 let (more, err) = self.evict_run_to_ring(ring, &run[moved + 1..], bufs, unmaps, timer);
                 return (evicted + more, first_error.or(err));
             }
+        } else if moved < n && pin_ring && moved > 0 {
+            // The pin ring ran out of holes (a run longer than the ring,
+            // with the resident pages between victims): drained above, it
+            // takes the rest too. The classic path could lose a page the
+            // kernel pins.
+            let (more, err) = self.evict_run_to_ring(ring, &run[moved..], bufs, unmaps, timer);
+            return (evicted + more, first_error.or(err));
         } else if moved < n {
             // No room in the ring, or another refusal: classic path,
             // without the ring's eviction turn.

@@ -47,6 +47,10 @@ impl Splice {
             },
         )
         .ok()?;
+        // Populated now: a read of evicted pages out of the pipe into it
+        // runs after their unmap, when they are nowhere else, and must not
+        // fail for a page the kernel cannot allocate then.
+        landing.fill(0, LANDING_PAGES * 4096, 0);
         Some(Splice { pipe, landing })
     }
 }
