@@ -338,6 +338,30 @@ static void test_kernel_access(void) {
   CHECK(recv(sv[1], spare, 65536, MSG_WAITALL) == 65536, "recv into tiered memory");
   CHECK(memcmp(spare, dst, 65536) == 0, "socket data");
   close(sv[0]), close(sv[1]);
+
+  /* A peek that waits for all of a stream larger than one bounce buffer
+   * (256 KiB): one call, not pieces that would each read the head again. */
+  size_t peek = 320 * 1024;
+  CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0, "socketpair: %s", strerror(errno));
+  int big = 4 << 20;
+  setsockopt(sv[0], SOL_SOCKET, SO_SNDBUFFORCE, &big, sizeof big);
+  setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &big, sizeof big);
+  fill(dst, peek / 8, 93);
+  CHECK(send(sv[0], dst, peek, MSG_DONTWAIT) == (ssize_t)peek, "send %zu bytes: %s", peek, strerror(errno));
+  fill(spare, len / 8, 92);
+  CHECK(recv(sv[1], spare, peek, MSG_PEEK | MSG_WAITALL) == (ssize_t)peek, "recv(MSG_PEEK|MSG_WAITALL): %s",
+        strerror(errno));
+  CHECK(bad_words(spare, peek / 8, 93) == 0, "a peek of %zu bytes sees the stream once, in order", peek);
+  close(sv[0]), close(sv[1]);
+
+  /* MSG_TRUNC on a datagram: the datagram's whole length, what fits copied. */
+  CHECK(socketpair(AF_UNIX, SOCK_DGRAM, 0, sv) == 0, "socketpair: %s", strerror(errno));
+  fill(dst, 8192 / 8, 91);
+  CHECK(send(sv[0], dst, 8192, 0) == 8192, "send a datagram: %s", strerror(errno));
+  fill(spare, len / 8, 90); /* the receiving page is evicted */
+  CHECK(recv(sv[1], spare, 4096, MSG_TRUNC) == 8192, "recv(MSG_TRUNC) returns the datagram's length");
+  CHECK(bad_words(spare, 4096 / 8, 91) == 0, "recv(MSG_TRUNC) data");
+  close(sv[0]), close(sv[1]);
   fclose(t);
   free(src), free(dst), free(spare);
 }

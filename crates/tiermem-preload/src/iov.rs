@@ -65,15 +65,28 @@ enum Split {
 /// `one_call`: the call must not be repeated (a message with ancillary
 /// data: a second `sendmsg` would pass its descriptors again, a second
 /// `recvmsg` could drop some).
-fn bounce_split(fd: c_int, kernel_writes: bool, wait_all: bool, one_call: bool) -> Option<Split> {
+fn bounce_split(
+    fd: c_int,
+    kernel_writes: bool,
+    wait_all: bool,
+    one_call: bool,
+    total: usize,
+) -> Option<Split> {
     match tiermem_sys::bounce::fd_kind(fd) {
         FdKind::File => None,
         FdKind::Messages => Some(Split::Whole),
         _ if one_call => Some(Split::Whole),
+        // A device that wants each request and reply in one call
+        // (/dev/fuse) gets it, up to a bound on the bounce buffer.
+        FdKind::Device if total <= DEVICE_WHOLE_MAX => Some(Split::Whole),
         FdKind::Stream if kernel_writes && !wait_all => Some(Split::Once),
         FdKind::Stream | FdKind::Device => Some(Split::Pieces),
     }
 }
+
+/// Bytes up to which a call on a device goes in one call (FUSE's largest
+/// request is 1 MiB and a page).
+const DEVICE_WHOLE_MAX: usize = 16 << 20;
 
 /// Copies `n` bytes between `buf` and the vector `v` from `skip` bytes
 /// into it: into the vector (`to_vector`) or out of it.
@@ -119,6 +132,7 @@ unsafe fn bounced(
     v: &[iovec],
     kernel_writes: bool,
     split: Split,
+    keeps_pages: bool,
     mut call: impl FnMut(*const iovec, c_int, usize) -> ssize_t,
 ) -> ssize_t {
     let total: usize = v.iter().map(|b| b.iov_len).sum();
@@ -127,7 +141,15 @@ unsafe fn bounced(
     } else {
         total.min(tiermem_sys::bounce::CHUNK)
     };
-    let Some(b) = Bounce::get(want) else {
+    // A buffer the kernel keeps references to after the call
+    // (MSG_ZEROCOPY) is nobody else's: a pooled one is refilled by the
+    // next call while the data waits to be sent.
+    let b = if keeps_pages {
+        Bounce::private(want)
+    } else {
+        Bounce::get(want)
+    };
+    let Some(b) = b else {
         // SAFETY: errno is thread-local.
         unsafe { *libc::__errno_location() = libc::ENOMEM };
         return -1;
@@ -147,16 +169,34 @@ unsafe fn bounced(
         if r < 0 {
             return if done > 0 { done as ssize_t } else { r };
         }
-        let r = (r as usize).min(n);
+        // MSG_TRUNC: a datagram's whole length, maybe more than was taken.
+        let got = (r as usize).min(n);
         if kernel_writes {
-            // SAFETY: as above, `r <= n` bytes.
-            unsafe { copy_vector(v, done, b.addr() as usize, r, true) };
+            // SAFETY: as above, `got <= n` bytes.
+            unsafe { copy_vector(v, done, b.addr() as usize, got, true) };
         }
-        done += r;
-        if split != Split::Pieces || r != n || done >= total {
+        if split == Split::Whole {
+            return r;
+        }
+        done += got;
+        if split != Split::Pieces || got != n || done >= total {
             return done as ssize_t;
         }
     }
+}
+
+/// What a socket call asks of the bounce buffer its data may go through.
+#[derive(Clone, Copy, Default)]
+struct Shape {
+    /// All of it is waited for (`MSG_WAITALL`).
+    wait_all: bool,
+    /// One call only: a message with ancillary data (a second `sendmsg`
+    /// would pass its descriptors again), a peek (a second would read the
+    /// stream's head again).
+    one_call: bool,
+    /// The kernel keeps references to the pages after the call
+    /// (`MSG_ZEROCOPY`, until the data is acknowledged).
+    keeps_pages: bool,
 }
 
 /// Runs a vectored call on `iov[..cnt]`: `call(vector, count, done)` makes
@@ -174,8 +214,7 @@ unsafe fn vectored(
     iov: *const iovec,
     cnt: c_int,
     kernel_writes: bool,
-    wait_all: bool,
-    one_call: bool,
+    shape: Shape,
     mut call: impl FnMut(*const iovec, c_int, usize) -> ssize_t,
 ) -> ssize_t {
     // SAFETY: forwarded from the caller.
@@ -184,11 +223,12 @@ unsafe fn vectored(
     }
     // SAFETY: the caller's vector.
     let all = unsafe { std::slice::from_raw_parts(iov, cnt as usize) };
-    if let Some(split) = bounce_split(fd, kernel_writes, wait_all, one_call) {
-        // SAFETY: the caller's vector.
-        return unsafe { bounced(all, kernel_writes, split, call) };
-    }
     let total: usize = all.iter().map(|b| b.iov_len).sum();
+    let one_call = shape.one_call || shape.keeps_pages;
+    if let Some(split) = bounce_split(fd, kernel_writes, shape.wait_all, one_call, total) {
+        // SAFETY: the caller's vector.
+        return unsafe { bounced(all, kernel_writes, split, shape.keeps_pages, call) };
+    }
     let mut done = 0usize;
     loop {
         // The rest of the vector, from `done` bytes in.
@@ -217,7 +257,7 @@ unsafe fn vectored(
             drop(pins);
             // SAFETY: `rest` lies inside the caller's buffers.
             let r = unsafe {
-                bounced(&rest, kernel_writes, Split::Pieces, |v, n, d| {
+                bounced(&rest, kernel_writes, Split::Pieces, false, |v, n, d| {
                     call(v, n, done + d)
                 })
             };
@@ -269,7 +309,7 @@ macro_rules! iov_call {
             // SAFETY: the C library's function of this signature.
             let real: unsafe extern "C" fn(c_int, *const iovec, c_int) -> ssize_t = unsafe { std::mem::transmute(f) };
             // SAFETY: the caller's arguments.
-            unsafe { vectored(fd, iov, cnt, $w, false, false, |v, n, _| real(fd, v, n)) }
+            unsafe { vectored(fd, iov, cnt, $w, Shape::default(), |v, n, _| real(fd, v, n)) }
         }
     };
     // The positional forms: the offset moves on by what earlier pieces did,
@@ -289,7 +329,7 @@ macro_rules! iov_call {
             let real: Real = unsafe { std::mem::transmute(f) };
             let at = |done: usize| if off < 0 { off } else { off + done as libc::off_t };
             // SAFETY: the caller's arguments.
-            unsafe { vectored(fd, iov, cnt, $w, false, false, |v, n, done| real(fd, v, n, at(done) $(, $arg)*)) }
+            unsafe { vectored(fd, iov, cnt, $w, Shape::default(), |v, n, done| real(fd, v, n, at(done) $(, $arg)*)) }
         }
     };
 }
@@ -399,8 +439,11 @@ unsafe fn msg_call(
             iov,
             len as c_int,
             kernel_writes,
-            wait_all,
-            has_control,
+            Shape {
+                wait_all,
+                one_call: has_control || flags & libc::MSG_PEEK != 0,
+                keeps_pages: !kernel_writes && flags & libc::MSG_ZEROCOPY != 0,
+            },
             |v, n, _| {
                 (*target).msg_iov = v as *mut iovec;
                 (*target).msg_iovlen = n as _;
@@ -489,7 +532,7 @@ pub unsafe extern "C" fn vmsplice(
         // Out of the pipe (or a bad descriptor, which the call reports).
         // SAFETY: the caller's vector and arguments.
         return unsafe {
-            bounced(all, true, Split::Once, |v, n, _| {
+            bounced(all, true, Split::Once, false, |v, n, _| {
                 real(fd, v, n as libc::c_ulong, flags)
             })
         };
@@ -604,7 +647,7 @@ unsafe fn vm_call(
             _ => {
                 let call = |v: *const iovec, n: c_int, _done: usize| raw(v, n as usize, r.as_ptr(), r.len());
                 // SAFETY: the caller's buffers.
-                let got = unsafe { bounced(&l, kernel_writes, Split::Whole, call) };
+                let got = unsafe { bounced(&l, kernel_writes, Split::Whole, false, call) };
                 (got, usize::MAX)
             }
         };

@@ -235,6 +235,10 @@ pub struct Bounced {
     pub kernel_writes: bool,
     /// How it may be split.
     pub split: Split,
+    /// The kernel may keep references to the buffer's pages after the
+    /// call (`MSG_ZEROCOPY`: until the data is acknowledged): a buffer of
+    /// its own, never a pooled one another call refills meanwhile.
+    pub private: bool,
     /// It may block for long (see [`TrappedSyscall::execute`]).
     pub interruptible: bool,
     /// Runs the copy between the program's buffer and the bounce buffer
@@ -269,7 +273,12 @@ impl TrappedSyscall<'_> {
             Split::Whole => total,
             Split::Once | Split::Pieces => total.min(bounce::CHUNK),
         };
-        let Some(mut b) = bounce::Bounce::get(want) else {
+        let b = if how.private {
+            bounce::Bounce::private(want)
+        } else {
+            bounce::Bounce::get(want)
+        };
+        let Some(mut b) = b else {
             return -(libc::ENOMEM as i64);
         };
         let user = args[how.buf] as usize;
@@ -293,16 +302,21 @@ impl TrappedSyscall<'_> {
             if r < 0 {
                 return if done > 0 { done as i64 } else { r };
             }
-            let r = (r as usize).min(n);
+            // A receive with MSG_TRUNC returns the datagram's whole
+            // length, which may be more than the buffer took.
+            let got = (r as usize).min(n);
             if how.kernel_writes {
                 // SAFETY: the program's buffer, which it handed the kernel
-                // to write, `r <= n` bytes of it.
-                held(how.hold, user + done, r, true, &mut || unsafe {
-                    b.store_at(0, user + done, r)
+                // to write, `got <= n` bytes of it.
+                held(how.hold, user + done, got, true, &mut || unsafe {
+                    b.store_at(0, user + done, got)
                 });
             }
-            done += r;
-            if how.split != Split::Pieces || r != n || done >= total {
+            if how.split == Split::Whole {
+                return r;
+            }
+            done += got;
+            if how.split != Split::Pieces || got != n || done >= total {
                 return done as i64;
             }
         }

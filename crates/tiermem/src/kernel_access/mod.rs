@@ -598,25 +598,46 @@ fn on_trap(call: &mut TrappedSyscall<'_>) {
         libc::SYS_getrandom => FdKind::File,
         _ => tiermem_sys::bounce::fd_kind(call.args[0] as i32),
     };
+    // send/recv flags (sendto and recvfrom: the fourth argument).
+    let flags = match rule.nr {
+        libc::SYS_recvfrom | libc::SYS_sendto => call.args[3] as i32,
+        _ => 0,
+    };
+    let zerocopy = rule.nr == libc::SYS_sendto && flags & libc::MSG_ZEROCOPY != 0;
     let bounced = |split| Bounced {
         buf: rule.buf,
         len: rule.len,
         offset: rule.offset.then_some(3),
-        kernel_writes: rule.kernel_writes,
+        // A stream's MSG_TRUNC discards what it receives: nothing to copy
+        // back (the bounce buffer holds an earlier call's bytes).
+        kernel_writes: rule.kernel_writes && !(kind == FdKind::Stream && flags & libc::MSG_TRUNC != 0),
         split,
+        private: zerocopy,
         interruptible: kind != FdKind::File,
         hold: Some(hold_for_copy),
     };
+    let len = call.args[rule.len] as usize;
     let result = match kind {
         FdKind::File => pinned(call, rule, bounced(Split::Pieces)),
-        // One message, one call.
+        // One message, one call; and a zero-copy send, whose notification
+        // counts calls.
         FdKind::Messages => call.execute_bounced(call.nr, call.args, bounced(Split::Whole)),
-        // Read until a piece comes back short: all of `/dev/urandom`, a
-        // terminal's line.
+        _ if zerocopy => call.execute_bounced(call.nr, call.args, bounced(Split::Whole)),
+        // A device that wants each request and reply in one call
+        // (/dev/fuse: a read of less than its largest request fails) gets
+        // it, up to a bound on the bounce buffer; beyond it, read until a
+        // piece comes back short: all of `/dev/urandom`, a terminal's line.
+        FdKind::Device if len <= DEVICE_WHOLE_MAX => {
+            call.execute_bounced(call.nr, call.args, bounced(Split::Whole))
+        }
         FdKind::Device => call.execute_bounced(call.nr, call.args, bounced(Split::Pieces)),
         FdKind::Stream => {
-            let wait_all = rule.nr == libc::SYS_recvfrom && call.args[3] & libc::MSG_WAITALL as u64 != 0;
-            let split = if rule.kernel_writes && !wait_all {
+            let wait_all = rule.nr == libc::SYS_recvfrom && flags & libc::MSG_WAITALL != 0;
+            // A peek repeated would read the stream's head again.
+            let peek = rule.nr == libc::SYS_recvfrom && flags & libc::MSG_PEEK != 0;
+            let split = if peek {
+                Split::Whole
+            } else if rule.kernel_writes && !wait_all {
                 Split::Once
             } else {
                 Split::Pieces
@@ -626,6 +647,10 @@ fn on_trap(call: &mut TrappedSyscall<'_>) {
     };
     call.set_result(result);
 }
+
+/// Bytes up to which a call on a device goes in one call through a bounce
+/// buffer of its own size (FUSE's largest request is 1 MiB and a page).
+const DEVICE_WHOLE_MAX: usize = 16 << 20;
 
 /// An [`ADDRESSED_CALLS`] call whose socket address lies in tiered
 /// memory, copied with its message; None where it goes the buffer way: no
