@@ -78,15 +78,11 @@ fn bounce_split(
         _ if one_call => Some(Split::Whole),
         // A device that wants each request and reply in one call
         // (/dev/fuse) gets it, up to a bound on the bounce buffer.
-        FdKind::Device if total <= DEVICE_WHOLE_MAX => Some(Split::Whole),
+        FdKind::Device if total <= tiermem_sys::bounce::DEVICE_WHOLE_MAX => Some(Split::Whole),
         FdKind::Stream if kernel_writes && !wait_all => Some(Split::Once),
         FdKind::Stream | FdKind::Device => Some(Split::Pieces),
     }
 }
-
-/// Bytes up to which a call on a device goes in one call (FUSE's largest
-/// request is 1 MiB and a page).
-const DEVICE_WHOLE_MAX: usize = 16 << 20;
 
 /// Copies `n` bytes between `buf` and the vector `v` from `skip` bytes
 /// into it: into the vector (`to_vector`) or out of it.

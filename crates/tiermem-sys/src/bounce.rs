@@ -22,6 +22,11 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 /// once through a bounce buffer.
 pub const CHUNK: usize = 256 << 10;
 
+/// Bytes up to which a call on a device goes in one call, through a
+/// buffer of its own size: a device may want each request and reply whole
+/// (`/dev/fuse`, whose largest request is 1 MiB and a page).
+pub const DEVICE_WHOLE_MAX: usize = 16 << 20;
+
 /// Pooled buffers.
 const SLOTS: usize = 64;
 

@@ -31,7 +31,7 @@ use super::{Outcome, RegionCore, Server};
 use crate::page::{PageState, PageTable, PageWord};
 use crate::stats::{Cost, FaultKind, FaultTimer};
 use std::sync::atomic::Ordering;
-use tiermem_sys::uffd::{CopyMode, Resolved};
+use tiermem_sys::uffd::CopyMode;
 
 /// The pages of a cluster around fault page `at`: `[first, end)`, every
 /// page but `at` locked by the caller, with its word before locking.
@@ -218,32 +218,12 @@ impl RegionCore {
             } else {
                 Some(self.zeros.range(0, len))
             };
-            // Bytes installed from the start of the run.
-            let mut done = 0;
-            while let Some(src) = src.filter(|_| done < len) {
-                match self
-                    .uffd
-                    .copy(&self.reg, off + done, src.sub(done, len - done), mode)
-                {
-                    Ok(Resolved::Done) => done = len,
-                    Ok(Resolved::Partial { bytes }) if bytes > 0 => done += bytes,
-                    Ok(Resolved::Partial { .. }) => std::thread::yield_now(),
-                    Ok(Resolved::AlreadyMapped) => done += ps,
-                    Err(err) => {
-                        self.errors.record(
-                            (off + done) as u64,
-                            super::errors::OP_INSTALL,
-                            err.errno().map_or(0, |e| e.raw()),
-                        );
-                        break;
-                    }
-                }
-            }
+            // Pages installed from the start of the run.
+            let n = src.map_or(0, |src| self.copy_run(off, src, mode));
             timer.lap(Cost::Pte);
-            let n = done / ps;
             ok[s - c.base..s - c.base + n].iter_mut().for_each(|x| *x = true);
             if far {
-                self.stats.bytes_in.fetch_add(done as u64, Ordering::Relaxed);
+                self.stats.bytes_in.fetch_add((n * ps) as u64, Ordering::Relaxed);
             }
             s = e;
         }

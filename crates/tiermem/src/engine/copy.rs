@@ -77,12 +77,12 @@ impl RegionCore {
         }
     }
 
-    /// [`Self::copy_in`] of a run of whole pages (installed writable
-    /// unless `wp`), recording a failure; returns the pages installed from
-    /// the start. A THP block installed in part is dropped again, so that
-    /// it is all missing, as its page word says.
-    pub(super) fn copy_run(&self, off: usize, src: tiermem_sys::mm::MemRange<'_>, wp: bool) -> usize {
-        let short = match self.copy_in(off, src, wp, false) {
+    /// [`Self::copy_in`] of a run of whole pages, recording a failure;
+    /// returns the pages installed from the start. A THP block installed
+    /// in part is dropped again, so that it is all missing, as its page
+    /// word says.
+    pub(super) fn copy_run(&self, off: usize, src: tiermem_sys::mm::MemRange<'_>, mode: CopyMode) -> usize {
+        let short = match self.copy_in(off, src, mode.write_protect, mode.dont_wake) {
             Ok(()) => return src.len() / self.page_bytes,
             Err(short) => short,
         };
@@ -153,7 +153,10 @@ mod tests {
         assert_eq!(short.err.errno().map(|e| e.raw()), Some(libc::EFAULT));
         assert_eq!((first_byte(&region, 8), first_byte(&region, 9)), (9, 10));
         // The run's form: whole pages installed, the failure recorded.
-        assert_eq!(core.copy_run(12 * PS, src.range(8 * PS, 4 * PS), false), 2);
+        assert_eq!(
+            core.copy_run(12 * PS, src.range(8 * PS, 4 * PS), CopyMode::default()),
+            2
+        );
         assert_eq!(first_byte(&region, 13), 10);
         src.protect(10 * PS, PS, Protection::ReadWrite).unwrap();
     }

@@ -645,13 +645,17 @@ impl RegionCore {
             }
             let off = run[s].0 * self.page_bytes;
             let len = (e - s) * self.page_bytes;
+            let mode = tiermem_sys::uffd::CopyMode {
+                write_protect: !writable && !self.thp(),
+                dont_wake: false,
+            };
             // Pages installed from `s`: the pages after a failed one are
             // handed back with it.
             let installed = if far {
                 let src = self.store.fetch(off as u64, len, staging);
                 timer.lap(Cost::Transfer);
                 match src {
-                    Ok(src) => self.copy_run(off, src, !writable && !self.thp()),
+                    Ok(src) => self.copy_run(off, src, mode),
                     Err(err) => {
                         // A prefetch is a hint: leave the pages in the far
                         // store; a demand fault will try again and report.
@@ -660,7 +664,7 @@ impl RegionCore {
                     }
                 }
             } else {
-                self.copy_run(off, self.zeros.range(0, len), !writable && !self.thp())
+                self.copy_run(off, self.zeros.range(0, len), mode)
             };
             if installed > 0 && self.thp() {
                 self.collapse(off, installed);

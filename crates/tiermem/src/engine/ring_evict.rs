@@ -158,7 +158,8 @@ impl RegionCore {
                 // happen short of a kernel failure; the data still sits in
                 // the frame, so keep trying rather than publish a loss.
                 for k in s..e {
-                    while self.copy_run((first + k) * ps, ring.map.range(pos_of[k] * ps, ps), false) == 0 {
+                    let src = ring.map.range(pos_of[k] * ps, ps);
+                    while self.copy_run((first + k) * ps, src, tiermem_sys::uffd::CopyMode::default()) == 0 {
                         std::thread::yield_now();
                     }
                     failed[k] = true;

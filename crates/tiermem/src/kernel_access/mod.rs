@@ -627,7 +627,7 @@ fn on_trap(call: &mut TrappedSyscall<'_>) {
         // (/dev/fuse: a read of less than its largest request fails) gets
         // it, up to a bound on the bounce buffer; beyond it, read until a
         // piece comes back short: all of `/dev/urandom`, a terminal's line.
-        FdKind::Device if len <= DEVICE_WHOLE_MAX => {
+        FdKind::Device if len <= tiermem_sys::bounce::DEVICE_WHOLE_MAX => {
             call.execute_bounced(call.nr, call.args, bounced(Split::Whole))
         }
         FdKind::Device => call.execute_bounced(call.nr, call.args, bounced(Split::Pieces)),
@@ -647,10 +647,6 @@ fn on_trap(call: &mut TrappedSyscall<'_>) {
     };
     call.set_result(result);
 }
-
-/// Bytes up to which a call on a device goes in one call through a bounce
-/// buffer of its own size (FUSE's largest request is 1 MiB and a page).
-const DEVICE_WHOLE_MAX: usize = 16 << 20;
 
 /// An [`ADDRESSED_CALLS`] call whose socket address lies in tiered
 /// memory, copied with its message; None where it goes the buffer way: no
